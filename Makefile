@@ -1,0 +1,44 @@
+# The README's two commands: `make demo` and `make test`. Each does its own set-up.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: demo test lint typecheck unit integration bench soak clean venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,postgres]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m txn.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check txn connectors minikafka tests integration_tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(PY) -m pytest tests -q
+
+integration: $(STAMP)
+	$(PY) -m pytest integration_tests -q
+
+test: lint typecheck
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+soak: $(STAMP)
+	$(PY) -m integration_tests.e2e.soak
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,129 @@
+"""Shared fixtures for integration tests.
+
+Kafka is reached only through a bootstrap address, chosen in this order:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` if set (any real cluster);
+2. a testcontainers Kafka if a Docker engine answers;
+3. a minikafka broker in a subprocess (the embedded default).
+
+Tests must not special-case the broker behind the address.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# Seconds to wait for a new topic's metadata to show on the broker; generous because
+# the test machine is shared and busy.
+TOPIC_READY_TIMEOUT_S = 30.0
+# Seconds for an AdminClient request (create/delete topics) to complete.
+ADMIN_REQUEST_TIMEOUT_S = 30.0
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+    except Exception:  # noqa: BLE001 - any failure means "no Docker engine here"
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap address of the Kafka cluster every integration test uses."""
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if configured:
+        yield configured
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer() as container:
+            yield container.get_bootstrap_server()
+        return
+    from minikafka import BrokerProcess
+
+    with BrokerProcess() as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> AdminClient:
+    """An AdminClient on the session's cluster."""
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture
+def new_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
+    """Factory: create a uniquely named topic and wait until its metadata shows it."""
+    created: list[str] = []
+
+    def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        futures = kafka_admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+            request_timeout=ADMIN_REQUEST_TIMEOUT_S,
+        )
+        futures[name].result(timeout=ADMIN_REQUEST_TIMEOUT_S)
+        wait_for_topic(kafka_admin, name, partitions)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        try:
+            for fut in kafka_admin.delete_topics(created, request_timeout=10).values():
+                fut.result(timeout=ADMIN_REQUEST_TIMEOUT_S)
+        except KafkaException:
+            pass  # best effort: topic names are unique, a leftover harms no other test
+
+
+def wait_for_topic(admin: AdminClient, name: str, partitions: int) -> None:
+    """Block until the topic's metadata lists ``partitions`` partitions with leaders."""
+    deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=name, timeout=5).topics.get(name)
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
+        ):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} not ready after {TOPIC_READY_TIMEOUT_S}s")
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One local[2] SparkSession for the whole test session."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    warehouse = Path(tmp_path_factory.mktemp("spark-warehouse"))
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("eos-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()

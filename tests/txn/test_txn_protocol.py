@@ -1,0 +1,362 @@
+"""Coordinator and task-driver behaviour beyond the crash matrix."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.txn.harness import KAFKA_LIKE, KINDS, PG_LIKE, SINK, Crash, World, epoch_rows
+from txn import (
+    CommitMode,
+    ConfigError,
+    Coordinator,
+    CoordinatorStep,
+    EpochAbortedError,
+    EpochCompletion,
+    EpochDecision,
+    EpochPlan,
+    EpochResult,
+    FileEpochLog,
+    Guarantee,
+    InProcessChannel,
+    Marker,
+    NonDeterministicReplayError,
+    ParticipantError,
+    PartitionOutcome,
+    PartitionReport,
+    PlanMismatchError,
+    RecoveryReport,
+    RowSummary,
+    TaskStep,
+    Vote,
+    VoteKind,
+    run_partition,
+)
+from txn._memory import CommitInTaskResource, MemoryStore, PreparedResource, partition_rows
+
+
+def _crash_epoch_one(world: World, crash: Crash) -> None:
+    """Run epoch 0, then crash inside epoch 1 and leave the driver dead."""
+    world.run_epoch(0)
+    world.crashes = [crash]
+    assert world.coordinator is not None
+    with pytest.raises(BaseException, match="crash at"):
+        world.coordinator.run_epoch(1, world.parallelism, world.channel())
+    world.crash()
+
+
+@pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
+def test_non_deterministic_replay_is_detected(tmp_path: Path, mode: CommitMode) -> None:
+    world = World(tmp_path, KAFKA_LIKE, mode)
+    _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
+    coordinator = world.start()
+    assert world.resource is not None
+    changed = InProcessChannel(
+        world.resource,
+        lambda plan, p: partition_rows([*epoch_rows(1), "extra"], plan.parallelism)[p],
+    )
+    with pytest.raises(NonDeterministicReplayError) as info:
+        coordinator.run_epoch(1, world.parallelism, changed)
+    text = str(info.value)
+    assert "epoch 1" in text and "replay rows=" in text and "committed rows=" in text
+    assert "make the query deterministic" in text
+    assert world.store.dangling() == []
+    # the deterministic replay still completes the epoch exactly once
+    world.crash()
+    world.run_epochs(3)
+    world.check_exactly_once(3)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_in_doubt_epoch_keeps_its_planned_parallelism(tmp_path: Path, kind: str) -> None:
+    world = World(tmp_path, kind, CommitMode.UNALIGNED)
+    _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
+    world.parallelism = 5  # the user resized the cluster meanwhile
+    result = world.run_epoch(1)
+    assert result.plan is not None and result.plan.attempt >= 1
+    if kind == KAFKA_LIKE:  # partly committed: the redo must use the same partitions
+        assert result.plan.parallelism == 3
+    else:  # 2PC: recovery rolled the epoch back, nothing visible, so it may be re-planned
+        assert result.plan.parallelism == 5
+    world.run_epoch(2)  # a new epoch uses the new parallelism
+    assert world.log is not None
+    plan2 = world.log.load().plan(2)
+    assert plan2 is not None and plan2.parallelism == 5
+    world.parallelism = result.plan.parallelism
+    world.check_exactly_once(3)
+
+
+def test_fingerprint_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
+    world = World(tmp_path, KAFKA_LIKE)
+    _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
+    with FileEpochLog(world.log_path, sink_id=SINK) as log:
+        resource = world.new_resource(fingerprint="v2")
+        coordinator = Coordinator(log, resource, sink_id=SINK)
+        coordinator.recover()
+        with pytest.raises(PlanMismatchError, match="sink configuration changed"):
+            coordinator.run_epoch(1, 3, InProcessChannel(resource, lambda plan, p: []))
+    world.run_epochs(3)  # with the old configuration it completes
+    world.check_exactly_once(3)
+
+
+def test_fingerprint_change_after_two_phase_rollback_is_allowed(tmp_path: Path) -> None:
+    world = World(tmp_path, PG_LIKE)
+    _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
+    with FileEpochLog(world.log_path, sink_id=SINK) as log:
+        resource = world.new_resource(fingerprint="v2")
+        coordinator = Coordinator(log, resource, sink_id=SINK)  # no recover(): run_epoch resolves
+        channel = InProcessChannel(
+            resource, lambda plan, p: partition_rows(epoch_rows(1), plan.parallelism)[p]
+        )
+        result = coordinator.run_epoch(1, 3, channel)
+        assert result.committed and result.plan is not None
+        assert result.plan.fingerprint == "v2" and result.plan.attempt == 1
+    assert sorted(world.store.rows_by_epoch()[1]) == sorted(epoch_rows(1))
+    assert world.store.dangling() == []
+
+
+def test_guarantee_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
+    world = World(tmp_path, KAFKA_LIKE)
+    _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.PLAN_LOGGED))
+    world.guarantee = Guarantee.AT_LEAST_ONCE
+    with pytest.raises(PlanMismatchError, match="keep the old settings"):
+        world.run_epoch(1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_at_most_once_logs_completion_before_execute(tmp_path: Path, kind: str) -> None:
+    world = World(tmp_path, kind, guarantee=Guarantee.AT_MOST_ONCE)
+    world.start()
+    seen: list[bool] = []
+    assert world.log is not None and world.coordinator is not None
+    log = world.log
+
+    def execute(plan: EpochPlan) -> Sequence[PartitionReport]:
+        seen.append(log.load().is_committed(plan.epoch))
+        raise SimulatedWriteFailure
+
+    with pytest.raises(SimulatedWriteFailure):
+        world.coordinator.run_epoch(0, 3, execute)
+    assert seen == [True]
+    # the replay of the failed epoch is skipped: lost, never duplicated
+    assert world.coordinator.run_epoch(0, 3, execute).skipped
+    world.crashes = [Crash("task", TaskStep.PRE_COMMITTED, partition=1, epoch=1)]
+    world.run_epochs(3)
+    got = world.store.rows_by_epoch()
+    assert 0 not in got and sorted(got[2]) == sorted(epoch_rows(2))
+    assert len(got.get(1, [])) <= len(epoch_rows(1))  # epoch 1 may be partly lost, no duplicates
+    assert len(set(got.get(1, []))) == len(got.get(1, []))
+    world.crash()
+    world.start()  # recovery cleans up what the crashed task left open or prepared
+    assert world.store.dangling() == []
+
+
+class SimulatedWriteFailure(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_at_least_once_skips_logged_epochs_and_redoes_unlogged(tmp_path: Path, kind: str) -> None:
+    world = World(tmp_path, kind, guarantee=Guarantee.AT_LEAST_ONCE)
+    world.crashes = [Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED)]
+    world.run_epochs(3)
+    assert world.crashes[0].fired == 1
+    calls: list[int] = []
+
+    def execute(plan: EpochPlan) -> Sequence[PartitionReport]:
+        calls.append(plan.epoch)
+        return []
+
+    assert world.coordinator is not None
+    for epoch in range(3):
+        result = world.coordinator.run_epoch(epoch, 3, execute)
+        assert result.skipped and result.committed
+    assert calls == []
+    got = world.store.rows_by_epoch()
+    for epoch in range(3):  # nothing lost (duplicates would be allowed)
+        assert set(got[epoch]) == set(epoch_rows(epoch))
+
+
+@pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_no_vote_aborts_or_leaves_the_epoch_in_doubt(
+    tmp_path: Path, kind: str, mode: CommitMode
+) -> None:
+    world = World(tmp_path, kind, mode)
+    world.run_epoch(0)
+    world.store.fail_writes.add((1, 1))
+    assert world.coordinator is not None
+    with pytest.raises(ParticipantError, match="injected write failure"):
+        world.coordinator.run_epoch(1, 3, world.channel())
+    committed_p = {c.partition for c in world.store.commits if c.epoch == 1}
+    if mode is CommitMode.ALIGNED or kind == PG_LIKE:
+        assert committed_p == set()  # nobody committed: the vote was gathered / not decided
+    else:
+        assert committed_p == {0, 2}  # unaligned commit-in-task: partly visible until replay
+    world.store.fail_writes.clear()
+    world.run_epochs(3)
+    world.check_exactly_once(3)
+
+
+def test_aligned_abort_reports_the_culprit(tmp_path: Path) -> None:
+    store = MemoryStore()
+    store.fail_writes.add((0, 2))
+    resource = CommitInTaskResource(store)
+    channel = InProcessChannel(resource, lambda plan, p: [f"r{p}"])
+    plan = EpochPlan(SINK, 0, 3, "v1")
+    with pytest.raises(ParticipantError, match="injected"):
+        channel(plan)
+    assert store.commits == [] and store.dangling() == []
+    run = InProcessChannel(resource, lambda plan, p: [f"r{p}"])
+    store.fail_writes.clear()
+    reports = run(plan)
+    assert [r.outcome for r in reports] == [PartitionOutcome.COMMITTED] * 3
+    assert all(len(r.votes) == 3 for r in reports)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_recover_aborts_lingering_work_of_every_partition_ever_used(
+    tmp_path: Path, kind: str
+) -> None:
+    world = World(tmp_path, kind, parallelism=4)
+    world.run_epochs(2)
+    # a dead task of a later, never-logged attempt left work behind on partition 3
+    assert world.resource is not None
+    zombie = world.resource.open(EpochPlan(SINK, 2, 4, "v1"), 3)
+    zombie.begin(2)
+    zombie.write(["stray"])
+    zombie.pre_commit(RowSummary(1, "x"))
+    assert world.store.dangling() != []
+    world.crash()
+    coordinator = world.start()
+    assert world.store.dangling() == []
+    assert coordinator.recover().lingering_partitions == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shrinking_parallelism_aborts_lingering_work_beyond_it(tmp_path: Path, kind: str) -> None:
+    world = World(tmp_path, kind, parallelism=3)
+    world.run_epochs(1)
+    assert world.resource is not None
+    zombie = world.resource.open(EpochPlan(SINK, 1, 3, "v1"), 2)
+    zombie.begin(1)
+    zombie.write(["stray"])
+    zombie.pre_commit(RowSummary(1, "x"))
+    world.parallelism = 2
+    world.run_epoch(1)
+    assert world.store.dangling() == []
+    assert "stray" not in world.store.rows_by_epoch().get(1, [])
+
+
+def test_recovery_report_for_two_phase_commit(tmp_path: Path) -> None:
+    world = World(tmp_path, PG_LIKE)
+    _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.DECISION_LOGGED))
+    with FileEpochLog(world.log_path, sink_id=SINK) as log:
+        report = Coordinator(log, PreparedResource(world.store), sink_id=SINK).recover()
+        assert report.committed == (1,) and report.rolled_back == ()
+        assert log.load().is_committed(1)
+    assert sorted(world.store.rows_by_epoch()[1]) == sorted(epoch_rows(1))
+
+
+def test_recovery_rolls_back_without_decision_and_replans(tmp_path: Path) -> None:
+    world = World(tmp_path, PG_LIKE)
+    _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
+    assert len(world.store.prepared) == 3
+    with FileEpochLog(world.log_path, sink_id=SINK) as log:
+        report = Coordinator(log, PreparedResource(world.store), sink_id=SINK).recover()
+        assert report.rolled_back == (1,)
+        assert world.store.prepared == {}
+    result = world.run_epoch(1)
+    assert result.plan is not None and result.plan.attempt == 1 and not result.skipped
+
+
+def test_commit_in_task_recovery_leaves_epoch_for_replay(tmp_path: Path) -> None:
+    world = World(tmp_path, KAFKA_LIKE)
+    _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
+    with FileEpochLog(world.log_path, sink_id=SINK) as log:
+        report = Coordinator(log, CommitInTaskResource(world.store), sink_id=SINK).recover()
+        assert report.awaiting_replay == (1,)
+        assert not log.load().is_committed(1)
+
+
+def test_run_partition_votes_already_committed_for_a_later_marker() -> None:
+    store = MemoryStore()
+    store.markers[0] = Marker(epoch=5, rows=1, checksum="c")
+    report = run_partition(CommitInTaskResource(store), EpochPlan(SINK, 4, 1, "v1"), 0, ["a"])
+    assert report.outcome is PartitionOutcome.ALREADY_COMMITTED
+    assert store.commits == []
+
+
+def test_run_partition_rejects_a_broken_vote_channel() -> None:
+    store = MemoryStore()
+    plan = EpochPlan(SINK, 0, 2, "v1")
+    with pytest.raises(ParticipantError, match="vote channel is broken"):
+        run_partition(CommitInTaskResource(store), plan, 0, ["a"], gather=lambda v: [v])
+    assert store.commits == [] and store.dangling() == []
+
+
+def test_config_errors_say_what_to_fix(tmp_path: Path) -> None:
+    store = MemoryStore()
+    with FileEpochLog(tmp_path / "log", sink_id=SINK) as log:
+        with pytest.raises(ConfigError, match="belongs to sink"):
+            Coordinator(log, CommitInTaskResource(store), sink_id="other")
+        with pytest.raises(ConfigError, match="unknown guarantee"):
+            Coordinator(log, CommitInTaskResource(store), sink_id=SINK, guarantee="twice")
+        with pytest.raises(ConfigError, match="unknown commit mode"):
+            Coordinator(log, CommitInTaskResource(store), sink_id=SINK, mode="sometimes")
+        coordinator = Coordinator(log, CommitInTaskResource(store), sink_id=SINK)
+        with pytest.raises(ConfigError, match="parallelism must be an int >= 1"):
+            coordinator.run_epoch(0, 0, lambda plan: [])
+        with pytest.raises(ConfigError, match="epoch must be an int >= 0"):
+            coordinator.run_epoch(-1, 1, lambda plan: [])
+    with pytest.raises(ConfigError, match="sink_id"):
+        FileEpochLog(tmp_path / "log2", sink_id="")
+
+
+def test_execute_returning_wrong_reports_is_refused(tmp_path: Path) -> None:
+    with FileEpochLog(tmp_path / "log", sink_id=SINK) as log:
+        coordinator = Coordinator(log, CommitInTaskResource(MemoryStore()), sink_id=SINK)
+        with pytest.raises(ParticipantError, match="execute callable is broken"):
+            coordinator.run_epoch(0, 2, lambda plan: [])
+        assert log.load().in_doubt() != []
+        with pytest.raises(EpochAbortedError, match="stays in doubt"):
+            coordinator.run_epoch(
+                0,
+                2,
+                lambda plan: [
+                    PartitionReport(0, 0, PartitionOutcome.COMMITTED),
+                    PartitionReport(0, 1, PartitionOutcome.ABORTED, error="boom"),
+                ],
+            )
+        assert log.load().plan(0) is not None and not log.load().is_committed(0)
+
+
+SAMPLES: list[object] = [
+    EpochPlan(SINK, 3, 4, "fp", Guarantee.AT_LEAST_ONCE, CommitMode.UNALIGNED, 2),
+    EpochDecision(SINK, 3, commit=False, reason="p1 voted no"),
+    EpochCompletion(SINK, 3, committed=True),
+    Marker(3, 10, "abc"),
+    RowSummary(10, "abc"),
+    Vote(3, 1, VoteKind.NO, 0, "", "boom"),
+    PartitionReport(3, 1, PartitionOutcome.PREPARED, 4, "c", None, (Vote(3, 1, VoteKind.YES),)),
+    EpochResult(3, EpochPlan(SINK, 3, 1, "fp"), skipped=False, committed=True),
+    RecoveryReport((1,), (2,), (3,), (0, 1)),
+    Guarantee.EXACTLY_ONCE,
+    CommitMode.ALIGNED,
+]
+
+
+@pytest.mark.parametrize("obj", SAMPLES, ids=lambda o: type(o).__name__)
+def test_pickle_round_trip(obj: object) -> None:
+    assert pickle.loads(pickle.dumps(obj)) == obj
+
+
+def test_dataclasses_are_frozen() -> None:
+    plan = EpochPlan(SINK, 0, 1, "fp")
+    with pytest.raises(AttributeError):
+        plan.epoch = 2  # type: ignore[misc]
+    assert replace(plan, attempt=1).attempt == 1

@@ -1,0 +1,301 @@
+"""The driver-side coordinator: plans epochs, logs decisions, finishes and recovers them."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic
+
+from txn._errors import ConfigError, EpochAbortedError, ParticipantError, PlanMismatchError
+from txn._history import EpochHistory
+from txn._log import EpochLog
+from txn._model import (
+    CommitMode,
+    EpochCompletion,
+    EpochDecision,
+    EpochPlan,
+    Guarantee,
+    PartitionOutcome,
+    PartitionReport,
+    Resource,
+    Rows,
+)
+from txn._state import EpochState
+
+
+class CoordinatorStep(str, enum.Enum):
+    """Points of the coordinator where ``hooks`` are called (crash injection)."""
+
+    PLAN_LOGGED = "plan-logged"  # plan durable, write stage not started
+    REPORTS_RECEIVED = "reports-received"  # write stage returned, outcome not logged
+    DECISION_LOGGED = "decision-logged"  # decision durable, not delivered
+    PARTITION_DELIVERED = "partition-delivered"  # one more partition got commit/rollback
+    DELIVERED = "delivered"  # every partition got the decision, completion not logged
+    COMPLETED = "completed"  # completion durable, result not returned
+
+
+Execute = Callable[[EpochPlan], Sequence[PartitionReport]]
+CoordinatorHooks = Callable[[CoordinatorStep, int], None]
+_DONE = (PartitionOutcome.COMMITTED, PartitionOutcome.ALREADY_COMMITTED)
+_READY = (PartitionOutcome.PREPARED, PartitionOutcome.ALREADY_COMMITTED)
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    """Outcome of :meth:`Coordinator.run_epoch`.
+
+    ``skipped``: the write stage did not run (the epoch was already committed, or an
+    earlier attempt's logged commit decision was finished). ``committed``: the epoch's
+    effect is applied (for at-most-once: the epoch is given up as done, applied or not).
+    """
+
+    epoch: int
+    plan: EpochPlan | None
+    skipped: bool
+    committed: bool
+    reports: tuple[PartitionReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What :meth:`Coordinator.recover` did."""
+
+    committed: tuple[int, ...] = ()  # in-doubt epochs finished by committing prepared work
+    rolled_back: tuple[int, ...] = ()  # in-doubt epochs rolled back (no commit decision)
+    awaiting_replay: tuple[int, ...] = ()  # commit-in-task epochs left for the replay to redo
+    lingering_partitions: tuple[int, ...] = ()  # partitions whose lingering work was aborted
+
+
+class Coordinator(Generic[Rows]):
+    """Runs the epoch protocol for one sink over a durable :class:`~txn.EpochLog`.
+
+    Call :meth:`recover` once at start-up (before any epoch), then :meth:`run_epoch` per
+    micro-batch. One coordinator per sink at a time (the log enforces it).
+    """
+
+    def __init__(
+        self,
+        log: EpochLog,
+        resource: Resource[Rows],
+        *,
+        sink_id: str,
+        guarantee: Guarantee | str = Guarantee.EXACTLY_ONCE,
+        mode: CommitMode | str = CommitMode.ALIGNED,
+        hooks: CoordinatorHooks | None = None,
+    ) -> None:
+        if not isinstance(sink_id, str) or not sink_id:
+            msg = f"sink_id must be a non-empty string, got {sink_id!r}"
+            raise ConfigError(msg)
+        if log.sink_id != sink_id:
+            msg = f"the epoch log belongs to sink {log.sink_id!r}, the coordinator to {sink_id!r}"
+            raise ConfigError(msg)
+        self._log = log
+        self._resource = resource
+        self._sink_id = sink_id
+        self._guarantee = Guarantee.parse(guarantee)
+        self._mode = CommitMode.parse(mode)
+        self._hooks = hooks
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """The delivery guarantee new epochs are planned with."""
+        return self._guarantee
+
+    @property
+    def mode(self) -> CommitMode:
+        """The commit mode new epochs are planned with."""
+        return self._mode
+
+    def _hook(self, step: CoordinatorStep, epoch: int) -> None:
+        if self._hooks is not None:
+            self._hooks(step, epoch)
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self) -> RecoveryReport:
+        """Resolve in-doubt epochs after a (re)start; call before the first epoch.
+
+        1. coordinator-completable resource: every in-doubt epoch is finished as the log
+           says: a logged commit decision is committed on every partition, anything else is
+           rolled back; then its completion is logged;
+        2. commit-in-task resource: in-doubt epochs are left for the replay, which redoes
+           the missing partitions with the pinned plan;
+        3. ``abort_lingering`` on every partition ever planned (no task runs yet, so any
+           open or prepared work left there belongs to a dead attempt).
+        """
+        history = self._log.load()
+        committed: list[int] = []
+        rolled_back: list[int] = []
+        waiting: list[int] = []
+        for plan in history.in_doubt():
+            if not self._resource.completable_by_coordinator:
+                waiting.append(plan.epoch)
+            elif self._finish_in_doubt(plan, history):
+                committed.append(plan.epoch)
+            else:
+                rolled_back.append(plan.epoch)
+        lingering = tuple(range(history.max_parallelism()))
+        if lingering:
+            self._resource.abort_lingering(lingering)
+        return RecoveryReport(tuple(committed), tuple(rolled_back), tuple(waiting), lingering)
+
+    def _finish_in_doubt(self, plan: EpochPlan, history: EpochHistory) -> bool:
+        """Finish an in-doubt epoch of a coordinator-completable resource; True if committed."""
+        state = history.state(plan.epoch)
+        commit = state is EpochState.COMMIT_DECIDED
+        self._deliver(plan, commit=commit)
+        self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=commit))
+        self._hook(CoordinatorStep.COMPLETED, plan.epoch)
+        return commit
+
+    def _deliver(self, plan: EpochPlan, *, commit: bool) -> None:
+        for partition in range(plan.parallelism):
+            if commit:
+                self._resource.commit_prepared(plan, partition)
+            else:
+                self._resource.rollback_prepared(plan, partition)
+            self._hook(CoordinatorStep.PARTITION_DELIVERED, plan.epoch)
+        self._hook(CoordinatorStep.DELIVERED, plan.epoch)
+
+    # -- one epoch -----------------------------------------------------------------------
+    def run_epoch(self, epoch: int, parallelism: int, execute: Execute) -> EpochResult:
+        """Run (or skip, or finish) epoch ``epoch``; see docs/architecture.md for the steps.
+
+        1. a committed epoch returns ``skipped=True`` at once (replay);
+        2. an in-doubt epoch is retried with its pinned plan (``parallelism`` is ignored;
+           a changed sink fingerprint raises :class:`~txn.PlanMismatchError`); a
+           coordinator-completable one is first finished from the log;
+        3. the plan is logged before ``execute(plan)`` runs the write stage; an exception
+           from it propagates and leaves the epoch in doubt;
+        4. exactly-once / at-least-once: coordinator-completable: log the decision, deliver
+           it, log the completion; commit-in-task: log the completion if every partition
+           committed, else raise :class:`~txn.EpochAbortedError` (the epoch stays in doubt);
+        5. at-most-once: the completion is logged before ``execute`` runs.
+
+        Raises:
+            ConfigError: ``epoch`` or ``parallelism`` is invalid.
+            EpochAbortedError: the epoch did not commit; retry (replay) it.
+
+        """
+        _check_int("epoch", epoch, 0)
+        _check_int("parallelism", parallelism, 1)
+        history = self._log.load()
+        if history.is_committed(epoch):
+            return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
+        previous = history.plan(epoch)
+        if previous is not None and history.state(epoch).in_doubt:
+            if self._resource.completable_by_coordinator:  # finish it; nothing stays pinned
+                if self._finish_in_doubt(previous, history):
+                    return EpochResult(epoch, previous, skipped=True, committed=True)
+                history = self._log.load()
+            else:
+                self._check_pinned(previous)
+        plan = self._next_plan(epoch, parallelism, history)
+        latest = history.latest_plan()
+        if latest is not None and latest.parallelism > plan.parallelism:
+            self._resource.abort_lingering(range(plan.parallelism, history.max_parallelism()))
+        self._log.append(plan)
+        self._hook(CoordinatorStep.PLAN_LOGGED, epoch)
+        if plan.guarantee is Guarantee.AT_MOST_ONCE:
+            return self._run_at_most_once(plan, execute)
+        reports = self._execute(plan, execute)
+        self._hook(CoordinatorStep.REPORTS_RECEIVED, epoch)
+        if self._resource.completable_by_coordinator:
+            return self._complete_two_phase(plan, reports)
+        return self._complete_in_task(plan, reports)
+
+    def _check_pinned(self, previous: EpochPlan) -> None:
+        fingerprint = self._resource.fingerprint()
+        if previous.fingerprint != fingerprint:
+            msg = (
+                f"the sink configuration changed while epoch {previous.epoch} was in doubt "
+                f"(planned fingerprint {previous.fingerprint}, now {fingerprint}); restore the "
+                "previous sink configuration until that epoch has committed, then change it"
+            )
+            raise PlanMismatchError(msg)
+        if (previous.guarantee, previous.mode) != (self._guarantee, self._mode):
+            msg = (
+                f"epoch {previous.epoch} is in doubt with guarantee {previous.guarantee.value} "
+                f"and mode {previous.mode.value}, but the coordinator runs "
+                f"{self._guarantee.value} / {self._mode.value}; keep the old settings until "
+                "that epoch has committed"
+            )
+            raise PlanMismatchError(msg)
+
+    def _next_plan(self, epoch: int, parallelism: int, history: EpochHistory) -> EpochPlan:
+        previous = history.plan(epoch)
+        if previous is None:
+            return EpochPlan(
+                self._sink_id, epoch, parallelism, self._resource.fingerprint(),
+                self._guarantee, self._mode,
+            )
+        if history.state(epoch) is EpochState.PLANNED:  # in doubt: pinned
+            return dataclasses.replace(previous, attempt=previous.attempt + 1)
+        return EpochPlan(  # aborted: nothing of it is visible, so it may be re-planned freely
+            self._sink_id, epoch, parallelism, self._resource.fingerprint(), self._guarantee,
+            self._mode, attempt=previous.attempt + 1,
+        )
+
+    def _execute(self, plan: EpochPlan, execute: Execute) -> tuple[PartitionReport, ...]:
+        reports = tuple(sorted(execute(plan), key=lambda r: r.partition))
+        if [r.partition for r in reports] != list(range(plan.parallelism)) or any(
+            r.epoch != plan.epoch for r in reports
+        ):
+            msg = (
+                f"epoch {plan.epoch}: the write stage returned reports for partitions "
+                f"{[(r.epoch, r.partition) for r in reports]}, want one per partition "
+                f"0..{plan.parallelism - 1}; the execute callable is broken"
+            )
+            raise ParticipantError(msg)
+        return reports
+
+    def _run_at_most_once(self, plan: EpochPlan, execute: Execute) -> EpochResult:
+        self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
+        self._hook(CoordinatorStep.COMPLETED, plan.epoch)
+        reports = self._execute(plan, execute)
+        self._hook(CoordinatorStep.REPORTS_RECEIVED, plan.epoch)
+        for report in reports:
+            if report.outcome is PartitionOutcome.PREPARED:
+                self._resource.commit_prepared(plan, report.partition)
+        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+
+    def _complete_two_phase(
+        self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
+    ) -> EpochResult:
+        commit = all(r.outcome in _READY for r in reports)
+        reason = "" if commit else _blame(reports)
+        self._log.append(EpochDecision(self._sink_id, plan.epoch, commit=commit, reason=reason))
+        self._hook(CoordinatorStep.DECISION_LOGGED, plan.epoch)
+        self._deliver(plan, commit=commit)
+        self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=commit))
+        self._hook(CoordinatorStep.COMPLETED, plan.epoch)
+        if not commit:
+            msg = f"epoch {plan.epoch} was rolled back ({reason}); replay it to retry"
+            raise EpochAbortedError(msg)
+        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+
+    def _complete_in_task(
+        self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
+    ) -> EpochResult:
+        if not all(r.outcome in _DONE for r in reports):
+            msg = (
+                f"epoch {plan.epoch} did not commit on every partition ({_blame(reports)}); it "
+                "stays in doubt and the replay redoes the missing partitions"
+            )
+            raise EpochAbortedError(msg)
+        self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
+        self._hook(CoordinatorStep.COMPLETED, plan.epoch)
+        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+
+
+def _blame(reports: Sequence[PartitionReport]) -> str:
+    bad = [r for r in reports if r.outcome not in _READY and r.outcome not in _DONE]
+    bad = bad or [r for r in reports if r.outcome is PartitionOutcome.PREPARED]
+    return "; ".join(f"partition {r.partition}: {r.outcome.value} {r.error or ''}" for r in bad)
+
+
+def _check_int(name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        msg = f"{name} must be an int >= {minimum}, got {value!r}"
+        raise ConfigError(msg)

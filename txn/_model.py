@@ -1,0 +1,258 @@
+"""Records, enums and interfaces of the two-phase-commit core.
+
+Everything here that crosses a process boundary (plans, votes, reports, markers) is a
+frozen, picklable dataclass: plans travel from the driver to the write tasks, votes
+between tasks, reports back to the driver.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from txn._errors import ConfigError
+
+Rows = TypeVar("Rows")
+
+
+class Guarantee(str, enum.Enum):
+    """Delivery guarantee shared by every sink of the kit.
+
+    * ``EXACTLY_ONCE``: every record of an epoch is visible exactly once, atomically.
+    * ``AT_LEAST_ONCE``: nothing is lost; a replayed epoch may duplicate records.
+    * ``AT_MOST_ONCE``: nothing is duplicated; a failed epoch may be lost.
+    """
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+    @classmethod
+    def parse(cls, value: str | Guarantee) -> Guarantee:
+        """Return the guarantee named by ``value`` or raise :class:`ConfigError`."""
+        if isinstance(value, Guarantee):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(g.value for g in cls)
+            msg = f"unknown guarantee {value!r}; use one of: {choices}"
+            raise ConfigError(msg) from None
+
+
+class CommitMode(str, enum.Enum):
+    """How the commit of an exactly-once epoch is coordinated across write tasks.
+
+    * ``ALIGNED``: every task pre-commits, all votes are gathered, then every task
+      commits only if every vote is yes (Flink's aligned barriers). Needs all tasks
+      of the epoch running at once.
+    * ``UNALIGNED``: each task commits its own part as soon as it is pre-committed;
+      no gang scheduling. The epoch is still exactly-once (redo-or-skip by marker),
+      but it can be partly visible while other tasks are still running.
+    """
+
+    ALIGNED = "aligned"
+    UNALIGNED = "unaligned"
+
+    @classmethod
+    def parse(cls, value: str | CommitMode) -> CommitMode:
+        """Return the mode named by ``value`` or raise :class:`ConfigError`."""
+        if isinstance(value, CommitMode):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            msg = f"unknown commit mode {value!r}; use one of: {choices}"
+            raise ConfigError(msg) from None
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What the coordinator decided for epoch ``epoch`` before any write task ran.
+
+    Written durably to the epoch log first; an in-doubt epoch is always redone with
+    the same plan (same parallelism), so rows land in the same write partitions.
+    """
+
+    sink_id: str
+    epoch: int
+    parallelism: int
+    fingerprint: str
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    mode: CommitMode = CommitMode.ALIGNED
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class EpochDecision:
+    """The coordinator's commit-or-abort decision, logged before it is delivered."""
+
+    sink_id: str
+    epoch: int
+    commit: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class EpochCompletion:
+    """Epoch ``epoch`` is finished: ``committed`` says whether its effect is applied."""
+
+    sink_id: str
+    epoch: int
+    committed: bool
+
+
+LogRecord = EpochPlan | EpochDecision | EpochCompletion
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Idempotency marker: the last epoch a write partition committed, with its content.
+
+    Stored atomically with the data (inside the same transaction), so it is the single
+    source of truth for redo-or-skip.
+    """
+
+    epoch: int
+    rows: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """Row count and content checksum of what one partition writes in one epoch."""
+
+    rows: int
+    checksum: str
+
+
+class VoteKind(str, enum.Enum):
+    """A write task's vote after pre-commit."""
+
+    YES = "yes"
+    NO = "no"
+    ALREADY_COMMITTED = "already-committed"
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One write partition's vote for one epoch."""
+
+    epoch: int
+    partition: int
+    kind: VoteKind
+    rows: int = 0
+    checksum: str = ""
+    error: str | None = None
+
+
+class PartitionOutcome(str, enum.Enum):
+    """What a write task reports back to the coordinator."""
+
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already-committed"
+    PREPARED = "prepared"  # coordinator-completable participants only
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """Result of one write task for one epoch."""
+
+    epoch: int
+    partition: int
+    outcome: PartitionOutcome
+    rows: int = 0
+    checksum: str = ""
+    error: str | None = None
+    votes: tuple[Vote, ...] = field(default_factory=tuple)
+
+
+class Participant(abc.ABC, Generic[Rows]):
+    """Task-side handle on one write partition of one sink (for example one producer).
+
+    Contract (call order, enforced by the task driver in ``txn``):
+
+    1. ``committed_marker()`` once, right after construction (which fences any older
+       instance of the same partition and aborts its open work);
+    2. if no marker covers the epoch: ``summarize(rows)``, ``begin(epoch)``,
+       ``write(rows)``, ``pre_commit(summary)`` (flush and stage the marker);
+    3. ``commit()`` or ``abort()``; ``abort()`` is safe at any point and idempotent;
+    4. ``close()`` always.
+
+    A participant whose prepared work can be completed by the coordinator from another
+    process (PostgreSQL ``PREPARE TRANSACTION``) leaves it prepared after step 2 and
+    the coordinator finishes it through :class:`Resource`.
+    """
+
+    @abc.abstractmethod
+    def committed_marker(self) -> Marker | None:
+        """Return the marker of the last epoch this partition committed, if any."""
+
+    @abc.abstractmethod
+    def summarize(self, rows: Rows) -> RowSummary:
+        """Return the row count and a deterministic content checksum of ``rows``."""
+
+    @abc.abstractmethod
+    def begin(self, epoch: int) -> None:
+        """Start the transaction of ``epoch``."""
+
+    @abc.abstractmethod
+    def write(self, rows: Rows) -> None:
+        """Write ``rows`` inside the open transaction."""
+
+    @abc.abstractmethod
+    def pre_commit(self, summary: RowSummary) -> None:
+        """Make the transaction durable-but-invisible and stage the marker; raise on failure."""
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Make the pre-committed transaction visible."""
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """Discard the open transaction, if any. Idempotent."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release resources (connections, producers)."""
+
+
+class Resource(abc.ABC, Generic[Rows]):
+    """Driver-side, picklable description of a sink: opens participants, finishes 2PC.
+
+    ``completable_by_coordinator`` says whether a prepared transaction can be committed
+    or rolled back by the coordinator from another process (PostgreSQL: yes; Kafka: no,
+    librdkafka cannot resume another instance's transaction, so Kafka tasks commit
+    their own transactions and recovery redoes the missing part of the epoch).
+    """
+
+    completable_by_coordinator: bool = False
+
+    @abc.abstractmethod
+    def open(self, plan: EpochPlan, partition: int) -> Participant[Rows]:
+        """Create the participant for ``partition`` (called inside the write task)."""
+
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """Stable digest of the sink configuration that affects where rows land."""
+
+    def abort_lingering(self, partitions: Iterable[int]) -> None:  # noqa: B027
+        """Abort open work left by earlier runs on ``partitions`` (start-up, shrink)."""
+
+    def commit_prepared(self, plan: EpochPlan, partition: int) -> None:
+        """Commit the prepared work of ``partition`` in ``plan``; idempotent."""
+        msg = f"{type(self).__name__} cannot complete prepared work from the coordinator"
+        raise NotImplementedError(msg)
+
+    def rollback_prepared(self, plan: EpochPlan, partition: int) -> None:
+        """Roll back the prepared work of ``partition`` in ``plan``; idempotent."""
+        msg = f"{type(self).__name__} cannot complete prepared work from the coordinator"
+        raise NotImplementedError(msg)
+
+    def prepared_partitions(self, plan: EpochPlan) -> Sequence[int]:
+        """Partitions of ``plan`` whose work is still prepared (in doubt)."""
+        return ()
