@@ -1,0 +1,38 @@
+"""minikafka: a single-node broker speaking the Kafka wire protocol.
+
+It implements what exactly-once pipelines need: record batch v2 produce/fetch,
+idempotent producers, transactions (markers, LSO, aborted index, timeouts,
+transactional offset commits), consumer groups, topic admin and configs, optional
+durability in a data directory, and fault hooks for chaos tests.
+See docs/minikafka.md.
+"""
+
+from ._config import MAX_REQUEST_BYTES, BrokerConfig
+from ._embedded import EmbeddedKafka
+from ._errors import (
+    BrokerStartError,
+    ConfigError,
+    CorruptBatchError,
+    KafkaProtocolError,
+    MiniKafkaError,
+    ProtocolError,
+    StorageError,
+)
+from ._faults import ApiKey, Faults
+from ._process import BrokerProcess
+
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "ApiKey",
+    "BrokerConfig",
+    "BrokerProcess",
+    "BrokerStartError",
+    "ConfigError",
+    "CorruptBatchError",
+    "EmbeddedKafka",
+    "Faults",
+    "KafkaProtocolError",
+    "MiniKafkaError",
+    "ProtocolError",
+    "StorageError",
+]

@@ -1,0 +1,79 @@
+"""Broker settings (:class:`BrokerConfig`), validated at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ._errors import ConfigError
+
+# Largest request frame the broker reads (bytes); like Kafka's socket.request.max.bytes.
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+FSYNC_POLICIES = ("never", "commit", "always")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Settings of one minikafka broker.
+
+    Attributes:
+        num_partitions: partitions of an auto-created topic (Kafka's num.partitions).
+        auto_create_topics: create unknown topics on Metadata/Produce requests
+            (Kafka's auto.create.topics.enable, default on).
+        transaction_max_timeout_ms: largest transaction.timeout.ms an InitProducerId may ask.
+        transaction_abort_check_interval_ms: how often open transactions are checked for
+            their timeout.
+        group_initial_rebalance_delay_ms: wait for more members before the first
+            rebalance of an empty group completes.
+        group_min_session_timeout_ms / group_max_session_timeout_ms: accepted range of a
+            member's session.timeout.ms.
+        offsets_retention_ms: reported only (offsets are never expired).
+        fsync_policy: "never" (write to the OS on every request, never fsync), "commit"
+            (also fsync the journal on every state change and a partition log whenever a
+            transaction marker is written), "always" (fsync every append).
+        max_message_bytes: largest record batch accepted (topic default max.message.bytes).
+        max_request_bytes: largest request frame read; larger frames close the connection.
+        node_id: broker id reported in metadata.
+        cluster_id: cluster id reported in metadata.
+
+    """
+
+    num_partitions: int = 1
+    auto_create_topics: bool = True
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_check_interval_ms: int = 1_000
+    group_initial_rebalance_delay_ms: int = 100
+    group_min_session_timeout_ms: int = 1_000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    fsync_policy: str = "commit"
+    max_message_bytes: int = 1_048_588
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    node_id: int = 0
+    cluster_id: str = "minikafka-cluster"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int",) and (not isinstance(value, int) or isinstance(value, bool)):
+                msg = f"BrokerConfig.{f.name} must be an int, got {value!r}"
+                raise ConfigError(msg)
+        positive = (
+            "num_partitions",
+            "transaction_max_timeout_ms",
+            "transaction_abort_check_interval_ms",
+            "max_message_bytes",
+            "max_request_bytes",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                msg = f"BrokerConfig.{name} must be > 0, got {getattr(self, name)!r}"
+                raise ConfigError(msg)
+        if self.group_initial_rebalance_delay_ms < 0:
+            msg = "BrokerConfig.group_initial_rebalance_delay_ms must be >= 0"
+            raise ConfigError(msg)
+        if self.fsync_policy not in FSYNC_POLICIES:
+            msg = f"BrokerConfig.fsync_policy must be one of {FSYNC_POLICIES}, got {self.fsync_policy!r}"
+            raise ConfigError(msg)
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            msg = "BrokerConfig.group_min_session_timeout_ms exceeds group_max_session_timeout_ms"
+            raise ConfigError(msg)

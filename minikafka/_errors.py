@@ -1,0 +1,45 @@
+"""Exception hierarchy of minikafka.
+
+Every error the broker raises internally derives from :class:`MiniKafkaError`.
+Errors that map to a Kafka protocol error code carry it in ``error_code`` so
+handlers can answer the client with the right code instead of crashing.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+
+class MiniKafkaError(Exception):
+    """Base class of every minikafka error."""
+
+
+class ConfigError(MiniKafkaError, ValueError):
+    """A broker setting is invalid; the message names the setting and the fix."""
+
+
+class ProtocolError(MiniKafkaError):
+    """A request frame could not be understood (malformed, unknown API or version)."""
+
+
+class KafkaProtocolError(MiniKafkaError):
+    """A request was understood but must be answered with a Kafka error code."""
+
+    def __init__(self, error_code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or error_code.name)
+        self.error_code = error_code
+
+
+class CorruptBatchError(KafkaProtocolError):
+    """A record batch failed its header or CRC32C check."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.corrupt_message, message)
+
+
+class StorageError(MiniKafkaError):
+    """A file in the data directory is unreadable in a way recovery cannot repair."""
+
+
+class BrokerStartError(MiniKafkaError):
+    """The broker (embedded or subprocess) did not start listening."""

@@ -1,0 +1,8 @@
+"""Request handlers, one module per API family, and the dispatch table."""
+
+from __future__ import annotations
+
+from . import admin, data, groups, txn  # noqa: F401 - modules register their handlers
+from ._base import API_TABLE, ApiSpec, RequestContext
+
+__all__ = ["API_TABLE", "ApiSpec", "RequestContext"]

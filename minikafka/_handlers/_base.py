@@ -1,0 +1,59 @@
+"""Handler registry shared by the handler modules."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from .._broker import Broker
+
+Data = dict[str, Any]
+Handler = Callable[["RequestContext", Any], "Data | Awaitable[Data] | None"]
+ErrorBuilder = Callable[[Any, ErrorCode], Data]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    broker: Broker
+    api_key: int
+    version: int
+    client_id: str | None
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    """One supported API: version range, handler, and an error-response builder."""
+
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+    error_response: ErrorBuilder
+
+
+API_TABLE: dict[int, ApiSpec] = {}
+
+
+def top_level_error(_req: Any, code: ErrorCode) -> Data:
+    """Error builder for APIs whose response has one top-level error_code."""
+    return {"error_code": code}
+
+
+def register(
+    api_key: int, name: str, min_v: int, max_v: int, error: ErrorBuilder = top_level_error
+) -> Callable[[Handler], Handler]:
+    """Add a handler to :data:`API_TABLE`."""
+
+    def deco(fn: Handler) -> Handler:
+        API_TABLE[api_key] = ApiSpec(api_key, name, min_v, max_v, fn, error)
+        return fn
+
+    return deco

@@ -1,0 +1,204 @@
+"""Consumer group APIs: membership (classic protocol) and offsets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .._protocol import ms
+from ._base import Data, RequestContext, register
+
+# Rebalance timeout of JoinGroup v0, which has no such field (Kafka uses the session one).
+
+
+@register(11, "JoinGroup", 0, 5)
+async def join_group(ctx: RequestContext, req: Any) -> Data:
+    """Join (or rejoin) a group; answered when the rebalance completes."""
+    session = ms(req.session_timeout)
+    resp = await ctx.broker.groups.join(
+        {
+            "group_id": req.group_id,
+            "member_id": req.member_id,
+            "instance_id": getattr(req, "group_instance_id", None),
+            "client_id": ctx.client_id or "",
+            "client_host": ctx.client_host,
+            "session_timeout_ms": session,
+            "rebalance_timeout_ms": ms(getattr(req, "rebalance_timeout", session)),
+            "protocol_type": req.protocol_type,
+            "protocols": [(p.name, p.metadata) for p in req.protocols],
+        }
+    )
+    resp.setdefault("generation_id", -1)
+    resp.setdefault("member_id", req.member_id)
+    return resp
+
+
+@register(14, "SyncGroup", 0, 3)
+async def sync_group(ctx: RequestContext, req: Any) -> Data:
+    """Leader hands out assignments; every member receives its own."""
+    return await ctx.broker.groups.sync(
+        req.group_id,
+        req.member_id,
+        req.generation_id,
+        {a.member_id: a.assignment for a in req.assignments},
+    )
+
+
+@register(12, "Heartbeat", 0, 3)
+def heartbeat(ctx: RequestContext, req: Any) -> Data:
+    """Keep a member alive; tells it when to rejoin."""
+    return {
+        "error_code": ctx.broker.groups.heartbeat(req.group_id, req.member_id, req.generation_id)
+    }
+
+
+@register(13, "LeaveGroup", 0, 3)
+def leave_group(ctx: RequestContext, req: Any) -> Data:
+    """Remove members from a group."""
+    if ctx.version < 3:
+        errors = ctx.broker.groups.leave(req.group_id, [req.member_id])
+        return {"error_code": errors[req.member_id]}
+    ids = [m.member_id for m in req.members]
+    errors = ctx.broker.groups.leave(req.group_id, ids)
+    return {
+        "error_code": ErrorCode.none,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "error_code": errors[m.member_id],
+            }
+            for m in req.members
+        ],
+    }
+
+
+def _offset_commit_error(req: Any, code: ErrorCode) -> Data:
+    return {
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                ],
+            }
+            for t in req.topics
+        ]
+    }
+
+
+@register(8, "OffsetCommit", 2, 7, _offset_commit_error)
+def offset_commit(ctx: RequestContext, req: Any) -> Data:
+    """Commit offsets of a group member (or of a simple assign() consumer)."""
+    b = ctx.broker
+    code = b.groups.check_member(req.group_id, req.member_id, req.generation_id_or_member_epoch)
+    staged = {}
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            pcode = code
+            if pcode == ErrorCode.none and b.topics.partition(t.name, p.partition_index) is None:
+                pcode = ErrorCode.unknown_topic_or_partition
+            if pcode == ErrorCode.none:
+                staged[(t.name, p.partition_index)] = (
+                    p.committed_offset,
+                    p.committed_metadata,
+                    getattr(p, "committed_leader_epoch", -1),
+                )
+            parts.append({"partition_index": p.partition_index, "error_code": pcode})
+        topics.append({"name": t.name, "partitions": parts})
+    if staged:
+        b.groups.commit(req.group_id, staged)
+    return {"topics": topics}
+
+
+def _offset_fetch_error(req: Any, code: ErrorCode) -> Data:
+    return {
+        "error_code": code,
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p, "error_code": code, "committed_offset": -1}
+                    for p in t.partition_indexes
+                ],
+            }
+            for t in (req.topics or ())
+        ],
+    }
+
+
+@register(9, "OffsetFetch", 1, 7, _offset_fetch_error)
+def offset_fetch(ctx: RequestContext, req: Any) -> Data:
+    """Return committed offsets; with require_stable, pending transactional ones are UNSTABLE."""
+    groups = ctx.broker.groups
+    require_stable = getattr(req, "require_stable", False)
+    if req.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for t, p in groups.committed_partitions(req.group_id):
+            wanted.setdefault(t, []).append(p)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in req.topics}
+    topics = []
+    for name, indexes in wanted.items():
+        parts = []
+        for idx in indexes:
+            value, unstable = groups.fetch(req.group_id, (name, idx))
+            out: Data = {
+                "partition_index": idx,
+                "committed_offset": -1,
+                "committed_leader_epoch": -1,
+                "metadata": "",
+                "error_code": ErrorCode.none,
+            }
+            if require_stable and unstable:
+                out["error_code"] = ErrorCode.unstable_offset_commit
+            elif value is not None:
+                out["committed_offset"], out["metadata"], out["committed_leader_epoch"] = value
+            parts.append(out)
+        topics.append({"name": name, "partitions": parts})
+    return {"error_code": ErrorCode.none, "topics": topics}
+
+
+def _describe_groups_error(req: Any, code: ErrorCode) -> Data:
+    return {
+        "groups": [{"group_id": g, "error_code": code, "group_state": "Dead"} for g in req.groups]
+    }
+
+
+@register(15, "DescribeGroups", 0, 4, _describe_groups_error)
+def describe_groups(ctx: RequestContext, req: Any) -> Data:
+    """State, protocol and members of groups."""
+    return {"groups": [ctx.broker.groups.describe(g) for g in req.groups]}
+
+
+@register(16, "ListGroups", 0, 4)
+def list_groups(ctx: RequestContext, req: Any) -> Data:
+    """Every known group (including groups that only hold offsets)."""
+    wanted = set(getattr(req, "states_filter", ()) or ())
+    out = [
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type or "consumer",
+            "group_state": g.state,
+        }
+        for g in ctx.broker.groups.groups.values()
+        if not wanted or g.state in wanted
+    ]
+    return {"error_code": ErrorCode.none, "groups": out}
+
+
+def _delete_groups_error(req: Any, code: ErrorCode) -> Data:
+    return {"results": [{"group_id": g, "error_code": code} for g in req.groups_names]}
+
+
+@register(42, "DeleteGroups", 0, 2, _delete_groups_error)
+def delete_groups(ctx: RequestContext, req: Any) -> Data:
+    """Delete empty groups and their offsets."""
+    return {
+        "results": [
+            {"group_id": g, "error_code": ctx.broker.groups.delete(g)} for g in req.groups_names
+        ]
+    }

@@ -1,0 +1,144 @@
+"""BrokerProcess: ``python -m minikafka`` in a subprocess, for kill -9 style tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from ._errors import BrokerStartError
+
+# Seconds to wait for the LISTENING line of a starting broker (busy CI machine).
+START_TIMEOUT_S = 60.0
+# Seconds to wait for a broker to exit after SIGTERM before SIGKILL.
+TERMINATE_TIMEOUT_S = 15.0
+
+
+class BrokerProcess:
+    """A minikafka broker in a child process (same interpreter).
+
+    Contract:
+    1. ``start()`` (or ``with``) returns after the child printed ``LISTENING``.
+    2. ``kill()`` sends SIGKILL, ``terminate()`` SIGTERM (clean stop); both wait.
+    3. ``restart()`` starts a new child on the same port and data dir (after kill or
+       terminate, or stops the running one first with SIGTERM).
+    4. The child's stderr log goes to ``log_path``.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | Path | None = None,
+        port: int = 0,
+        extra_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.port = port
+        self.host = host
+        self.extra_args = tuple(extra_args)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._logdir = tempfile.mkdtemp(prefix="minikafka-log-")
+        self.log_path = Path(self._logdir) / "broker.log"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the (last) running broker."""
+        if self.port == 0:
+            msg = "BrokerProcess has not started yet"
+            raise BrokerStartError(msg)
+        return f"{self.host}:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the child process is running."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id."""
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> BrokerProcess:
+        """Spawn the broker and wait for its LISTENING line."""
+        if self.alive:
+            return self
+        cmd = [sys.executable, "-m", "minikafka", "--host", self.host, "--port", str(self.port)]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", str(self.data_dir)]
+        cmd += list(self.extra_args)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
+            )
+        finally:
+            log.close()
+        line = self._read_first_line()
+        if not line.startswith("LISTENING "):
+            self.kill()
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            msg = f"minikafka subprocess did not start (got {line!r}); log tail:\n{tail}"
+            raise BrokerStartError(msg)
+        self.port = int(line.rsplit(":", 1)[1])
+        return self
+
+    def _read_first_line(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None  # noqa: S101
+        result: list[bytes] = []
+        reader = threading.Thread(
+            target=lambda: result.append(self._proc.stdout.readline()),  # type: ignore[union-attr]
+            daemon=True,
+        )
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        return result[0].decode(errors="replace").strip() if result else ""
+
+    def kill(self) -> None:
+        """SIGKILL the broker (no clean shutdown) and wait for it."""
+        self._signal(signal.SIGKILL, TERMINATE_TIMEOUT_S)
+
+    def terminate(self) -> None:
+        """SIGTERM the broker (clean shutdown) and wait; SIGKILL if it hangs."""
+        self._signal(signal.SIGTERM, TERMINATE_TIMEOUT_S)
+
+    def _signal(self, sig: signal.Signals, timeout: float) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def restart(self) -> None:
+        """Start again on the same port and data dir (terminating a live one first)."""
+        if self.alive:
+            self.terminate()
+        self._proc = None
+        self.start()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.terminate()
