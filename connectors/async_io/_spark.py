@@ -1,0 +1,147 @@
+"""Spark glue: ``async_map`` over ``DataFrame.mapInArrow`` and a metrics accumulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.accumulators import Accumulator, AccumulatorParam
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import DataType, StructField, StructType
+
+from connectors.async_io._config import AsyncConfig
+from connectors.async_io._errors import AsyncConfigError
+from connectors.async_io._function import check_async_callable
+from connectors.async_io._metrics import AsyncMetrics
+from connectors.async_io._operator import AsyncOperator
+
+
+class _MetricsParam(AccumulatorParam[AsyncMetrics]):
+    """Accumulator algebra: zero is empty metrics, addition is ``AsyncMetrics.merge``."""
+
+    def zero(self, value: AsyncMetrics) -> AsyncMetrics:
+        return AsyncMetrics()
+
+    def addInPlace(self, value1: AsyncMetrics, value2: AsyncMetrics) -> AsyncMetrics:
+        return value1.merge(value2)
+
+
+class MetricsAccumulator:
+    """Gathers the AsyncMetrics of every partition into the driver (a Spark accumulator).
+
+    Contract:
+        1. Create it on the driver and pass it to ``async_map(..., metrics=acc)``.
+        2. Each task adds its partition's metrics when its partition is fully processed.
+        3. Read ``value`` on the driver after the action that ran the plan.
+
+    Spark applies accumulator updates made inside transformations at least once: a
+    retried task or a recomputed stage adds again. The counters are for monitoring, not
+    for correctness. Failed task attempts add nothing. Call ``reset`` between micro-batches
+    (e.g. at the start of a ``foreachBatch`` function) for per-batch numbers. Classic
+    Spark only (Spark Connect has no accumulators).
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._accumulator: Accumulator[AsyncMetrics] = spark.sparkContext.accumulator(
+            AsyncMetrics(), _MetricsParam()
+        )
+
+    @property
+    def value(self) -> AsyncMetrics:
+        """The merged metrics of every partition processed so far."""
+        return self._accumulator.value
+
+    def reset(self) -> None:
+        """Start counting from zero again (driver only)."""
+        self._accumulator.value = AsyncMetrics()
+
+    @property
+    def accumulator(self) -> Accumulator[AsyncMetrics]:
+        """The underlying Spark accumulator (what travels to the tasks)."""
+        return self._accumulator
+
+
+@dataclass(frozen=True)
+class PartitionRunner:
+    """The picklable function ``mapInArrow`` runs once per partition."""
+
+    fn: Any
+    enrichment_schema: pa.Schema
+    config: AsyncConfig
+    accumulator: Accumulator[AsyncMetrics] | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Run the operator over this partition and report its metrics at the end."""
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        operator = AsyncOperator(self.fn, self.enrichment_schema, self.config, partition=partition)
+        yield from operator.run(batches)
+        if self.accumulator is not None:
+            self.accumulator.add(operator.metrics)
+
+
+def async_map(
+    df: DataFrame,
+    fn: Any,
+    *,
+    output_schema: StructType | str,
+    config: AsyncConfig | None = None,
+    metrics: MetricsAccumulator | None = None,
+) -> DataFrame:
+    """Enrich every row of ``df`` by awaiting ``fn`` with many requests in flight.
+
+    Args:
+        df: the input DataFrame (batch or streaming).
+        fn: an ``async def`` function (or AsyncFunction) taking a row dict, or with
+            ``config.batch_size`` a list of row dicts, and returning a mapping
+            ``{enrichment column: value}`` (None: all null), or a list of them.
+        output_schema: the enrichment columns only, as a StructType or a DDL string
+            such as ``"score double, label string"``. They are appended, nullable, to
+            the input columns and must not reuse an input column name.
+        config: AsyncConfig (ordering, capacity, timeout, retries); defaults if None.
+        metrics: optional MetricsAccumulator that gathers every partition's metrics.
+
+    Returns:
+        A lazy DataFrame: input columns + enrichment columns. Rows dropped on timeout
+        (``on_timeout='drop'``) are absent. Row order within a partition follows the
+        mode: input order (ordered) or completion order within each Arrow batch.
+
+    Raises:
+        AsyncConfigError: at once, for a bad fn, schema or config (no I/O is done).
+
+    """
+    check_async_callable(fn)
+    cfg = config if config is not None else AsyncConfig()
+    enrichment = _as_struct(output_schema)
+    taken = {name.lower() for name in df.columns}
+    clash = sorted(f.name for f in enrichment.fields if f.name.lower() in taken)
+    if clash:
+        msg = f"enrichment columns {clash} already exist in the input; rename them"
+        raise AsyncConfigError(msg)
+    large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+    arrow = to_arrow_schema(
+        enrichment, timezone="UTC", prefers_large_types=str(large).lower() == "true"
+    )
+    AsyncOperator(fn, arrow, cfg)  # validates schema, config and timeout_default; no I/O
+    nullable = [StructField(f.name, f.dataType, True, f.metadata) for f in enrichment.fields]
+    result_schema = StructType([*df.schema.fields, *nullable])
+    runner = PartitionRunner(fn, arrow, cfg, metrics.accumulator if metrics else None)
+    return df.mapInArrow(runner, result_schema)
+
+
+def _as_struct(schema: StructType | str) -> StructType:
+    if isinstance(schema, str):
+        try:
+            parsed: DataType = StructType.fromDDL(schema)
+        except Exception as exc:  # Spark raises several parse error types
+            msg = f"output_schema {schema!r} is not a valid DDL schema: {exc}"
+            raise AsyncConfigError(msg) from exc
+        schema = parsed  # type: ignore[assignment]
+    if not isinstance(schema, StructType) or not schema.fields:
+        msg = f"output_schema must be a non-empty StructType or DDL string, got {schema!r}"
+        raise AsyncConfigError(msg)
+    return schema
