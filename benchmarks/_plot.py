@@ -1,0 +1,43 @@
+"""Save benchmark results as a PNG bar plot with matplotlib (shared by every benchmark)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+
+def bar_plot(
+    path: Path,
+    title: str,
+    labels: Sequence[str],
+    values: Sequence[float],
+    ylabel: str,
+    targets: Sequence[float | None] | None = None,
+) -> Path:
+    """Draw one bar per label (with an optional dashed target line per bar); return ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(labels)), 4.5))
+    bars = ax.bar(labels, values, color="#4C72B0")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3)
+    for bar, target in zip(bars, targets or [None] * len(labels), strict=True):
+        if target is not None:
+            x0, width = bar.get_x(), bar.get_width()
+            ax.hlines(target, x0, x0 + width, colors="#C44E52", linestyles="dashed")
+    if targets and any(t is not None for t in targets):
+        ax.plot([], [], color="#C44E52", linestyle="dashed", label="target")
+        ax.legend(loc="upper right")
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+    ax.margins(y=0.3)  # head room for the value labels and the legend
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

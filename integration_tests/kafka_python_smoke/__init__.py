@@ -1,0 +1,1 @@
+"""Smoke tests of the Kafka endpoint with kafka-python, a client independent of librdkafka."""

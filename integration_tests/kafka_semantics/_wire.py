@@ -1,0 +1,227 @@
+"""A tiny raw Kafka wire client for what librdkafka cannot be made to do on purpose.
+
+It speaks three requests in their classic (non-flexible) encodings, which every Kafka broker
+from 0.11 to 4.x accepts:
+
+1. ApiVersions v0: what the broker advertises (used to skip tests of newer features);
+2. InitProducerId (v0 or v1, same layout): an idempotent producer id and epoch;
+3. Produce v3: one hand-built record batch (magic 2) with a chosen producer id, epoch and base
+   sequence, so a test can send the very same batch twice, as a client retry would.
+
+Only the fields the tests read are decoded. Everything is big-endian per the Kafka protocol.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+import crc32c
+
+# Seconds to wait for one request/response round trip on a busy machine.
+SOCKET_TIMEOUT_S = 30.0
+# Seconds to keep retrying InitProducerId while the broker reports a retriable error.
+INIT_PID_RETRY_S = 60.0
+
+API_PRODUCE = 0
+API_LIST_OFFSETS = 2
+API_VERSIONS = 18
+API_INIT_PRODUCER_ID = 22
+
+# Error codes the tests compare against (Kafka protocol error table).
+NONE = 0
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+# InitProducerId errors worth retrying: NOT_COORDINATOR-style start-up conditions.
+_RETRIABLE_INIT = frozenset({7, 14, 15, 16})
+
+
+class WireError(Exception):
+    """The broker answered something this client cannot decode or did not expect."""
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+
+    def take(self, fmt: str) -> tuple[int, ...]:
+        size = struct.calcsize(fmt)
+        if self._pos + size > len(self._data):
+            raise WireError(f"response truncated at byte {self._pos}")
+        out = struct.unpack_from(fmt, self._data, self._pos)
+        self._pos += size
+        return out
+
+    def int16(self) -> int:
+        return self.take(">h")[0]
+
+    def int32(self) -> int:
+        return self.take(">i")[0]
+
+    def int64(self) -> int:
+        return self.take(">q")[0]
+
+    def string(self) -> str:
+        length = self.int16()
+        raw = self._data[self._pos : self._pos + max(length, 0)]
+        self._pos += max(length, 0)
+        return raw.decode()
+
+
+def _string(value: str | None) -> bytes:
+    if value is None:
+        return struct.pack(">h", -1)
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while True:
+        byte = zigzag & 0x7F
+        zigzag >>= 7
+        if zigzag:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _record(offset_delta: int, value: bytes) -> bytes:
+    body = (
+        b"\x00"  # attributes
+        + _varint(0)  # timestamp delta
+        + _varint(offset_delta)
+        + _varint(-1)  # null key
+        + _varint(len(value))
+        + value
+        + _varint(0)  # no headers
+    )
+    return _varint(len(body)) + body
+
+
+def record_batch(
+    values: list[bytes], *, producer_id: int, producer_epoch: int, base_sequence: int
+) -> bytes:
+    """Encode a non-transactional, uncompressed magic-2 record batch."""
+    now_ms = int(time.time() * 1000)
+    records = b"".join(_record(i, v) for i, v in enumerate(values))
+    after_crc = (
+        struct.pack(
+            ">hiqqqhii",
+            0,  # attributes: no compression, not transactional, not control
+            len(values) - 1,  # last offset delta
+            now_ms,  # base timestamp
+            now_ms,  # max timestamp
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(values),
+        )
+        + records
+    )
+    crc = crc32c.crc32c(after_crc)
+    # batch length counts everything after the length field itself
+    header_rest = struct.pack(">ibI", -1, 2, crc)  # partition leader epoch, magic, crc
+    batch_length = len(header_rest) + len(after_crc)
+    return struct.pack(">qi", 0, batch_length) + header_rest + after_crc
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    """The per-partition part of a Produce v3 response."""
+
+    error_code: int
+    base_offset: int
+
+
+class WireClient:
+    """One blocking connection to one broker; use as a context manager."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._sock = socket.create_connection((host, port), timeout=SOCKET_TIMEOUT_S)
+        self._correlation = 0
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+    def _recv_exact(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._sock.recv(size - len(chunks))
+            if not chunk:
+                raise WireError("broker closed the connection")
+            chunks += chunk
+        return bytes(chunks)
+
+    def request(self, api_key: int, api_version: int, body: bytes) -> _Reader:
+        """Send one request with header v1 and return a reader positioned after header v0."""
+        self._correlation += 1
+        header = struct.pack(">hhi", api_key, api_version, self._correlation) + _string("wire")
+        payload = header + body
+        self._sock.sendall(struct.pack(">i", len(payload)) + payload)
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        reader = _Reader(self._recv_exact(size))
+        if reader.int32() != self._correlation:
+            raise WireError("correlation id mismatch")
+        return reader
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """Return {api_key: (min_version, max_version)} as advertised by the broker."""
+        reader = self.request(API_VERSIONS, 0, b"")
+        error = reader.int16()
+        if error != NONE:
+            raise WireError(f"ApiVersions failed with error code {error}")
+        versions: dict[int, tuple[int, int]] = {}
+        for _ in range(reader.int32()):
+            key, low, high = reader.take(">hhh")
+            versions[key] = (low, high)
+        return versions
+
+    def init_producer_id(self, version: int) -> tuple[int, int]:
+        """Return (producer id, epoch) for a non-transactional idempotent producer."""
+        deadline = time.monotonic() + INIT_PID_RETRY_S
+        while True:
+            reader = self.request(
+                API_INIT_PRODUCER_ID, version, _string(None) + struct.pack(">i", -1)
+            )
+            reader.int32()  # throttle time
+            error = reader.int16()
+            producer_id, epoch = reader.int64(), reader.int16()
+            if error == NONE:
+                return producer_id, epoch
+            if error not in _RETRIABLE_INIT or time.monotonic() > deadline:
+                raise WireError(f"InitProducerId failed with error code {error}")
+            time.sleep(0.5)
+
+    def produce(self, topic: str, partition: int, batch: bytes) -> ProduceResult:
+        """Send one batch with acks=all via Produce v3 and return the partition's result."""
+        body = (
+            _string(None)  # transactional id
+            + struct.pack(">hi", -1, int(SOCKET_TIMEOUT_S * 1000))  # acks=all, timeout
+            + struct.pack(">i", 1)
+            + _string(topic)
+            + struct.pack(">i", 1)
+            + struct.pack(">ii", partition, len(batch))
+            + batch
+        )
+        reader = self.request(API_PRODUCE, 3, body)
+        results: list[ProduceResult] = []
+        for _ in range(reader.int32()):
+            reader.string()
+            for _ in range(reader.int32()):
+                reader.int32()  # partition index
+                error = reader.int16()
+                base_offset = reader.int64()
+                reader.int64()  # log append time
+                results.append(ProduceResult(error, base_offset))
+        if len(results) != 1:
+            raise WireError(f"expected one partition result, got {len(results)}")
+        return results[0]
