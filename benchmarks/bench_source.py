@@ -1,0 +1,270 @@
+"""Read throughput of the kafka-rc source vs a plain confluent-kafka consumer (the ceiling).
+
+Run ``python -m benchmarks.bench_source`` (``--help`` for options). It starts a minikafka
+broker in a subprocess, or uses ``KAFKA_BOOTSTRAP_SERVERS`` when that is set, then:
+
+1. produces N records with 100-byte values into a one-partition topic;
+2. ceiling: reads them with a plain read_committed confluent-kafka consumer loop in this
+   process (``consume()`` in chunks, touching each value), until the position reaches N;
+3. source task: runs the source's task-side read path (``read_range``: consumer, position
+   end detection, Arrow batches) in this process, one range = one task;
+4. Spark: ``spark.read.format("kafka-rc")`` on a local[1] session, one partition, one task,
+   written to the ``noop`` sink (wall time incl. planning and Arrow transfer to the JVM).
+
+Each phase checks it saw exactly N rows and keeps the best of ``--repeat`` runs (the machine
+is shared; the best run is the least disturbed one). Results are printed as a table and
+saved as PNG and JSON under benchmarks/results/. Target: source task >= 50% of the ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from benchmarks._plot import bar_plot
+from benchmarks._table import print_table
+from connectors.kafka_source import OffsetRange, SourceOptions, register
+from connectors.kafka_source._fetch import read_range
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TARGET_RATIO = 0.5
+"""The source task must reach at least this fraction of the plain consumer's rows/s."""
+CLIENT_TIMEOUT_S = 120.0
+"""Seconds for admin calls and producer flushes; generous on a busy machine."""
+STALL_TIMEOUT_S = 60.0
+"""Seconds the ceiling loop may go without progress before it is declared stuck."""
+CONSUME_POLL_S = 0.5
+"""Seconds one consume() call of the ceiling loop may block."""
+CONSUME_CHUNK = 5_000
+"""Messages per consume() call in the ceiling loop (the source uses the same size)."""
+PROGRESS_EVERY = 10_000
+"""Records produced between two progress-bar refreshes."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """Best run of one phase."""
+
+    phase: str
+    rows: int
+    seconds: float
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def bootstrap_servers() -> Iterator[str]:
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if configured:
+        yield configured
+        return
+    from minikafka import BrokerProcess
+
+    with BrokerProcess() as broker:
+        yield broker.bootstrap_servers
+
+
+def prepare_topic(bootstrap: str, records: int, value_bytes: int, progress: Progress) -> str:
+    topic = f"bench-source-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(CLIENT_TIMEOUT_S)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    value = b"x" * value_bytes
+    task = progress.add_task("produce", total=records)
+    for i in range(records):
+        producer.produce(topic, value, key=b"%d" % i, partition=0)
+        if i % PROGRESS_EVERY == 0:
+            producer.poll(0)
+            progress.update(task, completed=i)
+    if producer.flush(CLIENT_TIMEOUT_S) != 0:
+        raise RuntimeError("producer did not deliver every record")
+    progress.update(task, completed=records)
+    return topic
+
+
+def ceiling(bootstrap: str, topic: str, records: int) -> int:
+    """A plain consumer loop: consume chunks, touch each value, stop at position N."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen, last_progress = 0, time.monotonic()
+    tp = [TopicPartition(topic, 0)]
+    try:
+        while consumer.position(tp)[0].offset < records:
+            msgs = consumer.consume(CONSUME_CHUNK, timeout=CONSUME_POLL_S)
+            for m in msgs:
+                if m.error() is None:
+                    m.value()
+                    seen += 1
+            if msgs:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise RuntimeError(f"ceiling loop stuck at {seen} rows")
+    finally:
+        consumer.close()
+    return seen
+
+
+def source_task(bootstrap: str, topic: str, records: int) -> int:
+    options = SourceOptions.from_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    return sum(b.num_rows for b in read_range(options, OffsetRange(topic, 0, 0, records)))
+
+
+def make_spark() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("bench-source")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def spark_task(spark: Any, bootstrap: str, topic: str, records: int) -> int:
+    df = (
+        spark.read.format("kafka-rc")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("endingOffsets", json.dumps({topic: {"0": records}}))
+        .load()
+    )
+    df.write.format("noop").mode("overwrite").save()
+    return records  # verified separately: count() below is not part of the timing
+
+
+def best_of(name: str, repeat: int, records: int, fn: Callable[[], int]) -> Result:
+    best: Result | None = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        rows = fn()
+        elapsed = time.perf_counter() - t0
+        if rows != records:
+            raise RuntimeError(f"{name}: read {rows} rows, expected {records}")
+        if best is None or elapsed < best.seconds:
+            best = Result(name, rows, elapsed)
+    assert best is not None
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark phase")
+    args = parser.parse_args(argv)
+    console = Console()
+    results: list[Result] = []
+    with bootstrap_servers() as bootstrap:
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            topic = prepare_topic(bootstrap, args.records, args.value_bytes, progress)
+            phases: list[tuple[str, Callable[[], int]]] = [
+                ("plain consumer loop (ceiling)", lambda: ceiling(bootstrap, topic, args.records)),
+                ("kafka-rc task read path", lambda: source_task(bootstrap, topic, args.records)),
+            ]
+            if not args.no_spark:
+                spark = make_spark()
+                count = (
+                    spark.read.format("kafka-rc")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", topic)
+                    .load()
+                    .count()
+                )
+                if count != args.records:
+                    raise RuntimeError(f"Spark counted {count} rows, expected {args.records}")
+                phases.append(
+                    (
+                        "kafka-rc via Spark (1 task)",
+                        lambda: spark_task(spark, bootstrap, topic, args.records),
+                    )
+                )
+            task = progress.add_task("measure", total=len(phases) * args.repeat)
+            for name, fn in phases:
+                results.append(best_of(name, args.repeat, args.records, fn))
+                progress.update(task, advance=args.repeat)
+    report(results, args, console)
+    return 0
+
+
+def report(results: list[Result], args: argparse.Namespace, console: Console) -> None:
+    ceiling_rps = results[0].rows_per_s
+    rows = [
+        [
+            r.phase,
+            r.rows,
+            round(r.seconds, 3),
+            round(r.rows_per_s),
+            f"{r.rows_per_s / ceiling_rps:.0%}",
+        ]
+        for r in results
+    ]
+    title = f"kafka-rc read throughput, {args.value_bytes}-byte values, 1 partition, best of {args.repeat}"
+    print_table(title, ["phase", "rows", "seconds", "rows/s", "of ceiling"], rows, console)
+    ratio = results[1].rows_per_s / ceiling_rps
+    verdict = "meets" if ratio >= TARGET_RATIO else "MISSES"
+    console.print(
+        f"source task = {ratio:.0%} of the ceiling; {verdict} the {TARGET_RATIO:.0%} target"
+    )
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    targets = [None] + [ceiling_rps * TARGET_RATIO] * (len(results) - 1)
+    png = bar_plot(
+        RESULTS_DIR / "source.png",
+        f"kafka-rc read, {args.value_bytes} B values, 1 partition",
+        [r.phase.replace(" (", "\n(") for r in results],
+        [r.rows_per_s for r in results],
+        "rows/s",
+        targets,
+    )
+    payload = {
+        "records": args.records,
+        "value_bytes": args.value_bytes,
+        "repeat": args.repeat,
+        "results": [asdict(r) | {"rows_per_s": r.rows_per_s} for r in results],
+        "ratio_task_to_ceiling": ratio,
+    }
+    (RESULTS_DIR / "source.json").write_text(json.dumps(payload, indent=2))
+    console.print(f"saved {png} and {RESULTS_DIR / 'source.json'}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

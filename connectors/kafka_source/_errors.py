@@ -1,0 +1,56 @@
+"""Exception hierarchy of the read_committed Kafka source.
+
+Every error the source raises on purpose derives from :class:`KafkaSourceError`, so a
+caller can catch the whole family with one clause. The subclasses map to what the user
+must do:
+
+- :class:`SourceOptionError`: fix the options (raised before any network I/O);
+- :class:`OffsetSpecError`: fix ``startingOffsets`` / ``endingOffsets`` so they match the
+  topic-partitions that exist (raised when the offsets are resolved against the cluster);
+- :class:`DataLossError`: offsets the query needs are gone (retention, deleted records,
+  a recreated topic); either restart from a new checkpoint or set ``failOnDataLoss=false``;
+- :class:`KafkaReadTimeoutError`: the consumer made no progress for the configured poll
+  timeout while reading a planned range;
+- :class:`KafkaUnavailableError`: a retriable Kafka error persisted through bounded retries;
+- :class:`KafkaSourceFatalError`: a non-retriable Kafka error; the client was discarded.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DataLossError",
+    "KafkaReadTimeoutError",
+    "KafkaSourceError",
+    "KafkaSourceFatalError",
+    "KafkaUnavailableError",
+    "OffsetSpecError",
+    "SourceOptionError",
+]
+
+
+class KafkaSourceError(Exception):
+    """Base class of every error raised on purpose by ``connectors.kafka_source``."""
+
+
+class SourceOptionError(KafkaSourceError, ValueError):
+    """An option is unknown, malformed, or conflicts with another option."""
+
+
+class OffsetSpecError(KafkaSourceError, ValueError):
+    """Offsets given by the user do not match the cluster (missing or unknown partitions)."""
+
+
+class DataLossError(KafkaSourceError):
+    """Offsets that a planned range needs no longer exist in Kafka."""
+
+
+class KafkaReadTimeoutError(KafkaSourceError, TimeoutError):
+    """Reading a planned offset range made no progress for longer than the poll timeout."""
+
+
+class KafkaSourceFatalError(KafkaSourceError):
+    """A Kafka error that retrying cannot fix (authorization, unknown topic, fatal client)."""
+
+
+class KafkaUnavailableError(KafkaSourceError):
+    """A retriable Kafka error persisted through the bounded retries (broker down?)."""

@@ -1,0 +1,376 @@
+"""Option parsing: Spark's Kafka source options into a frozen, picklable dataclass.
+
+The option names follow Spark's built-in ``kafka`` source so switching a query to this
+source is a format change. Spark hands a Python data source its options with lower-cased
+keys, so parsing is case-insensitive. Validation is pure: no network I/O happens here;
+everything that needs the cluster (do the partitions exist?) is checked when offsets
+are resolved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._errors import SourceOptionError
+from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
+
+__all__ = ["OffsetBound", "SourceOptions", "Subscription"]
+
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+"""Default ``kafkaConsumer.pollTimeoutMs`` (ms): how long a read task may see no progress
+before failing; Spark's built-in source defaults to the 120 s network timeout too."""
+
+_KAFKA_PREFIX = "kafka."
+
+# Options this source understands (lower-cased, as Spark passes them).
+_KNOWN = frozenset(
+    {
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "maxoffsetspertrigger",
+        "minpartitions",
+        "failondataloss",
+        "includeheaders",
+        "kafkaconsumer.polltimeoutms",
+        "groupidprefix",
+        "commitoffsetstogroup",
+    }
+)
+
+# Options of Spark's built-in Kafka source that this source does not implement.
+_SPARK_UNSUPPORTED = frozenset(
+    {
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "maxrecordsperpartition",
+        "fetchoffset.numretries",
+        "fetchoffset.retryintervalms",
+        "kafkaconsumer.cache.capacity",
+    }
+)
+
+# Kafka client properties the source manages itself; each maps to what to use instead.
+_MANAGED_KAFKA = {
+    "auto.offset.reset": "set the source option 'startingOffsets' instead",
+    "enable.auto.commit": "offsets are tracked by Spark's checkpoint; see 'commitOffsetsToGroup'",
+    "enable.auto.offset.store": "offsets are tracked by Spark's checkpoint",
+    "enable.partition.eof": "the source manages end-of-partition detection",
+    "key.deserializer": "keys are always returned as binary; cast or decode in the query",
+    "value.deserializer": "values are always returned as binary; cast or decode in the query",
+    "interceptor.classes": "Java interceptors do not exist in librdkafka",
+}
+
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+BoundKind = Literal["earliest", "latest", "specific"]
+
+
+@dataclass(frozen=True)
+class OffsetBound:
+    """A starting or ending bound: earliest, latest, or specific offsets per partition.
+
+    ``specific`` offsets may contain the sentinels -2 (earliest) and -1 (latest).
+    """
+
+    kind: BoundKind
+    offsets: KafkaOffsets = field(default_factory=KafkaOffsets)
+
+    @classmethod
+    def parse(cls, option: str, text: str) -> OffsetBound:
+        """Parse ``earliest``, ``latest`` or a per-partition JSON object."""
+        value = text.strip()
+        if value.lower() in ("earliest", "latest"):
+            return cls("earliest" if value.lower() == "earliest" else "latest")
+        if value.startswith("{"):
+            offsets = KafkaOffsets.from_json(value, option=option, allow_sentinels=True)
+            if not offsets.entries:
+                msg = f"{option}: the JSON object names no topic-partition"
+                raise SourceOptionError(msg)
+            return cls("specific", offsets)
+        msg = f"{option}: expected 'earliest', 'latest' or JSON like {{\"t\": {{\"0\": 5}}}}, got {text!r}"
+        raise SourceOptionError(msg)
+
+    def has_sentinel(self, sentinel: int) -> bool:
+        """Whether specific offsets use ``sentinel`` (EARLIEST or LATEST) anywhere."""
+        return any(o == sentinel for _, _, o in self.offsets)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topic-partitions to read: exactly one of the three Spark strategies."""
+
+    kind: Literal["subscribe", "subscribePattern", "assign"]
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    partitions: tuple[TopicPartitionKey, ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` belongs to a subscribe / subscribePattern subscription."""
+        if self.kind == "subscribePattern":
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated options of the source; frozen and picklable (sent to every read task)."""
+
+    bootstrap_servers: str
+    subscription: Subscription
+    kafka_config: tuple[tuple[str, str], ...] = ()
+    starting_offsets: OffsetBound | None = None
+    ending_offsets: OffsetBound | None = None
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    group_id_prefix: str = "spark-kafka-rc"
+    commit_offsets_to_group: str | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Validate Spark reader options (any key case) into a :class:`SourceOptions`.
+
+        Raises:
+            SourceOptionError: unknown, malformed or conflicting options; the message
+                names the option and what to change.
+
+        """
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        kafka_config = _kafka_passthrough(opts)
+        _reject_unknown(opts)
+        bootstrap = kafka_config.pop("bootstrap.servers", "").strip()
+        if not bootstrap:
+            msg = "option 'kafka.bootstrap.servers' is required (e.g. 'host1:9092,host2:9092')"
+            raise SourceOptionError(msg)
+        subscription = _parse_subscription(opts)
+        starting = _opt_bound(opts, "startingOffsets")
+        ending = _opt_bound(opts, "endingOffsets")
+        for name, bound in (("startingOffsets", starting), ("endingOffsets", ending)):
+            _check_bound_subscription(name, bound, subscription)
+        return cls(
+            bootstrap_servers=bootstrap,
+            subscription=subscription,
+            kafka_config=tuple(sorted(kafka_config.items())),
+            starting_offsets=starting,
+            ending_offsets=ending,
+            max_offsets_per_trigger=_opt_int(opts, "maxOffsetsPerTrigger"),
+            min_partitions=_opt_int(opts, "minPartitions"),
+            fail_on_data_loss=_opt_bool(opts, "failOnDataLoss", default=True),
+            include_headers=_opt_bool(opts, "includeHeaders", default=False),
+            poll_timeout_ms=_opt_int(opts, "kafkaConsumer.pollTimeoutMs")
+            or DEFAULT_POLL_TIMEOUT_MS,
+            group_id_prefix=opts.get("groupidprefix", "spark-kafka-rc").strip() or "spark-kafka-rc",
+            commit_offsets_to_group=_opt_group(opts),
+        )
+
+    @property
+    def isolation_level(self) -> str:
+        """``read_committed`` unless ``kafka.isolation.level`` says otherwise."""
+        return dict(self.kafka_config).get("isolation.level", "read_committed")
+
+    def stream_starting(self) -> OffsetBound:
+        """Validate for a streaming query and return its starting bound (default latest).
+
+        Raises:
+            SourceOptionError: ``endingOffsets`` was given (it has no meaning in streaming).
+
+        """
+        if self.ending_offsets is not None:
+            msg = "option 'endingOffsets' is only valid for batch reads (spark.read), not streams"
+            raise SourceOptionError(msg)
+        return self.starting_offsets or OffsetBound("latest")
+
+    def batch_bounds(self) -> tuple[OffsetBound, OffsetBound]:
+        """Validate for a batch query; return (starting, ending), defaults earliest/latest.
+
+        Raises:
+            SourceOptionError: starting at latest or ending at earliest (Spark rejects both).
+
+        """
+        start = self.starting_offsets or OffsetBound("earliest")
+        end = self.ending_offsets or OffsetBound("latest")
+        if start.kind == "latest" or start.has_sentinel(LATEST):
+            msg = (
+                "batch reads cannot use 'latest' (-1) in 'startingOffsets'; use earliest or offsets"
+            )
+            raise SourceOptionError(msg)
+        if end.kind == "earliest" or end.has_sentinel(EARLIEST):
+            msg = "batch reads cannot use 'earliest' (-2) in 'endingOffsets'; use latest or offsets"
+            raise SourceOptionError(msg)
+        return start, end
+
+    def consumer_config(self, group_id: str) -> dict[str, str]:
+        """Return librdkafka consumer properties for a range reader (never joins or commits)."""
+        conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": group_id}
+        conf.update(self.kafka_config)
+        conf.setdefault("isolation.level", "read_committed")
+        conf.update(
+            {
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "enable.partition.eof": "true",
+                "auto.offset.reset": "error",
+            }
+        )
+        return conf
+
+    def admin_config(self) -> dict[str, str]:
+        """Return librdkafka properties for the driver's AdminClient (consumer-only keys dropped)."""
+        consumer_only = ("isolation.level", "group.id", "fetch.", "queued.", "session.timeout")
+        conf = {k: v for k, v in self.kafka_config if not k.startswith(consumer_only)}
+        conf["bootstrap.servers"] = self.bootstrap_servers
+        return conf
+
+
+def _kafka_passthrough(opts: dict[str, str]) -> dict[str, str]:
+    config: dict[str, str] = {}
+    for key, value in opts.items():
+        if not key.startswith(_KAFKA_PREFIX):
+            continue
+        prop = key[len(_KAFKA_PREFIX) :]
+        if prop in _MANAGED_KAFKA:
+            msg = f"Kafka option 'kafka.{prop}' is not supported: {_MANAGED_KAFKA[prop]}"
+            raise SourceOptionError(msg)
+        if prop == "isolation.level" and value not in _ISOLATION_LEVELS:
+            msg = f"'kafka.isolation.level' must be one of {_ISOLATION_LEVELS}, got {value!r}"
+            raise SourceOptionError(msg)
+        config[prop] = value
+    return config
+
+
+def _reject_unknown(opts: dict[str, str]) -> None:
+    for key in sorted(opts):
+        if key.startswith(_KAFKA_PREFIX) or key in _KNOWN:
+            continue
+        if key in _SPARK_UNSUPPORTED:
+            msg = f"option {key!r} of Spark's Kafka source is not supported by kafka-rc"
+            raise SourceOptionError(msg)
+        msg = f"unknown option {key!r}; Kafka client properties need the 'kafka.' prefix"
+        raise SourceOptionError(msg)
+
+
+def _parse_subscription(opts: dict[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(given) != 1:
+        what = "none" if not given else ", ".join(given)
+        msg = f"exactly one of 'subscribe', 'subscribePattern', 'assign' is required (got {what})"
+        raise SourceOptionError(msg)
+    kind, value = given[0], opts[given[0]].strip()
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in value.split(","))
+        if not value or not all(topics):
+            msg = f"'subscribe' must be a comma-separated list of topic names, got {value!r}"
+            raise SourceOptionError(msg)
+        return Subscription("subscribe", topics=tuple(dict.fromkeys(topics)))
+    if kind == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            msg = f"'subscribePattern' is not a valid regular expression: {value!r} ({exc})"
+            raise SourceOptionError(msg) from exc
+        if not value:
+            msg = "'subscribePattern' must not be empty"
+            raise SourceOptionError(msg)
+        return Subscription("subscribePattern", pattern=value)
+    return Subscription("assign", partitions=_parse_assign(value))
+
+
+def _parse_assign(value: str) -> tuple[TopicPartitionKey, ...]:
+    shape = '\'assign\' must be JSON like {"topicA": [0, 1], "topicB": [2]}'
+    try:
+        obj = json.loads(value)
+    except json.JSONDecodeError as exc:
+        msg = f"{shape}; not valid JSON: {value!r}"
+        raise SourceOptionError(msg) from exc
+    if not isinstance(obj, dict) or not obj:
+        msg = f"{shape}, got {value!r}"
+        raise SourceOptionError(msg)
+    parts: set[TopicPartitionKey] = set()
+    for topic, plist in obj.items():
+        ok = isinstance(plist, list) and all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in plist
+        )
+        if not topic or not ok or not plist:
+            msg = f"{shape}; bad entry {topic!r}: {plist!r}"
+            raise SourceOptionError(msg)
+        parts.update((topic, p) for p in plist)
+    return tuple(sorted(parts))
+
+
+def _check_bound_subscription(
+    name: str, bound: OffsetBound | None, subscription: Subscription
+) -> None:
+    """Offsets JSON must stay inside the subscription (checked again against the cluster)."""
+    if bound is None or bound.kind != "specific":
+        return
+    if subscription.kind == "assign":
+        given, wanted = bound.offsets.partitions(), frozenset(subscription.partitions)
+        if given != wanted:
+            msg = (
+                f"{name!r} must name exactly the assigned partitions; "
+                f"missing {sorted(wanted - given)}, not assigned {sorted(given - wanted)}"
+            )
+            raise SourceOptionError(msg)
+        return
+    stray = sorted(t for t in bound.offsets.topics() if not subscription.matches(t))
+    if stray:
+        msg = f"{name!r} names topics outside the subscription: {stray}"
+        raise SourceOptionError(msg)
+
+
+def _opt_bound(opts: dict[str, str], name: str) -> OffsetBound | None:
+    text = opts.get(name.lower())
+    return None if text is None else OffsetBound.parse(name, text)
+
+
+def _opt_int(opts: dict[str, str], name: str) -> int | None:
+    text = opts.get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        msg = f"option {name!r} must be a positive integer, got {text!r}"
+        raise SourceOptionError(msg)
+    return value
+
+
+def _opt_bool(opts: dict[str, str], name: str, *, default: bool) -> bool:
+    text = opts.get(name.lower())
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        msg = f"option {name!r} must be 'true' or 'false', got {text!r}"
+        raise SourceOptionError(msg)
+    return lowered == "true"
+
+
+def _opt_group(opts: dict[str, str]) -> str | None:
+    text = opts.get("commitoffsetstogroup")
+    if text is None:
+        return None
+    group = text.strip()
+    if not group or group.lower() in ("true", "false"):
+        msg = (
+            "option 'commitOffsetsToGroup' takes the consumer group id to commit offsets to "
+            f"(for lag monitoring), got {text!r}"
+        )
+        raise SourceOptionError(msg)
+    return group

@@ -1,0 +1,257 @@
+"""The Spark Python data source ``kafka-rc``: streaming and batch readers.
+
+Streaming micro-batch protocol (Spark calls these on the driver, in this order):
+    1. ``initialOffset()`` once for a new query: resolve ``startingOffsets`` against the
+       partitions that exist now (default: latest = last stable offset).
+    2. ``latestOffset(start, limit)`` per trigger: discover partitions (new ones start at
+       offset 0), fetch each partition's last stable offset, and cap the total with
+       ``maxOffsetsPerTrigger`` (``ReadMaxRows``); Spark checkpoints the result.
+    3. ``partitions(start, end)``: plan one range per partition, apply ``failOnDataLoss``
+       for deleted offsets, split to ``minPartitions``; tasks run ``read()`` on executors.
+    4. ``commit(end)`` after the batch's sink has committed: optionally store ``end`` in
+       the ``commitOffsetsToGroup`` consumer group, for lag monitoring only.
+
+A restarted query skips step 1 and replays from Spark's checkpointed offsets, so the
+checkpoint, not the consumer group, is the source of truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ._arrow import spark_schema
+from ._cluster import ClusterView
+from ._errors import OffsetSpecError, SourceOptionError
+from ._fetch import read_range
+from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
+from ._options import OffsetBound, SourceOptions
+from ._ranges import KafkaInputPartition, plan_ranges, rate_limit, split_ranges
+
+__all__ = ["SOURCE_NAME", "KafkaBatchReader", "KafkaRcDataSource", "KafkaStreamReader"]
+
+SOURCE_NAME = "kafka-rc"
+"""The format name: ``spark.readStream.format("kafka-rc")`` after :func:`register`."""
+
+Offsets = dict[TopicPartitionKey, int]
+
+
+class KafkaRcDataSource(DataSource):
+    """Kafka source reading with ``isolation.level=read_committed`` (never aborted data).
+
+    Construction validates the options (no network I/O) and raises
+    :class:`~connectors.kafka_source.SourceOptionError` on bad input.
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(dict(options))
+        self.source_options = SourceOptions.from_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name, ``kafka-rc``."""
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Spark's Kafka source schema (plus ``headers`` when ``includeHeaders=true``)."""
+        return spark_schema(self.source_options.include_headers)
+
+    def reader(self, schema: StructType) -> KafkaBatchReader:
+        """Batch reader for ``spark.read``; validates batch-only option rules."""
+        self._check_schema(schema)
+        self.source_options.batch_bounds()
+        return KafkaBatchReader(self.source_options)
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:  # noqa: N802 - Spark API
+        """Micro-batch reader for ``spark.readStream``; validates stream-only option rules."""
+        self._check_schema(schema)
+        self.source_options.stream_starting()
+        return KafkaStreamReader(self.source_options)
+
+    def _check_schema(self, schema: StructType) -> None:
+        expected = self.schema()
+        if schema != expected:
+            msg = (
+                f"kafka-rc has a fixed schema and does not accept a user schema; expected "
+                f"{expected.simpleString()}, got {schema.simpleString()}. Cast columns instead."
+            )
+            raise SourceOptionError(msg)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader; see the module docstring for the call protocol.
+
+    Picklable: Spark ships ``read`` (and so this object) to executors; the AdminClient is
+    created lazily on the driver and never pickled.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._cluster = ClusterView(options)
+        self._latest: Offsets | None = None
+        self._available_now_cap: Offsets | None = None
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark API
+        """Resolve ``startingOffsets`` now (for a query without a checkpoint)."""
+        partitions = self._cluster.discover()
+        bound = self._options.stream_starting()
+        offsets = resolve_bound(self._cluster, bound, partitions, "startingOffsets")
+        return KafkaOffsets.from_mapping(offsets).to_json_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark API
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else read all available."""
+        limit = self._options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        """End offsets of the next micro-batch: last stable offsets, capped by ``limit``."""
+        begin = _parse_offsets(start)
+        latest = self._cluster.latest(self._cluster.discover())
+        if self._available_now_cap is not None:
+            latest = _cap(latest, self._available_now_cap, begin)
+        self._latest = latest
+        end = latest
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, latest, limit.max_rows)
+        return KafkaOffsets.from_mapping(end).to_json_dict()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - Spark API
+        """Return the last stable offsets seen by the latest ``latestOffset`` call."""
+        if self._latest is None:
+            return None
+        return KafkaOffsets.from_mapping(self._latest).to_json_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark API
+        """Freeze the target: never read past the last stable offsets of this moment."""
+        self._available_now_cap = self._cluster.latest(self._cluster.discover())
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One task per partition range (more with ``minPartitions``)."""
+        return _plan(self._options, self._cluster, _parse_offsets(start), _parse_offsets(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range on an executor (Arrow batches)."""
+        return _read(self._options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """After Spark committed a batch: optionally mirror ``end`` into a consumer group."""
+        group = self._options.commit_offsets_to_group
+        if group is not None:
+            self._cluster.commit_group_offsets(group, _parse_offsets(end))
+
+
+class KafkaBatchReader(DataSourceReader):
+    """Batch reader: ``[startingOffsets, endingOffsets)`` resolved when Spark plans."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._cluster = ClusterView(options)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve both bounds against the cluster and plan ranges.
+
+        Raises:
+            OffsetSpecError: offsets JSON does not match the partitions, an ending offset
+                lies beyond the last stable offset, or a start lies past its end.
+
+        """
+        start_bound, end_bound = self._options.batch_bounds()
+        parts = self._cluster.discover()
+        start = resolve_bound(self._cluster, start_bound, parts, "startingOffsets")
+        end = resolve_bound(self._cluster, end_bound, parts, "endingOffsets")
+        if end_bound.kind == "specific":
+            _check_not_beyond_latest(end, self._cluster.latest(parts))
+        backwards = sorted(tp for tp in end if start[tp] > end[tp])
+        if backwards:
+            detail = ", ".join(f"{t}-{p}: {start[(t, p)]} > {end[(t, p)]}" for t, p in backwards)
+            msg = f"startingOffsets lie after endingOffsets for {detail}"
+            raise OffsetSpecError(msg)
+        return _plan(self._options, self._cluster, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range on an executor (Arrow batches)."""
+        return _read(self._options, partition)
+
+
+def resolve_bound(
+    cluster: ClusterView, bound: OffsetBound, partitions: list[TopicPartitionKey], option: str
+) -> Offsets:
+    """Concrete offsets of ``bound`` for exactly ``partitions``.
+
+    Raises:
+        OffsetSpecError: specific offsets name partitions that do not exist, or leave out
+            partitions that do (like Spark, every partition must be given).
+
+    """
+    if bound.kind == "earliest":
+        return cluster.earliest(partitions)
+    if bound.kind == "latest":
+        return cluster.latest(partitions)
+    given = bound.offsets.as_dict()
+    missing, unknown = sorted(set(partitions) - set(given)), sorted(set(given) - set(partitions))
+    if missing or unknown:
+        msg = (
+            f"{option} must give an offset for every partition of the subscription: "
+            f"missing {missing}, not found in the cluster {unknown}"
+        )
+        raise OffsetSpecError(msg)
+    lows = cluster.earliest(tp for tp, o in given.items() if o == EARLIEST)
+    highs = cluster.latest(tp for tp, o in given.items() if o == LATEST)
+    return {**given, **lows, **highs}
+
+
+def _check_not_beyond_latest(end: Offsets, latest: Offsets) -> None:
+    beyond = sorted(tp for tp, o in end.items() if o > latest.get(tp, 0))
+    if beyond:
+        detail = ", ".join(f"{t}-{p}: {end[(t, p)]} > {latest.get((t, p), 0)}" for t, p in beyond)
+        msg = (
+            f"endingOffsets lie beyond the last stable offset ({detail}); a read_committed "
+            "reader cannot read there yet (an open transaction or no such data)"
+        )
+        raise OffsetSpecError(msg)
+
+
+def _cap(latest: Offsets, cap: Offsets, begin: Offsets) -> Offsets:
+    """Limit ``latest`` to the Trigger.AvailableNow target frozen earlier."""
+    capped: Offsets = {}
+    for tp, offset in latest.items():
+        if tp in cap:
+            capped[tp] = min(offset, max(cap[tp], begin.get(tp, 0)))
+        elif tp in begin:
+            capped[tp] = begin[tp]
+    return capped
+
+
+def _plan(
+    options: SourceOptions, cluster: ClusterView, start: Offsets, end: Offsets
+) -> list[InputPartition]:
+    need = [tp for tp, hi in end.items() if hi > start.get(tp, 0)]
+    earliest = cluster.earliest(need)
+    ranges = plan_ranges(start, end, earliest, fail_on_data_loss=options.fail_on_data_loss)
+    return [KafkaInputPartition(r) for r in split_ranges(ranges, options.min_partitions)]
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Spark substitutes a placeholder InputPartition(None) when a batch plan has no ranges.
+    if not isinstance(partition, KafkaInputPartition):
+        return iter(())
+    return read_range(options, partition.offset_range)
+
+
+def _parse_offsets(obj: Any) -> Offsets:
+    return KafkaOffsets.from_json_dict(obj, option="checkpointed offset").as_dict()
