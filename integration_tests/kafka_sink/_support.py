@@ -1,0 +1,96 @@
+"""Helpers of the Kafka sink integration tests: read back what is committed."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+# Seconds without a message before a read_committed scan gives up waiting for EOF.
+READ_IDLE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Rec:
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def read_committed(bootstrap: str, topic: str) -> list[Rec]:
+    """Every committed record of ``topic`` (read_committed, to the end of each partition)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ksink-it-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": "false",
+            "enable.partition.eof": "true",
+        }
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=30).topics[topic]
+        parts = sorted(md.partitions)
+        consumer.assign([TopicPartition(topic, p, -2) for p in parts])
+        done: set[int] = set()
+        out: list[Rec] = []
+        while len(done) < len(parts):
+            m = consumer.poll(READ_IDLE_TIMEOUT_S)
+            if m is None:
+                raise TimeoutError(f"no EOF on {topic} partitions {set(parts) - done}")
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                    continue
+                raise RuntimeError(str(m.error()))
+            out.append(Rec(m.key(), m.value(), m.partition(), tuple(m.headers() or ())))
+        return out
+    finally:
+        consumer.close()
+
+
+def lso_reaches_high_watermark(bootstrap: str, topic: str) -> bool:
+    """True when no open transaction pins any partition of ``topic`` (LSO == HW).
+
+    The high watermark comes from a read_uncommitted client: with read_committed,
+    ListOffsets answers the last stable offset instead.
+    """
+    raw = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ksink-hw-{uuid.uuid4().hex[:8]}",
+                    "isolation.level": "read_uncommitted"})
+    try:
+        highs = {
+            p: raw.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in raw.list_topics(topic, timeout=30).topics[topic].partitions
+        }
+    finally:
+        raw.close()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ksink-lso-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": "true",
+        }
+    )
+    try:
+        for p, high in highs.items():
+            consumer.assign([TopicPartition(topic, p, -2)])
+            position = None
+            while position is None:
+                m = consumer.poll(READ_IDLE_TIMEOUT_S)
+                if m is None:
+                    return False
+                if m.error() and m.error().code() == KafkaError._PARTITION_EOF:
+                    position = m.offset()
+            if position < high:
+                return False
+        return True
+    finally:
+        consumer.close()
+
+
+def values(records: list[Rec]) -> Counter[bytes | None]:
+    return Counter(r.value for r in records)

@@ -1,0 +1,223 @@
+"""KafkaSink recovery paths with real Spark and a real broker (no process kills here)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from connectors.kafka import (
+    EpochLogFencedError,
+    FaultPlan,
+    InjectedFault,
+    KafkaEpochLog,
+    KafkaSink,
+    read_markers,
+)
+from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
+from integration_tests.kafka_sink.test_ksink_it_guarantees import expected, rows, sid
+from txn import (
+    EpochCompletion,
+    EpochPlan,
+    NonDeterministicReplayError,
+    PartitionOutcome,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def fault_plan(tmp_path, *faults):
+    path = tmp_path / f"faults-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(list(faults)))
+    return FaultPlan(str(path))
+
+
+def test_in_doubt_epoch_is_skipped_by_markers_on_replay(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("ks-doubt", partitions=2)
+    sink_id = sid()
+    faults = fault_plan(tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0,
+                                   "action": "raise"})
+    sink = KafkaSink(kafka_bootstrap, topic, sink_id, fault_plan=faults)
+    try:
+        with pytest.raises(InjectedFault):
+            sink(rows(spark, 400), 0)  # every partition committed; completion not logged
+        assert not sink.epoch_log_history().is_committed(0)
+        result = sink(rows(spark, 400), 0)  # the replay
+        assert {r.outcome for r in result.reports} == {PartitionOutcome.ALREADY_COMMITTED}
+        assert result.plan is not None and result.plan.attempt == 1
+        assert sink.epoch_log_history().is_committed(0)
+    finally:
+        sink.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(400)
+
+
+def test_non_deterministic_replay_raises(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("ks-nondet", partitions=2)
+    faults = fault_plan(tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0,
+                                   "action": "raise"})
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), fault_plan=faults)
+    try:
+        with pytest.raises(InjectedFault):
+            sink(rows(spark, 100), 0)
+        changed = rows(spark, 100).selectExpr("key", "concat(value, '!') AS value")
+        with pytest.raises(NonDeterministicReplayError, match="deterministic"):
+            sink(changed, 0)
+        assert not sink.epoch_log_history().is_committed(0)
+    finally:
+        sink.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(100)  # no duplicate
+
+
+def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
+    topic = new_topic("ks-unal", partitions=2)
+    faults = fault_plan(tmp_path, {"id": "m", "step": "mid_write", "epoch": 0, "partition": 1,
+                                   "after_rows": 50, "action": "raise"})
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", parallelism=2,
+                     fault_plan=faults, stage_retries=0)
+    try:
+        with pytest.raises(Exception, match="injected fault"):
+            sink(rows(spark, 600), 0)
+        partial = read_committed(kafka_bootstrap, topic)
+        assert 0 < len(partial) < 600  # partition 0 committed on its own (unaligned)
+        result = sink(rows(spark, 600), 0)
+        outcomes = {r.partition: r.outcome for r in result.reports}
+        assert outcomes == {0: PartitionOutcome.ALREADY_COMMITTED, 1: PartitionOutcome.COMMITTED}
+    finally:
+        sink.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(600)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+@pytest.mark.parametrize("channel", ["driver", "barrier"])
+def test_aligned_failure_before_the_vote_leaves_nothing_visible(
+    spark, kafka_bootstrap, new_topic, tmp_path, channel
+):
+    topic = new_topic("ks-al", partitions=2)
+    faults = fault_plan(tmp_path, {"id": "p", "step": "after_pre_commit", "epoch": 0,
+                                   "partition": 1, "action": "raise"})
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults,
+                     stage_retries=0, vote_channel=channel)
+    try:
+        with pytest.raises(Exception, match="injected fault"):
+            sink(rows(spark, 300), 0)
+        assert read_committed(kafka_bootstrap, topic) == []
+        result = sink(rows(spark, 300), 0)
+        assert {r.outcome for r in result.reports} == {PartitionOutcome.COMMITTED}
+    finally:
+        sink.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(300)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+@pytest.mark.parametrize("channel", ["driver", "barrier"])
+def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
+    spark, kafka_bootstrap, new_topic, tmp_path, channel
+):
+    topic = new_topic("ks-retry", partitions=2)
+    faults = fault_plan(tmp_path, {"id": "c", "step": "before_commit", "epoch": 0,
+                                   "partition": 0, "action": "raise"})
+    # the default stage_retries (2) re-runs the failed barrier stage within the call
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults,
+                     vote_channel=channel)
+    try:
+        result = sink(rows(spark, 200), 0)  # the first stage fails, the retry finishes it
+        assert result.committed
+        assert result.reports[0].outcome is PartitionOutcome.COMMITTED
+    finally:
+        sink.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(200)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+def test_task_dying_between_decision_and_commit_is_redone(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("ks-dec", partitions=2)
+    faults = fault_plan(tmp_path, {"id": "c", "step": "before_commit", "epoch": 0,
+                                   "partition": 1, "action": "raise"})
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults,
+                     stage_retries=0)
+    try:
+        with pytest.raises(Exception, match="injected fault"):
+            sink(rows(spark, 300), 0)
+        # partition 1's pre-committed transaction is still open: the replay's
+        # init_transactions aborts it and redoes the partition.
+        result = sink(rows(spark, 300), 0)
+        outcomes = {r.partition: r.outcome for r in result.reports}
+        assert outcomes[1] is PartitionOutcome.COMMITTED
+    finally:
+        sink.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(300)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_up(
+    spark, kafka_bootstrap, new_topic
+):
+    topic = new_topic("ks-linger", partitions=1)
+    sink_id = sid()
+    wide = KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=4)
+    try:
+        wide(rows(spark, 100), 0)
+    finally:
+        wide.close()
+    # A zombie of write partition 3 leaves an open transaction behind.
+    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-3",
+                       "transaction.timeout.ms": "600000"})
+    zombie.init_transactions(60)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", b"z")
+    assert zombie.flush(30) == 0
+    assert not lso_reaches_high_watermark(kafka_bootstrap, topic)
+    narrow = KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=2)
+    try:
+        narrow(rows(spark, 100, start=100), 1)  # recover() aborts {sink_id}-0..3 first
+    finally:
+        narrow.close()
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(200)
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(30)  # fenced: the zombie can never commit
+    markers = read_markers(kafka_bootstrap, sink_id, 4)
+    assert markers[3] is not None and markers[3].epoch == 0
+    assert markers[0] is not None and markers[0].epoch == 1
+
+
+def test_kafka_epoch_log_fences_a_second_coordinator(kafka_bootstrap):
+    sink_id = sid()
+    first = KafkaEpochLog(kafka_bootstrap, sink_id)
+    second = KafkaEpochLog(kafka_bootstrap, sink_id)
+    try:
+        first.append(EpochPlan(sink_id, 0, 2, "fp"))
+        assert second.load().plan(0) is not None  # reading never fences
+        first.append(EpochCompletion(sink_id, 0, committed=True))
+        second.append(EpochPlan(sink_id, 1, 2, "fp"))  # takes over: fences `first`
+        with pytest.raises(EpochLogFencedError, match="another coordinator"):
+            first.append(EpochPlan(sink_id, 1, 3, "fp"))  # legal in first's view, but fenced
+        second.append(EpochCompletion(sink_id, 1, committed=True))
+    finally:
+        first.close()
+        second.close()
+    reader = KafkaEpochLog(kafka_bootstrap, sink_id)
+    history = reader.load()
+    assert history.is_committed(0) and history.is_committed(1)
+    assert history.max_parallelism() == 2
+    reader.close()
+
+
+def test_kafka_epoch_log_compaction_keeps_the_floor(kafka_bootstrap):
+    sink_id = sid()
+    log = KafkaEpochLog(kafka_bootstrap, sink_id, retain_epochs=2)
+    try:
+        for epoch in range(6):
+            log.append(EpochPlan(sink_id, epoch, 3 if epoch == 0 else 1, "fp"))
+            log.append(EpochCompletion(sink_id, epoch, committed=True))
+    finally:
+        log.close()
+    history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
+    assert history.epochs() == [3, 4, 5]
+    assert history.committed_through == 2
+    assert history.max_parallelism() == 3  # from the compacted epoch 0
+    assert all(history.is_committed(e) for e in range(6))

@@ -1,0 +1,126 @@
+import pickle
+
+import pytest
+
+from connectors.kafka import FaultPlan, KafkaSink, SinkConfig, SinkConfigError
+from txn import CommitMode, ConfigError, Guarantee, TxnError
+
+BASE = {"bootstrap_servers": "127.0.0.1:9", "topic": "out", "sink_id": "s1"}
+
+
+def make(**over):
+    args = {**BASE, **over}
+    return KafkaSink(args.pop("bootstrap_servers"), args.pop("topic"), args.pop("sink_id"), **args)
+
+
+def test_defaults_and_parsing():
+    sink = make(guarantee="at-least-once", mode="unaligned")
+    cfg = sink.config
+    assert cfg.guarantee is Guarantee.AT_LEAST_ONCE
+    assert cfg.mode is CommitMode.UNALIGNED
+    assert cfg.transactional is False
+    assert make().config.transactional is True
+    assert make().config.stage_retries == 2
+    assert make().config.vote_channel == "driver"
+    assert make(stage_retries=0, vote_channel="barrier").config.vote_channel == "barrier"
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"bootstrap_servers": ""}, "bootstrap_servers"),
+        ({"topic": "bad topic"}, "topic"),
+        ({"topic": ""}, "topic"),
+        ({"sink_id": "a/b"}, "sink_id"),
+        ({"sink_id": "x" * 201}, "sink_id"),
+        ({"guarantee": "exactly-twice"}, "guarantee"),
+        ({"mode": "sideways"}, "mode"),
+        ({"parallelism": 0}, "parallelism"),
+        ({"parallelism": True}, "parallelism"),
+        ({"parallelism": 1.5}, "parallelism"),
+        ({"transaction_timeout_ms": 10}, "transaction_timeout_ms"),
+        ({"transaction_timeout_ms": "60000"}, "transaction_timeout_ms"),
+        ({"order_by": "offset"}, "order_by"),
+        ({"order_by": ["ok", ""]}, "order_by"),
+        ({"epoch_log": ""}, "epoch_log"),
+        ({"fault_plan": "/tmp/x"}, "fault_plan"),
+        ({"marker_topic": "no spaces"}, "marker_topic"),
+        ({"epoch_log_topic": ".."}, "epoch_log_topic"),
+        ({"stage_retries": -1}, "stage_retries"),
+        ({"stage_retries": None}, "stage_retries"),
+        ({"vote_channel": "rpc"}, "vote_channel"),
+        ({"vote_channel": None}, "vote_channel"),
+    ],
+)
+def test_bad_options_raise_typed_error_naming_the_option(over, needle):
+    with pytest.raises(SinkConfigError, match=needle) as info:
+        make(**over)
+    assert isinstance(info.value, ConfigError)
+    assert isinstance(info.value, TxnError)
+
+
+@pytest.mark.parametrize("key", ["transactional.id", "bootstrap.servers", "enable.idempotence",
+                                 "transaction.timeout.ms"])
+def test_reserved_producer_settings_are_refused_with_a_hint(key):
+    with pytest.raises(SinkConfigError, match="managed by the sink"):
+        make(producer_config={key: "x"})
+
+
+def test_unknown_librdkafka_setting_is_refused_at_construction():
+    with pytest.raises(SinkConfigError, match="librdkafka"):
+        make(producer_config={"no.such.setting": "1"})
+    with pytest.raises(SinkConfigError, match="librdkafka"):
+        make(producer_config={"linger.ms": "not-a-number"})
+
+
+def test_producer_settings_pass_through_and_override_defaults():
+    cfg = make(producer_config={"linger.ms": 50, "compression.type": "lz4", "enable.gapless.guarantee": False}).config
+    settings = cfg.producer_settings("s1-3")
+    assert settings["linger.ms"] == "50"
+    assert settings["compression.type"] == "lz4"
+    assert settings["enable.gapless.guarantee"] == "false"
+    assert settings["transactional.id"] == "s1-3"
+    assert settings["transaction.timeout.ms"] == "60000"
+    assert settings["bootstrap.servers"] == "127.0.0.1:9"
+    assert "transactional.id" not in cfg.producer_settings(None)
+
+
+def test_producer_config_values_must_be_plain():
+    with pytest.raises(SinkConfigError, match="callbacks"):
+        make(producer_config={"linger.ms": object()})
+
+
+def test_ids_and_groups_follow_the_scheme():
+    cfg = make(sink_id="orders").config
+    assert cfg.transactional_id(4) == "orders-4"
+    assert cfg.marker_group(4) == "orders.marker.4"
+
+
+def test_fingerprint_is_stable_and_tracks_routing_options():
+    a = make().config.fingerprint()
+    assert a == make(parallelism=7, guarantee="exactly-once", transaction_timeout_ms=90000).config.fingerprint()
+    assert a != make(topic="other").config.fingerprint()
+    assert a != make(order_by=["offset"]).config.fingerprint()
+    assert a != make(changelog=True).config.fingerprint()
+
+
+def test_sink_config_pickle_round_trip(tmp_path):
+    cfg = make(fault_plan=FaultPlan(str(tmp_path / "faults.json")), order_by=["o"],
+               producer_config={"linger.ms": 5}).config
+    again = pickle.loads(pickle.dumps(cfg))
+    assert again == cfg
+    assert isinstance(again, SinkConfig)
+
+
+def test_construction_does_no_network_io():
+    # Port 9 (discard) on localhost has no broker: construction must still succeed quickly.
+    sink = make(bootstrap_servers="127.0.0.1:9")
+    assert sink.config.bootstrap_servers == "127.0.0.1:9"
+
+
+def test_sink_pickles_with_its_config_only():
+    sink = make(parallelism=3)
+    again = pickle.loads(pickle.dumps(sink))
+    assert again.config == sink.config
+    assert again._log is None and not again._preflight_done
+    assert again._votes is None

@@ -1,0 +1,115 @@
+import pickle
+
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from connectors.kafka import (
+    InputSchemaError,
+    KafkaSink,
+    KafkaWriteError,
+    ProducerFencedError,
+    RecordError,
+    RecordTooLargeError,
+)
+from connectors.kafka._participant import KafkaResource
+from connectors.kafka._stage import TaskResult, TaskSpec, data_columns, input_layout
+from connectors.kafka._votes import VoteTicket
+from connectors.kafka._writer import Layout
+from txn import EpochPlan, PartitionOutcome, PartitionReport, Vote, VoteKind
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def schema(**cols):
+    return StructType([StructField(n, t) for n, t in cols.items()])
+
+
+def cfg(**over):
+    args = {"topic": "out", **over}
+    return KafkaSink("127.0.0.1:9", args.pop("topic"), "s", **args).config
+
+
+def test_full_layout_accepted():
+    layout = input_layout(schema(key=BinaryType(), value=StringType(), topic=StringType(),
+                                 partition=IntegerType(), headers=HEADERS, extra=LongType()), cfg())
+    assert layout == Layout(key=True, topic=True, partition=True, headers=True)
+    assert data_columns(layout) == ["key", "value", "topic", "partition", "headers"]
+
+
+@pytest.mark.parametrize(
+    ("cols", "column", "needle"),
+    [
+        ({"key": StringType()}, "value", "no 'value' column"),
+        ({"value": LongType()}, "value", "cast"),
+        ({"value": StringType(), "key": LongType()}, "key", "cast"),
+        ({"value": StringType(), "topic": BinaryType()}, "topic", "cast"),
+        ({"value": StringType(), "partition": LongType()}, "partition", "cast"),
+        ({"value": StringType(), "headers": ArrayType(StringType())}, "headers", "array"),
+    ],
+)
+def test_wrong_columns_are_named(cols, column, needle):
+    with pytest.raises(InputSchemaError, match=needle) as info:
+        input_layout(schema(**cols), cfg())
+    assert info.value.column == column
+
+
+def test_no_topic_anywhere_is_refused():
+    with pytest.raises(InputSchemaError, match="topic") as info:
+        input_layout(schema(value=StringType()), cfg(topic=None))
+    assert info.value.column == "topic"
+    assert input_layout(schema(value=StringType(), topic=StringType()), cfg(topic=None)).topic
+
+
+def test_changelog_needs_op_and_key():
+    c = cfg(changelog=True)
+    with pytest.raises(InputSchemaError) as info:
+        input_layout(schema(key=StringType(), value=StringType()), c)
+    assert info.value.column == "op"
+    with pytest.raises(InputSchemaError) as info:
+        input_layout(schema(value=StringType(), op=StringType()), c)
+    assert info.value.column == "key"
+    layout = input_layout(schema(key=StringType(), value=StringType(), op=StringType()), c)
+    assert layout.changelog and data_columns(layout) == ["key", "value", "op"]
+
+
+def test_order_by_columns_must_exist():
+    with pytest.raises(InputSchemaError) as info:
+        input_layout(schema(value=StringType()), cfg(order_by=["offset"]))
+    assert info.value.column == "offset"
+
+
+def test_task_payloads_pickle_round_trip():
+    plan = EpochPlan("s", 3, 2, "fp")
+    spec = TaskSpec(KafkaResource(cfg(), Layout(key=True)), plan, aligned=True)
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    ticket = VoteTicket("127.0.0.1", 4242, "s", 3, 0, 1, 2, "ab" * 16)
+    with_votes = TaskSpec(spec.resource, plan, aligned=True, votes=ticket)
+    assert pickle.loads(pickle.dumps(with_votes)) == with_votes
+    vote = Vote(3, 1, VoteKind.YES, 10, "u1")
+    report = PartitionReport(3, 1, PartitionOutcome.COMMITTED, 10, "u1", None, (vote,))
+    result = TaskResult(1, report=report)
+    assert pickle.loads(pickle.dumps(result)) == result
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RecordError("null value", column="value"),
+        RecordTooLargeError("big", column="key"),
+        InputSchemaError("bad", column="op"),
+        KafkaWriteError("w", action="abort", code=10),
+        ProducerFencedError("f", action="fatal", code=-144),
+    ],
+)
+def test_errors_pickle_round_trip_with_their_fields(error):
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error) and str(again) == str(error)
+    assert again.__dict__ == error.__dict__

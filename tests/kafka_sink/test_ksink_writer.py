@@ -1,0 +1,149 @@
+"""RecordWriter against a recording producer double (unit test of one module)."""
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from connectors.kafka import InjectedFault, KafkaWriteError, RecordError, RecordTooLargeError
+from connectors.kafka._rows import HASH_COLUMN
+from connectors.kafka._writer import DeliveryErrors, Layout, RecordWriter
+
+
+class FakeProducer:
+    def __init__(self, full_every=0, too_large=None):
+        self.sent = []
+        self.polls = 0
+        self.full_every = full_every
+        self.too_large = too_large
+        self._tries = 0
+        self.unflushed = 0
+
+    def produce(self, topic, value=None, key=None, partition=-1, headers=None):
+        self._tries += 1
+        if self.full_every and self._tries % self.full_every == 0:
+            raise BufferError("queue full")
+        if self.too_large is not None and value == self.too_large:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too big"))
+        self.sent.append((topic, key, value, partition, headers))
+
+    def poll(self, timeout):
+        self.polls += 1
+        return 0
+
+    def flush(self, timeout):
+        return self.unflushed
+
+
+def batch(**cols):
+    n = len(next(iter(cols.values())))
+    return pa.record_batch({**cols, HASH_COLUMN: pa.array(range(n), pa.int64())})
+
+
+KEYED = Layout(key=True)
+
+
+def writer(producer, layout=KEYED, topic="out", errors=None):
+    return RecordWriter(producer, errors or DeliveryErrors(), layout, topic)
+
+
+def test_simple_rows_are_produced_in_order():
+    p = FakeProducer()
+    w = writer(p)
+    w.write([batch(key=["a", None], value=["1", "2"]), batch(key=["c"], value=[b"3"])])
+    assert [(t, k, v) for t, k, v, _, _ in p.sent] == [("out", "a", "1"), ("out", None, "2"), ("out", "c", b"3")]
+    assert w.rows == 3
+
+
+def test_back_pressure_polls_and_retries_without_losing_rows():
+    p = FakeProducer(full_every=3)
+    w = writer(p)
+    values = [str(i) for i in range(20)]
+    w.write([batch(key=values, value=values)])
+    assert [v for _, _, v, _, _ in p.sent] == values
+    assert p.polls > 5
+
+
+def test_topic_partition_and_headers_columns():
+    p = FakeProducer()
+    layout = Layout(key=True, topic=True, partition=True, headers=True)
+    w = writer(p, layout, topic="default")
+    headers = pa.array([[{"key": "h", "value": b"v"}], None],
+                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    w.write([batch(key=["k1", "k2"], value=["v1", "v2"], topic=["t1", None],
+                   partition=pa.array([2, None], pa.int32()), headers=headers)])
+    assert p.sent[0] == ("t1", "k1", "v1", 2, [("h", b"v")])
+    assert p.sent[1] == ("default", "k2", "v2", -1, None)
+
+
+def test_null_value_is_refused_naming_the_column():
+    p = FakeProducer()
+    with pytest.raises(RecordError, match="'value'.*changelog=True") as info:
+        writer(p).write([batch(key=["a", "b"], value=["x", None])])
+    assert info.value.column == "value"
+    assert p.sent == []  # validated before producing the batch
+
+
+def test_null_topic_without_default_is_refused():
+    with pytest.raises(RecordError) as info:
+        writer(FakeProducer(), Layout(topic=True), topic=None).write([batch(value=["x"], topic=[None])])
+    assert info.value.column == "topic"
+
+
+def test_changelog_validation():
+    layout = Layout(key=True, changelog=True)
+    ok = FakeProducer()
+    writer(ok, layout).write([batch(key=["a", "b"], value=["1", None], op=["insert", "delete"])])
+    assert [v for _, _, v, _, _ in ok.sent] == ["1", None]  # delete -> tombstone
+    with pytest.raises(RecordError, match="'op'.*'upsert'") as info:
+        writer(FakeProducer(), layout).write([batch(key=["a"], value=["1"], op=["upsert"])])
+    assert info.value.column == "op"
+    with pytest.raises(RecordError) as info:
+        writer(FakeProducer(), layout).write([batch(key=["a"], value=["1"], op=pa.array([None], pa.string()))])
+    assert info.value.column == "op"
+    with pytest.raises(RecordError) as info:
+        writer(FakeProducer(), layout).write([batch(key=pa.array([None], pa.string()), value=["1"], op=["insert"])])
+    assert info.value.column == "key"
+    with pytest.raises(RecordError) as info:
+        writer(FakeProducer(), layout).write([batch(key=["a"], value=pa.array([None], pa.string()), op=["update_after"])])
+    assert info.value.column == "value"
+
+
+def test_oversized_record_names_the_column_and_the_fix():
+    big = "x" * 100
+    with pytest.raises(RecordTooLargeError, match="message.max.bytes") as info:
+        writer(FakeProducer(too_large=big)).write([batch(key=["k"], value=[big])])
+    assert info.value.column == "value"
+
+
+def test_mid_write_stop_fires_after_exactly_n_rows():
+    p = FakeProducer()
+    seen = []
+
+    def stop():
+        seen.append(len(p.sent))
+        raise InjectedFault("stop")
+
+    w = writer(p)
+    vals = [str(i) for i in range(10)]
+    with pytest.raises(InjectedFault):
+        w.write([batch(key=vals[:4], value=vals[:4]), batch(key=vals[4:], value=vals[4:])],
+                stop_after=7, on_stop=stop)
+    assert seen == [7]
+
+
+def test_flush_raises_the_first_delivery_error_typed():
+    errors = DeliveryErrors()
+    p = FakeProducer()
+    w = writer(p, errors=errors)
+    errors(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"), None)
+    errors(KafkaError(KafkaError.UNKNOWN, "second"), None)
+    with pytest.raises(KafkaWriteError, match="2 record") as info:
+        w.flush(1.0)
+    assert info.value.action == "abort"
+
+
+def test_flush_timeout_is_an_error():
+    p = FakeProducer()
+    p.unflushed = 3
+    with pytest.raises(KafkaWriteError, match="3 records"):
+        writer(p).flush(0.2)
