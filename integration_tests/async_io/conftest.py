@@ -3,10 +3,12 @@
 Behaviour is chosen per request by query parameters, so tests sharing the server do
 not interfere (each test uses its own ``ns``):
 
-    GET /enrich?ns=N&key=K[&delay_ms=D][&fail_first=F][&fail=1]
+    GET /enrich?ns=N&key=K[&delay_ms=D][&fail_first=F][&fail=1][&fail_once=1]
 
 sleeps D ms, answers 503 for the first F hits of (N, K), 500 always when ``fail=1``,
-else 200 with JSON ``{"key": K, "score": 3*K+1, "hit": <hits of (N, K) so far>}``.
+500 only for the first hit of (N, K) when ``fail_once=1`` (a non-retriable failure
+that a replay gets past), else 200 with JSON
+``{"key": K, "score": 3*K+1, "hit": <hits of (N, K) so far>}``.
 
     GET /bulk?ns=N&keys=K1,K2,...[&delay_ms=D]
 
@@ -63,6 +65,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, {"scores": [3 * k + 1 for k in keys]})
         elif query.get("fail") == "1":
             self._reply(500, {"error": "broken key"})
+        elif query.get("fail_once") == "1" and hit == 1:
+            self._reply(500, {"error": "first attempt fails"})
         elif hit <= int(query.get("fail_first", "0")):
             self._reply(503, {"error": "try again"})
         else:
