@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m txn.demo
+	$(PY) -m connectors.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check txn connectors minikafka tests integration_tests benchmarks

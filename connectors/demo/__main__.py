@@ -1,0 +1,181 @@
+"""``python -m connectors.demo``: an exactly-once streaming job, optionally under chaos, verified.
+
+Steps:
+
+1. start an embedded minikafka broker (unless ``--bootstrap-servers`` names a cluster);
+2. create an input and an output topic and produce ``--records`` input records, each with a
+   unique id, a key from a small key space and a per-key sequence number;
+3. stage the input as chunk files, one micro-batch each (see ``connectors.demo._staging``);
+4. run the streaming query as a Spark application writing through ``KafkaSink`` with
+   exactly-once; a progress bar follows the records committed;
+5. with ``--chaos``: Python workers are killed mid-write, an exception hits a task between
+   pre-commit and commit, and the whole application is SIGKILLed mid-run; each time the
+   query is restarted from its checkpoint;
+6. verify the output with ``connectors.verify.check_exactly_once`` and print the report;
+   exit 1 if any invariant is violated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from connectors.demo._pipeline import EpochLine, PipelineConfig
+from connectors.demo._runner import AppProcess
+from connectors.demo._staging import stage_input
+from connectors.verify import check_exactly_once, print_report, produce_input
+
+# Seconds to wait for topic creation on the broker.
+ADMIN_TIMEOUT_S = 30.0
+# Seconds one application run may take before the demo gives up on it.
+APP_TIMEOUT_S = 900.0
+# Restarts of the query the demo allows before it declares the run failed.
+MAX_RESTARTS = 8
+DEFAULT_RECORDS = 30_000
+DEFAULT_EPOCHS = 15
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m connectors.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=DEFAULT_RECORDS,
+                        help=f"input records (default {DEFAULT_RECORDS:,})")
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS,
+                        help=f"micro-batches the input is cut into (default {DEFAULT_EPOCHS})")
+    parser.add_argument("--chaos", action="store_true",
+                        help="kill workers, inject a failure, kill and restart the application")
+    parser.add_argument("--bootstrap-servers", default=None,
+                        help="use this Kafka cluster instead of an embedded minikafka")
+    parser.add_argument("--mode", choices=("aligned", "unaligned"), default="aligned")
+    parser.add_argument("--parallelism", type=int, default=2, help="write tasks per epoch")
+    parser.add_argument("--work-dir", default=None, help="keep files here (default: temporary)")
+    args = parser.parse_args(argv)
+    if args.records <= 0 or args.epochs <= 0 or args.parallelism <= 0:
+        parser.error("--records, --epochs and --parallelism must be positive")
+    return args
+
+
+def _create_topics(bootstrap: str, names: dict[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, p, 1) for n, p in names.items()],
+                                  request_timeout=ADMIN_TIMEOUT_S)
+    for fut in futures.values():
+        fut.result(timeout=ADMIN_TIMEOUT_S)
+
+
+def _chaos_faults(epochs: int, parallelism: int) -> list[dict[str, object]]:
+    last_p = parallelism - 1
+    return [
+        {"id": "kill-worker-a", "step": "mid_write", "epoch": max(1, epochs // 5),
+         "partition": 0, "action": "kill", "after_rows": 50, "times": 1},
+        {"id": "fail-before-commit", "step": "after_pre_commit", "epoch": max(2, epochs // 3),
+         "partition": last_p, "action": "raise", "times": 1},
+        {"id": "kill-worker-b", "step": "before_commit", "epoch": max(3, (2 * epochs) // 3),
+         "partition": last_p, "action": "kill", "times": 1},
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; return 0 iff the output is exactly once."""
+    args = _args(argv)
+    console = Console()
+    with ExitStack() as stack:
+        work = Path(args.work_dir) if args.work_dir else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="eos-demo-")))
+        work.mkdir(parents=True, exist_ok=True)
+        bootstrap = args.bootstrap_servers
+        if bootstrap is None:
+            from minikafka import BrokerProcess
+
+            broker = stack.enter_context(BrokerProcess(data_dir=str(work / "broker"), port=0))
+            bootstrap = broker.bootstrap_servers
+            console.print(f"[bold]minikafka[/] listening on {bootstrap}")
+        return _run(args, console, bootstrap, work)
+    return 1  # unreachable: the with-block returns
+
+
+def _run(args: argparse.Namespace, console: Console, bootstrap: str, work: Path) -> int:
+    suffix = uuid.uuid4().hex[:8]
+    input_topic, output_topic = f"demo-in-{suffix}", f"demo-out-{suffix}"
+    sink_id = f"demo-{suffix}"
+    _create_topics(bootstrap, {input_topic: 2, output_topic: 3})
+    with _progress(console) as progress:
+        task = progress.add_task("producing input", total=args.records)
+        produce_input(bootstrap, input_topic, args.records,
+                      on_progress=lambda n: progress.update(task, completed=n))
+    chunk = -(-args.records // args.epochs)
+    epochs = stage_input(bootstrap, input_topic, work / "input", chunk)
+    console.print(f"input: {args.records:,} records in {input_topic}, staged as {epochs} "
+                  f"micro-batches of up to {chunk:,}")
+    faults = work / "faults.json"
+    faults.write_text(json.dumps(_chaos_faults(epochs, args.parallelism) if args.chaos else []))
+    cfg = PipelineConfig(
+        bootstrap=bootstrap, input_dir=str(work / "input"), checkpoint=str(work / "checkpoint"),
+        output_topic=output_topic, sink_id=sink_id, mode=args.mode,
+        parallelism=args.parallelism, fault_plan=str(faults) if args.chaos else None,
+    )
+    if not _run_to_end(cfg, console, work, args.records, epochs, chaos=args.chaos):
+        return 1
+    console.print("verifying the output with read_committed and read_uncommitted readers ...")
+    report = check_exactly_once(bootstrap, input_topic=input_topic, output_topic=output_topic,
+                                sink_id=sink_id)
+    print_report(report, console)
+    return 0 if report.ok else 1
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console)
+
+
+def _epochs_reached(epoch: int) -> Callable[[AppProcess], bool]:
+    def reached(app: AppProcess) -> bool:
+        return any(line.epoch >= epoch for line in app.epochs)
+
+    return reached
+
+
+def _run_to_end(
+    cfg: PipelineConfig, console: Console, work: Path, records: int, epochs: int, *, chaos: bool
+) -> bool:
+    committed: dict[int, int] = {}
+    kill_after = epochs // 2 if chaos else None
+    with _progress(console) as progress:
+        task = progress.add_task("records committed", total=records)
+
+        def on_epoch(line: EpochLine) -> None:
+            if line.committed and not line.skipped:
+                committed[line.epoch] = line.rows
+            progress.update(task, completed=sum(committed.values()))
+
+        for run in range(MAX_RESTARTS + 1):
+            app = AppProcess(cfg, work / "apps", name=f"run{run}").start(on_epoch)
+            if kill_after is not None and app.wait_for(
+                _epochs_reached(kill_after), APP_TIMEOUT_S
+            ) and not app.done:
+                app.kill()
+                progress.console.print(f"[yellow]chaos:[/] killed the whole application "
+                                       f"after epoch {app.epochs[-1].epoch}; restarting")
+                kill_after = None
+                continue
+            code = app.wait(APP_TIMEOUT_S)
+            if code == 0 and app.done:
+                return True
+            progress.console.print(f"[yellow]query stopped (exit {code}); restarting from "
+                                   f"the checkpoint[/]\n[dim]{app.short_failure()}[/]")
+    console.print(f"[red]the query did not finish after {MAX_RESTARTS} restarts[/]")
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Subprocess entry of the streaming query: ``python -m connectors.demo._app CONFIG_JSON_FILE``.
+
+Exit codes: 0 when every staged file was written; 3 when the query failed (the error is
+printed to stderr). A driver-side fault of the sink's fault plan kills this process with
+SIGKILL, which is what the "whole application killed" tests need. Each finished micro-batch
+prints an ``EPOCH {json}`` line on stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from connectors.demo._pipeline import EpochLine, PipelineConfig, make_spark, run_query
+
+EXIT_QUERY_FAILED = 3
+
+
+def _print_epoch(line: EpochLine) -> None:
+    print(line.to_line(), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the query described by the JSON config file named in ``argv``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m connectors.demo._app CONFIG_JSON_FILE", file=sys.stderr)
+        return 2
+    cfg = PipelineConfig.from_json(Path(args[0]).read_text())
+    spark = make_spark(cfg.master, app_name=f"eos-{cfg.sink_id}")
+    try:
+        run_query(spark, cfg, on_epoch=_print_epoch)
+    except Exception:  # noqa: BLE001 - report any query failure through the exit code
+        traceback.print_exc()
+        return EXIT_QUERY_FAILED
+    finally:
+        spark.stop()
+    print("DONE", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Shared set-up of the end-to-end chaos tests: topics, input, chunk files, app runs, checks.
+
+Every query runs as its own Spark application in a subprocess (``connectors.demo._app``):
+that gives task retries (``local[N,4]``) without touching the session-wide ``spark``
+fixture, and lets a test kill the whole application for real.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from connectors.demo import AppProcess, PipelineConfig, write_chunks
+from connectors.verify import (
+    CheckReport,
+    Record,
+    check_exactly_once,
+    print_report,
+    produce_input,
+    read_committed_topic,
+)
+
+# Seconds one app run may take on a busy machine (JVM start + a few epochs + retries).
+APP_RUN_TIMEOUT_S = 400.0
+# Small sizes keep the suite fast: N records cut into chunks of CHUNK (one epoch each).
+N_RECORDS = 400
+CHUNK = 100
+KEYS = 12
+# Seconds to wait for a topic created by a test's own broker to show in the metadata.
+TOPIC_READY_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Scenario:
+    """One end-to-end run: its topics, files and sink, and helpers to run and check it."""
+
+    bootstrap: str
+    tmp: Path
+    input_topic: str
+    output_topic: str
+    sink_id: str
+    inputs: list[Record]
+
+    @classmethod
+    def create(
+        cls, bootstrap: str, tmp: Path, new_topic: Callable[..., str], *, n: int = N_RECORDS
+    ) -> Scenario:
+        inp = new_topic("e2e-in", partitions=2)
+        out = new_topic("e2e-out", partitions=3)
+        produce_input(bootstrap, inp, n, keys=KEYS)
+        inputs = sorted(read_committed_topic(bootstrap, inp),
+                        key=lambda r: (r.partition, r.offset))
+        assert len(inputs) == n
+        return cls(bootstrap, tmp, inp, out, f"e2e-{uuid.uuid4().hex[:10]}", inputs)
+
+    @property
+    def input_dir(self) -> Path:
+        return self.tmp / "input"
+
+    def stage(self, first: int = 0, last: int | None = None) -> int:
+        """Write chunks ``first..last-1`` (all remaining by default) as input files."""
+        chunks = [self.inputs[i:i + CHUNK] for i in range(0, len(self.inputs), CHUNK)]
+        selected = chunks[first:last]
+        return write_chunks([r for c in selected for r in c], self.input_dir, CHUNK,
+                            first_chunk=first)
+
+    def config(self, **overrides: Any) -> PipelineConfig:
+        base = PipelineConfig(
+            bootstrap=self.bootstrap,
+            input_dir=str(self.input_dir),
+            checkpoint=str(self.tmp / "checkpoint"),
+            output_topic=self.output_topic,
+            sink_id=self.sink_id,
+        )
+        return replace(base, **overrides)
+
+    def fault_plan(self, faults: Sequence[dict[str, Any]], name: str = "faults") -> str:
+        path = self.tmp / f"{name}.json"
+        path.write_text(json.dumps(list(faults)))
+        return str(path)
+
+    def run(self, cfg: PipelineConfig, name: str, *, expect: int | None = 0) -> AppProcess:
+        """Run one app to its exit; assert the exit code when ``expect`` is given."""
+        app = AppProcess(cfg, self.tmp / "apps", name=name).start()
+        code = app.wait(APP_RUN_TIMEOUT_S)
+        if expect is not None:
+            assert code == expect, (
+                f"app {name} exited {code}, expected {expect}; errors:\n{app.failure_summary()}\n"
+                f"(full log: {app.stderr_path})"
+            )
+        return app
+
+    def check(self, **kwargs: Any) -> CheckReport:
+        report = check_exactly_once(
+            self.bootstrap, input_topic=self.input_topic, output_topic=self.output_topic,
+            sink_id=self.sink_id, **kwargs,
+        )
+        print_report(report)
+        return report
+
+
+def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
+    """Block until topic ``name`` shows ``partitions`` partitions with leaders."""
+    deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=name, timeout=5).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values()
+        ):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} not ready after {TOPIC_READY_TIMEOUT_S}s")
+
+
+def fired(plan_path: str, fault_id: str) -> int:
+    """How many times fault ``fault_id`` of the plan at ``plan_path`` has fired."""
+    return len(list(Path(plan_path).parent.glob(f"{Path(plan_path).name}.{fault_id}.*")))
+
+
+def assert_exact(report: CheckReport) -> None:
+    """Every invariant of the architecture, section 8."""
+    assert report.epoch_log_checked, report.notes
+    assert report.ok, [(a.kind.value, a.record_id, a.detail) for a in report.examples]
+    assert report.committed_records == report.input_records

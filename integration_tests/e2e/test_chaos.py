@@ -1,0 +1,161 @@
+"""End-to-end chaos tests: a Spark streaming query writes through KafkaSink while faults hit.
+
+Each test runs the query as separate Spark applications (subprocesses), injects one kind of
+fault, lets Spark retry or restarts the application from the same checkpoint, and then checks
+every invariant with the checker: nothing lost or duplicated, no aborted data visible, per-key
+order kept, no transaction left open, epoch log and markers in agreement.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from connectors.verify import AnomalyKind, load_history
+from integration_tests.e2e._scenario import Scenario, assert_exact, fired, wait_until_listed
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+# Seconds for the hand-made zombie producer's transactional calls.
+ZOMBIE_TIMEOUT_S = 60.0
+
+
+@pytest.fixture
+def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]) -> Scenario:
+    return Scenario.create(kafka_bootstrap, tmp_path, new_topic)
+
+
+@pytest.mark.parametrize("mode", ["unaligned", "aligned"])
+def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
+    scenario.stage()
+    plan = scenario.fault_plan([{"id": "kill", "step": "mid_write", "epoch": 1, "partition": 0,
+                                 "action": "kill", "after_rows": 10, "times": 1}])
+    # The query must finish on its own: Spark retries the killed task (local[2,4]) in
+    # unaligned mode; in aligned mode Spark never retries a barrier result stage, so the
+    # sink re-runs the failed write stage itself (stage_retries).
+    scenario.run(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), "run")
+    assert fired(plan, "kill") == 1, "the worker kill never fired: the test proved nothing"
+    assert_exact(scenario.check())
+
+
+def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> None:
+    scenario.stage()
+    plan = scenario.fault_plan([{"id": "boom", "step": "after_pre_commit", "epoch": 2,
+                                 "partition": 1, "action": "raise", "times": 1}])
+    scenario.run(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), "run")
+    assert fired(plan, "boom") == 1
+    report = scenario.check()
+    assert_exact(report)
+    # the other task's pre-committed transaction was aborted, and read_committed hid it
+    assert report.abort_markers >= 1
+    assert report.aborted_records >= 1
+
+
+def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
+    scenario.stage()
+    epoch_log = str(scenario.tmp / "epochs.log")
+    # 1. the driver SIGKILLs itself (and the app with it) after the write stage of epoch 1,
+    #    before logging the epoch complete: every write partition committed, the log says
+    #    in doubt. Unaligned mode: each partition committed on its own.
+    plan = scenario.fault_plan([{"id": "d", "step": "driver_after_stage", "epoch": 1,
+                                 "action": "kill", "times": 1}])
+    app = scenario.run(scenario.config(fault_plan=plan, mode="unaligned", epoch_log=epoch_log),
+                       "first", expect=-9)
+    assert fired(plan, "d") == 1
+    assert not app.done
+    stuck = scenario.check(epoch_log=epoch_log)
+    assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
+    # 2. a new application from the same checkpoint: Spark replays epoch 1, every write
+    #    partition finds its marker and skips; the remaining epochs are written.
+    scenario.run(scenario.config(mode="unaligned", epoch_log=epoch_log), "second")
+    assert_exact(scenario.check(epoch_log=epoch_log))
+
+
+def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:
+    scenario.stage()
+    # A zombie of write partition 0: the sink's transactional id, a transaction left open
+    # holding copies of input records, as a stalled older task attempt would hold it.
+    zombie = Producer({"bootstrap.servers": scenario.bootstrap,
+                       "transactional.id": f"{scenario.sink_id}-0",
+                       "transaction.timeout.ms": 600_000})
+    zombie.init_transactions(ZOMBIE_TIMEOUT_S)
+    zombie.begin_transaction()
+    for rec in scenario.inputs[:5]:
+        zombie.produce(scenario.output_topic, key=rec.key, value=rec.value)
+    assert zombie.flush(ZOMBIE_TIMEOUT_S) == 0
+    # The query's newer attempts of write partition 0 start (and commit) meanwhile.
+    app = scenario.run(scenario.config(), "run")
+    assert {e.epoch for e in app.epochs} == {0, 1, 2, 3}
+    # Now the zombie tries to commit: it must be fenced.
+    with pytest.raises(KafkaException) as info:
+        zombie.commit_transaction(ZOMBIE_TIMEOUT_S)
+    error = info.value.args[0]
+    assert error.fatal() or error.txn_requires_abort(), error
+    report = scenario.check()
+    assert_exact(report)
+    assert report.aborted_records >= 5  # the zombie's copies, hidden from read_committed
+
+
+def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario) -> None:
+    scenario.stage()
+    # 1. parallelism 3, no task retries (local[4]): write partition 2 dies before its commit
+    #    in epoch 1 while partitions 0 and 1 commit (unaligned); the job fails, epoch 1 is
+    #    in doubt and write partition 2's transaction stays open.
+    plan1 = scenario.fault_plan([{"id": "k", "step": "before_commit", "epoch": 1,
+                                  "partition": 2, "action": "kill", "times": 1}], "f1")
+    scenario.run(scenario.config(parallelism=3, mode="unaligned", master="local[4]",
+                                 fault_plan=plan1, stage_retries=0), "first", expect=None)
+    assert fired(plan1, "k") == 1
+    stuck = scenario.check()
+    assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
+    assert stuck.count(AnomalyKind.OPEN_TRANSACTION) >= 1
+    # 2. restart with a smaller parallelism (2): epoch 1 keeps its pinned plan (3); epoch 2
+    #    runs with 2 and fails the same way, in doubt again.
+    plan2 = scenario.fault_plan([{"id": "k", "step": "before_commit", "epoch": 2,
+                                  "partition": 1, "action": "kill", "times": 1}], "f2")
+    scenario.run(scenario.config(parallelism=2, mode="unaligned", master="local[4]",
+                                 fault_plan=plan2, stage_retries=0), "second", expect=None)
+    assert fired(plan2, "k") == 1
+    # 3. restart with a larger parallelism (4): epoch 2 keeps its plan (2), later epochs use 4,
+    #    lingering transactions are aborted.
+    scenario.run(scenario.config(parallelism=4, mode="unaligned", master="local[4,4]"), "third")
+    assert_exact(scenario.check(parallelism=4))
+    history = load_history(scenario.bootstrap, scenario.sink_id, None, "eos-epoch-log")
+    planned = {e: history.plan(e) for e in (1, 2, 3)}
+    assert {e: p.parallelism for e, p in planned.items() if p is not None} == {1: 3, 2: 2, 3: 4}
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")),
+    reason="restarts a broker it owns; an external cluster (KAFKA_BOOTSTRAP_SERVERS) cannot be "
+           "restarted by the test",
+)
+def test_broker_restarted_during_commits(tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from connectors.demo import AppProcess
+    from minikafka import BrokerProcess
+
+    with BrokerProcess(data_dir=str(tmp_path / "broker"), port=0) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+
+        def make_topic(prefix: str, partitions: int = 1) -> str:
+            name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+            wait_until_listed(admin, name, partitions)
+            return name
+
+        sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic)
+        epochs = sc.stage()
+        app = AppProcess(sc.config(), tmp_path / "apps", name="run").start()
+        assert app.wait_for(lambda a: len(a.epochs) >= 1, 300), app.stderr_tail()
+        broker.restart()  # same port, same data dir; the next epochs commit across it
+        code = app.wait(400)
+        assert code == 0, app.stderr_tail()
+        assert {e.epoch for e in app.epochs} == set(range(epochs))
+        assert_exact(sc.check())
