@@ -15,7 +15,9 @@ with each variant:
 
 Spark variants call the sink's ``foreachBatch`` function with a cached DataFrame of the epoch
 and consecutive batch ids: the same code path a streaming query takes, without the source's
-noise. Every variant uses the same producer batching settings (the sink's defaults). The
+noise. ``--vote-channel driver|barrier`` picks how the aligned mode gathers votes
+(``KafkaSink(vote_channel=...)``; default ``driver``, the sink's default). Every variant uses
+the same producer batching settings (the sink's defaults). The
 table shows rows/s and MB/s (median epoch), the ratio to the baseline, and the median added
 latency per epoch of exactly-once over the sink's at-least-once mode. Results are saved as
 JSON and a PNG under benchmarks/results/. Numbers are measurements on a shared machine.
@@ -41,6 +43,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks._table import print_table
+from connectors.kafka._config import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 
 RESULTS = Path(__file__).parent / "results"
 # Seconds for topic creation and for a final producer flush.
@@ -151,18 +154,19 @@ def _ceiling(bootstrap: str, topic: str, rows: int, size: int) -> Callable[[int]
     return write
 
 
-def _sink_writer(bootstrap: str, topic: str, variant: str) -> tuple[Callable[[Any, int], Any], Any]:
+def _sink_writer(bootstrap: str, topic: str, variant: str,
+                 vote_channel: str) -> tuple[Callable[[Any, int], Any], Any]:
     from connectors.kafka import KafkaSink
 
     guarantee = "at-least-once" if variant == "alo-sink" else "exactly-once"
     mode = "unaligned" if variant == "eos-unaligned" else "aligned"
     sink = KafkaSink(bootstrap, topic, f"{topic}-sink", guarantee=guarantee, mode=mode,
-                     parallelism=WRITE_TASKS, order_by=("seq",))
+                     parallelism=WRITE_TASKS, order_by=("seq",), vote_channel=vote_channel)
     return sink, sink
 
 
 def run_case(spark: Any, bootstrap: str, admin: AdminClient, variant: str, rows: int,
-             size: int, epochs: int, df: Any) -> Result:
+             size: int, epochs: int, df: Any, vote_channel: str = DEFAULT_VOTE_CHANNEL) -> Result:
     topic = _new_topic(admin, variant)
     times: list[float] = []
     if variant == "ceiling":
@@ -176,7 +180,7 @@ def run_case(spark: Any, bootstrap: str, admin: AdminClient, variant: str, rows:
     if variant == "baseline":
         write = _baseline_writer(bootstrap, topic)
     else:
-        write, closer = _sink_writer(bootstrap, topic, variant)
+        write, closer = _sink_writer(bootstrap, topic, variant, vote_channel)
         write(df.limit(10), 0)  # preflight, topics, first producers: not measured
     try:
         for epoch in range(1, epochs + 1):
@@ -189,7 +193,7 @@ def run_case(spark: Any, bootstrap: str, admin: AdminClient, variant: str, rows:
     return Result(variant, size, rows, tuple(times))
 
 
-def _report(results: list[Result], console: Console) -> list[list[Any]]:
+def _report(results: list[Result], console: Console, vote_channel: str) -> list[list[Any]]:
     table: list[list[Any]] = []
     for r in results:
         base = next(b for b in results if b.variant == "baseline"
@@ -202,13 +206,13 @@ def _report(results: list[Result], console: Console) -> list[list[Any]]:
                       round(r.mb_per_s, 2), round(r.rows_per_s / base.rows_per_s, 2),
                       round(r.rows_per_s / alo.rows_per_s, 2),
                       "" if added is None else round(added, 1)])
-    print_table("KafkaSink throughput (median epoch)",
+    print_table(f"KafkaSink throughput (median epoch; aligned votes via {vote_channel})",
                 ["variant", "record B", "epoch rows", "rows/s", "MB/s", "x baseline",
                  "x alo-sink", "added ms/epoch vs alo"], table, console)
     return table
 
 
-def _plot(results: list[Result], path: Path) -> Path:
+def _plot(results: list[Result], path: Path, vote_channel: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,7 +228,8 @@ def _plot(results: list[Result], path: Path) -> Path:
     ax.set_xticks([x + width * (len(VARIANTS) - 1) / 2 for x in range(len(cases))])
     ax.set_xticklabels([f"{b} B x {n // 1000}k rows" for b, n in cases])
     ax.set_ylabel("rows/s (median epoch)")
-    ax.set_title("KafkaSink vs. hand-written at-least-once and a plain producer")
+    ax.set_title("KafkaSink vs. hand-written at-least-once and a plain producer"
+                 f" (aligned votes via {vote_channel})")
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100,1024", help="record sizes in bytes")
     parser.add_argument("--rows", default=None, help="epoch sizes (default 10000,100000)")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--vote-channel", choices=VOTE_CHANNELS, default=DEFAULT_VOTE_CHANNEL,
+                        help="how aligned mode gathers votes: the driver's vote server or "
+                             "Spark's barrier allGather (default %(default)s)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     epoch_rows = ([int(r) for r in args.rows.split(",")] if args.rows
@@ -265,17 +273,22 @@ def main(argv: list[str] | None = None) -> int:
                             old.unpersist()
                         frames = {(size, rows): _epoch_frame(spark, rows, size)}
                     results.append(run_case(spark, bootstrap, admin, variant, rows, size,
-                                            args.epochs, frames[(size, rows)]))
+                                            args.epochs, frames[(size, rows)],
+                                            args.vote_channel))
                     prog.advance(task)
     finally:
         spark.stop()
-    _report(results, console)
+    _report(results, console, args.vote_channel)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_sink.json").write_text(json.dumps(
-        [asdict(r) | {"rows_per_s": r.rows_per_s} for r in results], indent=2))
-    png = _plot(results, RESULTS / "bench_sink.png")
+    # The default channel keeps the historic file names; another one gets a suffix.
+    stem = ("bench_sink" if args.vote_channel == DEFAULT_VOTE_CHANNEL
+            else f"bench_sink-{args.vote_channel}")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(
+        [asdict(r) | {"rows_per_s": r.rows_per_s, "vote_channel": args.vote_channel}
+         for r in results], indent=2))
+    png = _plot(results, RESULTS / f"{stem}.png", args.vote_channel)
     _targets(results, console)
-    console.print(f"saved {png} and {RESULTS / 'bench_sink.json'}")
+    console.print(f"saved {png} and {RESULTS / f'{stem}.json'}")
     return 0
 
 

@@ -8,14 +8,17 @@ fixture, and lets a test kill the whole application for real.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
-from connectors.demo import AppProcess, PipelineConfig, write_chunks
+from connectors.demo import AppProcess, EpochLine, PipelineConfig, write_chunks
+from connectors.kafka import FaultPlan
 from connectors.verify import (
     CheckReport,
     Record,
@@ -86,7 +89,7 @@ class Scenario:
 
     def run(self, cfg: PipelineConfig, name: str, *, expect: int | None = 0) -> AppProcess:
         """Run one app to its exit; assert the exit code when ``expect`` is given."""
-        app = AppProcess(cfg, self.tmp / "apps", name=name).start()
+        app = start_app(cfg, self.tmp / "apps", name)
         code = app.wait(APP_RUN_TIMEOUT_S)
         if expect is not None:
             assert code == expect, (
@@ -102,6 +105,19 @@ class Scenario:
         )
         print_report(report)
         return report
+
+
+def start_app(
+    cfg: PipelineConfig, workdir: Path, name: str,
+    on_epoch: Callable[[EpochLine], None] | None = None,
+) -> AppProcess:
+    """Start ``cfg`` as an :class:`AppProcess` that may use the ``kill_app`` fault action.
+
+    ``AppProcess`` starts the app in a session of its own, which is what ``kill_app``
+    needs; the variable is set only in the environment the app inherits at start.
+    """
+    with mock.patch.dict(os.environ, {FaultPlan.KILL_APP_ENV: "1"}):
+        return AppProcess(cfg, workdir, name=name).start(on_epoch)
 
 
 def wait_until_listed(admin: Any, name: str, partitions: int) -> None:

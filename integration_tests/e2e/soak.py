@@ -5,8 +5,9 @@ A longer randomized chaos run of the exactly-once pipeline (not part of ``make t
 1. start minikafka with a data dir (or use ``--bootstrap-servers`` / KAFKA_BOOTSTRAP_SERVERS);
 2. produce ``--records`` input records and stage them as ``--epochs`` micro-batches;
 3. draw ``--faults`` faults at random (seeded) over every fault type: task-side kill/raise at
-   each step of the write protocol, driver-side kills at each coordinator step, whole-app
-   SIGKILLs from outside, and a new write parallelism on each restart;
+   each step of the write protocol, whole-app SIGKILLs from inside a write task at each
+   step (``kill_app``), driver-side kills at each coordinator step, whole-app SIGKILLs
+   from outside, and a new write parallelism on each restart;
 4. run the query as Spark applications, restarting from the checkpoint after every failure,
    until every epoch is written (rich progress bar on records committed);
 5. check every invariant with ``connectors.verify.check_exactly_once`` and print a summary
@@ -32,11 +33,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connectors.demo import AppProcess, EpochLine, PipelineConfig, stage_input
+from connectors.demo import EpochLine, PipelineConfig, stage_input
 from connectors.verify import AnomalyKind, check_exactly_once, print_report, produce_input
+from integration_tests.e2e._scenario import start_app
 
 TASK_STEPS = ("after_open", "mid_write", "after_pre_commit", "before_commit", "after_commit")
 DRIVER_STEPS = ("driver_after_plan", "driver_after_stage", "driver_before_complete")
+# kill_app: the task SIGKILLs the whole application (it runs in a session of its own).
+TASK_ACTIONS = ("kill", "raise", "kill_app")
 # Seconds one application run may take before the soak gives up on it.
 APP_TIMEOUT_S = 1800.0
 # Seconds for topic creation.
@@ -61,7 +65,7 @@ def draw_faults(rng: random.Random, n: int, epochs: int) -> tuple[list[dict[str,
         step = rng.choice(TASK_STEPS)
         fault: dict[str, Any] = {"id": f"f{i}", "step": step, "epoch": epoch,
                                  "partition": rng.randrange(2),
-                                 "action": rng.choice(("kill", "raise")), "times": 1}
+                                 "action": rng.choice(TASK_ACTIONS), "times": 1}
         if step == "mid_write":
             fault["after_rows"] = rng.randrange(1, 50)
         faults.append(fault)
@@ -173,7 +177,7 @@ def _run_all(base: PipelineConfig, work: Path, rng: random.Random, epochs: int, 
             runs += 1
             cfg = PipelineConfig(**{**base.__dict__,
                                     "parallelism": rng.randint(1, MAX_PARALLELISM)})
-            app = AppProcess(cfg, work / "apps", name=f"run{runs}").start(on_epoch)
+            app = start_app(cfg, work / "apps", f"run{runs}", on_epoch)
             if kills_left:
                 after = rng.randint(1, max(1, epochs // (app_kills + 1)))
                 seen = len(app.epochs)

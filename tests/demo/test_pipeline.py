@@ -1,4 +1,7 @@
-"""Unit tests of the pipeline pieces the chaos tests, the soak and the demo share (no Kafka)."""
+"""Unit tests of connectors.demo's pipeline pieces shared by the demo, the chaos tests and the soak.
+
+No Kafka and no Spark: configs and epoch lines round-trip, chunk files keep the input order.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import pyarrow.parquet as pq
 
 from connectors.demo import EpochLine, PipelineConfig, write_chunks
 from connectors.verify import Record, json_identity, make_input_value
-from integration_tests.e2e.soak import DRIVER_STEPS, TASK_STEPS, draw_faults
 
 
 def test_pipeline_config_round_trips_through_json_and_pickle() -> None:
@@ -41,12 +43,3 @@ def test_write_chunks_keeps_input_order_and_file_age_order(tmp_path: Path) -> No
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
     ids = {json_identity(Record("in", 0, 0, None, r["value"])).id for r in rows}
     assert ids == {str(i) for i in range(25)}
-
-
-def test_soak_draws_every_fault_type() -> None:
-    faults, app_kills = draw_faults(random.Random(5), 400, 10)
-    steps = {f["step"] for f in faults}
-    assert steps == set(TASK_STEPS) | set(DRIVER_STEPS)
-    assert {f["action"] for f in faults if f["step"] in TASK_STEPS} == {"kill", "raise"}
-    assert app_kills > 0
-    assert all(0 <= f["epoch"] < 10 for f in faults)
