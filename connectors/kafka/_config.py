@@ -53,6 +53,11 @@ DEFAULT_PRODUCER_CONFIG: dict[str, str] = {
     # Same key -> same partition as the Java client (and Spark's own Kafka sink).
     "partitioner": "murmur2_random",
     "acks": "all",
+    # No KIP-1102 re-bootstrap when every broker is briefly down (a broker restart):
+    # librdkafka 2.16 then decommissions the learned broker, which stays cached as the
+    # group coordinator, and send_offsets_to_transaction hangs past its timeout
+    # (librdkafka issues #5511, #5456). Brokers are re-learned from metadata instead.
+    "metadata.recovery.strategy": "none",
 }
 
 # Settings the sink owns; setting them in producer_config is an error with a hint.
