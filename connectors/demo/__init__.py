@@ -9,9 +9,12 @@ Spark application that can be killed.
 
 from connectors.demo._pipeline import (
     ORDER_COLUMNS,
+    SOURCES,
     EpochLine,
     PipelineConfig,
+    PipelineConfigError,
     build_sink,
+    input_stream,
     make_spark,
     run_query,
 )
@@ -25,6 +28,9 @@ __all__ = [
     "AppProcess",
     "EpochLine",
     "PipelineConfig",
+    "PipelineConfigError",
+    "SOURCES",
+    "input_stream",
     "build_sink",
     "make_spark",
     "run_query",

@@ -5,9 +5,13 @@ Steps:
 1. start an embedded minikafka broker (unless ``--bootstrap-servers`` names a cluster);
 2. create an input and an output topic and produce ``--records`` input records, each with a
    unique id, a key from a small key space and a per-key sequence number;
-3. stage the input as chunk files, one micro-batch each (see ``connectors.demo._staging``);
+3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
+   ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
+   with ``--source files`` the input is first staged as chunk files, one micro-batch each
+   (see ``connectors.demo._staging``);
 4. run the streaming query as a Spark application writing through ``KafkaSink`` with
-   exactly-once; a progress bar follows the records committed;
+   exactly-once, ordered by input partition and offset; a progress bar follows the records
+   committed;
 5. with ``--chaos``: Python workers are killed mid-write, an exception hits a task between
    pre-commit and commit, and the whole application is SIGKILLed mid-run; each time the
    query is restarted from its checkpoint;
@@ -30,7 +34,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from connectors.demo._pipeline import EpochLine, PipelineConfig
+from connectors.demo._pipeline import (
+    SOURCE_FILES,
+    SOURCE_KAFKA,
+    SOURCES,
+    EpochLine,
+    PipelineConfig,
+)
 from connectors.demo._runner import AppProcess
 from connectors.demo._staging import stage_input
 from connectors.verify import check_exactly_once, print_report, produce_input
@@ -52,6 +62,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"input records (default {DEFAULT_RECORDS:,})")
     parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS,
                         help=f"micro-batches the input is cut into (default {DEFAULT_EPOCHS})")
+    parser.add_argument("--source", choices=SOURCES, default=SOURCE_KAFKA,
+                        help="read the input topic with the kafka-rc source (default), or "
+                             "from staged Parquet chunk files")
     parser.add_argument("--chaos", action="store_true",
                         help="kill workers, inject a failure, kill and restart the application")
     parser.add_argument("--bootstrap-servers", default=None,
@@ -114,15 +127,22 @@ def _run(args: argparse.Namespace, console: Console, bootstrap: str, work: Path)
         produce_input(bootstrap, input_topic, args.records,
                       on_progress=lambda n: progress.update(task, completed=n))
     chunk = -(-args.records // args.epochs)
-    epochs = stage_input(bootstrap, input_topic, work / "input", chunk)
-    console.print(f"input: {args.records:,} records in {input_topic}, staged as {epochs} "
-                  f"micro-batches of up to {chunk:,}")
+    if args.source == SOURCE_FILES:
+        epochs = stage_input(bootstrap, input_topic, work / "input", chunk)
+        console.print(f"input: {args.records:,} records in {input_topic}, staged as {epochs} "
+                      f"micro-batches of up to {chunk:,}")
+    else:
+        # The input is produced without transactions: one offset per record, no markers.
+        epochs = -(-args.records // chunk)
+        console.print(f"input: {args.records:,} records in {input_topic}, read by the kafka-rc "
+                      f"source in about {epochs} micro-batches of up to {chunk:,} offsets")
     faults = work / "faults.json"
     faults.write_text(json.dumps(_chaos_faults(epochs, args.parallelism) if args.chaos else []))
     cfg = PipelineConfig(
         bootstrap=bootstrap, input_dir=str(work / "input"), checkpoint=str(work / "checkpoint"),
         output_topic=output_topic, sink_id=sink_id, mode=args.mode,
         parallelism=args.parallelism, fault_plan=str(faults) if args.chaos else None,
+        source=args.source, input_topic=input_topic, max_offsets_per_trigger=chunk,
     )
     if not _run_to_end(cfg, console, work, args.records, epochs, chaos=args.chaos):
         return 1
@@ -150,6 +170,7 @@ def _run_to_end(
 ) -> bool:
     committed: dict[int, int] = {}
     kill_after = epochs // 2 if chaos else None
+    resumed = [True]  # False from a restart until its first epoch is reported
     with _progress(console) as progress:
         task = progress.add_task("records committed", total=records)
 
@@ -157,8 +178,15 @@ def _run_to_end(
             if line.committed and not line.skipped:
                 committed[line.epoch] = line.rows
             progress.update(task, completed=sum(committed.values()))
+            if not resumed[0]:
+                resumed[0] = True
+                how = ("already committed before the stop: skipped" if line.skipped
+                       else f"{line.rows:,} rows written")
+                progress.console.print(f"[dim]restart resumed from the checkpoint at epoch "
+                                       f"{line.epoch} ({how})[/]")
 
         for run in range(MAX_RESTARTS + 1):
+            resumed[0] = run == 0
             app = AppProcess(cfg, work / "apps", name=f"run{run}").start(on_epoch)
             if kill_after is not None and app.wait_for(
                 _epochs_reached(kill_after), APP_TIMEOUT_S

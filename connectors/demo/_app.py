@@ -1,6 +1,7 @@
 """Subprocess entry of the streaming query: ``python -m connectors.demo._app CONFIG_JSON_FILE``.
 
-Exit codes: 0 when every staged file was written; 3 when the query failed (the error is
+Exit codes: 0 when the whole input was written (every staged file, or the input topic up to
+the offsets it had when the query started); 3 when the query failed (the error is
 printed to stderr). A driver-side fault of the sink's fault plan kills this process with
 SIGKILL, which is what the "whole application killed" tests need. Each finished micro-batch
 prints an ``EPOCH {json}`` line on stdout.

@@ -1,7 +1,10 @@
 """Turn an input topic into numbered Parquet files: deterministic micro-batches for Spark.
 
-Spark's built-in Kafka source needs a JVM package this kit does not ship, so the demo and the
-end-to-end tests feed the streaming query with its file source instead:
+The ``files`` input of the pipeline (``PipelineConfig.source="files"``): the end-to-end tests
+and ``python -m connectors.demo --source files`` feed the streaming query with Spark's file
+source, which lets a test decide exactly which records form which micro-batch and add input
+between runs. (The demo's default, ``--source kafka``, reads the topic with the kit's
+``kafka-rc`` source instead and needs no staging.)
 
 1. read the input topic with ``read_committed`` to its end;
 2. sort by (partition, offset) and cut into chunks of ``chunk_records`` records;

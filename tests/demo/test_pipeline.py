@@ -43,3 +43,21 @@ def test_write_chunks_keeps_input_order_and_file_age_order(tmp_path: Path) -> No
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
     ids = {json_identity(Record("in", 0, 0, None, r["value"])).id for r in rows}
     assert ids == {str(i) for i in range(25)}
+
+
+def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
+    import pytest
+
+    from connectors.demo import PipelineConfigError
+
+    cfg = PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka",
+                         input_topic="in", max_offsets_per_trigger=100)
+    assert PipelineConfig.from_json(cfg.to_json()) == cfg
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    with pytest.raises(PipelineConfigError, match="source must be one of"):
+        PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="jdbc")
+    with pytest.raises(PipelineConfigError, match="needs input_topic"):
+        PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka")
+    with pytest.raises(PipelineConfigError):
+        PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka", input_topic="in",
+                       max_offsets_per_trigger=0)
