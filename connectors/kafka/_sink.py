@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,6 +36,10 @@ from txn import (
 
 log = logging.getLogger("connectors.kafka")
 
+
+def _new_generation() -> str:
+    return uuid.uuid4().hex
+
 # Fraction of transaction_timeout_ms an epoch's write stage may take before the sink
 # warns: beyond it a slower batch risks being aborted by the broker's timeout.
 TIMEOUT_WARN_FRACTION = 0.5
@@ -60,7 +65,9 @@ class KafkaSink:
        an in-doubt N reuses its pinned parallelism; otherwise P is chosen (aligned:
        checked against the task slots) and the plan is logged durably;
     3. the write stage runs one Spark task per write partition; each task fences older
-       producers of ``{sink_id}-{p}``, skips if its marker shows N committed, else
+       producers of ``{sink_id}-{p}`` (or, first attempts only, reuses its worker's
+       pooled producer of the current client generation, see ``_participant``), skips
+       if its marker shows N committed, else
        writes its rows and the marker in one Kafka transaction and pre-commits;
        aligned: all votes are gathered (by the driver's vote server, started on the
        first aligned epoch, or Spark's allGather) and every task commits only if all
@@ -105,6 +112,8 @@ class KafkaSink:
         self._votes: VoteServer | None = None
         self._preflight_done = False
         self._recovered = False
+        self._generation = _new_generation()
+        self._last_parallelism: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect pickles the foreachBatch function: ship the config only; the
@@ -118,6 +127,8 @@ class KafkaSink:
         self._votes = None
         self._preflight_done = False
         self._recovered = False
+        self._generation = _new_generation()
+        self._last_parallelism = None
 
     @property
     def config(self) -> SinkConfig:
@@ -137,6 +148,7 @@ class KafkaSink:
                 self.preflight()
             coordinator = self._coordinator(layout)
             if not self._recovered:
+                self._new_client_generation()  # recovery fences every id it touches
                 report = coordinator.recover()
                 self._recovered = True
                 log.info("sink %s recovered: %s", self._cfg.sink_id, report)
@@ -145,9 +157,13 @@ class KafkaSink:
                 self._check_slots(df, parallelism)
                 self._vote_server(df)  # started before the plan is logged: fail early
             started = time.monotonic()
-            result = coordinator.run_epoch(
-                batch_id, parallelism, lambda plan: self._execute(df, layout, plan)
-            )
+            try:
+                result = coordinator.run_epoch(
+                    batch_id, parallelism, lambda plan: self._execute(df, layout, plan)
+                )
+            except BaseException:
+                self._new_client_generation()  # retries may have fenced pooled producers
+                raise
             self._check_duration(batch_id, time.monotonic() - started, result)
             return result
 
@@ -255,8 +271,12 @@ class KafkaSink:
         aligned = self._aligned(plan.guarantee, plan.mode)
         if aligned:  # again: an in-doubt epoch keeps the parallelism it was planned with
             self._check_slots(df, plan.parallelism)
+        if plan.parallelism != self._last_parallelism:
+            self._new_client_generation()  # a shrink's abort_lingering fenced ids >= P
+            self._last_parallelism = plan.parallelism
         prepared = prepare(df, self._cfg, layout, plan.parallelism)
-        spec = TaskSpec(KafkaResource(self._cfg, layout), plan, aligned)
+        resource = KafkaResource(self._cfg, layout, generation=self._generation)
+        spec = TaskSpec(resource, plan, aligned)
         votes = self._vote_server(df) if aligned else None
         reports = self._run_stage_with_retries(prepared, spec, votes)
         if self._cfg.fault_plan is not None:
@@ -277,22 +297,37 @@ class KafkaSink:
         """
         attempt = 0
         while True:
+            resource = replace(spec.resource, generation=self._generation)
+            run = replace(spec, resource=resource, stage_attempt=attempt)
             try:
                 if votes is None:
-                    return run_write_stage(prepared, spec)
+                    return run_write_stage(prepared, run, self._new_client_generation)
                 with votes.voting(spec.plan, attempt) as ticket:
-                    return run_write_stage(prepared, replace(spec, votes=ticket))
+                    return run_write_stage(
+                        prepared, replace(run, votes=ticket), self._new_client_generation
+                    )
             except (InputError, NonDeterministicReplayError):
                 raise
             except Exception as exc:
                 if attempt >= self._cfg.stage_retries:
                     raise
                 attempt += 1
+                self._new_client_generation()  # the re-run's new producers fence the old
                 log.warning(
                     "epoch %d write stage failed (%s: %s); re-running it (retry %d of %d)",
                     spec.plan.epoch, type(exc).__name__, str(exc)[:300], attempt,
                     self._cfg.stage_retries,
                 )
+
+    def _new_client_generation(self) -> None:
+        """Stop write tasks from reusing producers pooled before now.
+
+        Called whenever producers of the sink's ids may have been fenced by an instance
+        the pooled ones do not know of: recovery, a failed epoch, a stage re-run, a Spark
+        task retry, a change of parallelism. Producers created from now on are pooled
+        under the new generation.
+        """
+        self._generation = _new_generation()
 
     def _check_duration(self, epoch: int, seconds: float, result: EpochResult) -> None:
         limit = self._cfg.transaction_timeout_ms / 1000.0

@@ -23,7 +23,7 @@ import json
 import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -70,6 +70,7 @@ class TaskResult:
     partition: int
     report: PartitionReport | None = None
     error: bytes | None = None
+    task_attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,24 @@ class TaskSpec:
 
     ``votes``: the driver vote channel's ticket of this stage run (aligned mode with
     ``vote_channel="driver"``); None gathers with ``allGather`` (aligned) or not at all.
+    ``stage_attempt``: the sink's run of the write stage within one call (0 first).
     """
 
     resource: KafkaResource
     plan: EpochPlan
     aligned: bool
     votes: VoteTicket | None = None
+    stage_attempt: int = 0
+
+
+def may_reuse_clients(spec: TaskSpec, task_attempt: int) -> bool:
+    """Return True if the task may reuse its process's pooled producer.
+
+    Only the first attempt of a task, in the first stage run, of the first plan attempt
+    of an epoch: any retry (Spark task retry, stage re-run, in-doubt redo) creates a new
+    producer whose ``init_transactions`` aborts a dead attempt's open transaction.
+    """
+    return task_attempt == 0 and spec.stage_attempt == 0 and spec.plan.attempt == 0
 
 
 def _type_name(dtype: Any) -> str:
@@ -234,22 +247,29 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         if faults is not None and name is not None:
             faults.fire(name, plan.epoch, p)
 
+    task_attempt = int(ctx.attemptNumber())
+    resource = replace(spec.resource, reuse_clients=may_reuse_clients(spec, task_attempt))
     rows = ArrowPartition(batches, ordered=bool(cfg.order_by), spill_dir=_spill_dir())
     try:
         report = run_partition(
-            spec.resource, spec.plan, partition, rows,
+            resource, spec.plan, partition, rows,
             gather=_gatherer(spec, ctx), hooks=hooks,
         )
-        result = TaskResult(partition, report=report)
+        result = TaskResult(partition, report=report, task_attempt=task_attempt)
     except _DETERMINISTIC as exc:
-        result = TaskResult(partition, error=pickle.dumps(exc))
+        result = TaskResult(partition, error=pickle.dumps(exc), task_attempt=task_attempt)
     finally:
         rows.close()
     yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})
 
 
-def run_write_stage(df: Any, spec: TaskSpec) -> list[PartitionReport]:
+def run_write_stage(
+    df: Any, spec: TaskSpec, on_task_retry: Callable[[], None] | None = None
+) -> list[PartitionReport]:
     """Run the write stage of ``spec.plan`` over the prepared ``df``; one report per task.
+
+    ``on_task_retry`` is called when a result came from a Spark task retry (attempt > 0):
+    that attempt's ``init_transactions`` may have fenced producers pooled elsewhere.
 
     Raises:
         InputError / NonDeterministicReplayError: re-raised from the task that found it.
@@ -261,6 +281,8 @@ def run_write_stage(df: Any, spec: TaskSpec) -> list[PartitionReport]:
         (pickle.loads(bytes(r["payload"])) for r in rows),  # noqa: S301 - our own task results
         key=lambda r: r.partition,
     )
+    if on_task_retry is not None and any(r.task_attempt > 0 for r in results):
+        on_task_retry()
     for result in results:
         if result.error is not None:
             raise pickle.loads(result.error)  # noqa: S301 - our own task results

@@ -153,7 +153,7 @@ class RecordWriter:
                 self._produce(batch.slice(cut))
             else:
                 self._produce(batch)
-            self._producer.poll(0)
+            self._serve(lambda: self._producer.poll(0), "poll")
         if stop_after is not None and on_stop is not None and self.rows >= stop_after:
             on_stop()
         return self.rows
@@ -212,7 +212,7 @@ class RecordWriter:
     def _wait_for_room(self, retry: Callable[[], None]) -> None:
         """Back-pressure: serve delivery reports until the queue has room, then produce."""
         while True:
-            self._producer.poll(BACKPRESSURE_POLL_S)
+            self._serve(lambda: self._producer.poll(BACKPRESSURE_POLL_S), "poll")
             try:
                 retry()
             except BufferError:
@@ -235,12 +235,30 @@ class RecordWriter:
             return RecordError(msg, column=column)
         return to_write_error(exc, "produce")
 
+    def _serve(self, call: Callable[[], int], what: str) -> int:
+        """Run ``poll``/``flush``; a Kafka error raised while serving callbacks is typed.
+
+        A fatal error (a fenced transactional producer) can surface as a KafkaException
+        while librdkafka serves delivery reports; confluent-kafka then reports the next
+        callback as a SystemError whose cause is that KafkaException.
+        """
+        try:
+            return call()
+        except KafkaException as exc:
+            raise to_write_error(exc, what) from exc
+        except SystemError as exc:
+            if isinstance(exc.__cause__, KafkaException):
+                raise to_write_error(exc.__cause__, what) from exc
+            raise
+
     def flush(self, timeout_s: float) -> None:
         """Wait for every produced record to be acknowledged; raise the first failure."""
         deadline = time.monotonic() + timeout_s
-        remaining = self._producer.flush(timeout_s)
+        flush = self._producer.flush
+        remaining = self._serve(functools.partial(flush, timeout_s), "flush")
         while remaining and time.monotonic() < deadline:
-            remaining = self._producer.flush(max(0.1, deadline - time.monotonic()))
+            wait = max(0.1, deadline - time.monotonic())
+            remaining = self._serve(functools.partial(flush, wait), "flush")
         self.raise_delivery_error()
         if remaining:
             err = KafkaException(KafkaError(TIMED_OUT, f"{remaining} records unsent"))

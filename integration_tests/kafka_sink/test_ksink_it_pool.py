@@ -1,0 +1,194 @@
+"""Producer reuse across epochs (``connectors.kafka._pool``) against a real broker.
+
+The write task body (``txn.run_partition`` with ``KafkaResource``) runs in the test
+process, which plays one Spark Python worker: its pool is the worker's pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from connectors.kafka import KafkaSink, KafkaWriteError, RecordError, _pool, read_markers
+from connectors.kafka._participant import KafkaParticipant, KafkaResource, pool_key
+from connectors.kafka._rows import HASH_COLUMN, ArrowPartition
+from connectors.kafka._writer import Layout
+from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
+from integration_tests.kafka_sink.test_ksink_it_guarantees import expected, rows, sid
+from txn import CommitMode, EpochPlan, Guarantee, PartitionOutcome, TaskStep, run_partition
+
+ROWS = 50
+
+
+@dataclass(frozen=True)
+class RecordingResource(KafkaResource):
+    """KafkaResource that remembers the participants it opened."""
+
+    opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
+
+    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
+        participant = super().open(plan, partition)
+        self.opened.append(participant)
+        return participant
+
+
+@pytest.fixture(autouse=True)
+def empty_pool():
+    _pool.clear()
+    yield
+    _pool.clear()
+
+
+@pytest.fixture
+def sink(kafka_bootstrap, new_topic):
+    topic = new_topic("pool", 1)
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", create_topics=True)
+    sink.preflight()  # creates the marker topic
+    return sink
+
+
+def epoch_rows(epoch: int, *, null_value: bool = False) -> ArrowPartition:
+    start = epoch * ROWS
+    vals: list[Any] = [f"v{i}".encode() for i in range(start, start + ROWS)]
+    if null_value:
+        vals[-1] = None
+    batch = pa.RecordBatch.from_pydict(
+        {"value": pa.array(vals, pa.binary()), HASH_COLUMN: pa.array(range(start, start + ROWS), pa.int64())}
+    )
+    return ArrowPartition([batch])
+
+
+def run(sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, generation: str = "",
+        **kw: Any):
+    resource = RecordingResource(sink.config, Layout(), reuse_clients=reuse, generation=generation)
+    plan = EpochPlan(sink.config.sink_id, epoch, 1, resource.fingerprint(),
+                     Guarantee.EXACTLY_ONCE, CommitMode.UNALIGNED, attempt=attempt)
+    rows = epoch_rows(epoch, null_value=kw.pop("null_value", False))
+    try:
+        return run_partition(resource, plan, 0, rows, **kw), resource.opened[0]
+    finally:
+        rows.close()
+
+
+def check_exact(sink: KafkaSink, epochs: int) -> None:
+    cfg = sink.config
+    assert cfg.topic is not None
+    assert values(read_committed(cfg.bootstrap_servers, cfg.topic)) == expected(epochs * ROWS)
+    assert lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
+    marker = read_markers(cfg.bootstrap_servers, cfg.sink_id, 1, marker_topic=cfg.marker_topic)[0]
+    assert marker is not None and marker.epoch == epochs - 1
+
+
+def test_producer_is_reused_after_a_clean_commit(sink):
+    reused = []
+    for epoch in range(3):
+        report, participant = run(sink, epoch, reuse=True)
+        assert report.outcome is PartitionOutcome.COMMITTED
+        reused.append(participant.reused)
+    assert reused == [False, True, True]
+    check_exact(sink, 3)
+
+
+def test_retry_attempt_creates_a_new_producer_that_aborts_the_dead_attempt(sink):
+    run(sink, 0, reuse=True)
+
+    def die_after_pre_commit(step: TaskStep, plan: EpochPlan, partition: int) -> None:
+        if step is TaskStep.PRE_COMMITTED:
+            raise RuntimeError("task attempt 0 dies holding an open transaction")
+
+    with pytest.raises(RuntimeError):
+        run(sink, 1, reuse=True, hooks=die_after_pre_commit)
+    cfg = sink.config
+    assert not lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)  # left open
+    entry = _pool.take(pool_key(cfg, 0))
+    assert entry is not None and entry.producer is None  # never pooled with an open txn
+    _pool.give_back(pool_key(cfg, 0), entry)
+    # The retry (reuse not allowed) inits a new producer: the open transaction is aborted.
+    report, participant = run(sink, 1, reuse=False)
+    assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
+    check_exact(sink, 2)
+
+
+def test_retry_never_reuses_even_a_clean_pooled_producer(sink):
+    run(sink, 0, reuse=True)
+    report, participant = run(sink, 1, reuse=False)
+    assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
+    check_exact(sink, 2)
+
+
+def test_fenced_pooled_producer_fails_and_is_discarded(sink):
+    run(sink, 0, reuse=True)
+    # Another instance of the id (a retry elsewhere, or start-up recovery) fences it
+    # without committing, so the marker still matches the pooled producer's commit.
+    KafkaResource(sink.config, Layout()).abort_lingering([0])
+    with pytest.raises(KafkaWriteError):
+        run(sink, 1, reuse=True)
+    entry = _pool.take(pool_key(sink.config, 0))
+    assert entry is not None and entry.producer is None
+    _pool.give_back(pool_key(sink.config, 0), entry)
+    report, participant = run(sink, 1, reuse=False)  # the retry commits
+    assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
+    check_exact(sink, 2)
+
+
+def test_error_discards_the_producer(sink):
+    run(sink, 0, reuse=True)
+    with pytest.raises(RecordError):
+        run(sink, 1, reuse=True, null_value=True)
+    entry = _pool.take(pool_key(sink.config, 0))
+    assert entry is not None and entry.producer is None and entry.consumer is not None
+    _pool.give_back(pool_key(sink.config, 0), entry)
+    report, participant = run(sink, 1, reuse=True)
+    assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
+    check_exact(sink, 2)
+
+
+def test_partition_committed_by_another_instance_gets_a_new_producer(sink):
+    cfg = sink.config
+    run(sink, 0, reuse=True)
+    mine = _pool.take(pool_key(cfg, 0))  # this worker's clients, committed epoch 0
+    run(sink, 1, reuse=True)  # "another worker" writes epoch 1 (fresh: fences mine)
+    other = _pool.take(pool_key(cfg, 0))
+    assert mine is not None and other is not None
+    _pool.discard(other)
+    _pool.give_back(pool_key(cfg, 0), mine)
+    report, participant = run(sink, 2, reuse=True)  # marker 1 != my commit 0: new producer
+    assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
+    check_exact(sink, 3)
+
+
+def test_producer_pooled_under_another_generation_is_not_reused(sink):
+    run(sink, 0, reuse=True, generation="g1")
+    _, participant = run(sink, 1, reuse=True, generation="g2")
+    assert not participant.reused
+    _, participant = run(sink, 2, reuse=True, generation="g2")
+    assert participant.reused
+    check_exact(sink, 3)
+
+
+def test_restarted_sink_in_the_same_application_does_not_reuse_fenced_producers(
+    spark, kafka_bootstrap, new_topic
+):
+    # The second sink's recovery fences the producers the Python workers pooled for the
+    # first one; without a new client generation its first epoch would reuse them and
+    # fail (stage_retries=0 and local mode: no retry would hide it).
+    topic = new_topic("pool-restart", 2)
+    sink_id = sid()
+
+    def make() -> KafkaSink:
+        return KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=2,
+                         stage_retries=0, create_topics=True)
+
+    first = make()
+    for epoch in range(3):
+        assert first(rows(spark, 20, start=20 * epoch), epoch).committed
+    first.close()
+    second = make()
+    for epoch in range(3, 6):
+        assert second(rows(spark, 20, start=20 * epoch), epoch).committed
+    second.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(120)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
