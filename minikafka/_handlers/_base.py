@@ -57,3 +57,18 @@ def register(
         return fn
 
     return deco
+
+
+def per_partition_offsets_error(req: Any, code: ErrorCode) -> Data:
+    """Error answer of an offset commit request: ``code`` for every partition asked."""
+    return {
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                ],
+            }
+            for t in req.topics
+        ]
+    }

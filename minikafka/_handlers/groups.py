@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .._protocol import ms
-from ._base import Data, RequestContext, register
+from ._base import Data, RequestContext, per_partition_offsets_error, register
 
 # Rebalance timeout of JoinGroup v0, which has no such field (Kafka uses the session one).
 
@@ -74,21 +74,7 @@ def leave_group(ctx: RequestContext, req: Any) -> Data:
     }
 
 
-def _offset_commit_error(req: Any, code: ErrorCode) -> Data:
-    return {
-        "topics": [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
-                ],
-            }
-            for t in req.topics
-        ]
-    }
-
-
-@register(8, "OffsetCommit", 2, 7, _offset_commit_error)
+@register(8, "OffsetCommit", 2, 7, per_partition_offsets_error)
 def offset_commit(ctx: RequestContext, req: Any) -> Data:
     """Commit offsets of a group member (or of a simple assign() consumer)."""
     b = ctx.broker

@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .._protocol import ms
-from ._base import Data, RequestContext, register
+from ._base import Data, RequestContext, per_partition_offsets_error, register
 
 
 @register(22, "InitProducerId", 0, 4)
@@ -85,21 +85,7 @@ def end_txn(ctx: RequestContext, req: Any) -> Data:
     }
 
 
-def _txn_offset_error(req: Any, code: ErrorCode) -> Data:
-    return {
-        "topics": [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
-                ],
-            }
-            for t in req.topics
-        ]
-    }
-
-
-@register(28, "TxnOffsetCommit", 0, 3, _txn_offset_error)
+@register(28, "TxnOffsetCommit", 0, 3, per_partition_offsets_error)
 def txn_offset_commit(ctx: RequestContext, req: Any) -> Data:
     """Stage offsets that become visible when the transaction commits."""
     b = ctx.broker
