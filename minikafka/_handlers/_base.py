@@ -72,3 +72,30 @@ def per_partition_offsets_error(req: Any, code: ErrorCode) -> Data:
             for t in req.topics
         ]
     }
+
+
+def stage_offsets(
+    broker: Any, req: Any, code: ErrorCode
+) -> tuple[dict[tuple[str, int], tuple[int, str | None, int]], list[Data]]:
+    """Check an offset commit's partitions; return the offsets to store and the answer topics.
+
+    Partitions that do not exist get UNKNOWN_TOPIC_OR_PARTITION (as Kafka answers); with a
+    request-level ``code`` every partition gets that code and nothing is staged.
+    """
+    staged: dict[tuple[str, int], tuple[int, str | None, int]] = {}
+    topics: list[Data] = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            pcode = code
+            if pcode == ErrorCode.none and broker.topics.partition(t.name, p.partition_index) is None:
+                pcode = ErrorCode.unknown_topic_or_partition
+            if pcode == ErrorCode.none:
+                staged[(t.name, p.partition_index)] = (
+                    p.committed_offset,
+                    p.committed_metadata,
+                    getattr(p, "committed_leader_epoch", -1),
+                )
+            parts.append({"partition_index": p.partition_index, "error_code": pcode})
+        topics.append({"name": t.name, "partitions": parts})
+    return staged, topics

@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .._protocol import ms
-from ._base import Data, RequestContext, per_partition_offsets_error, register
+from ._base import Data, RequestContext, per_partition_offsets_error, register, stage_offsets
 
 # Rebalance timeout of JoinGroup v0, which has no such field (Kafka uses the session one).
 
@@ -79,22 +79,7 @@ def offset_commit(ctx: RequestContext, req: Any) -> Data:
     """Commit offsets of a group member (or of a simple assign() consumer)."""
     b = ctx.broker
     code = b.groups.check_member(req.group_id, req.member_id, req.generation_id_or_member_epoch)
-    staged = {}
-    topics = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            pcode = code
-            if pcode == ErrorCode.none and b.topics.partition(t.name, p.partition_index) is None:
-                pcode = ErrorCode.unknown_topic_or_partition
-            if pcode == ErrorCode.none:
-                staged[(t.name, p.partition_index)] = (
-                    p.committed_offset,
-                    p.committed_metadata,
-                    getattr(p, "committed_leader_epoch", -1),
-                )
-            parts.append({"partition_index": p.partition_index, "error_code": pcode})
-        topics.append({"name": t.name, "partitions": parts})
+    staged, topics = stage_offsets(b, req, code)
     if staged:
         b.groups.commit(req.group_id, staged)
     return {"topics": topics}

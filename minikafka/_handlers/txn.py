@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .._protocol import ms
-from ._base import Data, RequestContext, per_partition_offsets_error, register
+from ._base import Data, RequestContext, per_partition_offsets_error, register, stage_offsets
 
 
 @register(22, "InitProducerId", 0, 4)
@@ -95,22 +95,7 @@ def txn_offset_commit(ctx: RequestContext, req: Any) -> Data:
     generation = getattr(req, "generation_id", -1)
     if code == ErrorCode.none and generation >= 0:
         code = b.groups.check_member(req.group_id, req.member_id, generation)
-    staged = {}
-    topics = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            pcode = code
-            if pcode == ErrorCode.none and b.topics.partition(t.name, p.partition_index) is None:
-                pcode = ErrorCode.unknown_topic_or_partition
-            if pcode == ErrorCode.none:
-                staged[(t.name, p.partition_index)] = (
-                    p.committed_offset,
-                    p.committed_metadata,
-                    getattr(p, "committed_leader_epoch", -1),
-                )
-            parts.append({"partition_index": p.partition_index, "error_code": pcode})
-        topics.append({"name": t.name, "partitions": parts})
+    staged, topics = stage_offsets(b, req, code)
     if staged:
         b.groups.commit_pending(req.group_id, req.producer_id, staged)
     return {"topics": topics}
