@@ -23,7 +23,6 @@ are written again by the re-run), so the test fails for a sink that is not exact
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import uuid
@@ -38,6 +37,7 @@ from connectors.async_io import AsyncConfig, async_map
 from connectors.kafka import FaultPlan, KafkaSink
 from connectors.kafka_source import register
 from connectors.verify import check_exactly_once, print_report, produce_input, read_committed_topic
+from integration_tests.async_io._http import get_json
 
 # Test helpers defined here travel to the Python workers by value (this module is not
 # importable there).
@@ -55,20 +55,6 @@ FAILING_ID = 90
 
 class ServiceError(Exception):
     """A non-200 answer of the enrichment service (not retried: no RetryPolicy)."""
-
-
-async def get_json(port: int, path: str) -> tuple[int, Any]:
-    """One HTTP/1.1 GET on its own connection; return (status, JSON body)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        writer.write(request.encode())
-        await writer.drain()
-        raw = await reader.read()
-    finally:
-        writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
 def enricher(port: int, ns: str, fail_once: int) -> Callable[[dict[str, Any]], Any]:

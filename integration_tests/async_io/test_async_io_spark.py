@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from connectors.async_io import (
     RetryPolicy,
     async_map,
 )
+from integration_tests.async_io._http import get_json
 
 # Test helpers defined here travel to the Python workers by value (this module is not
 # importable there).
@@ -36,20 +35,6 @@ class ServiceUnavailable(Exception):
 
 class ServiceError(Exception):
     """Any other non-200 answer."""
-
-
-async def get_json(port: int, path: str) -> tuple[int, Any]:
-    """Tiny HTTP/1.1 GET (one connection per request) returning (status, JSON body)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        writer.write(request.encode())
-        await writer.drain()
-        raw = await reader.read()
-    finally:
-        writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
 def enricher(
