@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test lint typecheck unit integration bench soak clean venv
+.PHONY: demo test test-fast lint typecheck layering unit integration bench soak clean venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,11 +34,16 @@ integration: $(STAMP)
 test: lint typecheck
 	$(PY) -m pytest -q
 
+# The developer's loop: lint, types, unit tests and the integration tests that need
+# neither Spark nor whole applications (well under two minutes).
+test-fast: lint typecheck
+	$(PY) -m pytest -q -m "not spark and not e2e and not soak"
+
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
 soak: $(STAMP)
-	$(PY) -m integration_tests.e2e.soak
+	$(PY) -m connectors.testing.soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,26 +1,36 @@
-"""Throughput and per-epoch latency of KafkaSink against what users write today.
+"""KafkaSink against the hand-written at-least-once sink, in one streaming job, side by side.
 
-Run ``python -m benchmarks.bench_sink`` (``--full`` adds 1M-row epochs; ``--help`` for
+Run ``python -m benchmarks.bench_sink`` (``--quick`` for a smoke run, ``--help`` for the
 options). It starts a minikafka broker in a subprocess (or uses ``--bootstrap-servers`` /
-``KAFKA_BOOTSTRAP_SERVERS``) and a local[2] SparkSession, then for each record size
-(100 B, 1 KB) and epoch size (10k, 100k rows, 1M with ``--full``) writes ``--epochs`` epochs
-with each variant:
+``KAFKA_BOOTSTRAP_SERVERS``, e.g. a real Kafka) and a ``local[2]`` SparkSession, then for
+each epoch size (10k and 200k rows; 1M with ``--full``) runs the streaming job of
+``benchmarks._job`` (``rate-micro-batch`` source, 4 input partitions, ``to_json`` values of
+about 45 bytes, ``foreachBatch``) in which every micro-batch is written by every variant in
+turn, in an order that rotates with the batch id:
 
-1. ``eos-aligned``: KafkaSink exactly-once, aligned commit (barrier stage);
-2. ``eos-unaligned``: KafkaSink exactly-once, unaligned commit;
-3. ``alo-sink``: KafkaSink at-least-once (idempotent producer, flush, no transactions);
-4. ``baseline``: hand-written at-least-once, ``df.foreachPartition`` with a plain
-   confluent-kafka producer over Row objects (what users write today);
-5. ``ceiling``: a plain confluent-kafka producer loop in one process over prepared bytes.
+``eos-aligned``, ``eos-unaligned`` (KafkaSink exactly-once), ``alo-sink`` (KafkaSink
+at-least-once), ``baseline`` (hand-written ``foreachPartition`` + idempotent producer over
+Rows), ``noop`` (Spark's noop writer: the job without Kafka) and ``rows-drop`` (Rows shipped
+to Python and dropped).
 
-Spark variants call the sink's ``foreachBatch`` function with a cached DataFrame of the epoch
-and consecutive batch ids: the same code path a streaming query takes, without the source's
-noise. ``--vote-channel driver|barrier`` picks how the aligned mode gathers votes
-(``KafkaSink(vote_channel=...)``; default ``driver``, the sink's default). Every variant uses
-the same producer batching settings (the sink's defaults). The
-table shows rows/s and MB/s (median epoch), the ratio to the baseline, and the median added
-latency per epoch of exactly-once over the sink's at-least-once mode. Results are saved as
-JSON and a PNG under benchmarks/results/. Numbers are measurements on a shared machine.
+Interleaving epoch by epoch makes load changes on the shared machine hit every variant
+alike, so the report is about ratios: for each variant the median over epochs of the paired
+per-epoch ratio to the baseline, to the sink's at-least-once and to ``noop``, and for the
+exactly-once modes the median added milliseconds per epoch over the sink's at-least-once
+(same batch). Next to wall time, the CPU seconds the job's processes used per epoch
+(driver, Spark JVM, Python workers; the minikafka broker apart, ``benchmarks._cpu``):
+on a loaded machine they vary much less than wall time, and on a CPU-bound 2-core box
+they are what limits throughput. The first ``--warmup`` batches are not measured (sink preflight and recovery,
+Python worker start-up, JIT).
+
+Broker requests: every Kafka client of the run (driver and Spark workers) logs its requests
+with librdkafka's ``debug=protocol`` (see ``benchmarks._requests``; ``--no-requests`` turns
+it off); the report gives the mean requests per epoch of each variant by API, split into
+the driver's (epoch log) and the write tasks'. The run's stderr (Spark's and librdkafka's)
+goes to ``benchmarks/results/bench_sink.stderr.log``.
+
+Results: tables on the console, ``benchmarks/results/bench_sink.json`` and ``.png``. Numbers
+are measurements on a shared machine; the load average is printed with them.
 """
 
 from __future__ import annotations
@@ -30,281 +40,294 @@ import contextlib
 import json
 import os
 import statistics
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmarks import _requests
+from benchmarks._broker import broker
+from benchmarks._job import (
+    KAFKA_VARIANTS,
+    VARIANTS,
+    WRITE_TASKS,
+    EpochTime,
+    Writers,
+    paired,
+    run_interleaved,
+)
+from benchmarks._plot import grouped_bar_plot
 from benchmarks._table import print_table
-from connectors.kafka._config import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
+from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 
 RESULTS = Path(__file__).parent / "results"
-# Seconds for topic creation and for a final producer flush.
-ADMIN_TIMEOUT_S = 30.0
-FLUSH_TIMEOUT_S = 300.0
-PARTITIONS = 3
-WRITE_TASKS = 2
-TARGET_EO_RATIO = 0.90  # exactly-once >= 90% of at-least-once at 100k-row epochs
-TARGET_ADDED_LATENCY_MS = 100.0  # median added latency per epoch
-VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink", "baseline", "ceiling")
-PRODUCER_SETTINGS = {"linger.ms": "10", "batch.size": "1000000", "acks": "all",
-                     "queue.buffering.max.messages": "100000",
-                     "queue.buffering.max.kbytes": "65536"}
+DEFAULT_ROWS = (10_000, 200_000)
+QUICK_ROWS = (10_000, 50_000)
+# Targets of issue 13 (benchmarks, not timed tests).
+TARGET_X_BASELINE = 1.5  # eos-aligned vs the hand-written sink at 200k-row epochs
+TARGET_X_ALO = 0.95  # exactly-once vs the sink's at-least-once, 10k and 200k
+TARGET_ADDED_MS = 50.0  # median added ms of an exactly-once epoch at 10k-row epochs
+EOS = ("eos-aligned", "eos-unaligned")
+DRIVER = "driver"
+TASKS = "tasks"
 
 
 @dataclass(frozen=True)
-class Result:
+class Summary:
+    """One variant at one epoch size, over the measured epochs."""
+
+    rows: int
     variant: str
-    record_bytes: int
-    epoch_rows: int
-    epoch_seconds: tuple[float, ...]
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.epoch_seconds)
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.epoch_rows / self.median_s
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.rows_per_s * self.record_bytes / 1e6
+    epochs: int
+    median_ms: float
+    rows_per_s: float
+    x_baseline: float | None
+    x_alo: float | None
+    x_noop: float | None
+    added_ms: float | None  # exactly-once only: median paired difference to alo-sink
+    requests: dict[str, dict[str, float]]  # {"driver"|"tasks": {api: mean per epoch}}
+    cpu_ms: float | None = None  # median CPU ms per epoch: driver, JVM, Python workers
+    broker_cpu_ms: float | None = None  # median CPU ms per epoch of the minikafka broker
+    x_baseline_cpu: float | None = None  # paired ratio of CPU ms (baseline / this)
+    x_alo_cpu: float | None = None
 
 
-def _broker(bootstrap: str | None) -> contextlib.AbstractContextManager[str]:
-    @contextlib.contextmanager
-    def started() -> Iterator[str]:
-        if bootstrap:
-            yield bootstrap
-            return
-        from minikafka import BrokerProcess
-
-        with BrokerProcess() as broker:
-            yield broker.bootstrap_servers
-
-    return started()
+def default_epochs(rows: int) -> int:
+    """Measured epochs for an epoch size: more for small (noisy) epochs, 7 to 15."""
+    return max(7, min(15, 1_000_000 // rows))
 
 
-def _new_topic(admin: AdminClient, prefix: str) -> str:
-    name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=ADMIN_TIMEOUT_S)
-    return name
+def _requests_per_epoch(per_epoch: Sequence[list[_requests.Request]]) -> dict[str, dict[str, float]]:
+    out: dict[str, Counter[str]] = {DRIVER: Counter(), TASKS: Counter()}
+    for reqs in per_epoch:
+        out[DRIVER].update(_requests.by_api(reqs, _requests.DRIVER_ROLES))
+        out[TASKS].update(r.api for r in reqs if r.role not in _requests.DRIVER_ROLES)
+    n = max(1, len(per_epoch))
+    return {side: {api: c / n for api, c in sorted(counts.items())} for side, counts in out.items()}
 
 
-def _epoch_frame(spark: Any, rows: int, size: int) -> Any:
-    # key: 1000 distinct keys; value: the row id zero-padded and filled up to `size` bytes
-    df = spark.range(rows).selectExpr(
-        "cast(id % 1000 as string) as key",
-        f"cast(rpad(lpad(cast(id as string), 12, '0'), {size}, 'x') as binary) as value",
-        "id as seq",
-    ).repartition(WRITE_TASKS).cache()
-    df.count()
-    return df
+def summarize(times: Sequence[EpochTime], requests: dict[tuple[int, str, int], list[Any]] | None
+              ) -> list[Summary]:
+    """Summaries per (epoch size, variant) of the measured epochs ``times``."""
+    out = []
+    for rows in sorted({t.rows for t in times}):
+        sized = [t for t in times if t.rows == rows]
+        for variant in [v for v in VARIANTS if any(t.variant == v for t in sized)]:
+            mine = [t for t in sized if t.variant == variant]
+            median_s = statistics.median(t.seconds for t in mine)
+            per_epoch = ([requests.get((rows, variant, t.batch_id), []) for t in mine]
+                         if requests is not None else [])
+            out.append(Summary(
+                rows, variant, len(mine), 1000.0 * median_s, rows / median_s,
+                paired(sized, variant, "baseline", "ratio"),
+                paired(sized, variant, "alo-sink", "ratio"),
+                paired(sized, variant, "noop", "ratio"),
+                paired(sized, variant, "alo-sink", "diff") if variant in EOS else None,
+                _requests_per_epoch(per_epoch) if per_epoch else {},
+                _median_ms(t.cpu_s for t in mine), _median_ms(t.broker_cpu_s for t in mine),
+                paired(sized, variant, "baseline", "ratio", "cpu_s"),
+                paired(sized, variant, "alo-sink", "ratio", "cpu_s"),
+            ))
+    return out
 
 
-def _baseline_writer(bootstrap: str, topic: str) -> Callable[[Any, int], None]:
-    def write(df: Any, _batch_id: int) -> None:
-        settings = {"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS}
-
-        def write_partition(rows: Iterator[Any]) -> None:
-            # imported here: the function is shipped to Python workers by value
-            from confluent_kafka import Producer as TaskProducer
-
-            producer = TaskProducer(settings)
-            for row in rows:
-                while True:
-                    try:
-                        producer.produce(topic, key=row.key, value=bytes(row.value))
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                producer.poll(0)
-            if producer.flush(300.0):  # seconds; literal so the closure ships no globals
-                raise RuntimeError("baseline producer did not flush")
-
-        df.foreachPartition(write_partition)
-
-    return write
+def _median_ms(values: Iterable[float]) -> float | None:
+    known = [v for v in values if v == v]  # NaN: not measured
+    return 1000.0 * statistics.median(known) if known else None
 
 
-def _ceiling(bootstrap: str, topic: str, rows: int, size: int) -> Callable[[int], None]:
-    payload = [(str(i % 1000).encode(), str(i).zfill(12).encode().ljust(size, b"x"))
-               for i in range(rows)]
-
-    def write(_batch_id: int) -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS})
-        for key, value in payload:
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        if producer.flush(FLUSH_TIMEOUT_S):
-            raise RuntimeError("ceiling producer did not flush")
-
-    return write
+def _fmt(x: float | None, digits: int = 2) -> str | float:
+    return "" if x is None else round(x, digits)
 
 
-def _sink_writer(bootstrap: str, topic: str, variant: str,
-                 vote_channel: str) -> tuple[Callable[[Any, int], Any], Any]:
-    from connectors.kafka import KafkaSink
-
-    guarantee = "at-least-once" if variant == "alo-sink" else "exactly-once"
-    mode = "unaligned" if variant == "eos-unaligned" else "aligned"
-    sink = KafkaSink(bootstrap, topic, f"{topic}-sink", guarantee=guarantee, mode=mode,
-                     parallelism=WRITE_TASKS, order_by=("seq",), vote_channel=vote_channel)
-    return sink, sink
-
-
-def run_case(spark: Any, bootstrap: str, admin: AdminClient, variant: str, rows: int,
-             size: int, epochs: int, df: Any, vote_channel: str = DEFAULT_VOTE_CHANNEL) -> Result:
-    topic = _new_topic(admin, variant)
-    times: list[float] = []
-    if variant == "ceiling":
-        write_plain = _ceiling(bootstrap, topic, rows, size)
-        for epoch in range(epochs):
-            t0 = time.perf_counter()
-            write_plain(epoch)
-            times.append(time.perf_counter() - t0)
-        return Result(variant, size, rows, tuple(times))
-    closer = None
-    if variant == "baseline":
-        write = _baseline_writer(bootstrap, topic)
-    else:
-        write, closer = _sink_writer(bootstrap, topic, variant, vote_channel)
-        write(df.limit(10), 0)  # preflight, topics, first producers: not measured
-    try:
-        for epoch in range(1, epochs + 1):
-            t0 = time.perf_counter()
-            write(df, epoch)
-            times.append(time.perf_counter() - t0)
-    finally:
-        if closer is not None:
-            closer.close()
-    return Result(variant, size, rows, tuple(times))
+def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
+    """Print the throughput table and the requests table."""
+    print_table(title, ["epoch rows", "variant", "epochs", "median ms", "rows/s", "x baseline",
+                        "x alo-sink", "x noop", "added ms vs alo", "CPU ms", "broker CPU ms",
+                        "x baseline (CPU)", "x alo-sink (CPU)"],
+                [[s.rows, s.variant, s.epochs, round(s.median_ms), round(s.rows_per_s),
+                  _fmt(s.x_baseline), _fmt(s.x_alo), _fmt(s.x_noop), _fmt(s.added_ms, 0),
+                  _fmt(s.cpu_ms, 0), _fmt(s.broker_cpu_ms, 0), _fmt(s.x_baseline_cpu),
+                  _fmt(s.x_alo_cpu)]
+                 for s in summaries], console)
+    with_requests = [s for s in summaries if s.requests]
+    if not with_requests:
+        return
+    rows: list[list[Any]] = []
+    for s in with_requests:
+        for side in (DRIVER, TASKS):
+            counts = s.requests.get(side, {})
+            if not counts:
+                continue
+            fixed = sum(c for api, c in counts.items() if api != "Produce")
+            listing = ", ".join(f"{api} {c:.3g}" for api, c in counts.items() if api != "Produce")
+            rows.append([s.rows, s.variant, side, round(fixed, 1),
+                         round(counts.get("Produce", 0.0), 1), listing])
+    print_table("Broker requests per epoch (mean over the measured epochs; tasks: all write "
+                "tasks together)", ["epoch rows", "variant", "side", "all but Produce", "Produce",
+                                    "by API (all but Produce)"], rows, console)
 
 
-def _report(results: list[Result], console: Console, vote_channel: str) -> list[list[Any]]:
-    table: list[list[Any]] = []
-    for r in results:
-        base = next(b for b in results if b.variant == "baseline"
-                    and (b.record_bytes, b.epoch_rows) == (r.record_bytes, r.epoch_rows))
-        alo = next(b for b in results if b.variant == "alo-sink"
-                   and (b.record_bytes, b.epoch_rows) == (r.record_bytes, r.epoch_rows))
-        added = ((r.median_s - alo.median_s) * 1000.0 if r.variant.startswith("eos")
-                 else None)
-        table.append([r.variant, r.record_bytes, r.epoch_rows, round(r.rows_per_s),
-                      round(r.mb_per_s, 2), round(r.rows_per_s / base.rows_per_s, 2),
-                      round(r.rows_per_s / alo.rows_per_s, 2),
-                      "" if added is None else round(added, 1)])
-    print_table(f"KafkaSink throughput (median epoch; aligned votes via {vote_channel})",
-                ["variant", "record B", "epoch rows", "rows/s", "MB/s", "x baseline",
-                 "x alo-sink", "added ms/epoch vs alo"], table, console)
-    return table
+def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
+    """Two panels: throughput relative to the hand-written sink; added ms per EOS epoch."""
+    sizes = sorted({s.rows for s in summaries})
+    groups = [f"{n // 1000}k rows" for n in sizes]
+
+    def values(variant: str, field: str) -> list[float]:
+        found = {s.rows: getattr(s, field) for s in summaries if s.variant == variant}
+        return [float("nan") if found.get(n) is None else float(found[n]) for n in sizes]
+
+    ratio = {v: values(v, "x_baseline") for v in VARIANTS if v != "baseline"
+             and any(s.variant == v for s in summaries)}
+    added = {v: values(v, "added_ms") for v in EOS if any(s.variant == v for s in summaries)}
+    panels: list[tuple[str, Sequence[str], dict[str, Sequence[float]], float | None]] = [
+        ("throughput / hand-written sink (median paired ratio)", groups, ratio, TARGET_X_BASELINE)]
+    if added:
+        panels.append(("added ms per epoch vs the sink's at-least-once", groups, added,
+                       TARGET_ADDED_MS))
+    return grouped_bar_plot(path, f"KafkaSink vs hand-written at-least-once ({subtitle})", panels)
 
 
-def _plot(results: list[Result], path: Path, vote_channel: str) -> Path:
-    import matplotlib
+def targets(summaries: Sequence[Summary], console: Console) -> None:
+    """Print each issue-13 target with met / MISSED."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    for s in summaries:
+        if s.variant == "eos-aligned" and s.rows >= 200_000 and s.x_baseline is not None:
+            console.print(f"eos-aligned x{s.x_baseline:.2f} of the hand-written sink at "
+                          f"{s.rows:,} rows (target >= {TARGET_X_BASELINE}: "
+                          f"{verdict(s.x_baseline >= TARGET_X_BASELINE)})")
+        if s.variant in EOS and s.x_alo is not None:
+            console.print(f"{s.variant} x{s.x_alo:.2f} of the sink's at-least-once at {s.rows:,} "
+                          f"rows (target >= {TARGET_X_ALO}: {verdict(s.x_alo >= TARGET_X_ALO)})")
+        if s.variant in EOS and s.rows <= 10_000 and s.added_ms is not None:
+            console.print(f"{s.variant} adds {s.added_ms:.0f} ms per {s.rows:,}-row epoch "
+                          f"(target <= {TARGET_ADDED_MS:.0f} ms: "
+                          f"{verdict(s.added_ms <= TARGET_ADDED_MS)})")
 
-    cases = sorted({(r.record_bytes, r.epoch_rows) for r in results})
-    fig, ax = plt.subplots(figsize=(max(8.0, 2.2 * len(cases)), 5))
-    width = 0.8 / len(VARIANTS)
-    for i, variant in enumerate(VARIANTS):
-        values = [next((r.rows_per_s for r in results if r.variant == variant
-                        and (r.record_bytes, r.epoch_rows) == c), 0.0) for c in cases]
-        ax.bar([x + i * width for x in range(len(cases))], values, width, label=variant)
-    ax.set_xticks([x + width * (len(VARIANTS) - 1) / 2 for x in range(len(cases))])
-    ax.set_xticklabels([f"{b} B x {n // 1000}k rows" for b, n in cases])
-    ax.set_ylabel("rows/s (median epoch)")
-    ax.set_title("KafkaSink vs. hand-written at-least-once and a plain producer"
-                 f" (aligned votes via {vote_channel})")
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 10k and 50k rows, 2 measured epochs each")
+    parser.add_argument("--full", action="store_true", help="add 1M-row epochs")
+    parser.add_argument("--rows", default=None,
+                        help="epoch sizes, comma-separated (default 10000,200000)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="measured epochs per size (default: 15 at 10k down to 7 at 200k+)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured first batches")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated subset of: " + ", ".join(VARIANTS))
+    parser.add_argument("--pad", type=int, default=0, help="extra bytes in each JSON value")
+    parser.add_argument("--no-requests", action="store_true",
+                        help="do not log and count broker requests")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--vote-channel", choices=VOTE_CHANNELS, default=DEFAULT_VOTE_CHANNEL,
+                        help="how aligned mode gathers votes (default %(default)s)")
+    parser.add_argument("--out", default="bench_sink", help="file stem under benchmarks/results")
+    args = parser.parse_args(argv)
+    sizes = ([int(r) for r in args.rows.split(",")] if args.rows
+             else list(QUICK_ROWS if args.quick else DEFAULT_ROWS))
+    args.sizes = sizes + ([1_000_000] if args.full else [])
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(args.variant_list) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    return args
+
+
+def _epochs_for(args: argparse.Namespace, rows: int) -> int:
+    if args.epochs is not None:
+        return int(args.epochs)
+    return 2 if args.quick else default_epochs(rows)
+
+
+def run(args: argparse.Namespace, console: Console, log_path: Path
+        ) -> tuple[list[EpochTime], dict[str, dict[str, int]]]:
+    """Run every epoch size; return all epoch times and the records written per variant."""
+    from benchmarks._spark import bench_session
+
+    times: list[EpochTime] = []
+    written: dict[str, dict[str, int]] = {}
+    total = sum((args.warmup + _epochs_for(args, n)) * len(args.variant_list) for n in args.sizes)
+    with contextlib.ExitStack() as stack:
+        if not args.no_requests:
+            os.environ.update(_requests.worker_env())
+            _requests.install()
+            stack.enter_context(_requests.capture_stderr(log_path))
+        bootstrap = stack.enter_context(broker(args.bootstrap_servers))
+        spark = bench_session("bench-sink")
+        stack.callback(spark.stop)
+        progress = stack.enter_context(Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console))
+        task = progress.add_task("epochs", total=total)
+        for rows in args.sizes:
+            batches = args.warmup + _epochs_for(args, rows)
+            writers = Writers(bootstrap, args.variant_list, vote_channel=args.vote_channel)
+            try:
+                def seen(t: EpochTime, rows: int = rows) -> None:
+                    progress.update(task, advance=1, description=(
+                        f"{rows:,} rows: batch {t.batch_id} {t.variant} {t.seconds:.2f}s"))
+
+                sized = run_interleaved(spark, writers, args.variant_list, rows, batches,
+                                        pad=args.pad, on_epoch=seen)
+                written[str(rows)] = writers.records_written()
+            finally:
+                writers.close()
+            times += [t for t in sized if t.batch_id >= args.warmup]
+    return times, written
+
+
+def _check_written(written: dict[str, dict[str, int]], times: Sequence[EpochTime],
+                   warmup: int) -> list[str]:
+    problems = []
+    for size, per_variant in written.items():
+        batches = warmup + len({t.batch_id for t in times if t.rows == int(size)})
+        for variant, records in per_variant.items():
+            if records < int(size) * batches:
+                problems.append(f"{variant} at {size} rows wrote {records} records, "
+                                f"expected at least {int(size) * batches}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="add 1M-row epochs")
-    parser.add_argument("--epochs", type=int, default=3, help="measured epochs per case")
-    parser.add_argument("--sizes", default="100,1024", help="record sizes in bytes")
-    parser.add_argument("--rows", default=None, help="epoch sizes (default 10000,100000)")
-    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
-    parser.add_argument("--vote-channel", choices=VOTE_CHANNELS, default=DEFAULT_VOTE_CHANNEL,
-                        help="how aligned mode gathers votes: the driver's vote server or "
-                             "Spark's barrier allGather (default %(default)s)")
-    args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    epoch_rows = ([int(r) for r in args.rows.split(",")] if args.rows
-                  else [10_000, 100_000] + ([1_000_000] if args.full else []))
-    console = Console(width=max(Console().width, 132))  # the table needs ~130 columns
-    from connectors.demo import make_spark
-
-    spark = make_spark("local[2]", app_name="bench-sink")
-    results: list[Result] = []
-    try:
-        with _broker(args.bootstrap_servers) as bootstrap:
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            cases = [(s, n, v) for s in sizes for n in epoch_rows for v in VARIANTS]
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                          MofNCompleteColumn(), TimeElapsedColumn(), console=console) as prog:
-                task = prog.add_task("cases", total=len(cases))
-                frames: dict[tuple[int, int], Any] = {}
-                for size, rows, variant in cases:
-                    prog.update(task, description=f"{variant} {size} B x {rows:,}")
-                    if (size, rows) not in frames:
-                        for old in frames.values():
-                            old.unpersist()
-                        frames = {(size, rows): _epoch_frame(spark, rows, size)}
-                    results.append(run_case(spark, bootstrap, admin, variant, rows, size,
-                                            args.epochs, frames[(size, rows)],
-                                            args.vote_channel))
-                    prog.advance(task)
-    finally:
-        spark.stop()
-    _report(results, console, args.vote_channel)
+    args = _parse_args(argv)
+    console = Console(width=max(Console().width, 140))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    # The default channel keeps the historic file names; another one gets a suffix.
-    stem = ("bench_sink" if args.vote_channel == DEFAULT_VOTE_CHANNEL
-            else f"bench_sink-{args.vote_channel}")
-    (RESULTS / f"{stem}.json").write_text(json.dumps(
-        [asdict(r) | {"rows_per_s": r.rows_per_s, "vote_channel": args.vote_channel}
-         for r in results], indent=2))
-    png = _plot(results, RESULTS / f"{stem}.png", args.vote_channel)
-    _targets(results, console)
-    console.print(f"saved {png} and {RESULTS / f'{stem}.json'}")
-    return 0
-
-
-def _targets(results: list[Result], console: Console) -> None:
-    for r in results:
-        if r.epoch_rows != 100_000 or not r.variant.startswith("eos"):
-            continue
-        alo = next(a for a in results if a.variant == "alo-sink"
-                   and (a.record_bytes, a.epoch_rows) == (r.record_bytes, r.epoch_rows))
-        ratio = r.rows_per_s / alo.rows_per_s
-        added = (r.median_s - alo.median_s) * 1000.0
-        console.print(
-            f"{r.variant} {r.record_bytes} B x 100k: {ratio:.0%} of at-least-once "
-            f"(target >= {TARGET_EO_RATIO:.0%}: {'met' if ratio >= TARGET_EO_RATIO else 'MISSED'}),"
-            f" added {added:.0f} ms/epoch (target <= {TARGET_ADDED_LATENCY_MS:.0f} ms: "
-            f"{'met' if added <= TARGET_ADDED_LATENCY_MS else 'MISSED'})")
+    log_path = RESULTS / f"{args.out}.stderr.log"
+    load_before = os.getloadavg()
+    times, written = run(args, console, log_path)
+    load_after = os.getloadavg()
+    requests = None
+    if not args.no_requests:
+        windows = {(t.rows, t.variant, t.batch_id): (t.start, t.end) for t in times}
+        requests = _requests.split_by_window(_requests.read_log(log_path), windows)
+    summaries = summarize(times, requests)
+    load = f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
+    subtitle = f"local[2], {WRITE_TASKS} write tasks, {load}"
+    report(summaries, console, f"Same streaming job, variants interleaved per epoch ({subtitle})")
+    targets(summaries, console)
+    problems = _check_written(written, times, args.warmup)
+    for p in problems:
+        console.print(f"[red]{p}")
+    (RESULTS / f"{args.out}.json").write_text(json.dumps({
+        "args": {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, bool))},
+        "load_average": {"before": load_before, "after": load_after},
+        "summaries": [asdict(s) for s in summaries],
+        "epochs": [asdict(t) for t in times],
+        "records_written": written,
+        "kafka_variants": [v for v in args.variant_list if v in KAFKA_VARIANTS],
+    }, indent=1))
+    png = plot(summaries, RESULTS / f"{args.out}.png", subtitle)
+    console.print(f"saved {png} and {RESULTS / f'{args.out}.json'}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
-from connectors.kafka_source import OffsetRange, SourceOptions, register
-from connectors.kafka_source._fetch import read_range
+from connectors.kafka import OffsetRange, SourceOptions, register
+from connectors.kafka._source._fetch import read_range
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGET_RATIO = 0.5

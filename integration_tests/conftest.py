@@ -3,10 +3,15 @@
 Kafka is reached only through a bootstrap address, chosen in this order:
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` if set (any real cluster);
-2. a testcontainers Kafka if a Docker engine answers;
+2. a testcontainers Kafka if a Docker engine answers (a single-node KRaft broker
+   configured for transactions, ``connectors.testing.containers``);
 3. a minikafka broker in a subprocess (the embedded default).
 
-Tests must not special-case the broker behind the address.
+PostgreSQL is reached only through a DSN, chosen in the same order: ``POSTGRES_DSN``, a
+testcontainers PostgreSQL with prepared transactions, an embedded server
+(``connectors.testing.postgres``).
+
+Tests must not special-case the server behind the address.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from connectors.testing.containers import docker_answers, kafka_container
+from connectors.testing.postgres import postgres_dsn as select_postgres_dsn
 
 # Seconds to wait for a new topic's metadata to show on the broker; generous because
 # the test machine is shared and busy.
@@ -29,14 +38,11 @@ TOPIC_READY_TIMEOUT_S = 30.0
 ADMIN_REQUEST_TIMEOUT_S = 30.0
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker  # type: ignore[import-untyped]
-
-        docker.from_env(timeout=3).ping()
-    except Exception:  # noqa: BLE001 - any failure means "no Docker engine here"
-        return False
-    return True
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the ``spark`` fixture ``spark`` (``make test-fast`` skips them)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
@@ -46,16 +52,51 @@ def kafka_bootstrap() -> Iterator[str]:
     if configured:
         yield configured
         return
-    if _docker_answers():
-        from testcontainers.kafka import KafkaContainer
-
-        with KafkaContainer() as container:
+    if docker_answers():
+        with kafka_container() as container:
             yield container.get_bootstrap_server()
         return
     from minikafka import BrokerProcess
 
     with BrokerProcess() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """DSN of the PostgreSQL server every integration test uses (prepared transactions on)."""
+    with select_postgres_dsn() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def pg(postgres_dsn: str) -> Iterator[Any]:
+    """An autocommit connection to the session's server."""
+    import psycopg  # the postgres extra; Kafka-only runs never ask for this fixture
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def schema(pg: Any) -> Iterator[str]:
+    """A fresh schema for the test's tables (and the sink's control tables), dropped after.
+
+    Prepared transactions of sinks whose id starts with the schema's name are rolled back
+    first (a failed test's prepared work would block the DROP).
+    """
+    from psycopg import sql
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    pg.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    leftover = pg.execute(
+        "SELECT gid FROM pg_prepared_xacts WHERE left(gid, %s) = %s",
+        (len(f"eos:{name}"), f"eos:{name}"),
+    ).fetchall()
+    for (gid,) in leftover:
+        pg.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    pg.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@
 It implements what exactly-once pipelines need: record batch v2 produce/fetch,
 idempotent producers, transactions (markers, LSO, aborted index, timeouts,
 transactional offset commits), consumer groups, topic admin and configs, optional
-durability in a data directory, and fault hooks for chaos tests.
+durability in a data directory, fault hooks for chaos tests, and per-API request
+counters for benchmarks.
 See docs/minikafka.md.
 """
 
@@ -20,6 +21,7 @@ from ._errors import (
 )
 from ._faults import ApiKey, Faults
 from ._process import BrokerProcess
+from ._stats import request_counts
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -35,4 +37,5 @@ __all__ = [
     "MiniKafkaError",
     "ProtocolError",
     "StorageError",
+    "request_counts",
 ]

@@ -36,8 +36,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--group-initial-rebalance-delay-ms", type=int, default=d.group_initial_rebalance_delay_ms
     )
+    p.add_argument("--offsets-retention-ms", type=int, default=d.offsets_retention_ms)
+    p.add_argument(
+        "--offsets-retention-check-interval-ms",
+        type=int,
+        default=d.offsets_retention_check_interval_ms,
+    )
     p.add_argument("--fsync-policy", choices=FSYNC_POLICIES, default=d.fsync_policy)
     p.add_argument("--no-auto-create-topics", action="store_true")
+    p.add_argument("--topic-load-delay-ms", type=int, default=d.topic_load_delay_ms,
+                   help="answer Metadata without topics for this long after the start (tests)")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -50,7 +58,10 @@ async def serve(args: argparse.Namespace) -> None:
         transaction_max_timeout_ms=args.transaction_max_timeout_ms,
         transaction_abort_check_interval_ms=args.transaction_abort_check_interval_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        offsets_retention_ms=args.offsets_retention_ms,
+        offsets_retention_check_interval_ms=args.offsets_retention_check_interval_ms,
         fsync_policy=args.fsync_policy,
+        topic_load_delay_ms=args.topic_load_delay_ms,
     )
     server = KafkaServer(Broker(config, args.data_dir), Faults(), args.host, args.port)
     await server.start()

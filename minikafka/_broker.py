@@ -1,26 +1,31 @@
-"""Broker state: topics, transaction coordinator, group coordinator, data notifications.
+"""Broker state: topics, offsets, transaction coordinator, group coordinator, data notifications.
 
 All state is owned by the asyncio loop thread that runs the server; nothing here is
 thread-safe and nothing needs to be.
 
+Each coordinator receives the parts it uses (config, journal, topics, offsets, clock,
+the notify callback), never the broker itself, so the modules form no import cycle.
+
 Start-up protocol (``open``):
 1. replay the metadata journal (topics, producer ids, transactions, group offsets);
 2. open every partition log, rebuilding producer state, LSO and aborted index;
-3. finish transactions the journal shows as PrepareCommit/PrepareAbort (write any
-   missing markers, apply or drop pending transactional offsets);
-4. rewrite the journal as a compact snapshot.
+3. rewrite the journal as a compact snapshot;
+4. finish transactions the journal shows as PrepareCommit/PrepareAbort (write any
+   missing markers, apply or drop pending transactional offsets).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 
+from ._clock import Clock, SystemClock
 from ._config import BrokerConfig
 from ._groups import GroupCoordinator
 from ._journal import Journal
+from ._offsets import OffsetStore
+from ._stats import RequestCounter
 from ._topics import TopicRegistry
 from ._txn import TransactionCoordinator
 
@@ -30,32 +35,50 @@ log = logging.getLogger("minikafka.broker")
 class Broker:
     """The state of one single-node broker."""
 
-    def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        data_dir: Path | None,
+        *,
+        clock: Clock | None = None,
+        requests: RequestCounter | None = None,
+    ) -> None:
         self.config = config
         self.data_dir = data_dir
+        self.clock: Clock = clock or SystemClock()
+        self.requests = requests or RequestCounter()
         journal_path = data_dir / "journal.bin" if data_dir is not None else None
         self.journal = Journal(journal_path, fsync=config.fsync_policy != "never")
         self.topics = TopicRegistry(config, data_dir, self.journal)
-        self.txns = TransactionCoordinator(self)
-        self.groups = GroupCoordinator(self)
+        self.offsets = OffsetStore(self.journal, self.clock)
+        self.txns = TransactionCoordinator(
+            config, self.journal, self.topics, self.offsets, self.clock, self.notify_data
+        )
+        self.groups = GroupCoordinator(config, self.offsets, self.clock)
         self.host = "127.0.0.1"
         self.port = 0
+        self.started_s = self.clock.monotonic_s()
         self._waiters: list[asyncio.Future[None]] = []
 
-    @staticmethod
-    def now_ms() -> int:
-        """Wall-clock milliseconds (persisted timestamps use wall time)."""
-        return int(time.time() * 1000)
+    def topics_loaded(self) -> bool:
+        """Return False while ``topic_load_delay_ms`` after the start has not passed."""
+        elapsed_ms = (self.clock.monotonic_s() - self.started_s) * 1000.0
+        return elapsed_ms >= self.config.topic_load_delay_ms
 
     def open(self) -> None:
         """Replay durable state (see the module docstring)."""
+        self.started_s = self.clock.monotonic_s()
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         for entry in self.journal.replay():
-            if not (self.topics.apply(entry) or self.txns.apply(entry) or self.groups.apply(entry)):
+            if not (
+                self.topics.apply(entry) or self.txns.apply(entry) or self.offsets.apply(entry)
+            ):
                 log.warning("ignoring unknown journal entry %r", entry.get("t"))
         self.topics.finish_replay()
-        self.journal.rewrite(self.topics.snapshot() + self.txns.snapshot() + self.groups.snapshot())
+        self.journal.rewrite(
+            self.topics.snapshot() + self.txns.snapshot() + self.offsets.snapshot()
+        )
         self.txns.recover()
 
     def close(self) -> None:

@@ -26,12 +26,20 @@ class BrokerConfig:
             rebalance of an empty group completes.
         group_min_session_timeout_ms / group_max_session_timeout_ms: accepted range of a
             member's session.timeout.ms.
-        offsets_retention_ms: reported only (offsets are never expired).
+        offsets_retention_ms: how long the committed offsets of a group without members
+            are kept (Kafka's offsets.retention.minutes, default 7 days): counted from
+            when the group became empty, or from each commit for a group that never had
+            members.
+        offsets_retention_check_interval_ms: how often expired offsets are removed
+            (Kafka's offsets.retention.check.interval.ms).
         fsync_policy: "never" (write to the OS on every request, never fsync), "commit"
             (also fsync the journal on every state change and a partition log whenever a
             transaction marker is written), "always" (fsync every append).
         max_message_bytes: largest record batch accepted (topic default max.message.bytes).
         max_request_bytes: largest request frame read; larger frames close the connection.
+        topic_load_delay_ms: after the broker starts, Metadata answers for this long as if
+            no topic were loaded yet (a restarted Kafka broker can answer Metadata before
+            it has loaded its topics' metadata); for tests, default 0.
         node_id: broker id reported in metadata.
         cluster_id: cluster id reported in metadata.
 
@@ -45,9 +53,11 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 1_000
     group_max_session_timeout_ms: int = 1_800_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
     fsync_policy: str = "commit"
     max_message_bytes: int = 1_048_588
     max_request_bytes: int = MAX_REQUEST_BYTES
+    topic_load_delay_ms: int = 0
     node_id: int = 0
     cluster_id: str = "minikafka-cluster"
 
@@ -61,6 +71,8 @@ class BrokerConfig:
             "num_partitions",
             "transaction_max_timeout_ms",
             "transaction_abort_check_interval_ms",
+            "offsets_retention_ms",
+            "offsets_retention_check_interval_ms",
             "max_message_bytes",
             "max_request_bytes",
         )
@@ -68,9 +80,10 @@ class BrokerConfig:
             if getattr(self, name) <= 0:
                 msg = f"BrokerConfig.{name} must be > 0, got {getattr(self, name)!r}"
                 raise ConfigError(msg)
-        if self.group_initial_rebalance_delay_ms < 0:
-            msg = "BrokerConfig.group_initial_rebalance_delay_ms must be >= 0"
-            raise ConfigError(msg)
+        for name in ("group_initial_rebalance_delay_ms", "topic_load_delay_ms"):
+            if getattr(self, name) < 0:
+                msg = f"BrokerConfig.{name} must be >= 0"
+                raise ConfigError(msg)
         if self.fsync_policy not in FSYNC_POLICIES:
             msg = f"BrokerConfig.fsync_policy must be one of {FSYNC_POLICIES}, got {self.fsync_policy!r}"
             raise ConfigError(msg)

@@ -12,6 +12,7 @@ from ._config import BrokerConfig
 from ._errors import BrokerStartError
 from ._faults import Faults
 from ._server import KafkaServer
+from ._stats import RequestCounter
 
 # Seconds to wait for the broker thread to start listening or to stop.
 START_TIMEOUT_S = 30.0
@@ -27,7 +28,8 @@ class EmbeddedKafka:
     2. ``restart()`` stops the broker and starts it again on the same port and data
        dir. With ``data_dir`` everything durable is reloaded; without it all state is
        lost, exactly as a real broker without disks would lose it.
-    3. ``faults`` stays the same object across restarts.
+    3. ``faults`` and the request counter stay the same objects across restarts.
+    4. ``request_counts()`` may be called from any thread, running or not.
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class EmbeddedKafka:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.config = config or BrokerConfig()
         self.faults = Faults()
+        self.requests = RequestCounter()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -63,6 +66,18 @@ class EmbeddedKafka:
             msg = "EmbeddedKafka is not running"
             raise BrokerStartError(msg)
         return self._server.broker
+
+    def request_counts(self, *, reset: bool = False) -> dict[str, int]:
+        """Return the requests served so far by API name (``{"Produce": 12, "EndTxn": 1}``).
+
+        Counts every decoded request (also those answered with an error or by a fault
+        hook); frames refused before dispatch count as ``rejected``. Diff two snapshots
+        to count the requests of one stretch of work; ``reset=True`` starts from zero.
+        """
+        counts = self.requests.snapshot()
+        if reset:
+            self.requests.reset()
+        return counts
 
     def start(self) -> EmbeddedKafka:
         """Start the broker thread and wait until it listens."""
@@ -93,7 +108,7 @@ class EmbeddedKafka:
 
     async def _main(self, started: threading.Event) -> None:
         self._stop = asyncio.Event()
-        broker = Broker(self.config, self.data_dir)
+        broker = Broker(self.config, self.data_dir, requests=self.requests)
         server = KafkaServer(broker, self.faults, self.host, self.port)
         await server.start()
         self.port = server.port

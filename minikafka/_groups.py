@@ -1,4 +1,4 @@
-"""Group coordinator: classic consumer-group membership and committed offsets.
+"""Group coordinator: classic consumer-group membership and the rules of offset commits.
 
 Rebalance protocol (classic, eager):
 1. A JoinGroup moves the group to PreparingRebalance; the join is answered when every
@@ -13,25 +13,25 @@ Rebalance protocol (classic, eager):
 4. Heartbeats keep members alive; a member silent for its session timeout is
    removed and triggers a rebalance. LeaveGroup removes members at once.
 
-Offsets: plain commits are journaled at once; transactional commits stay pending per
-(group, producer id) until the transaction coordinator completes the transaction.
+Offsets live in the :class:`~minikafka._offsets.OffsetStore`; this module decides
+whether a commit is allowed (Kafka's rules, see :meth:`GroupCoordinator.check_commit`)
+and when the offsets of a group without members expire (:meth:`GroupCoordinator.expire_offsets`).
+A group exists while it has members or offsets; membership is not persisted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ._journal import Entry
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from ._clock import Clock
+from ._config import BrokerConfig
+from ._offsets import OffsetStore
 
 log = logging.getLogger("minikafka.groups")
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
@@ -41,8 +41,6 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     "Stable",
     "Dead",
 )
-TopicPartition = tuple[str, int]
-OffsetValue = tuple[int, str | None, int]  # offset, metadata, leader epoch
 
 
 @dataclass
@@ -56,7 +54,7 @@ class Member:
     session_timeout_ms: int
     rebalance_timeout_ms: int
     protocols: list[tuple[str, bytes]]
-    last_heartbeat: float = field(default_factory=time.monotonic)
+    last_heartbeat: float
     assignment: bytes = b""
     join_future: asyncio.Future[dict[str, Any]] | None = None
     sync_future: asyncio.Future[dict[str, Any]] | None = None
@@ -64,74 +62,65 @@ class Member:
 
 @dataclass
 class Group:
-    """Membership and offsets of one group id."""
+    """Membership of one group id."""
 
     group_id: str
     state: str = EMPTY
+    state_ms: int = 0  # wall time of the last state change
     generation: int = 0
     protocol_type: str = ""
     protocol_name: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    offsets: dict[TopicPartition, OffsetValue] = field(default_factory=dict)
-    pending: dict[int, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
     join_deadline: float = 0.0
     earliest_completion: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """A ListGroups / DescribeGroups view of one group."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
 
 
 class GroupCoordinator:
     """All consumer groups of the broker."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, offsets: OffsetStore, clock: Clock) -> None:
+        self._config = config
+        self._offsets = offsets
+        self._clock = clock
         self.groups: dict[str, Group] = {}
 
-    # ---- persistence -------------------------------------------------------------
-    def apply(self, entry: Entry) -> bool:
-        """Apply a replayed journal entry; False if it is not ours."""
-        kind = entry["t"]
-        if kind == "off":
-            g = self._group(entry["g"])
-            for t, p, off, meta, le in entry["o"]:
-                g.offsets[(t, p)] = (off, meta, le)
-        elif kind == "toff":
-            g = self._group(entry["g"])
-            pend = g.pending.setdefault(entry["pid"], {})
-            for t, p, off, meta, le in entry["o"]:
-                pend[(t, p)] = (off, meta, le)
-        elif kind == "toff_end":
-            self._finish_pending(entry["g"], entry["pid"], entry["c"])
-        elif kind == "group_del":
-            self.groups.pop(entry["g"], None)
-        else:
-            return False
-        return True
-
-    def snapshot(self) -> list[Entry]:
-        """Journal entries recreating offsets (membership is not persisted)."""
-        out: list[Entry] = []
-        for g in self.groups.values():
-            if g.offsets:
-                out.append({"t": "off", "g": g.group_id, "o": _pack(g.offsets)})
-            for pid, pend in g.pending.items():
-                out.append({"t": "toff", "g": g.group_id, "pid": pid, "o": _pack(pend)})
-        return out
-
-    def _group(self, group_id: str) -> Group:
+    def _member_group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
         if g is None:
-            g = Group(group_id)
+            g = Group(group_id, state_ms=self._clock.wall_ms())
             self.groups[group_id] = g
         return g
 
-    # ---- offsets -----------------------------------------------------------------
-    def check_member(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
-        """Validate the member/generation of an offset commit."""
+    def _set_state(self, g: Group, state: str) -> None:
+        if g.state != state:
+            g.state = state
+            g.state_ms = self._clock.wall_ms()
+
+    # ---- offset commit rules -----------------------------------------------------
+    def check_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        """Whether a plain OffsetCommit may store offsets (Kafka's order of checks).
+
+        Generation -1 (a consumer without group management, or the admin client) may
+        commit while the group has no members; a group member must be known, of the
+        current generation, and not in CompletingRebalance.
+        """
         g = self.groups.get(group_id)
-        if generation < 0:
-            if g is not None and g.members:
-                return ErrorCode.unknown_member_id
-            return ErrorCode.none
+        if g is None or (not g.members and g.state == EMPTY):
+            if generation < 0:
+                return ErrorCode.none
+            if g is None and not self._offsets.has_group(group_id):
+                return ErrorCode.illegal_generation
         if g is None or member_id not in g.members:
             return ErrorCode.unknown_member_id
         if generation != g.generation:
@@ -140,65 +129,76 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def commit(self, group_id: str, offsets: dict[TopicPartition, OffsetValue]) -> None:
-        """Store plain committed offsets."""
-        g = self._group(group_id)
-        self.broker.journal.append({"t": "off", "g": group_id, "o": _pack(offsets)})
-        g.offsets.update(offsets)
+    def check_txn_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        """Whether a TxnOffsetCommit may stage offsets (KIP-447).
 
-    def commit_pending(
-        self, group_id: str, pid: int, offsets: dict[TopicPartition, OffsetValue]
-    ) -> None:
-        """Store transactional offsets, invisible until the transaction commits."""
-        g = self._group(group_id)
-        self.broker.journal.append({"t": "toff", "g": group_id, "pid": pid, "o": _pack(offsets)})
-        g.pending.setdefault(pid, {}).update(offsets)
-
-    def complete_txn(self, group_id: str, pid: int, commit: bool) -> None:
-        """Apply (commit) or drop (abort) a producer's pending offsets."""
-        self.broker.journal.append({"t": "toff_end", "g": group_id, "pid": pid, "c": commit})
-        self._finish_pending(group_id, pid, commit)
-
-    def _finish_pending(self, group_id: str, pid: int, commit: bool) -> None:
+        A member id and a generation are enforced only when given (not empty / not -1);
+        a group that does not exist yet has generation 0.
+        """
         g = self.groups.get(group_id)
-        if g is None:
-            return
-        pend = g.pending.pop(pid, {})
-        if commit:
-            g.offsets.update(pend)
+        if member_id and (g is None or member_id not in g.members):
+            return ErrorCode.unknown_member_id
+        current = g.generation if g is not None else 0
+        if generation >= 0 and generation != current:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
 
-    def fetch(self, group_id: str, tp: TopicPartition) -> tuple[OffsetValue | None, bool]:
-        """Return (committed offset or None, whether a transactional commit is pending)."""
-        g = self.groups.get(group_id)
-        if g is None:
-            return None, False
-        unstable = any(tp in pend for pend in g.pending.values())
-        return g.offsets.get(tp), unstable
+    def expire_offsets(self) -> None:
+        """Drop expired offsets of groups without members, then forget groups left empty."""
+        now = self._clock.wall_ms()
+        for group_id in self._offsets.groups():
+            g = self.groups.get(group_id)
+            if g is not None and g.members:
+                continue
+            empty_since = g.state_ms if g is not None and g.protocol_type else None
+            gone = self._offsets.expire(
+                group_id, now, self._config.offsets_retention_ms, empty_since
+            )
+            if gone:
+                log.info("group %s: %d offsets expired", group_id, len(gone))
+        for group_id, g in list(self.groups.items()):
+            if not g.members and g.state == EMPTY and not self._offsets.has_group(group_id):
+                del self.groups[group_id]
 
-    def committed_partitions(self, group_id: str) -> list[TopicPartition]:
-        """Every partition with a committed offset in ``group_id``."""
+    # ---- group views -------------------------------------------------------------
+    def summary(self, group_id: str) -> GroupSummary:
+        """State of one group; ``Dead`` when it has neither members nor offsets."""
         g = self.groups.get(group_id)
-        return sorted(g.offsets) if g is not None else []
+        if g is not None:
+            return GroupSummary(group_id, g.state, g.protocol_type, g.protocol_name or "")
+        if self._offsets.has_group(group_id):
+            return GroupSummary(group_id, EMPTY, "", "")
+        return GroupSummary(group_id, DEAD, "", "")
+
+    def list_groups(self) -> list[GroupSummary]:
+        """Every group with members or offsets."""
+        names = set(self.groups) | set(self._offsets.groups())
+        return [self.summary(name) for name in sorted(names)]
+
+    def members(self, group_id: str) -> list[Member]:
+        """Return the current members of ``group_id``."""
+        g = self.groups.get(group_id)
+        return list(g.members.values()) if g is not None else []
 
     def delete(self, group_id: str) -> ErrorCode:
-        """DeleteGroups for one group."""
+        """DeleteGroups for one group: only a group without members, with its offsets."""
         g = self.groups.get(group_id)
-        if g is None:
+        if g is None and not self._offsets.has_group(group_id):
             return ErrorCode.group_id_not_found
-        if g.members:
+        if g is not None and g.members:
             return ErrorCode.non_empty_group
-        self.broker.journal.append({"t": "group_del", "g": group_id})
-        del self.groups[group_id]
+        self._offsets.delete_group(group_id)
+        self.groups.pop(group_id, None)
         return ErrorCode.none
 
     # ---- membership ------------------------------------------------------------
     async def join(self, req: dict[str, Any]) -> dict[str, Any]:
         """JoinGroup; resolves when the rebalance completes."""
-        cfg = self.broker.config
+        cfg = self._config
         session = req["session_timeout_ms"]
         if not cfg.group_min_session_timeout_ms <= session <= cfg.group_max_session_timeout_ms:
             return {"error_code": ErrorCode.invalid_session_timeout, "member_id": req["member_id"]}
-        g = self._group(req["group_id"])
+        g = self._member_group(req["group_id"])
         if g.members and g.protocol_type and req["protocol_type"] != g.protocol_type:
             return {"error_code": ErrorCode.inconsistent_group_protocol}
         member_id = req["member_id"]
@@ -216,6 +216,7 @@ class GroupCoordinator:
                 session,
                 req["rebalance_timeout_ms"],
                 req["protocols"],
+                self._clock.monotonic_s(),
             )
             g.members[member_id] = member
         else:
@@ -223,7 +224,7 @@ class GroupCoordinator:
             member.session_timeout_ms = session
             member.rebalance_timeout_ms = req["rebalance_timeout_ms"]
         g.protocol_type = req["protocol_type"]
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self._clock.monotonic_s()
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         if member.join_future is not None and not member.join_future.done():
             member.join_future.set_result({"error_code": ErrorCode.rebalance_in_progress})
@@ -234,12 +235,12 @@ class GroupCoordinator:
         return await fut
 
     def _prepare_rebalance(self, g: Group) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic_s()
         was_empty = g.state == EMPTY
-        g.state = PREPARING
+        self._set_state(g, PREPARING)
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
         g.join_deadline = now + timeout / 1000
-        delay = self.broker.config.group_initial_rebalance_delay_ms if was_empty else 0
+        delay = self._config.group_initial_rebalance_delay_ms if was_empty else 0
         g.earliest_completion = now + delay / 1000
         for m in g.members.values():
             if m.sync_future is not None and not m.sync_future.done():
@@ -249,7 +250,7 @@ class GroupCoordinator:
     def _maybe_complete_join(self, g: Group, *, force: bool = False) -> None:
         if g.state != PREPARING:
             return
-        now = time.monotonic()
+        now = self._clock.monotonic_s()
         all_joined = all(m.join_future is not None for m in g.members.values())
         if not ((all_joined and now >= g.earliest_completion) or force or now >= g.join_deadline):
             return
@@ -258,7 +259,8 @@ class GroupCoordinator:
             del g.members[mid]
         g.generation += 1
         if not g.members:
-            g.state, g.leader, g.protocol_name = EMPTY, None, None
+            g.leader, g.protocol_name = None, None
+            self._set_state(g, EMPTY)
             return
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
@@ -272,10 +274,10 @@ class GroupCoordinator:
             for m in g.members.values():
                 self._resolve_join(m, {"error_code": ErrorCode.inconsistent_group_protocol})
             g.members.clear()
-            g.state = EMPTY
+            self._set_state(g, EMPTY)
             return
         g.protocol_name = common[0]
-        g.state = COMPLETING
+        self._set_state(g, COMPLETING)
         member_list = [
             {
                 "member_id": m.member_id,
@@ -298,12 +300,11 @@ class GroupCoordinator:
                 },
             )
 
-    @staticmethod
-    def _resolve_join(m: Member, resp: dict[str, Any]) -> None:
+    def _resolve_join(self, m: Member, resp: dict[str, Any]) -> None:
         if m.join_future is not None and not m.join_future.done():
             m.join_future.set_result(resp)
         m.join_future = None
-        m.last_heartbeat = time.monotonic()
+        m.last_heartbeat = self._clock.monotonic_s()
 
     async def sync(
         self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
@@ -317,7 +318,7 @@ class GroupCoordinator:
         if g.state == PREPARING:
             return {"error_code": ErrorCode.rebalance_in_progress}
         member = g.members[member_id]
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self._clock.monotonic_s()
         ok = {"protocol_type": g.protocol_type, "protocol_name": g.protocol_name}
         if g.state == STABLE:
             return {"error_code": ErrorCode.none, "assignment": member.assignment, **ok}
@@ -326,7 +327,7 @@ class GroupCoordinator:
         if member_id == g.leader:
             for m in g.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            g.state = STABLE
+            self._set_state(g, STABLE)
             for m in g.members.values():
                 if m.sync_future is not None and not m.sync_future.done():
                     m.sync_future.set_result(
@@ -340,7 +341,7 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return ErrorCode.unknown_member_id
-        g.members[member_id].last_heartbeat = time.monotonic()
+        g.members[member_id].last_heartbeat = self._clock.monotonic_s()
         if g.state == PREPARING:
             return ErrorCode.rebalance_in_progress
         if generation != g.generation:
@@ -371,7 +372,7 @@ class GroupCoordinator:
 
     def tick(self) -> None:
         """Expire silent members and complete rebalances whose wait is over."""
-        now = time.monotonic()
+        now = self._clock.monotonic_s()
         for g in list(self.groups.values()):
             for mid, m in list(g.members.items()):
                 if m.join_future is None and now - m.last_heartbeat > m.session_timeout_ms / 1000:
@@ -379,38 +380,3 @@ class GroupCoordinator:
                     self._remove(g, mid)
             self._maybe_complete_join(g)
 
-    def describe(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups entry of one group."""
-        g = self.groups.get(group_id)
-        if g is None:
-            return {
-                "error_code": ErrorCode.none,
-                "group_id": group_id,
-                "group_state": DEAD,
-                "protocol_type": "",
-                "protocol_data": "",
-                "members": [],
-            }
-        members = [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "member_metadata": dict(m.protocols).get(g.protocol_name or "", b""),
-                "member_assignment": m.assignment,
-            }
-            for m in g.members.values()
-        ]
-        return {
-            "error_code": ErrorCode.none,
-            "group_id": group_id,
-            "group_state": g.state,
-            "protocol_type": g.protocol_type,
-            "protocol_data": g.protocol_name or "",
-            "members": members,
-        }
-
-
-def _pack(offsets: dict[TopicPartition, OffsetValue]) -> list[list[Any]]:
-    return [[t, p, off, meta, le] for (t, p), (off, meta, le) in offsets.items()]

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ._errors import BrokerStartError
+from ._stats import request_counts
 
 # Seconds to wait for the LISTENING line of a starting broker (busy CI machine).
 START_TIMEOUT_S = 60.0
@@ -102,6 +103,14 @@ class BrokerProcess:
         reader.start()
         reader.join(START_TIMEOUT_S)
         return result[0].decode(errors="replace").strip() if result else ""
+
+    def request_counts(self, *, reset: bool = False) -> dict[str, int]:
+        """Return the requests the running broker served so far by API name (read over TCP).
+
+        Same meaning as :meth:`minikafka.EmbeddedKafka.request_counts`; the counts start
+        from zero in every new child process (``restart()`` included).
+        """
+        return request_counts(self.bootstrap_servers, reset=reset)
 
     def kill(self) -> None:
         """SIGKILL the broker (no clean shutdown) and wait for it."""

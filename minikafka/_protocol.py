@@ -33,6 +33,7 @@ from kio.serial._introspect import (  # noqa: SLF001 - kio's public field intros
 from kio.static.primitive import i32
 
 from ._errors import ProtocolError
+from ._framecheck import check_frame
 
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hhi")
@@ -77,6 +78,7 @@ def parse_request(frame: bytes, api_key: int, version: int) -> tuple[Any, Any]:
     """Parse header and body of a request whose (key, version) is supported."""
     cls = request_class(api_key, version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    check_frame(frame, cls)
     try:
         header, used = entity_reader(header_cls)(frame, 0)
         body, _ = entity_reader(cls)(frame, used)

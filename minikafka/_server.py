@@ -36,6 +36,7 @@ from ._protocol import (
     peek_key_version,
     prewarm,
 )
+from ._stats import STATS_API_KEY, encode_stats_response, stats_reset_requested
 
 log = logging.getLogger("minikafka.server")
 # How often group sessions and rebalance deadlines are checked (seconds).
@@ -73,10 +74,13 @@ class KafkaServer:
             loop.call_soon_threadsafe(self.drop_connections)
 
         self.faults.set_dropper(drop_from_any_thread)
-        interval = self.broker.config.transaction_abort_check_interval_ms / 1000
+        cfg = self.broker.config
+        txn_interval = cfg.transaction_abort_check_interval_ms / 1000
+        offsets_interval = cfg.offsets_retention_check_interval_ms / 1000
         self._tasks = [
-            asyncio.create_task(self._every(interval, self.broker.txns.expire)),
+            asyncio.create_task(self._every(txn_interval, self.broker.txns.expire)),
             asyncio.create_task(self._every(GROUP_TICK_S, self.broker.groups.tick)),
+            asyncio.create_task(self._every(offsets_interval, self.broker.groups.expire_offsets)),
         ]
         log.info("listening on %s:%d", self.host, self.port)
 
@@ -152,12 +156,21 @@ class KafkaServer:
                 await writer.drain()
 
     async def _dispatch(self, frame: bytes, host: str) -> bytes | None:
-        key, version, corr = peek_key_version(frame)
+        requests = self.broker.requests
+        try:
+            key, version, corr = peek_key_version(frame)
+        except ProtocolError:
+            requests.reject()
+            raise
+        if key == STATS_API_KEY:
+            return self._stats_answer(frame, corr)
         spec = API_TABLE.get(key)
         if spec is None:
+            requests.reject()
             msg = f"unsupported API key {key}"
             raise ProtocolError(msg)
         if not spec.min_version <= version <= spec.max_version:
+            requests.reject()
             if key == API_VERSIONS_KEY:
                 log.info("ApiVersions v%d unsupported; answering with v0", version)
                 resp = build_response(
@@ -172,7 +185,12 @@ class KafkaServer:
             msg = f"unsupported version {version} of {spec.name} (supported {spec.min_version}.."
             msg += f"{spec.max_version})"
             raise ProtocolError(msg)
-        header, req = parse_request(frame, key, version)
+        try:
+            header, req = parse_request(frame, key, version)
+        except ProtocolError:
+            requests.reject()
+            raise
+        requests.count(key)
         code, delay = self.faults.take(key)
         while self.faults.paused:
             await asyncio.sleep(PAUSE_POLL_S)
@@ -194,3 +212,10 @@ class KafkaServer:
         if data is None:
             return None
         return encode_response(key, corr, build_response(key, version, data))
+
+    def _stats_answer(self, frame: bytes, corr: int) -> bytes:
+        """Answer a request-count read-out (see :mod:`minikafka._stats`)."""
+        counts = self.broker.requests.snapshot()
+        if stats_reset_requested(frame):
+            self.broker.requests.reset()
+        return encode_stats_response(corr, counts)

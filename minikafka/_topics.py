@@ -31,6 +31,9 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "delete.retention.ms": "86400000",
 }
 _CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+# Most partitions one CreateTopics or CreatePartitions may add to a topic; like Kafka's KRaft
+# controller (10,000 records per operation), more is refused with POLICY_VIOLATION.
+MAX_NEW_PARTITIONS = 10_000
 
 
 @dataclass
@@ -63,6 +66,14 @@ def validate_topic_configs(configs: dict[str, str | None]) -> None:
                 raise KafkaProtocolError(
                     ErrorCode.invalid_config, f"{key} must be an integer, got {value!r}"
                 ) from None
+
+
+def _check_new_partitions(count: int) -> None:
+    if count > MAX_NEW_PARTITIONS:
+        raise KafkaProtocolError(
+            ErrorCode.policy_violation,
+            f"{count} new partitions in one request; at most {MAX_NEW_PARTITIONS} are allowed",
+        )
 
 
 class TopicRegistry:
@@ -107,6 +118,7 @@ class TopicRegistry:
             raise KafkaProtocolError(
                 ErrorCode.invalid_partitions, f"num_partitions must be > 0, got {num_partitions}"
             )
+        _check_new_partitions(num_partitions)
         clean = {k: v for k, v in (configs or {}).items() if v is not None}
         validate_topic_configs(dict(clean))
         if validate_only:
@@ -139,6 +151,7 @@ class TopicRegistry:
                 f"topic {name!r} has {len(topic.partitions)} partitions; new count {total} "
                 "must be larger",
             )
+        _check_new_partitions(total - len(topic.partitions))
         if validate_only:
             return
         self.journal.append({"t": "parts", "name": name, "n": total})

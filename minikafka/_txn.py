@@ -1,37 +1,47 @@
-"""Producer ids and the transaction coordinator (KIP-98), single node.
+"""Producer ids and the transaction coordinator (KIP-98, KIP-360, KIP-447), single node.
 
 Transaction protocol as implemented (numbers match the client's call order):
 1. InitProducerId(tid): validate the timeout; a new id gets (pid, epoch 0); a known id
-   gets its epoch bumped, which fences older instances. An open transaction of that
-   id is aborted first (abort markers written with the bumped epoch).
+   gets its epoch bumped, which fences older instances. If a transaction of that id is
+   open, it is first aborted with a bumped epoch (markers carry it) and the request is
+   answered CONCURRENT_TRANSACTIONS, as Kafka does; the client retries and the retry
+   bumps the epoch once more. A producer that passes its own id and epoch (KIP-360)
+   and already got the current epoch is answered with it again, without a bump.
 2. AddPartitionsToTxn / AddOffsetsToTxn: state becomes Ongoing, the partitions and
    groups are remembered; the transaction's timeout clock starts with the first add.
-3. Produce (partition logs) and TxnOffsetCommit (group coordinator, kept pending).
+3. Produce (partition logs) and TxnOffsetCommit (offset store, kept pending).
 4. EndTxn(commit|abort): state PrepareCommit/PrepareAbort is journaled, markers are
    written to every partition, pending offsets are applied or dropped, then state
    CompleteCommit/CompleteAbort is journaled. A crash in between is finished by
    :meth:`TransactionCoordinator.recover` at the next start.
 5. A transaction open longer than its timeout is aborted by :meth:`expire`, which
    bumps the epoch first so the producer is fenced, as Kafka does.
+
+The coordinator receives what it uses (config, journal, topics, offsets, clock and a
+callback that wakes waiting fetches), not the whole broker.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from ._clock import Clock
+from ._config import BrokerConfig
 from ._errors import KafkaProtocolError
-from ._journal import Entry
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from ._journal import Entry, Journal
+from ._offsets import OffsetStore
+from ._topics import TopicRegistry
 
 log = logging.getLogger("minikafka.txn")
 FIRST_PRODUCER_ID = 1000
+NO_EPOCH = -1
 MAX_EPOCH = 32767
+# Kafka rotates to a new producer id once an epoch reaches Short.MaxValue - 1.
+EXHAUSTED_EPOCH = MAX_EPOCH - 1
 EMPTY, ONGOING = "Empty", "Ongoing"
 PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
@@ -56,10 +66,11 @@ class TxnMeta:
     epoch: int
     timeout_ms: int
     state: str = EMPTY
-    last_epoch: int = -1
+    last_epoch: int = NO_EPOCH
     partitions: set[tuple[str, int]] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
     start_ms: int = 0
+    last_producer_id: int = -1
 
     def to_entry(self) -> Entry:
         """Journal form."""
@@ -74,14 +85,44 @@ class TxnMeta:
             "parts": sorted([t, p] for t, p in self.partitions),
             "groups": sorted(self.groups),
             "start": self.start_ms,
+            "lpid": self.last_producer_id,
         }
+
+    @classmethod
+    def from_entry(cls, entry: Entry) -> TxnMeta:
+        """Inverse of :meth:`to_entry`."""
+        return cls(
+            entry["tid"],
+            entry["pid"],
+            entry["epoch"],
+            entry["timeout"],
+            entry["state"],
+            entry["last"],
+            {(t, p) for t, p in entry["parts"]},
+            set(entry["groups"]),
+            entry["start"],
+            entry.get("lpid", -1),
+        )
 
 
 class TransactionCoordinator:
     """Allocates producer ids and runs transactions for every transactional id."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        config: BrokerConfig,
+        journal: Journal,
+        topics: TopicRegistry,
+        offsets: OffsetStore,
+        clock: Clock,
+        notify: Callable[[], None],
+    ) -> None:
+        self._config = config
+        self._journal = journal
+        self._topics = topics
+        self._offsets = offsets
+        self._clock = clock
+        self._notify = notify
         self.txns: dict[str, TxnMeta] = {}
         self.next_pid = FIRST_PRODUCER_ID
 
@@ -91,17 +132,7 @@ class TransactionCoordinator:
         if entry["t"] == "pid":
             self.next_pid = max(self.next_pid, entry["next"])
         elif entry["t"] == "txn":
-            meta = TxnMeta(
-                entry["tid"],
-                entry["pid"],
-                entry["epoch"],
-                entry["timeout"],
-                entry["state"],
-                entry["last"],
-                {(t, p) for t, p in entry["parts"]},
-                set(entry["groups"]),
-                entry["start"],
-            )
+            meta = TxnMeta.from_entry(entry)
             self.txns[meta.tid] = meta
             self.next_pid = max(self.next_pid, meta.producer_id + 1)
         else:
@@ -120,50 +151,74 @@ class TransactionCoordinator:
                 self._complete(meta, meta.state == PREPARE_COMMIT, recovering=True)
 
     def _persist(self, meta: TxnMeta) -> None:
-        self.broker.journal.append(meta.to_entry())
+        self._journal.append(meta.to_entry())
 
     def _new_pid(self) -> int:
         pid = self.next_pid
         self.next_pid += 1
-        self.broker.journal.append({"t": "pid", "next": self.next_pid})
+        self._journal.append({"t": "pid", "next": self.next_pid})
         return pid
 
-    # ---- requests ----------------------------------------------------------------
+    # ---- InitProducerId ----------------------------------------------------------
     def init_producer_id(
         self, tid: str | None, timeout_ms: int, pid: int, epoch: int, version: int
     ) -> tuple[ErrorCode, int, int]:
-        """InitProducerId; returns (error, producer id, epoch)."""
+        """InitProducerId; returns (error, producer id, epoch). See step 1 of the module doc."""
         if tid is None:
             return ErrorCode.none, self._new_pid(), 0
-        if timeout_ms <= 0 or timeout_ms > self.broker.config.transaction_max_timeout_ms:
+        if not tid:
+            return ErrorCode.invalid_request, -1, -1
+        if timeout_ms <= 0 or timeout_ms > self._config.transaction_max_timeout_ms:
             return ErrorCode.invalid_transaction_timeout, -1, -1
         meta = self.txns.get(tid)
         if meta is None:
-            meta = TxnMeta(tid, self._new_pid(), 0, timeout_ms)
+            meta = TxnMeta(tid, self._new_pid(), NO_EPOCH, timeout_ms)
             self.txns[tid] = meta
-            self._persist(meta)
-            return ErrorCode.none, meta.producer_id, meta.epoch
-        if pid >= 0 and (pid != meta.producer_id or epoch not in (meta.epoch, meta.last_epoch)):
+        expected = (pid, epoch) if pid >= 0 else None
+        if expected is not None and not self._known_producer(meta, *expected):
             return fenced_code("init", version), -1, -1
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             return ErrorCode.concurrent_transactions, -1, -1
-        self._bump(meta)
         if meta.state == ONGOING:
-            log.info("InitProducerId(%s) aborts its open transaction", tid)
+            log.info("InitProducerId(%s) fences and aborts the open transaction", tid)
+            self._fence(meta)
             self._complete(meta, commit=False)
+            return ErrorCode.concurrent_transactions, -1, -1
+        err = self._next_epoch(meta, expected)
+        if err != ErrorCode.none:
+            return fenced_code("init", version), -1, -1
         meta.timeout_ms = timeout_ms
         self._persist(meta)
         return ErrorCode.none, meta.producer_id, meta.epoch
 
-    def _bump(self, meta: TxnMeta) -> None:
-        meta.last_epoch = meta.epoch
-        if meta.epoch + 1 >= MAX_EPOCH:
-            meta.producer_id = self._new_pid()
-            meta.epoch = 0
-            meta.last_epoch = -1
-        else:
-            meta.epoch += 1
+    @staticmethod
+    def _known_producer(meta: TxnMeta, pid: int, epoch: int) -> bool:
+        """Whether a producer passing (pid, epoch) may ask for the id's next epoch (KIP-360)."""
+        return (
+            meta.epoch == NO_EPOCH
+            or pid == meta.producer_id
+            or (pid == meta.last_producer_id and epoch >= EXHAUSTED_EPOCH)
+        )
 
+    def _next_epoch(self, meta: TxnMeta, expected: tuple[int, int] | None) -> ErrorCode:
+        """Bump the epoch (or rotate the producer id) of an id with no open transaction."""
+        if meta.epoch >= EXHAUSTED_EPOCH and (expected is None or expected[1] == meta.epoch):
+            meta.last_producer_id, meta.producer_id = meta.producer_id, self._new_pid()
+            meta.epoch, meta.last_epoch = 0, NO_EPOCH
+            return ErrorCode.none
+        if expected is None or expected[1] in (NO_EPOCH, meta.epoch):
+            meta.last_epoch, meta.epoch = meta.epoch, meta.epoch + 1
+            return ErrorCode.none
+        if meta.last_epoch != NO_EPOCH and expected[1] == meta.last_epoch:
+            return ErrorCode.none  # a retry of a bump the producer did not see answered
+        return ErrorCode.invalid_producer_epoch
+
+    def _fence(self, meta: TxnMeta) -> None:
+        """Bump the epoch of an open transaction before the coordinator aborts it."""
+        if meta.epoch < MAX_EPOCH:
+            meta.last_epoch, meta.epoch = meta.epoch, meta.epoch + 1
+
+    # ---- transaction requests ----------------------------------------------------
     def _check(
         self, tid: str, pid: int, epoch: int, api: str, version: int
     ) -> tuple[ErrorCode, TxnMeta | None]:
@@ -179,18 +234,15 @@ class TransactionCoordinator:
     def _begin(self, meta: TxnMeta) -> None:
         if meta.state != ONGOING:
             meta.state = ONGOING
-            meta.start_ms = self.broker.now_ms()
+            meta.start_ms = self._clock.wall_ms()
             meta.partitions.clear()
             meta.groups.clear()
 
     def add_partitions(
         self, tid: str, pid: int, epoch: int, parts: list[tuple[str, int]], version: int
     ) -> dict[tuple[str, int], ErrorCode]:
-        """AddPartitionsToTxn; error per partition."""
-        err, meta = self._check(tid, pid, epoch, "add_partitions", version)
-        if meta is None:
-            return dict.fromkeys(parts, err)
-        unknown = [tp for tp in parts if self.broker.topics.partition(*tp) is None]
+        """AddPartitionsToTxn; error per partition (unknown partitions are checked first)."""
+        unknown = {tp for tp in parts if self._topics.partition(*tp) is None}
         if unknown:
             return {
                 tp: ErrorCode.unknown_topic_or_partition
@@ -198,6 +250,9 @@ class TransactionCoordinator:
                 else ErrorCode.operation_not_attempted
                 for tp in parts
             }
+        err, meta = self._check(tid, pid, epoch, "add_partitions", version)
+        if meta is None:
+            return dict.fromkeys(parts, err)
         self._begin(meta)
         meta.partitions.update(parts)
         self._persist(meta)
@@ -240,16 +295,16 @@ class TransactionCoordinator:
 
     def expire(self) -> None:
         """Abort transactions open longer than their timeout, fencing the producer."""
-        now = self.broker.now_ms()
+        now = self._clock.wall_ms()
         for meta in list(self.txns.values()):
             if meta.state == ONGOING and now - meta.start_ms > meta.timeout_ms:
                 log.info(
-                    "transaction %s timed out after %d ms: aborting, epoch %d -> bump",
+                    "transaction %s timed out after %d ms: aborting with epoch %d",
                     meta.tid,
                     meta.timeout_ms,
-                    meta.epoch,
+                    meta.epoch + 1,
                 )
-                self._bump(meta)
+                self._fence(meta)
                 self._complete(meta, commit=False)
 
     def verify_produce(self, tid: str, pid: int, epoch: int, topic: str, partition: int) -> None:
@@ -281,16 +336,16 @@ class TransactionCoordinator:
     def _complete(self, meta: TxnMeta, commit: bool, *, recovering: bool = False) -> None:
         meta.state = PREPARE_COMMIT if commit else PREPARE_ABORT
         self._persist(meta)
-        now = self.broker.now_ms()
+        now = self._clock.wall_ms()
         for topic, index in sorted(meta.partitions):
-            plog = self.broker.topics.partition(topic, index)
+            plog = self._topics.partition(topic, index)
             if plog is None or (recovering and not plog.has_open_txn(meta.producer_id)):
                 continue
             plog.append_marker(meta.producer_id, meta.epoch, commit, now)
         for group in sorted(meta.groups):
-            self.broker.groups.complete_txn(group, meta.producer_id, commit)
+            self._offsets.complete(group, meta.producer_id, commit)
         meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         meta.partitions.clear()
         meta.groups.clear()
         self._persist(meta)
-        self.broker.notify_data()
+        self._notify()

@@ -6,11 +6,23 @@ See docs/architecture.md for the protocol. The pieces:
 * :class:`Participant` / :class:`Resource` - what a sink implements (task / driver side);
 * :class:`EpochLog` / :class:`FileEpochLog` / :class:`EpochHistory` - the write-ahead log;
 * :func:`run_partition` - the task-side driver; :class:`Coordinator` - the driver side;
-* :class:`InProcessChannel` - a thread-based write stage for tests and the demo.
+* :class:`InProcessChannel` - a thread-based write stage for tests and the demo;
+* :class:`CompositeResource` - one epoch across several resources (Kafka and PostgreSQL);
+* ``encode_record`` / ``decode_record`` and the lower-level ``seal`` / ``unseal`` /
+  ``record_from_body`` / ``corrupt_error`` - the record format, for EpochLog implementations.
 """
 
-from txn._channel import GATHER_TIMEOUT_S, InProcessChannel, VoteHook
-from txn._codec import decode_record, encode_record
+from txn._channel import InProcessChannel, VoteHook
+from txn._codec import (
+    FORMAT_VERSION,
+    corrupt_error,
+    decode_record,
+    encode_record,
+    record_from_body,
+    seal,
+    unseal,
+)
+from txn._composite import CompositeResource, Member
 from txn._coordinator import (
     Coordinator,
     CoordinatorHooks,
@@ -25,15 +37,18 @@ from txn._errors import (
     EpochLogCorruptError,
     EpochLogError,
     EpochLogLockedError,
+    ErrorAction,
     IllegalTransitionError,
     NonDeterministicReplayError,
     ParticipantError,
     PlanMismatchError,
     TxnError,
+    can_retry_stage,
 )
 from txn._history import EpochEntry, EpochHistory, check_next_record
 from txn._log import DEFAULT_RETAIN_EPOCHS, EpochLog, FileEpochLog
 from txn._model import (
+    GATHER_TIMEOUT_S,
     CommitMode,
     EpochCompletion,
     EpochDecision,
@@ -44,6 +59,7 @@ from txn._model import (
     Participant,
     PartitionOutcome,
     PartitionReport,
+    QueryBinding,
     Resource,
     RowSummary,
     Vote,
@@ -54,8 +70,10 @@ from txn._task import Gather, TaskHooks, TaskStep, run_partition
 
 __all__ = [
     "DEFAULT_RETAIN_EPOCHS",
+    "FORMAT_VERSION",
     "GATHER_TIMEOUT_S",
     "CommitMode",
+    "CompositeResource",
     "ConfigError",
     "Coordinator",
     "CoordinatorHooks",
@@ -72,6 +90,7 @@ __all__ = [
     "EpochPlan",
     "EpochResult",
     "EpochState",
+    "ErrorAction",
     "Execute",
     "FileEpochLog",
     "Gather",
@@ -80,12 +99,14 @@ __all__ = [
     "InProcessChannel",
     "LogRecord",
     "Marker",
+    "Member",
     "NonDeterministicReplayError",
     "Participant",
     "ParticipantError",
     "PartitionOutcome",
     "PartitionReport",
     "PlanMismatchError",
+    "QueryBinding",
     "RecoveryReport",
     "Resource",
     "RowSummary",
@@ -95,8 +116,13 @@ __all__ = [
     "Vote",
     "VoteHook",
     "VoteKind",
+    "can_retry_stage",
     "check_next_record",
+    "corrupt_error",
     "decode_record",
     "encode_record",
+    "record_from_body",
     "run_partition",
+    "seal",
+    "unseal",
 ]

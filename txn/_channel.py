@@ -7,12 +7,16 @@ from collections.abc import Callable, Sequence
 from typing import Generic
 
 from txn._errors import ParticipantError
-from txn._model import CommitMode, EpochPlan, PartitionReport, Resource, Rows, Vote
+from txn._model import (
+    GATHER_TIMEOUT_S,
+    CommitMode,
+    EpochPlan,
+    PartitionReport,
+    Resource,
+    Rows,
+    Vote,
+)
 from txn._task import TaskHooks, run_partition
-
-# How long a partition waits for the others' votes; generous because CI machines are busy,
-# and a crashed partition breaks the barrier at once, so this only bounds real hangs.
-GATHER_TIMEOUT_S = 120.0
 
 VoteHook = Callable[[Vote, int], None]
 

@@ -5,7 +5,7 @@ Format of one record (one line of UTF-8 JSON, no trailing newline)::
     {"crc32c": "1a2b3c4d", "epoch": 7, "parallelism": 4, ..., "type": "plan", "v": 1}
 
 1. the body is every field of the record plus ``type`` (``plan`` / ``decision`` /
-   ``completion``) and the format version ``v``;
+   ``completion`` / ``binding``) and the format version ``v``;
 2. ``crc32c`` is the CRC-32C (Castagnoli) of the body serialized canonically (sorted keys,
    no spaces), as 8 lower-case hex digits;
 3. decoding checks the JSON, the checksum, the type tag, the version, the exact field set
@@ -21,7 +21,15 @@ from typing import Any
 import crc32c
 
 from txn._errors import EpochLogCorruptError
-from txn._model import CommitMode, EpochCompletion, EpochDecision, EpochPlan, Guarantee, LogRecord
+from txn._model import (
+    CommitMode,
+    EpochCompletion,
+    EpochDecision,
+    EpochPlan,
+    Guarantee,
+    LogRecord,
+    QueryBinding,
+)
 
 FORMAT_VERSION = 1
 _CRC_FIELD = "crc32c"
@@ -38,6 +46,7 @@ _FIELDS: dict[str, dict[str, type]] = {
     },
     "decision": {"sink_id": str, "epoch": int, "commit": bool, "reason": str},
     "completion": {"sink_id": str, "epoch": int, "committed": bool},
+    "binding": {"sink_id": str, "query_id": str, "epoch_offset": int},
 }
 
 
@@ -111,6 +120,13 @@ def encode_record(record: LogRecord) -> bytes:
             "epoch": record.epoch,
             "committed": record.committed,
         }
+    elif isinstance(record, QueryBinding):
+        body = {
+            "type": "binding",
+            "sink_id": record.sink_id,
+            "query_id": record.query_id,
+            "epoch_offset": record.epoch_offset,
+        }
     else:  # pragma: no cover - guarded by the type checker
         msg = f"not an epoch log record: {record!r}"
         raise TypeError(msg)
@@ -166,5 +182,9 @@ def record_from_body(body: dict[str, Any], *, source: str) -> LogRecord:
         return EpochDecision(
             sink_id=body["sink_id"], epoch=body["epoch"], commit=body["commit"],
             reason=body["reason"],
+        )
+    if kind == "binding":
+        return QueryBinding(
+            sink_id=body["sink_id"], query_id=body["query_id"], epoch_offset=body["epoch_offset"]
         )
     return EpochCompletion(sink_id=body["sink_id"], epoch=body["epoch"], committed=body["committed"])

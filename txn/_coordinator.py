@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 from collections.abc import Callable, Sequence
@@ -121,7 +122,10 @@ class Coordinator(Generic[Rows]):
            rolled back; then its completion is logged;
         2. commit-in-task resource: in-doubt epochs are left for the replay, which redoes
            the missing partitions with the pinned plan;
-        3. ``abort_lingering`` on every partition ever planned (no task runs yet, so any
+        3. mixed (a composite of both kinds): a logged commit decision is finished as in
+           1; without one, the prepared partitions are rolled back (the replay prepares
+           them again) and the epoch is left for the replay as in 2;
+        4. ``abort_lingering`` on every partition ever planned (no task runs yet, so any
            open or prepared work left there belongs to a dead attempt).
         """
         history = self._log.load()
@@ -129,7 +133,12 @@ class Coordinator(Generic[Rows]):
         rolled_back: list[int] = []
         waiting: list[int] = []
         for plan in history.in_doubt():
-            if not self._resource.completable_by_coordinator:
+            completable = self._completable(plan)
+            decided = history.state(plan.epoch) is EpochState.COMMIT_DECIDED
+            if not completable:
+                waiting.append(plan.epoch)
+            elif len(completable) < plan.parallelism and not decided:
+                self._deliver(plan, commit=False)
                 waiting.append(plan.epoch)
             elif self._finish_in_doubt(plan, history):
                 committed.append(plan.epoch)
@@ -149,8 +158,16 @@ class Coordinator(Generic[Rows]):
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         return commit
 
+    def _completable(self, plan: EpochPlan) -> tuple[int, ...]:
+        """Partitions of ``plan`` whose prepared work the coordinator completes."""
+        try:
+            return tuple(p for p in range(plan.parallelism) if self._resource.completes(p))
+        except ConfigError:  # a composite whose split of partitions changed
+            self._check_pinned(plan)
+            raise
+
     def _deliver(self, plan: EpochPlan, *, commit: bool) -> None:
-        for partition in range(plan.parallelism):
+        for partition in self._completable(plan):
             if commit:
                 self._resource.commit_prepared(plan, partition)
             else:
@@ -160,22 +177,18 @@ class Coordinator(Generic[Rows]):
 
     # -- one epoch -----------------------------------------------------------------------
     def run_epoch(self, epoch: int, parallelism: int, execute: Execute) -> EpochResult:
-        """Run (or skip, or finish) epoch ``epoch``; see docs/architecture.md for the steps.
+        """Run (or skip, or finish) epoch ``epoch`` (docs/architecture.md, section 2).
 
-        1. a committed epoch returns ``skipped=True`` at once (replay);
-        2. an in-doubt epoch is retried with its pinned plan (``parallelism`` is ignored;
-           a changed sink fingerprint raises :class:`~txn.PlanMismatchError`); a
-           coordinator-completable one is first finished from the log;
-        3. the plan is logged before ``execute(plan)`` runs the write stage; an exception
-           from it propagates and leaves the epoch in doubt;
-        4. exactly-once / at-least-once: coordinator-completable: log the decision, deliver
-           it, log the completion; commit-in-task: log the completion if every partition
-           committed, else raise :class:`~txn.EpochAbortedError` (the epoch stays in doubt);
-        5. at-most-once: the completion is logged before ``execute`` runs.
+        A committed epoch is skipped; an in-doubt one is finished from the log
+        (coordinator-completable) or retried with its pinned plan (``parallelism`` is then
+        ignored); the plan is logged before ``execute(plan)`` runs the write stage, and
+        the completion only after every partition's effect is durable.
 
         Raises:
             ConfigError: ``epoch`` or ``parallelism`` is invalid.
+            PlanMismatchError: an in-doubt epoch meets another sink configuration.
             EpochAbortedError: the epoch did not commit; retry (replay) it.
+            Exception: anything ``execute`` raises; the epoch stays in doubt.
 
         """
         _check_int("epoch", epoch, 0)
@@ -185,12 +198,16 @@ class Coordinator(Generic[Rows]):
             return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
-            if self._resource.completable_by_coordinator:  # finish it; nothing stays pinned
-                if self._finish_in_doubt(previous, history):
+            completable = self._completable(previous)
+            everywhere = len(completable) == previous.parallelism
+            if completable and (everywhere or history.state(epoch) is EpochState.COMMIT_DECIDED):
+                if self._finish_in_doubt(previous, history):  # nothing stays pinned
                     return EpochResult(epoch, previous, skipped=True, committed=True)
                 history = self._log.load()
-            else:
+            else:  # commit-in-task or mixed without a decision: the replay redoes it, pinned
                 self._check_pinned(previous)
+                if completable:
+                    self._deliver(previous, commit=False)
         plan = self._next_plan(epoch, parallelism, history)
         latest = history.latest_plan()
         if latest is not None and latest.parallelism > plan.parallelism:
@@ -199,10 +216,19 @@ class Coordinator(Generic[Rows]):
         self._hook(CoordinatorStep.PLAN_LOGGED, epoch)
         if plan.guarantee is Guarantee.AT_MOST_ONCE:
             return self._run_at_most_once(plan, execute)
-        reports = self._execute(plan, execute)
+        completable = self._completable(plan)
+        try:
+            reports = self._execute(plan, execute)
+        except Exception:
+            if completable:  # no decision: release the prepared work now (recovery would)
+                with contextlib.suppress(Exception):  # best effort; never mask the failure
+                    self._deliver(plan, commit=False)
+            raise
         self._hook(CoordinatorStep.REPORTS_RECEIVED, epoch)
-        if self._resource.completable_by_coordinator:
+        if len(completable) == plan.parallelism:
             return self._complete_two_phase(plan, reports)
+        if completable:
+            return self._complete_mixed(plan, reports, completable)
         return self._complete_in_task(plan, reports)
 
     def _check_pinned(self, previous: EpochPlan) -> None:
@@ -264,6 +290,12 @@ class Coordinator(Generic[Rows]):
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
     ) -> EpochResult:
         commit = all(r.outcome in _READY for r in reports)
+        return self._decide(plan, reports, commit)
+
+    def _decide(
+        self, plan: EpochPlan, reports: tuple[PartitionReport, ...], commit: bool
+    ) -> EpochResult:
+        """Log the decision, deliver it to the completable partitions, log the completion."""
         reason = "" if commit else _blame(reports)
         self._log.append(EpochDecision(self._sink_id, plan.epoch, commit=commit, reason=reason))
         self._hook(CoordinatorStep.DECISION_LOGGED, plan.epoch)
@@ -274,6 +306,28 @@ class Coordinator(Generic[Rows]):
             msg = f"epoch {plan.epoch} was rolled back ({reason}); replay it to retry"
             raise EpochAbortedError(msg)
         return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+
+    def _complete_mixed(
+        self, plan: EpochPlan, reports: tuple[PartitionReport, ...], completable: tuple[int, ...]
+    ) -> EpochResult:
+        """Commit the prepared partitions only once every commit-in-task one has committed.
+
+        Otherwise no decision is logged: the prepared work is rolled back and the epoch stays
+        in doubt, pinned, for the replay (which skips what committed in the tasks).
+        """
+        prepared = set(completable)
+        ready = all(
+            r.outcome in (_READY if r.partition in prepared else _DONE) for r in reports
+        )
+        if not ready:
+            self._deliver(plan, commit=False)
+            msg = (
+                f"epoch {plan.epoch} did not commit on every partition ({_blame(reports)}); its "
+                "prepared partitions were rolled back, it stays in doubt and the replay redoes "
+                "the missing partitions"
+            )
+            raise EpochAbortedError(msg)
+        return self._decide(plan, reports, commit=True)
 
     def _complete_in_task(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]

@@ -1,13 +1,15 @@
-"""Exception hierarchy of the two-phase-commit core.
+"""Exception hierarchy of the two-phase-commit core, and the actions errors map to.
 
-Every error says what happened and what to do about it. The tree::
+Every error says what happened and what to do about it, and its class says whether
+running the write stage again can help (:attr:`TxnError.retry_stage`); connectors'
+errors derive from these classes and keep that attribute. The tree::
 
     TxnError
     +-- ConfigError (also a ValueError)      bad option; fix the value named
     +-- IllegalTransitionError               a protocol step out of order
     +-- EpochLogError                        the epoch log cannot be read or written
     |   +-- EpochLogCorruptError             a record is truncated or altered
-    |   +-- EpochLogLockedError              another coordinator owns the log
+    |   +-- EpochLogLockedError              another coordinator owns (or took over) the log
     +-- PlanMismatchError                    an in-doubt epoch is replayed with another sink config
     +-- NonDeterministicReplayError          a replayed batch differs from the committed one
     +-- EpochAbortedError                    the epoch could not commit; it stays in doubt
@@ -16,13 +18,49 @@ Every error says what happened and what to do about it. The tree::
 
 from __future__ import annotations
 
+import enum
+from typing import ClassVar
+
+
+class ErrorAction(str, enum.Enum):
+    """What a connector does about an error of its external system (one classifier each).
+
+    * ``RETRY``: transient; repeat the same call a bounded number of times, then ABORT;
+    * ``ABORT``: the open transaction cannot commit; abort it and fail the epoch (the
+      retry or replay redoes it);
+    * ``FATAL``: this client instance is finished (fenced, broken); drop it, never call it
+      again, and recreate it for the retry.
+    """
+
+    RETRY = "retry"
+    ABORT = "abort"
+    FATAL = "fatal"
+
 
 class TxnError(Exception):
-    """Base class of every error raised by ``txn``."""
+    """Base class of every error raised by ``txn`` and by the kit's connectors.
+
+    ``retry_stage`` (a class attribute) says whether running the write stage or the
+    epoch again can help: False for errors a re-run would meet again (bad input, a
+    replay that differs, a configuration mismatch, a fenced coordinator).
+    """
+
+    retry_stage: ClassVar[bool] = True
+
+
+def can_retry_stage(exc: BaseException) -> bool:
+    """Return whether re-running the write stage can help after ``exc``.
+
+    Errors of the kit say so in their class; any other exception (a lost executor, a
+    network error) is assumed transient.
+    """
+    return bool(getattr(type(exc), "retry_stage", True))
 
 
 class ConfigError(TxnError, ValueError):
     """A configuration value is invalid; the message names the value and the fix."""
+
+    retry_stage = False
 
 
 class IllegalTransitionError(TxnError):
@@ -33,6 +71,8 @@ class IllegalTransitionError(TxnError):
     legal next states.
     """
 
+    retry_stage = False
+
 
 class EpochLogError(TxnError):
     """The durable epoch log could not be read or written."""
@@ -41,17 +81,25 @@ class EpochLogError(TxnError):
 class EpochLogCorruptError(EpochLogError):
     """A record of the epoch log is truncated or altered; the message names the file."""
 
+    retry_stage = False
+
 
 class EpochLogLockedError(EpochLogError):
     """Another coordinator holds the epoch log (or took it over); stop this one."""
+
+    retry_stage = False
 
 
 class PlanMismatchError(TxnError):
     """An in-doubt epoch is replayed with a sink configuration other than its plan's."""
 
+    retry_stage = False
+
 
 class NonDeterministicReplayError(TxnError):
     """A replayed epoch wrote rows other than the ones already committed for it."""
+
+    retry_stage = False
 
 
 class EpochAbortedError(TxnError):

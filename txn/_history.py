@@ -14,7 +14,11 @@ Rules for a record of epoch ``e`` (beyond the state machine of :class:`~txn.Epoc
    still in-doubt epoch (state ``PLANNED``) keeps parallelism, fingerprint, guarantee and
    mode (rows must land in the same partitions);
 4. decisions and completions follow the state machine; a logged commit decision can only
-   be completed as committed.
+   be completed as committed;
+5. a query binding (:class:`~txn.QueryBinding`) of another query than the bound one needs
+   every epoch finished and committed, and an offset above every epoch in the log (the new
+   query's batches are new epochs); filling in the query id of an open binding ("") keeps
+   its offset; the first binding of a log may adopt the log's epochs (offset 0).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from txn._errors import IllegalTransitionError
-from txn._model import EpochCompletion, EpochDecision, EpochPlan, LogRecord
+from txn._model import EpochCompletion, EpochDecision, EpochPlan, LogRecord, QueryBinding
 from txn._state import EpochState
 
 
@@ -50,7 +54,9 @@ class EpochHistory:
     the largest parallelism any compacted plan used.
     """
 
-    __slots__ = ("_entries", "_records", "committed_through", "parallelism_floor", "sink_id")
+    __slots__ = (
+        "_entries", "_records", "binding", "committed_through", "parallelism_floor", "sink_id",
+    )
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class EpochHistory:
         self.sink_id = sink_id
         self.committed_through = committed_through
         self.parallelism_floor = parallelism_floor
+        self.binding: QueryBinding | None = None  # the query that writes the sink, if bound
         self._records: tuple[LogRecord, ...] = ()
         self._entries: Mapping[int, EpochEntry] = {}
 
@@ -82,8 +89,28 @@ class EpochHistory:
             history = history.with_record(record)
         return history
 
+    def _copy(
+        self,
+        records: tuple[LogRecord, ...],
+        entries: Mapping[int, EpochEntry],
+        binding: QueryBinding | None,
+    ) -> EpochHistory:
+        out = EpochHistory(
+            self.sink_id,
+            committed_through=self.committed_through,
+            parallelism_floor=self.parallelism_floor,
+        )
+        out.binding = binding
+        out._records = records
+        out._entries = entries
+        return out
+
     def with_record(self, record: LogRecord) -> EpochHistory:
         """Return a new history with ``record`` appended, after validating it."""
+        if isinstance(record, QueryBinding):
+            _check_binding(self, record)
+            kept = tuple(r for r in self._records if not isinstance(r, QueryBinding))
+            return self._copy((*kept, record), self._entries, record)  # the latest binding only
         new_state = check_next_record(self, record)
         old = self._entries.get(record.epoch)
         entry: EpochEntry
@@ -97,14 +124,9 @@ class EpochHistory:
                 entry = EpochEntry(
                     plan=old.plan, state=new_state, decision=old.decision, completion=record
                 )
-        out = EpochHistory(
-            self.sink_id,
-            committed_through=self.committed_through,
-            parallelism_floor=self.parallelism_floor,
+        return self._copy(
+            (*self._records, record), {**self._entries, record.epoch: entry}, self.binding
         )
-        out._records = (*self._records, record)
-        out._entries = {**self._entries, record.epoch: entry}
-        return out
 
     # -- queries ---------------------------------------------------------------------
     @property
@@ -201,7 +223,10 @@ class EpochHistory:
             [self.parallelism_floor, *(self._entries[ep].plan.parallelism for ep in drop)]
         )
         out = EpochHistory(self.sink_id, committed_through=through, parallelism_floor=floor)
-        out._records = tuple(r for r in self._records if r.epoch not in drop)
+        out.binding = self.binding
+        out._records = tuple(
+            r for r in self._records if isinstance(r, QueryBinding) or r.epoch not in drop
+        )
         out._entries = {ep: e for ep, e in self._entries.items() if ep not in drop}
         return out
 
@@ -209,15 +234,49 @@ class EpochHistory:
         states = ", ".join(f"{ep}:{e.state.value}" for ep, e in sorted(self._entries.items()))
         return (
             f"EpochHistory(sink_id={self.sink_id!r}, committed_through={self.committed_through}, "
-            f"epochs=[{states}])"
+            f"binding={self.binding}, epochs=[{states}])"
         )
+
+    def epoch_of(self, batch_id: int) -> int:
+        """Return the epoch of the bound query's batch ``batch_id`` (the batch id if unbound)."""
+        return batch_id + (self.binding.epoch_offset if self.binding is not None else 0)
+
+
+def _check_binding(history: EpochHistory, binding: QueryBinding) -> None:
+    """Rule 5 of the module docstring; raise IllegalTransitionError."""
+    if binding.sink_id != history.sink_id:
+        raise _illegal(binding, f"the binding belongs to sink {binding.sink_id!r}, not "
+                                f"{history.sink_id!r}")
+    current = history.binding
+    if binding.epoch_offset < 0:
+        raise _illegal(binding, "the epoch offset must be >= 0")
+    if current is not None and current.query_id == "" and binding.query_id:
+        if binding.epoch_offset != current.epoch_offset:
+            raise _illegal(binding, "binding the next query keeps the reset's epoch offset "
+                                    f"{current.epoch_offset}")
+        return
+    adopting = current is None and binding.epoch_offset == 0
+    if adopting:
+        return
+    pending = history.unfinished()
+    if pending:
+        raise _illegal(binding, f"epoch {pending[0]} is not committed; finish it with the query "
+                                "that planned it (its checkpoint) before binding another query")
+    top = history.max_epoch()
+    if top is not None and binding.epoch_offset <= top:
+        raise _illegal(binding, f"a new query's epochs start above epoch {top}, not at "
+                                f"{binding.epoch_offset}")
 
 
 def check_next_record(history: EpochHistory, record: LogRecord) -> EpochState:
     """Return the state ``record`` moves its epoch to, or raise IllegalTransitionError.
 
-    Pure: neither argument is modified. See the module docstring for the rules.
+    Pure: neither argument is modified. See the module docstring for the rules. A query
+    binding is checked by :meth:`EpochHistory.with_record` (it moves no epoch).
     """
+    if isinstance(record, QueryBinding):
+        msg = "a query binding moves no epoch; append it with EpochHistory.with_record"
+        raise _illegal(record, msg)
     if record.sink_id != history.sink_id:
         msg = (
             f"record belongs to sink {record.sink_id!r} but the log is sink "

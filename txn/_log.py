@@ -109,7 +109,14 @@ class FileEpochLog(EpochLog):
         *,
         sink_id: str,
         retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
+        read_only: bool = False,
     ) -> None:
+        """Open (lock, new generation) the log at ``path``, creating it if missing.
+
+        ``read_only``: no lock and no new generation, for operators and checkers while a
+        coordinator owns the log: every append replaces the file atomically, so
+        :meth:`load` sees one complete version; :meth:`append` raises.
+        """
         if not isinstance(sink_id, str) or not sink_id:
             msg = f"sink_id must be a non-empty string, got {sink_id!r}"
             raise ConfigError(msg)
@@ -121,6 +128,9 @@ class FileEpochLog(EpochLog):
         self._retain = retain_epochs
         self._lock_fd: int | None = None
         self._generation = 0
+        self._read_only = read_only
+        if read_only:
+            return
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._lock()
         try:
@@ -150,13 +160,16 @@ class FileEpochLog(EpochLog):
     def append(self, record: LogRecord) -> None:
         """Validate ``record``, then durably rewrite the log with it (see class docstring)."""
         self._check_open()
+        if self._read_only:
+            msg = f"epoch log {self._path} was opened read-only; it cannot be appended to"
+            raise EpochLogError(msg)
         history, _ = self._read(check_generation=True)
         self._write(history.with_record(record).compacted(self._retain))
 
     def load(self) -> EpochHistory:
         """Read, verify and fold the log file."""
         self._check_open()
-        return self._read(check_generation=True)[0]
+        return self._read(check_generation=not self._read_only)[0]
 
     def close(self) -> None:
         """Release the lock. Idempotent."""
@@ -186,7 +199,7 @@ class FileEpochLog(EpochLog):
         self._lock_fd = fd
 
     def _check_open(self) -> None:
-        if self._lock_fd is None:
+        if self._lock_fd is None and not self._read_only:
             msg = f"epoch log {self._path} is closed; open a new FileEpochLog"
             raise EpochLogError(msg)
 

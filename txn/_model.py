@@ -17,6 +17,11 @@ from txn._errors import ConfigError
 
 Rows = TypeVar("Rows")
 
+# Seconds a write partition waits for every other partition's vote in aligned mode
+# (any vote channel); generous because CI machines are busy, and a crashed partition
+# breaks the round at once, so this only bounds real hangs.
+GATHER_TIMEOUT_S = 120.0
+
 
 class Guarantee(str, enum.Enum):
     """Delivery guarantee shared by every sink of the kit.
@@ -106,7 +111,27 @@ class EpochCompletion:
     committed: bool
 
 
-LogRecord = EpochPlan | EpochDecision | EpochCompletion
+@dataclass(frozen=True)
+class QueryBinding:
+    """The query that writes a sink: its batch ``b`` is epoch ``b + epoch_offset``.
+
+    A sink's epochs are meaningful only for the query (the checkpoint) that planned them:
+    a new checkpoint restarts batch ids at 0, and those ids must not meet the old query's
+    committed epochs. ``query_id`` "" binds the next query that writes (set by an
+    operator's reset before the new query's id is known).
+    """
+
+    sink_id: str
+    query_id: str
+    epoch_offset: int
+
+    @property
+    def epoch(self) -> int:
+        """The first epoch of the bound query (where the binding sits among the records)."""
+        return self.epoch_offset
+
+
+LogRecord = EpochPlan | EpochDecision | EpochCompletion | QueryBinding
 
 
 @dataclass(frozen=True)
@@ -175,12 +200,17 @@ class PartitionReport:
 class Participant(abc.ABC, Generic[Rows]):
     """Task-side handle on one write partition of one sink (for example one producer).
 
-    Contract (call order, enforced by the task driver in ``txn``):
+    A one-pass writer: the rows of a write task can be read once, so the contract never
+    asks for them twice. Call order, enforced by :func:`txn.run_partition` (the protocol
+    in full: docs/architecture.md, section 2):
 
-    1. ``committed_marker()`` once, right after construction (which fences any older
+    1. ``committed_marker()`` once, right after ``Resource.open`` (which fences any older
        instance of the same partition and aborts its open work);
-    2. if no marker covers the epoch: ``summarize(rows)``, ``begin(epoch)``,
-       ``write(rows)``, ``pre_commit(summary)`` (flush and stage the marker);
+    2. marker of a later epoch: nothing else (the epoch is committed here);
+       marker of this epoch: ``summarize(rows)``, a read-only pass whose summary must
+       equal the marker's (the epoch is committed here, or the replay differs);
+       otherwise: ``begin(epoch)``, ``summary = write(rows)`` (writes inside the
+       transaction and summarizes in the same pass), ``pre_commit(summary)``;
     3. ``commit()`` or ``abort()``; ``abort()`` is safe at any point and idempotent;
     4. ``close()`` always.
 
@@ -195,15 +225,15 @@ class Participant(abc.ABC, Generic[Rows]):
 
     @abc.abstractmethod
     def summarize(self, rows: Rows) -> RowSummary:
-        """Return the row count and a deterministic content checksum of ``rows``."""
+        """Read ``rows`` without writing; return their count and deterministic checksum."""
 
     @abc.abstractmethod
     def begin(self, epoch: int) -> None:
         """Start the transaction of ``epoch``."""
 
     @abc.abstractmethod
-    def write(self, rows: Rows) -> None:
-        """Write ``rows`` inside the open transaction."""
+    def write(self, rows: Rows) -> RowSummary:
+        """Write ``rows`` inside the open transaction; return their count and checksum."""
 
     @abc.abstractmethod
     def pre_commit(self, summary: RowSummary) -> None:
@@ -231,6 +261,15 @@ class Resource(abc.ABC, Generic[Rows]):
     """
 
     completable_by_coordinator: bool = False
+
+    def completes(self, partition: int) -> bool:
+        """Whether the coordinator completes ``partition``'s prepared work.
+
+        The resource's flag for every partition, except in a composite resource (one epoch
+        across several systems, :class:`~txn.CompositeResource`), where it is the flag of
+        the member that owns the partition.
+        """
+        return self.completable_by_coordinator
 
     @abc.abstractmethod
     def open(self, plan: EpochPlan, partition: int) -> Participant[Rows]:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from txn._errors import NonDeterministicReplayError, ParticipantError
 from txn._model import (
     EpochPlan,
+    Marker,
     Participant,
     PartitionOutcome,
     PartitionReport,
@@ -23,6 +24,7 @@ class TaskStep(str, enum.Enum):
     """Points of :func:`run_partition` where ``hooks`` are called (crash injection)."""
 
     OPENED = "opened"  # participant created (older instances fenced), marker not read
+    WRITTEN = "written"  # write returned inside the open transaction, not pre-committed
     PRE_COMMITTED = "pre-committed"  # pre_commit returned, the yes vote not sent
     DECIDED = "decided"  # votes gathered, decision known, nothing committed or aborted
     COMMITTED = "committed"  # commit returned, report not yet returned (before the ack)
@@ -45,24 +47,15 @@ def run_partition(
 ) -> PartitionReport:
     """Write ``rows`` as partition ``partition`` of ``plan`` (run inside the write task).
 
-    Protocol:
+    Runs the task side of the protocol (docs/architecture.md, section 2): open (fencing
+    older instances), read the marker, then skip, compare (``summarize``) or write
+    (``begin``, ``write``, ``pre_commit``) and vote; with ``gather``, wait for every
+    partition's vote and commit only if all are YES or ALREADY_COMMITTED; a
+    coordinator-completable resource leaves its work prepared. ``close()`` always runs.
 
-    1. ``participant = resource.open(plan, partition)`` (fences older instances);
-    2. read the marker and summarize the rows;
-    3. a marker of this epoch with the same (rows, checksum) means this partition already
-       committed it: vote ALREADY_COMMITTED (a different summary raises
-       :class:`~txn.NonDeterministicReplayError`); a marker of a later epoch also votes
-       ALREADY_COMMITTED;
-    4. otherwise ``begin``, ``write``, ``pre_commit`` and vote YES; any failure aborts and
-       votes NO (the failure is raised after the decision, so Spark retries);
-    5. aligned (``gather`` given): ``gather(vote)`` blocks until every partition voted and
-       returns all votes; commit iff every partition 0..P-1 voted YES or ALREADY_COMMITTED.
-       Unaligned: decide on the own vote;
-    6. coordinator-completable resources leave the work prepared (report PREPARED); others
-       commit or abort here. ``participant.close()`` always runs.
-
-    Guarantees: nothing is committed unless the decision is commit; a failure before the
-    decision leaves nothing committed by this call.
+    Guarantees: nothing is committed unless the decision is commit; the rows are read at
+    most once; a failure before the decision leaves nothing committed by this call and is
+    re-raised after the votes (so every partition learns the outcome).
     """
 
     def hook(step: TaskStep) -> None:
@@ -72,7 +65,7 @@ def run_partition(
     participant = resource.open(plan, partition)
     try:
         hook(TaskStep.OPENED)
-        vote, summary, failure = _prepare(participant, plan, partition, rows)
+        vote, summary, failure = _prepare(participant, plan, partition, rows, hook)
         if vote.kind is VoteKind.YES:
             hook(TaskStep.PRE_COMMITTED)
         votes = _gather(participant, plan, vote, gather)
@@ -86,33 +79,41 @@ def run_partition(
 
 
 def _prepare(
-    participant: Participant[Rows], plan: EpochPlan, partition: int, rows: Rows
+    participant: Participant[Rows], plan: EpochPlan, partition: int, rows: Rows,
+    hook: Callable[[TaskStep], None],
 ) -> tuple[Vote, RowSummary, Exception | None]:
+    """Run steps 2-4 of :func:`run_partition`: read the marker, then skip, compare or write."""
     summary = RowSummary(0, "")
     try:
         marker = participant.committed_marker()
-        summary = participant.summarize(rows)
-        if marker is not None and marker.epoch == plan.epoch:
-            if (marker.rows, marker.checksum) != (summary.rows, summary.checksum):
-                msg = (
-                    f"epoch {plan.epoch} partition {partition}: the replayed batch differs from "
-                    f"the committed one (committed rows={marker.rows} checksum="
-                    f"{marker.checksum}, replay rows={summary.rows} checksum={summary.checksum})"
-                    "; make the query deterministic (stable source offsets, no random or "
-                    "time-based columns, deterministic ordering) so a replay rewrites the same "
-                    "rows"
-                )
-                raise NonDeterministicReplayError(msg)
-            return _vote(plan, partition, VoteKind.ALREADY_COMMITTED, summary), summary, None
         if marker is not None and marker.epoch > plan.epoch:
             return _vote(plan, partition, VoteKind.ALREADY_COMMITTED, summary), summary, None
+        if marker is not None and marker.epoch == plan.epoch:
+            summary = participant.summarize(rows)
+            _check_replay(marker, summary, plan, partition)
+            return _vote(plan, partition, VoteKind.ALREADY_COMMITTED, summary), summary, None
         participant.begin(plan.epoch)
-        participant.write(rows)
+        summary = participant.write(rows)
+        hook(TaskStep.WRITTEN)
         participant.pre_commit(summary)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a NO vote
         error = f"{type(exc).__name__}: {exc}{_abort_quietly(participant)}"
         return _vote(plan, partition, VoteKind.NO, summary, error), summary, exc
     return _vote(plan, partition, VoteKind.YES, summary), summary, None
+
+
+def _check_replay(marker: Marker, summary: RowSummary, plan: EpochPlan, partition: int) -> None:
+    """Raise unless the replayed rows are the ones the marker says were committed."""
+    if (marker.rows, marker.checksum) == (summary.rows, summary.checksum):
+        return
+    msg = (
+        f"epoch {plan.epoch} partition {partition}: the replayed batch differs from "
+        f"the committed one (committed rows={marker.rows} checksum={marker.checksum}, "
+        f"replay rows={summary.rows} checksum={summary.checksum}); make the query "
+        "deterministic (stable source offsets, no random or time-based columns, "
+        "deterministic ordering) so a replay rewrites the same rows"
+    )
+    raise NonDeterministicReplayError(msg)
 
 
 def _vote(
@@ -179,7 +180,7 @@ def _finish(
         blame = next((v for v in votes if v.kind not in _COMMITTING), None)
         why = f"partition {blame.partition} voted no: {blame.error}" if blame else "vote no"
         return report(PartitionOutcome.ABORTED, why)
-    if resource.completable_by_coordinator:
+    if resource.completes(vote.partition):
         return report(PartitionOutcome.PREPARED)
     participant.commit()
     hook(TaskStep.COMMITTED)

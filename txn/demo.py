@@ -30,16 +30,17 @@ from txn._channel import InProcessChannel
 from txn._coordinator import Coordinator, CoordinatorStep
 from txn._errors import EpochAbortedError, ParticipantError
 from txn._log import FileEpochLog
-from txn._memory import (
+from txn._model import CommitMode, EpochPlan, Resource
+from txn._task import TaskStep
+from txn.testing import (
     CommitInTaskResource,
     MemoryStore,
     MemRows,
+    OnePassRows,
     PreparedResource,
     SimulatedCrash,
     partition_rows,
 )
-from txn._model import CommitMode, EpochPlan, Resource
-from txn._task import TaskStep
 
 ROWS_PER_EPOCH = 20
 PARALLELISM = 3
@@ -132,7 +133,9 @@ def _run_kind(kind: str, mode: CommitMode, epochs: int, rng: random.Random) -> l
                     coordinator.recover()
                     channel = InProcessChannel(
                         resource,
-                        lambda plan, p: partition_rows(rows_of(plan.epoch), plan.parallelism)[p],
+                        lambda plan, p: OnePassRows(
+                            partition_rows(rows_of(plan.epoch), plan.parallelism)[p]
+                        ),
                         task_hooks=injector.task,
                     )
                     result = coordinator.run_epoch(epoch, PARALLELISM, channel)

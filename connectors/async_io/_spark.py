@@ -46,7 +46,19 @@ class MetricsAccumulator:
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self._accumulator: Accumulator[AsyncMetrics] = spark.sparkContext.accumulator(
+        """Create the accumulator on ``spark``'s context.
+
+        Raises:
+            AsyncConfigError: a Spark Connect session (no SparkContext, no accumulators).
+
+        """
+        try:
+            sc = spark.sparkContext
+        except (AttributeError, NotImplementedError) as exc:  # Connect: PySparkAttributeError
+            msg = ("MetricsAccumulator needs Spark accumulators, which a Spark Connect session "
+                   "does not have; run async_map without metrics= under Spark Connect")
+            raise AsyncConfigError(msg) from exc
+        self._accumulator: Accumulator[AsyncMetrics] = sc.accumulator(
             AsyncMetrics(), _MetricsParam()
         )
 

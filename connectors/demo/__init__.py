@@ -1,39 +1,10 @@
-"""The end-to-end demo of the exactly-once Kafka sink, and its reusable pipeline pieces.
+"""The demo application: ``python -m connectors.demo`` (console script ``eos-demo``).
 
-``python -m connectors.demo`` (console script ``eos-demo``) runs a streaming query through
-``KafkaSink`` against an embedded broker, optionally with chaos, and verifies the output.
-The pieces are public because the end-to-end tests, the soak run and the benchmark reuse
-them: staging input topics as chunk files, the query itself, and running it as a separate
-Spark application that can be killed.
+It runs the kit's main job on the embedded default (minikafka + local Spark): a
+``kafka-rc`` source read with ``read_committed``, ``KafkaSink`` exactly-once, optional
+chaos, and the exactly-once checker over the result. It is an application built on the
+kit and its testing helpers (``connectors.testing.app``), not a connector: nothing in the
+connectors imports it.
 """
 
-from connectors.demo._pipeline import (
-    ORDER_COLUMNS,
-    SOURCES,
-    EpochLine,
-    PipelineConfig,
-    PipelineConfigError,
-    build_sink,
-    input_stream,
-    make_spark,
-    run_query,
-)
-from connectors.demo._runner import AppProcess
-from connectors.demo._staging import SCHEMA, SPARK_SCHEMA_DDL, stage_input, write_chunks
-
-__all__ = [
-    "ORDER_COLUMNS",
-    "SCHEMA",
-    "SPARK_SCHEMA_DDL",
-    "AppProcess",
-    "EpochLine",
-    "PipelineConfig",
-    "PipelineConfigError",
-    "SOURCES",
-    "input_stream",
-    "build_sink",
-    "make_spark",
-    "run_query",
-    "stage_input",
-    "write_chunks",
-]
+__all__: list[str] = []

@@ -2,21 +2,26 @@
 
 Steps:
 
-1. start an embedded minikafka broker (unless ``--bootstrap-servers`` names a cluster);
-2. create an input and an output topic and produce ``--records`` input records, each with a
-   unique id, a key from a small key space and a per-key sequence number;
+1. start an embedded minikafka broker (unless ``--bootstrap-servers`` names a cluster); with
+   ``--sink postgres`` or ``--sink kafka+postgres`` also a PostgreSQL server of its own
+   (unless ``POSTGRES_DSN`` names one, see ``connectors.testing.postgres.postgres_dsn``);
+2. create an input and an output topic (and the table) and produce ``--records`` input
+   records, each with a unique id, a key from a small key space and a per-key sequence number;
 3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
    ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
    with ``--source files`` the input is first staged as chunk files, one micro-batch each
-   (see ``connectors.demo._staging``);
-4. run the streaming query as a Spark application writing through ``KafkaSink`` with
-   exactly-once, ordered by input partition and offset; a progress bar follows the records
-   committed;
+   (see ``connectors.testing.app._staging``);
+4. run the streaming query as a Spark application (local mode, or on the cluster that
+   ``--master spark://host:port`` names) writing through ``KafkaSink``
+   (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with
+   ``--write-mode`` and ``--commit-protocol``) or both in one epoch (``--sink
+   kafka+postgres``) with exactly-once, ordered by input partition and offset; a progress
+   bar follows the records committed;
 5. with ``--chaos``: Python workers are killed mid-write, an exception hits a task between
    pre-commit and commit, and the whole application is SIGKILLed mid-run; each time the
    query is restarted from its checkpoint;
-6. verify the output with ``connectors.verify.check_exactly_once`` and print the report;
-   exit 1 if any invariant is violated.
+6. verify the output with ``connectors.testing.verify.check_exactly_once`` (the topic) and
+   ``check_table`` (the table) and print the reports; exit 1 if any invariant is violated.
 """
 
 from __future__ import annotations
@@ -34,16 +39,32 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from connectors.demo._pipeline import (
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
+from connectors.testing.app import (
+    POSTGRES_PROTOCOLS,
+    POSTGRES_WRITE_MODES,
+    SINK_BOTH,
+    SINK_KAFKA,
+    SINKS,
     SOURCE_FILES,
     SOURCE_KAFKA,
     SOURCES,
+    AppProcess,
     EpochLine,
     PipelineConfig,
+    create_table,
+    member_ids,
+    record_op,
+    stage_input,
 )
-from connectors.demo._runner import AppProcess
-from connectors.demo._staging import stage_input
-from connectors.verify import check_exactly_once, print_report, produce_input
+from connectors.testing.verify import (
+    check_exactly_once,
+    check_table,
+    load_history,
+    member_history,
+    print_report,
+    produce_input,
+)
 
 # Seconds to wait for topic creation on the broker.
 ADMIN_TIMEOUT_S = 30.0
@@ -69,12 +90,27 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="kill workers, inject a failure, kill and restart the application")
     parser.add_argument("--bootstrap-servers", default=None,
                         help="use this Kafka cluster instead of an embedded minikafka")
+    parser.add_argument("--sink", choices=SINKS, default=SINK_KAFKA,
+                        help="write the output topic (default), a PostgreSQL table, or both in "
+                             "one epoch")
+    parser.add_argument("--write-mode", choices=POSTGRES_WRITE_MODES, default="append",
+                        help="how the PostgreSQL sink writes the table (default append)")
+    parser.add_argument("--commit-protocol", choices=POSTGRES_PROTOCOLS, default="auto",
+                        help="the PostgreSQL sink's commit protocol (default auto: two-phase "
+                             "when the server allows prepared transactions)")
     parser.add_argument("--mode", choices=("aligned", "unaligned"), default="aligned")
     parser.add_argument("--parallelism", type=int, default=2, help="write tasks per epoch")
     parser.add_argument("--work-dir", default=None, help="keep files here (default: temporary)")
+    parser.add_argument(
+        "--master", default=None,
+        help="Spark master URL, e.g. spark://host:7077 (default: local mode with a slot per "
+             "write task); the executors must reach --bootstrap-servers, import this kit "
+             "(docs/deploying.md) and, with --source files, read --work-dir")
     args = parser.parse_args(argv)
     if args.records <= 0 or args.epochs <= 0 or args.parallelism <= 0:
         parser.error("--records, --epochs and --parallelism must be positive")
+    if args.master is not None and args.master.startswith("local"):
+        parser.error("--master names a cluster (spark://host:port); leave it out for local mode")
     return args
 
 
@@ -113,15 +149,29 @@ def main(argv: list[str] | None = None) -> int:
             broker = stack.enter_context(BrokerProcess(data_dir=str(work / "broker"), port=0))
             bootstrap = broker.bootstrap_servers
             console.print(f"[bold]minikafka[/] listening on {bootstrap}")
-        return _run(args, console, bootstrap, work)
+        dsn = None
+        if args.sink != SINK_KAFKA:
+            from connectors.testing.postgres import postgres_dsn
+
+            with console.status("starting PostgreSQL"):
+                dsn = stack.enter_context(postgres_dsn())
+            console.print(f"[bold]PostgreSQL[/] at {dsn}")
+        return _run(args, console, bootstrap, dsn, work)
     return 1  # unreachable: the with-block returns
 
 
-def _run(args: argparse.Namespace, console: Console, bootstrap: str, work: Path) -> int:
+def _run(
+    args: argparse.Namespace, console: Console, bootstrap: str, dsn: str | None, work: Path
+) -> int:
     suffix = uuid.uuid4().hex[:8]
     input_topic, output_topic = f"demo-in-{suffix}", f"demo-out-{suffix}"
-    sink_id = f"demo-{suffix}"
-    _create_topics(bootstrap, {input_topic: 2, output_topic: 3})
+    sink_id, table = f"demo-{suffix}", f"demo_{suffix}"
+    _create_topics(bootstrap, {input_topic: 2, **({output_topic: 3} if args.sink != "postgres"
+                                                  else {})})
+    if dsn is not None:
+        create_table(dsn, table, write_mode=args.write_mode)
+        console.print(f"table: public.{table} ({args.write_mode}), commit protocol "
+                      f"{args.commit_protocol}")
     with _progress(console) as progress:
         task = progress.add_task("producing input", total=args.records)
         produce_input(bootstrap, input_topic, args.records,
@@ -138,19 +188,52 @@ def _run(args: argparse.Namespace, console: Console, bootstrap: str, work: Path)
                       f"source in about {epochs} micro-batches of up to {chunk:,} offsets")
     faults = work / "faults.json"
     faults.write_text(json.dumps(_chaos_faults(epochs, args.parallelism) if args.chaos else []))
+    # Aligned epochs run every write task at once: P per sink, both sinks for kafka+postgres.
+    slots = args.parallelism * (2 if args.sink == SINK_BOTH else 1)
+    if args.master:
+        console.print(f"Spark master: {args.master} (aligned mode needs {slots} free task "
+                      f"slots there)")
     cfg = PipelineConfig(
         bootstrap=bootstrap, input_dir=str(work / "input"), checkpoint=str(work / "checkpoint"),
         output_topic=output_topic, sink_id=sink_id, mode=args.mode,
         parallelism=args.parallelism, fault_plan=str(faults) if args.chaos else None,
         source=args.source, input_topic=input_topic, max_offsets_per_trigger=chunk,
+        master=args.master or f"local[{max(2, slots)},4]", sink=args.sink, postgres_dsn=dsn,
+        postgres_table=table if dsn else None, postgres_write_mode=args.write_mode,
+        postgres_protocol=args.commit_protocol,
     )
     if not _run_to_end(cfg, console, work, args.records, epochs, chaos=args.chaos):
         return 1
-    console.print("verifying the output with read_committed and read_uncommitted readers ...")
-    report = check_exactly_once(bootstrap, input_topic=input_topic, output_topic=output_topic,
-                                sink_id=sink_id)
-    print_report(report, console)
-    return 0 if report.ok else 1
+    return 0 if _verify(cfg, console) else 1
+
+
+def _verify(cfg: PipelineConfig, console: Console) -> bool:
+    """Check the topic and/or the table the query wrote; print the reports."""
+    assert cfg.input_topic is not None  # noqa: S101 - the demo always sets it
+    kafka_id, pg_id = member_ids(cfg.sink_id) if cfg.sink == SINK_BOTH else (cfg.sink_id,) * 2
+    shared = None
+    if cfg.sink == SINK_BOTH:  # one epoch log for both members: each sees its share
+        shared = member_history(load_history(cfg.bootstrap, cfg.sink_id, None,
+                                             DEFAULT_EPOCH_LOG_TOPIC), members=2)
+    ok = True
+    if cfg.writes_kafka:
+        console.print("verifying the topic with read_committed and read_uncommitted readers ...")
+        report = check_exactly_once(cfg.bootstrap, input_topic=cfg.input_topic,
+                                    output_topic=cfg.output_topic, sink_id=kafka_id,
+                                    epoch_log=shared)
+        print_report(report, console)
+        ok = report.ok
+    if cfg.writes_postgres:
+        assert cfg.postgres_dsn and cfg.postgres_table  # noqa: S101 - validated by the config
+        console.print(f"verifying table {cfg.postgres_table} ...")
+        table = check_table(
+            cfg.postgres_dsn, table=cfg.postgres_table, sink_id=pg_id, bootstrap=cfg.bootstrap,
+            input_topic=cfg.input_topic, write_mode=cfg.postgres_write_mode,
+            op_fn=record_op if cfg.postgres_write_mode == "changelog" else None, epoch_log=shared,
+        )
+        print_report(table, console)
+        ok = ok and table.ok
+    return ok
 
 
 def _progress(console: Console) -> Progress:

@@ -1,57 +1,108 @@
-"""Exactly-once Kafka sink for Spark ``foreachBatch``.
+"""The Kafka connector: an exactly-once sink and a read_committed source, side by side.
 
-* :class:`KafkaSink` - the sink (exactly-once aligned / unaligned, at-least-once,
-  at-most-once); see docs/kafka-sink.md;
+Sink (``foreachBatch``; built on :mod:`connectors.stage`; docs/kafka-sink.md):
+
+* :class:`KafkaSink` (exactly-once aligned / unaligned, at-least-once, at-most-once) and
+  its validated :class:`SinkConfig`;
 * :class:`KafkaEpochLog` - the default epoch log, in a compacted Kafka topic;
-* :func:`read_markers` - the idempotency markers of a sink (for checkers);
-* :class:`FaultPlan` - fault injection, TESTING ONLY;
+* :func:`read_markers` - the idempotency markers of a sink (for checkers and operators);
 * the error hierarchy rooted at :class:`KafkaSinkError` (a ``txn.TxnError``).
+
+Source (format ``kafka-rc``; docs/kafka-source.md): :func:`register`, its options and
+errors rooted at :class:`KafkaSourceError`.
+
+Both ask one error classifier, :func:`classify` (retry / abort / fatal, ``txn.ErrorAction``).
+Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
 """
 
-from connectors.kafka._classify import ErrorAction, classify
-from connectors.kafka._config import DEFAULT_PRODUCER_CONFIG, SinkConfig
-from connectors.kafka._epoch_log import KafkaEpochLog
+from connectors.kafka._classify import classify
 from connectors.kafka._errors import (
+    BrokerUnavailableError,
     EpochLogFencedError,
-    InjectedFault,
     InputError,
     InputSchemaError,
-    InsufficientSlotsError,
     KafkaSinkError,
     KafkaWriteError,
+    MarkerError,
     PreflightError,
     ProducerFencedError,
     RecordError,
     RecordTooLargeError,
     SinkConfigError,
+    TopicMissingError,
+)
+from connectors.kafka._names import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
+from connectors.kafka._sink._config import DEFAULT_PRODUCER_CONFIG, SinkConfig
+from connectors.kafka._sink._epoch_log import KafkaEpochLog
+from connectors.kafka._sink._markers import decode_marker, encode_marker, read_markers
+from connectors.kafka._sink._sink import KafkaSink
+from connectors.kafka._source import (
+    EARLIEST,
+    LATEST,
+    SOURCE_NAME,
+    DataLossError,
+    KafkaOffsets,
+    KafkaRcDataSource,
+    KafkaReadTimeoutError,
+    KafkaSourceError,
+    KafkaSourceFatalError,
+    KafkaUnavailableError,
+    OffsetRange,
+    OffsetSpecError,
+    SourceOptionError,
+    SourceOptions,
+    register,
+)
+from connectors.stage import (
+    EpochMetrics,
+    InsufficientSlotsError,
+    QueryMismatchError,
+    SinkStoppedError,
     VoteChannelError,
     VoteRejectedError,
     VoteTimeoutError,
 )
-from connectors.kafka._faults import Fault, FaultPlan
-from connectors.kafka._markers import decode_marker, encode_marker, read_markers
-from connectors.kafka._sink import KafkaSink
+from txn import ErrorAction
 
 __all__ = [
+    "DEFAULT_EPOCH_LOG_TOPIC",
+    "DEFAULT_MARKER_TOPIC",
     "DEFAULT_PRODUCER_CONFIG",
+    "EARLIEST",
+    "LATEST",
+    "SOURCE_NAME",
+    "BrokerUnavailableError",
+    "DataLossError",
     "EpochLogFencedError",
+    "EpochMetrics",
     "ErrorAction",
-    "Fault",
-    "FaultPlan",
-    "InjectedFault",
     "InputError",
     "InputSchemaError",
     "InsufficientSlotsError",
     "KafkaEpochLog",
+    "KafkaOffsets",
+    "KafkaRcDataSource",
+    "KafkaReadTimeoutError",
     "KafkaSink",
     "KafkaSinkError",
+    "KafkaSourceError",
+    "KafkaSourceFatalError",
+    "KafkaUnavailableError",
     "KafkaWriteError",
+    "MarkerError",
+    "OffsetRange",
+    "OffsetSpecError",
     "PreflightError",
     "ProducerFencedError",
+    "QueryMismatchError",
     "RecordError",
     "RecordTooLargeError",
     "SinkConfig",
     "SinkConfigError",
+    "SinkStoppedError",
+    "SourceOptionError",
+    "SourceOptions",
+    "TopicMissingError",
     "VoteChannelError",
     "VoteRejectedError",
     "VoteTimeoutError",
@@ -59,4 +110,5 @@ __all__ = [
     "decode_marker",
     "encode_marker",
     "read_markers",
+    "register",
 ]

@@ -1,7 +1,7 @@
-"""One place that decides what to do about a Kafka error.
+"""One place that decides what to do about a Kafka error (the sink and the source ask it).
 
-Every Kafka failure maps to exactly one of three actions (never by matching message
-text, only by error code and librdkafka's flags):
+Every Kafka failure maps to exactly one of three actions, :class:`txn.ErrorAction` (never
+by matching message text, only by error code and librdkafka's flags):
 
 1. ``RETRY``: transient (``retriable()``, timeouts, a coordinator moving); repeat the
    same call a bounded number of times (tenacity), then escalate to ``ABORT``.
@@ -15,7 +15,6 @@ text, only by error code and librdkafka's flags):
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -23,6 +22,7 @@ import tenacity
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka._errors import KafkaWriteError, ProducerFencedError
+from txn import ErrorAction
 
 T = TypeVar("T")
 
@@ -32,14 +32,6 @@ RETRY_ATTEMPTS = 5
 # Seconds of exponential back-off between retries (first wait, upper bound).
 RETRY_WAIT_MIN_S = 0.2
 RETRY_WAIT_MAX_S = 5.0
-
-
-class ErrorAction(str, enum.Enum):
-    """What the sink does about a Kafka error."""
-
-    RETRY = "retry"
-    ABORT = "abort"
-    FATAL = "fatal"
 
 
 # librdkafka's local (client-side) error codes are spelled with a leading underscore.
@@ -96,7 +88,7 @@ def classify(error: KafkaError | BaseException) -> ErrorAction:
     if isinstance(error, ProducerFencedError):
         return ErrorAction.FATAL
     if isinstance(error, KafkaWriteError):
-        return ErrorAction(error.action)
+        return error.action
     err = error if isinstance(error, KafkaError) else kafka_error_of(error)
     if err is None:
         return ErrorAction.ABORT
@@ -120,9 +112,9 @@ def to_write_error(exc: BaseException, what: str) -> KafkaWriteError:
             "transactional id took over, or the producer is broken. This instance stops; the "
             "epoch is retried with a new producer."
         )
-        return ProducerFencedError(msg, action=action.value, code=code)
+        return ProducerFencedError(msg, action=action, code=code)
     msg = f"{what} failed ({action.value}): {exc}"
-    return KafkaWriteError(msg, action=action.value, code=code)
+    return KafkaWriteError(msg, action=action, code=code)
 
 
 def _should_retry(state: tenacity.RetryCallState) -> bool:
@@ -152,7 +144,7 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
         return retrying(fn)
     except KafkaException as exc:
         err = to_write_error(exc, what)
-        if err.action == ErrorAction.RETRY.value:
+        if err.action is ErrorAction.RETRY:
             msg = f"{what} still failing after {RETRY_ATTEMPTS} attempts: {exc}; aborting the epoch"
-            err = KafkaWriteError(msg, action=ErrorAction.ABORT.value, code=err.code)
+            err = KafkaWriteError(msg, action=ErrorAction.ABORT, code=err.code)
         raise err from exc

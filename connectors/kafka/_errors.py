@@ -1,50 +1,66 @@
 """Exception hierarchy of the Kafka sink.
 
-Every error names what went wrong and what to do about it. Errors that belong to the
-two-phase-commit protocol come from :mod:`txn` (for example
-``txn.NonDeterministicReplayError``); the ones here are specific to Kafka.
+Every error names what went wrong and what to do about it, and its class says whether
+re-running the write stage can help (``retry_stage``, see :class:`txn.TxnError`). Errors
+of the protocol come from :mod:`txn` (e.g. ``txn.NonDeterministicReplayError``), errors of
+the generic Spark stage from :mod:`connectors.stage` (the vote channel, slots); the input
+errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkError`::
+
+    KafkaSinkError (txn.TxnError)
+    +-- SinkConfigError (txn.ConfigError)        a bad option, raised at construction
+    +-- PreflightError                           the cluster is unusable at the first write
+    |   +-- BrokerUnavailableError               no broker answered
+    |   +-- TopicMissingError                    the output topic is not in fresh metadata
+    +-- InputError (connectors.stage.InputError) the DataFrame cannot be written
+    |   +-- InputSchemaError                     a column missing or mistyped (driver)
+    |   +-- RecordError                          one record cannot be written (task)
+    |       +-- RecordTooLargeError              over the message size limit
+    +-- KafkaWriteError                          Kafka refused a call; ``action`` says why
+    |   +-- ProducerFencedError                  a newer instance of the transactional id
+    +-- MarkerError                              a marker group holds an offset the sink did not write
+    +-- EpochLogFencedError (txn.EpochLogLockedError)  another coordinator took the log over
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from txn import ConfigError, EpochLogError, TxnError
+from connectors.stage import InputError as StageInputError
+from connectors.stage import InputSchemaError as StageInputSchemaError
+from connectors.stage import RecordError as StageRecordError
+from connectors.stage._errors import rebuild_error
+from txn import ConfigError, EpochLogLockedError, ErrorAction, TxnError
 
 
 class KafkaSinkError(TxnError):
-    """Base class of every error raised by :mod:`connectors.kafka`."""
+    """Base class of every error raised by the Kafka sink."""
 
 
 class SinkConfigError(KafkaSinkError, ConfigError):
     """A sink option is invalid (raised at construction, before any network I/O)."""
 
 
-class InsufficientSlotsError(SinkConfigError):
-    """Aligned mode needs every write task of an epoch running at once, and they do not fit."""
-
-
 class PreflightError(KafkaSinkError):
-    """The first write found the cluster unusable (unreachable, topic missing, bad limits)."""
+    """The first write found the cluster unusable (topic missing, bad limits)."""
 
 
-class InputError(KafkaSinkError, ValueError):
+class BrokerUnavailableError(PreflightError):
+    """No broker answered within the bounded wait: check the address and the broker."""
+
+
+class TopicMissingError(PreflightError):
+    """The output topic stayed absent from fresh metadata for the bounded wait."""
+
+    retry_stage = False
+
+
+class InputError(KafkaSinkError, StageInputError):
     """The DataFrame handed to the sink cannot be written; the message names the column."""
 
-    def __init__(self, message: str, *, column: str | None = None) -> None:
-        super().__init__(message)
-        self.column = column
 
-    def __reduce__(self) -> tuple[object, ...]:
-        # Travels from the write task to the driver pickled; keep the column.
-        return (_rebuild, (type(self), str(self), {"column": self.column}))
-
-
-class InputSchemaError(InputError):
+class InputSchemaError(InputError, StageInputSchemaError):
     """A column is missing or has a type the sink cannot write (detected on the driver)."""
 
 
-class RecordError(InputError):
+class RecordError(InputError, StageRecordError):
     """One record cannot be written (null where a value is required, unknown op, ...)."""
 
 
@@ -53,41 +69,26 @@ class RecordTooLargeError(RecordError):
 
 
 class KafkaWriteError(KafkaSinkError):
-    """Kafka rejected a write; ``action`` says how it was classified."""
+    """Kafka refused a call; ``action`` is how the one classifier classified it."""
 
-    def __init__(self, message: str, *, action: str, code: int | None = None) -> None:
+    def __init__(self, message: str, *, action: ErrorAction, code: int | None = None) -> None:
         super().__init__(message)
-        self.action = action
+        self.action = ErrorAction(action)
         self.code = code
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (type(self), str(self), {"action": self.action, "code": self.code}))
+        return (rebuild_error, (type(self), str(self), {"action": self.action, "code": self.code}))
 
 
 class ProducerFencedError(KafkaWriteError):
     """A newer instance of the same transactional id exists; this producer must stop."""
 
 
-class EpochLogFencedError(KafkaSinkError, EpochLogError):
+class MarkerError(KafkaSinkError):
+    """A marker group holds an offset this sink did not write (another application uses it)."""
+
+    retry_stage = False
+
+
+class EpochLogFencedError(KafkaSinkError, EpochLogLockedError):
     """Another coordinator took over the sink's Kafka epoch log (a second driver runs)."""
-
-
-class VoteChannelError(KafkaSinkError):
-    """The driver vote channel failed (unreachable, broken round); the task aborts."""
-
-
-class VoteTimeoutError(VoteChannelError):
-    """Not every write task voted within ``txn.GATHER_TIMEOUT_S``; the round is broken."""
-
-
-class VoteRejectedError(VoteChannelError):
-    """The vote server refused a vote (wrong token, stale stage attempt, conflicting vote)."""
-
-
-class InjectedFault(KafkaSinkError):  # noqa: N818 - the name is part of the FaultPlan API
-    """Raised by a ``FaultPlan`` fault with action "raise" (testing only)."""
-
-
-def _rebuild(cls: type[Exception], message: str, kwargs: dict[str, Any]) -> Exception:
-    """Unpickle an error whose constructor takes keyword-only arguments."""
-    return cls(message, **kwargs)

@@ -1,70 +1,8 @@
-"""A read_committed Kafka source for Spark, on PySpark's Python Data Source API.
+"""Alias of the Kafka connector's source, kept for code written before the move.
 
-Usage::
-
-    from connectors.kafka_source import register
-
-    register(spark)  # adds the format "kafka-rc"
-    df = (
-        spark.readStream.format("kafka-rc")
-        .option("kafka.bootstrap.servers", "localhost:9092")
-        .option("subscribe", "orders")
-        .load()
-    )
-
-Options and output schema follow Spark's built-in ``kafka`` source; reads use
-``isolation.level=read_committed`` so records of aborted transactions are never returned.
+The source now lives beside the sink in :mod:`connectors.kafka`; import from there
+(``from connectors.kafka import register``). This module re-exports the same objects.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
-from ._arrow import arrow_schema, spark_schema
-from ._errors import (
-    DataLossError,
-    KafkaReadTimeoutError,
-    KafkaSourceError,
-    KafkaSourceFatalError,
-    KafkaUnavailableError,
-    OffsetSpecError,
-    SourceOptionError,
-)
-from ._offsets import EARLIEST, LATEST, KafkaOffsets
-from ._options import OffsetBound, SourceOptions, Subscription
-from ._ranges import KafkaInputPartition, OffsetRange
-from ._source import SOURCE_NAME, KafkaBatchReader, KafkaRcDataSource, KafkaStreamReader
-
-__all__ = [
-    "EARLIEST",
-    "LATEST",
-    "SOURCE_NAME",
-    "DataLossError",
-    "KafkaBatchReader",
-    "KafkaInputPartition",
-    "KafkaOffsets",
-    "KafkaRcDataSource",
-    "KafkaReadTimeoutError",
-    "KafkaSourceError",
-    "KafkaSourceFatalError",
-    "KafkaStreamReader",
-    "KafkaUnavailableError",
-    "OffsetBound",
-    "OffsetRange",
-    "OffsetSpecError",
-    "SourceOptionError",
-    "SourceOptions",
-    "Subscription",
-    "arrow_schema",
-    "register",
-    "spark_schema",
-]
-
-
-def register(spark: Any) -> str:
-    """Register the ``kafka-rc`` format on ``spark`` and return the format name.
-
-    Call once per SparkSession, before ``spark.read/readStream.format("kafka-rc")``.
-    """
-    spark.dataSource.register(KafkaRcDataSource)
-    return SOURCE_NAME
+from connectors.kafka._source import *  # noqa: F403 - the alias re-exports the whole API
+from connectors.kafka._source import __all__  # noqa: F401 - same public names

@@ -34,9 +34,14 @@ import pytest
 from pyspark import cloudpickle
 
 from connectors.async_io import AsyncConfig, async_map
-from connectors.kafka import FaultPlan, KafkaSink
-from connectors.kafka_source import register
-from connectors.verify import check_exactly_once, print_report, produce_input, read_committed_topic
+from connectors.kafka import KafkaSink, register
+from connectors.testing import FaultPlan
+from connectors.testing.verify import (
+    check_exactly_once,
+    print_report,
+    produce_input,
+    read_committed_topic,
+)
 from integration_tests.async_io._http import get_json
 
 # Test helpers defined here travel to the Python workers by value (this module is not

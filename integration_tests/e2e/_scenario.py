@@ -1,6 +1,6 @@
 """Shared set-up of the end-to-end chaos tests: topics, input, chunk files, app runs, checks.
 
-Every query runs as its own Spark application in a subprocess (``connectors.demo._app``):
+Every query runs as its own Spark application in a subprocess (``connectors.testing.app``):
 that gives task retries (``local[N,4]``) without touching the session-wide ``spark``
 fixture, and lets a test kill the whole application for real.
 """
@@ -8,18 +8,15 @@ fixture, and lets a test kill the whole application for real.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-from connectors.demo import AppProcess, EpochLine, PipelineConfig, write_chunks
-from connectors.kafka import FaultPlan
-from connectors.verify import (
+from connectors.testing.app import AppProcess, PipelineConfig, write_chunks
+from connectors.testing.verify import (
     CheckReport,
     Record,
     check_exactly_once,
@@ -89,7 +86,7 @@ class Scenario:
 
     def run(self, cfg: PipelineConfig, name: str, *, expect: int | None = 0) -> AppProcess:
         """Run one app to its exit; assert the exit code when ``expect`` is given."""
-        app = start_app(cfg, self.tmp / "apps", name)
+        app = AppProcess(cfg, self.tmp / "apps", name, allow_kill_app=True).start()
         code = app.wait(APP_RUN_TIMEOUT_S)
         if expect is not None:
             assert code == expect, (
@@ -99,25 +96,14 @@ class Scenario:
         return app
 
     def check(self, **kwargs: Any) -> CheckReport:
+        """Check the output topic; ``sink_id`` defaults to the scenario's."""
+        kwargs.setdefault("sink_id", self.sink_id)
         report = check_exactly_once(
             self.bootstrap, input_topic=self.input_topic, output_topic=self.output_topic,
-            sink_id=self.sink_id, **kwargs,
+            **kwargs,
         )
         print_report(report)
         return report
-
-
-def start_app(
-    cfg: PipelineConfig, workdir: Path, name: str,
-    on_epoch: Callable[[EpochLine], None] | None = None,
-) -> AppProcess:
-    """Start ``cfg`` as an :class:`AppProcess` that may use the ``kill_app`` fault action.
-
-    ``AppProcess`` starts the app in a session of its own, which is what ``kill_app``
-    needs; the variable is set only in the environment the app inherits at start.
-    """
-    with mock.patch.dict(os.environ, {FaultPlan.KILL_APP_ENV: "1"}):
-        return AppProcess(cfg, workdir, name=name).start(on_epoch)
 
 
 def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
@@ -133,13 +119,23 @@ def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
     raise TimeoutError(f"topic {name} not ready after {TOPIC_READY_TIMEOUT_S}s")
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float = APP_RUN_TIMEOUT_S) -> bool:
+    """Poll ``condition`` until it holds or ``timeout_s`` passed; return whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def fired(plan_path: str, fault_id: str) -> int:
     """How many times fault ``fault_id`` of the plan at ``plan_path`` has fired."""
     return len(list(Path(plan_path).parent.glob(f"{Path(plan_path).name}.{fault_id}.*")))
 
 
 def assert_exact(report: CheckReport) -> None:
-    """Every invariant of the architecture, section 8."""
+    """Every invariant of docs/architecture.md, section 8."""
     assert report.epoch_log_checked, report.notes
     assert report.ok, [(a.kind.value, a.record_id, a.detail) for a in report.examples]
     assert report.committed_records == report.input_records

@@ -16,11 +16,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.kafka import read_markers
-from connectors.verify import AnomalyKind, load_history
-from integration_tests.e2e._scenario import Scenario, assert_exact, fired, wait_until_listed
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, read_markers
+from connectors.ops import main as eos_main
+from connectors.testing.app import AppProcess
+from connectors.testing.verify import AnomalyKind, load_history
+from integration_tests.e2e._scenario import (
+    APP_RUN_TIMEOUT_S,
+    Scenario,
+    assert_exact,
+    fired,
+    wait_until,
+    wait_until_listed,
+)
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 # Seconds for the hand-made zombie producer's transactional calls.
 ZOMBIE_TIMEOUT_S = 60.0
@@ -51,6 +60,41 @@ def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
     assert_exact(scenario.check())
 
 
+def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scenario) -> None:
+    # A task fails after producing part of its rows; Spark retries it (local[2,4]) and
+    # the sink would re-run the stage (stage_retries=2): at-most-once must not write any
+    # of those rows again. Losing the rest of the partition is allowed.
+    scenario.stage()
+    plan = scenario.fault_plan([{"id": "boom", "step": "mid_write", "epoch": 1, "partition": 0,
+                                 "action": "raise", "after_rows": 10, "times": 1}])
+    scenario.run(scenario.config(fault_plan=plan, guarantee="at-most-once", mode="unaligned",
+                                 stage_retries=2), "run")
+    assert fired(plan, "boom") == 1
+    report = scenario.check(verify_epoch_log=False)
+    assert report.count(AnomalyKind.DUPLICATE) == 0, report.examples
+    assert report.count(AnomalyKind.LOST) > 0, "the retried task wrote its partition again"
+    assert report.count(AnomalyKind.ABORTED_READ) == 0
+
+
+def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scenario) -> None:
+    scenario.stage()
+    plan = scenario.fault_plan([{"id": "hold", "step": "after_pre_commit", "epoch": 1,
+                                 "action": "sleep", "seconds": 5.0, "times": 2}])
+    app = AppProcess(scenario.config(fault_plan=plan), scenario.tmp / "apps", "first").start()
+    assert wait_until(lambda: fired(plan, "hold") >= 1), "epoch 1 never reached the hold"
+    app.terminate()  # mid-epoch: epoch 1 is pre-committed, its tasks held
+    assert app.wait(APP_RUN_TIMEOUT_S) == 0, app.failure_summary()
+    assert not app.done
+    written = [e for e in app.epochs if e.committed and not e.skipped]
+    assert [e.epoch for e in written] == [0, 1], "the epoch in flight finished, no later one"
+    partial = scenario.check()
+    assert partial.count(AnomalyKind.OPEN_TRANSACTION) == 0
+    assert partial.count(AnomalyKind.DUPLICATE) == 0
+    assert partial.committed_records == sum(e.rows for e in written)  # whole epochs only
+    scenario.run(scenario.config(), "second")  # the restart writes the rest
+    assert_exact(scenario.check())
+
+
 def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> None:
     scenario.stage()
     plan = scenario.fault_plan([{"id": "boom", "step": "after_pre_commit", "epoch": 2,
@@ -78,6 +122,11 @@ def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
     assert not app.done
     stuck = scenario.check(epoch_log=epoch_log)
     assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
+    # The operator's view of the same state: the epoch in doubt, its plan, exit code 1.
+    code = eos_main(["--bootstrap-servers", scenario.bootstrap, "--json", "status",
+                     scenario.sink_id, "--epoch-log", epoch_log, "--topic",
+                     scenario.output_topic])
+    assert code == 1
     # 2. a new application from the same checkpoint: Spark replays epoch 1, every write
     #    partition finds its marker and skips; the remaining epochs are written.
     scenario.run(scenario.config(mode="unaligned", epoch_log=epoch_log), "second")
@@ -176,7 +225,7 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
     #    lingering transactions are aborted.
     scenario.run(scenario.config(parallelism=4, mode="unaligned", master="local[4,4]"), "third")
     assert_exact(scenario.check(parallelism=4))
-    history = load_history(scenario.bootstrap, scenario.sink_id, None, "eos-epoch-log")
+    history = load_history(scenario.bootstrap, scenario.sink_id, None, DEFAULT_EPOCH_LOG_TOPIC)
     planned = {e: history.plan(e) for e in (1, 2, 3)}
     assert {e: p.parallelism for e, p in planned.items() if p is not None} == {1: 3, 2: 2, 3: 4}
 
@@ -189,7 +238,6 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
 def test_broker_restarted_during_commits(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from connectors.demo import AppProcess
     from minikafka import BrokerProcess
 
     with BrokerProcess(data_dir=str(tmp_path / "broker"), port=0) as broker:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.verify import (
+from connectors.testing.verify import (
     AnomalyKind,
     Record,
     check_exactly_once,

@@ -20,6 +20,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     Producer,
     TopicPartition,
 )
@@ -89,6 +90,31 @@ def produce_values(
     assert remaining == 0, f"{remaining} messages still queued after flush"
 
 
+def commit_values(
+    producer: Producer, topic: str, values: Iterable[str], partition: int = 0
+) -> None:
+    """Produce ``values`` to one partition in one transaction and commit it."""
+    producer.begin_transaction()
+    produce_values(producer, topic, values, partition)
+    producer.commit_transaction(CLIENT_TIMEOUT_S)
+
+
+def group_consumer(bootstrap: str, group: str, *, committed: bool) -> Consumer:
+    """Return a consumer of ``group`` that never subscribes (no group membership).
+
+    ``committed`` picks read_committed, which also makes ``Consumer.committed()`` ask for stable
+    offsets only (KIP-447: OffsetFetch with require_stable).
+    """
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
+        }
+    )
+
+
 def end_offsets(admin: AdminClient, topic: str, partition: int = 0) -> tuple[int, int]:
     """Return (high watermark, last stable offset) of one partition via ListOffsets."""
     tp = TopicPartition(topic, partition)
@@ -129,17 +155,9 @@ def wait_stable(admin: AdminClient, topic: str, partition: int = 0) -> int:
     return seen[-1][0]
 
 
-def read_partition(
-    bootstrap: str, topic: str, partition: int = 0, *, committed: bool
-) -> list[Record]:
-    """Read one partition from the beginning to its end for the given isolation level.
-
-    The end is the high watermark for read_uncommitted and the LSO for read_committed; it is
-    detected by librdkafka's partition-EOF event, so control records and aborted batches (which
-    leave offset gaps) do not confuse the count. Call ``wait_stable`` first when the caller needs
-    "everything that was ever committed" rather than "everything up to the current LSO".
-    """
-    consumer = Consumer(
+def eof_reader(bootstrap: str, *, committed: bool) -> Consumer:
+    """Return a consumer (no group membership) that reports the end of a partition."""
+    return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": unique("reader"),
@@ -148,23 +166,45 @@ def read_partition(
             "isolation.level": "read_committed" if committed else "read_uncommitted",
         }
     )
-    records: list[Record] = []
+
+
+def consume_to_eof(consumer: Consumer, topic: str, partition: int = 0) -> list[Message]:
+    """Assign one partition from its beginning and return its messages up to the EOF event.
+
+    The end is the high watermark for read_uncommitted and the LSO for read_committed; it is
+    detected by librdkafka's partition-EOF event, so control records and aborted batches (which
+    leave offset gaps) do not confuse the count.
+    """
+    messages: list[Message] = []
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while True:
+        assert time.monotonic() < deadline, f"no EOF on {topic}/{partition} after {messages}"
+        msg = consumer.poll(CONSUMER_POLL_S)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return messages
+            raise KafkaException(err)
+        messages.append(msg)
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int = 0, *, committed: bool
+) -> list[Record]:
+    """Read one partition from the beginning to its end for the given isolation level.
+
+    See :func:`consume_to_eof` for where the end is. Call ``wait_stable`` first when the caller
+    needs "everything that was ever committed" rather than "everything up to the current LSO".
+    """
+    consumer = eof_reader(bootstrap, committed=committed)
     try:
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while True:
-            assert time.monotonic() < deadline, f"no EOF on {topic}/{partition} after {records}"
-            msg = consumer.poll(CONSUMER_POLL_S)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise KafkaException(err)
-            records.append(Record(msg.offset(), msg.value().decode()))
+        messages = consume_to_eof(consumer, topic, partition)
     finally:
         consumer.close()
+    return [Record(m.offset(), m.value().decode()) for m in messages]
 
 
 def values(records: Iterable[Record]) -> list[str]:

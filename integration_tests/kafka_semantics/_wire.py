@@ -1,12 +1,15 @@
 """A tiny raw Kafka wire client for what librdkafka cannot be made to do on purpose.
 
-It speaks three requests in their classic (non-flexible) encodings, which every Kafka broker
+It speaks four requests in their classic (non-flexible) encodings, which every Kafka broker
 from 0.11 to 4.x accepts:
 
 1. ApiVersions v0: what the broker advertises (used to skip tests of newer features);
 2. InitProducerId (v0 or v1, same layout): an idempotent producer id and epoch;
 3. Produce v3: one hand-built record batch (magic 2) with a chosen producer id, epoch and base
-   sequence, so a test can send the very same batch twice, as a client retry would.
+   sequence, so a test can send the very same batch twice, as a client retry would;
+4. Fetch v4: raw record batches of one partition, control batches (transaction markers)
+   included, with the high watermark, the last stable offset and, for read_committed, the
+   aborted transactions the broker lists for the fetched range.
 
 Only the fields the tests read are decoded. Everything is big-endian per the Kafka protocol.
 """
@@ -26,6 +29,7 @@ SOCKET_TIMEOUT_S = 30.0
 INIT_PID_RETRY_S = 60.0
 
 API_PRODUCE = 0
+API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
@@ -36,6 +40,17 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 # InitProducerId errors worth retrying: NOT_COORDINATOR-style start-up conditions.
 _RETRIABLE_INIT = frozenset({7, 14, 15, 16})
+# Fetch isolation levels and the attribute bits and control types of a record batch (magic 2).
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+_ATTR_COMPRESSION = 0x07
+_ATTR_TRANSACTIONAL = 0x10
+_ATTR_CONTROL = 0x20
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # 61 bytes
+# Milliseconds a raw fetch may wait on the broker (the tests fetch data that is there).
+FETCH_MAX_WAIT_MS = 100
+# Bytes a raw fetch asks for: far more than any test partition holds.
+FETCH_MAX_BYTES = 8 * 1024 * 1024
 
 
 class WireError(Exception):
@@ -69,6 +84,16 @@ class _Reader:
         raw = self._data[self._pos : self._pos + max(length, 0)]
         self._pos += max(length, 0)
         return raw.decode()
+
+    def nullable_bytes(self) -> bytes | None:
+        length = self.int32()
+        if length < 0:
+            return None
+        if self._pos + length > len(self._data):
+            raise WireError(f"response truncated at byte {self._pos}")
+        raw = self._data[self._pos : self._pos + length]
+        self._pos += length
+        return raw
 
 
 def _string(value: str | None) -> bytes:
@@ -129,6 +154,105 @@ def record_batch(
     header_rest = struct.pack(">ibI", -1, 2, crc)  # partition leader epoch, magic, crc
     batch_length = len(header_rest) + len(after_crc)
     return struct.pack(">qi", 0, batch_length) + header_rest + after_crc
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = zigzag = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        zigzag |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (zigzag >> 1) ^ -(zigzag & 1), pos
+        shift += 7
+
+
+@dataclass(frozen=True)
+class RawBatch:
+    """One record batch as stored by the broker (only what the tests look at)."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    transactional: bool
+    control: bool
+    # Control batches: CONTROL_ABORT or CONTROL_COMMIT; data batches: None.
+    control_type: int | None
+    # Data batches without compression: (offset, value) per record.
+    records: tuple[tuple[int, bytes | None], ...]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """The per-partition part of a Fetch v4 response."""
+
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    # (producer id, first offset) per aborted transaction; None when the broker sent null.
+    aborted: tuple[tuple[int, int], ...] | None
+    batches: tuple[RawBatch, ...]
+
+
+def _records(data: bytes, base: int, count: int) -> tuple[tuple[int, bytes | None], ...]:
+    out = []
+    pos = _BATCH_HEADER.size
+    for _ in range(count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        pos += 1  # record attributes
+        _ts_delta, pos = _read_varint(data, pos)
+        offset_delta, pos = _read_varint(data, pos)
+        key_len, pos = _read_varint(data, pos)
+        pos += max(key_len, 0)
+        value_len, pos = _read_varint(data, pos)
+        value = data[pos : pos + value_len] if value_len >= 0 else None
+        out.append((base + offset_delta, value))
+        pos = end
+    return tuple(out)
+
+
+def decode_batches(data: bytes) -> tuple[RawBatch, ...]:
+    """Decode the complete magic-2 batches of a Fetch records field (a partial tail is dropped)."""
+    batches = []
+    pos = 0
+    while pos + _BATCH_HEADER.size <= len(data):
+        (base, length, _leader_epoch, magic, _crc, attrs, last_delta, _ts0, _ts1, producer_id,
+         producer_epoch, _seq, count) = _BATCH_HEADER.unpack_from(data, pos)
+        end = pos + 12 + length
+        if end > len(data):
+            break
+        if magic != 2:
+            raise WireError(f"batch at offset {base} has magic {magic}, expected 2")
+        raw = data[pos:end]
+        control = bool(attrs & _ATTR_CONTROL)
+        control_type = None
+        records: tuple[tuple[int, bytes | None], ...] = ()
+        if control:
+            # One record whose key is (version i16, type i16).
+            _length, at = _read_varint(raw, _BATCH_HEADER.size)
+            at += 1
+            for _ in range(2):
+                _value, at = _read_varint(raw, at)
+            _key_len, at = _read_varint(raw, at)
+            control_type = struct.unpack_from(">hh", raw, at)[1]
+        elif not attrs & _ATTR_COMPRESSION:
+            records = _records(raw, base, count)
+        batches.append(
+            RawBatch(
+                base_offset=base,
+                last_offset=base + last_delta,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                transactional=bool(attrs & _ATTR_TRANSACTIONAL),
+                control=control,
+                control_type=control_type,
+                records=records,
+            )
+        )
+        pos = end
+    return tuple(batches)
 
 
 @dataclass(frozen=True)
@@ -222,6 +346,37 @@ class WireClient:
                 base_offset = reader.int64()
                 reader.int64()  # log append time
                 results.append(ProduceResult(error, base_offset))
+        if len(results) != 1:
+            raise WireError(f"expected one partition result, got {len(results)}")
+        return results[0]
+
+    def fetch(self, topic: str, partition: int, offset: int, isolation_level: int) -> FetchResult:
+        """Fetch one partition from ``offset`` with Fetch v4 and decode what came back."""
+        body = (
+            struct.pack(">iiiib", -1, FETCH_MAX_WAIT_MS, 0, FETCH_MAX_BYTES, isolation_level)
+            + struct.pack(">i", 1)
+            + _string(topic)
+            + struct.pack(">i", 1)
+            + struct.pack(">iqi", partition, offset, FETCH_MAX_BYTES)
+        )
+        reader = self.request(API_FETCH, 4, body)
+        reader.int32()  # throttle time
+        results: list[FetchResult] = []
+        for _ in range(reader.int32()):
+            reader.string()
+            for _ in range(reader.int32()):
+                reader.int32()  # partition index
+                error = reader.int16()
+                high_watermark, last_stable = reader.int64(), reader.int64()
+                count = reader.int32()
+                aborted = (
+                    None
+                    if count < 0
+                    else tuple((reader.int64(), reader.int64()) for _ in range(count))
+                )
+                records = reader.nullable_bytes() or b""
+                batches = decode_batches(records)
+                results.append(FetchResult(error, high_watermark, last_stable, aborted, batches))
         if len(results) != 1:
             raise WireError(f"expected one partition result, got {len(results)}")
         return results[0]

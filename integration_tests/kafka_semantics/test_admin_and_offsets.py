@@ -1,15 +1,24 @@
-"""Topic administration and offset lookups: Metadata, CreatePartitions, DeleteTopics,
-DeleteRecords and ListOffsets (earliest, latest, by timestamp, and max timestamp where the
-broker is new enough)."""
+"""Topic administration and offset lookups: Metadata, CreateTopics, DeleteTopics,
+CreatePartitions, DeleteRecords, DescribeConfigs of a topic, and ListOffsets (earliest, latest,
+by timestamp, and max timestamp where the broker is new enough)."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 from ._support import (
     CLIENT_TIMEOUT_S,
@@ -20,6 +29,7 @@ from ._support import (
     plain_producer,
     produce_values,
     read_partition,
+    unique,
     wait_until,
 )
 
@@ -92,6 +102,29 @@ def test_delete_records_moves_the_log_start(
         Record(3, "v3"),
         Record(4, "v4"),
     ]
+    # A read below the log start is refused (the source reports it as data loss).
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": unique("below-start"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        msg = None
+        while msg is None:
+            assert time.monotonic() < deadline, "no answer to a fetch below the log start"
+            msg = consumer.poll(0.5)
+        assert msg.error() is not None, f"read offset {msg.offset()} below the log start"
+        assert msg.error().code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), CLIENT_TIMEOUT_S)
+        assert low == 2
+    finally:
+        consumer.close()
 
 
 def test_create_partitions_adds_usable_partitions(
@@ -118,31 +151,87 @@ def test_create_partitions_adds_usable_partitions(
     assert fatal_error_of(info.value).code() == KafkaError.INVALID_PARTITIONS
 
 
-def test_create_existing_topic_fails_and_delete_topic_removes_it(
-    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
-) -> None:
-    topic = new_topic("delete-me", partitions=2)
-    futures = kafka_admin.create_topics(
-        [NewTopic(topic, num_partitions=2, replication_factor=1)],
-        request_timeout=CLIENT_TIMEOUT_S,
-    )
-    with pytest.raises(KafkaException) as info:
-        futures[topic].result(timeout=CLIENT_TIMEOUT_S)
-    assert fatal_error_of(info.value).code() == KafkaError.TOPIC_ALREADY_EXISTS
+def _listed(admin: AdminClient) -> dict[str, int]:
+    """Topic name -> partition count of a full listing (which never auto-creates a topic)."""
+    md = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+    return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
-    kafka_admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic].result(
+
+def _create(admin: AdminClient, topic: NewTopic) -> KafkaError | None:
+    future = admin.create_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic.topic]
+    try:
+        future.result(timeout=CLIENT_TIMEOUT_S)
+    except KafkaException as exc:
+        return fatal_error_of(exc)
+    return None
+
+
+def test_create_topic_with_configs_and_refuse_an_existing_name(kafka_bootstrap: str) -> None:
+    # A client of its own that never names the topic in a metadata request, so nothing here can
+    # auto-create it (librdkafka's producer-type handles may, on brokers that allow it).
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    topic = f"created-{uuid.uuid4().hex[:10]}"
+    configs = {"cleanup.policy": "compact", "retention.ms": "3600000"}
+    assert _create(admin, NewTopic(topic, 3, 1, config=configs)) is None
+    wait_until(lambda: _listed(admin).get(topic) == 3, "the new topic in the full listing")
+    leaders = admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics[topic].partitions.values()
+    assert all(p.leader >= 0 for p in leaders)
+
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    described = admin.describe_configs([resource], request_timeout=CLIENT_TIMEOUT_S)
+    entries = described[resource].result(timeout=CLIENT_TIMEOUT_S)
+    for key, value in configs.items():
+        assert entries[key].value == value, entries[key]
+        assert entries[key].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, entries[key]
+    assert end_offsets(admin, topic, 2) == (0, 0)
+
+    err = _create(admin, NewTopic(topic, 3, 1))
+    assert err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS, err
+    admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic].result(
         timeout=CLIENT_TIMEOUT_S
     )
-    # Listing all topics (not this one by name) cannot auto-create it again.
-    wait_until(
-        lambda: topic not in kafka_admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics,
-        "the deleted topic to leave the metadata",
+
+
+def test_deleted_topic_leaves_the_metadata_and_never_comes_back_with_data(
+    kafka_bootstrap: str,
+) -> None:
+    """What every Kafka shows after DeleteTopics, and only that.
+
+    Not pinned: ListOffsets or Produce on the deleted name. Kafka in ZooKeeper mode removes a
+    topic from the metadata before its partitions go away, and librdkafka may still know the old
+    leaders, so such a request can succeed, time out or fail with different codes; with
+    auto-creation on, a client naming the topic can even create it again.
+    """
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # see the test above
+    topic = f"deleted-{uuid.uuid4().hex[:10]}"
+    assert _create(admin, NewTopic(topic, 2, 1)) is None
+    wait_until(lambda: _listed(admin).get(topic) == 2, "the new topic in the full listing")
+    produce_values(plain_producer(kafka_bootstrap), topic, ["old-0", "old-1"])
+
+    admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic].result(
+        timeout=CLIENT_TIMEOUT_S
     )
-    tp = TopicPartition(topic, 0)
-    lookup = kafka_admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=CLIENT_TIMEOUT_S)
+    wait_until(lambda: topic not in _listed(admin), "the deleted topic to leave the metadata")
+    again = admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic]
     with pytest.raises(KafkaException) as info:
-        lookup[tp].result(timeout=CLIENT_TIMEOUT_S)
+        again.result(timeout=CLIENT_TIMEOUT_S)
     assert fatal_error_of(info.value).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # The name can be used again (once the broker has finished deleting) and starts empty.
+    errors: list[KafkaError | None] = []
+
+    def recreated() -> bool:
+        errors.append(_create(admin, NewTopic(topic, 1, 1)))
+        return errors[-1] is None
+
+    wait_until(recreated, f"the name to be free again (last error {errors[-1:]})")
+    wait_until(lambda: _listed(admin).get(topic) == 1, "the new topic in the full listing")
+    assert earliest_offset(admin, topic) == 0
+    assert end_offsets(admin, topic) == (0, 0)
+    assert read_partition(kafka_bootstrap, topic, committed=False) == []
+    admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic].result(
+        timeout=CLIENT_TIMEOUT_S
+    )
 
 
 def test_list_offsets_max_timestamp(

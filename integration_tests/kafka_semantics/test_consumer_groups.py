@@ -1,7 +1,10 @@
-"""Consumer group membership: partitions are shared, rebalanced, and committed offsets carry over.
+"""Consumer groups: membership, rebalances, and offsets of groups without members.
 
-Both consumers are polled from this one thread in turns; a rebalance completes only while every
-member keeps polling, which the loop does.
+Both consumers of the membership test are polled from this one thread in turns; a rebalance
+completes only while every member keeps polling, which the loop does.
+
+The kit stores offsets in groups that never have members: the sink's idempotency markers
+(transactional commits) and the source's monitoring commits (AlterConsumerGroupOffsets).
 """
 
 from __future__ import annotations
@@ -9,9 +12,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
-from ._support import SETTLE_TIMEOUT_S, plain_producer, produce_values, unique
+from ._support import (
+    CLIENT_TIMEOUT_S,
+    SETTLE_TIMEOUT_S,
+    broker_config,
+    group_consumer,
+    plain_producer,
+    produce_values,
+    unique,
+)
 
 PARTITIONS = 4
 RECORDS_PER_PARTITION = 10
@@ -132,3 +152,62 @@ def test_two_members_share_partitions_and_survivor_takes_over_with_committed_off
         first.close()
         if not second_closed:
             second.close()
+
+
+def _alter(admin: AdminClient, group: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
+    futures = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, offsets)], request_timeout=CLIENT_TIMEOUT_S
+    )
+    return list(futures[group].result(timeout=CLIENT_TIMEOUT_S).topic_partitions)
+
+
+def _committed(bootstrap: str, group: str, tps: list[TopicPartition]) -> list[tuple[int, int]]:
+    """(partition, offset) of ``group``'s committed offsets, read by a fresh consumer."""
+    reader = group_consumer(bootstrap, group, committed=True)
+    try:
+        found = reader.committed(tps, timeout=CLIENT_TIMEOUT_S)
+    finally:
+        reader.close()
+    assert all(tp.error is None for tp in found), found
+    return [(tp.partition, tp.offset) for tp in found]
+
+
+def test_offsets_of_groups_without_members(
+    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic("memberless", partitions=2)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+    # 1. The admin client commits to a group that never had members (generation -1).
+    admin_group = unique("memberless-admin")
+    stored = _alter(kafka_admin, admin_group, [TopicPartition(topic, 0, 4)])
+    assert [(tp.partition, tp.offset, tp.error) for tp in stored] == [(0, 4, None)]
+    assert _committed(kafka_bootstrap, admin_group, tps) == [(0, 4), (1, OFFSET_INVALID)]
+
+    # 2. So does a consumer that only assign()s partitions; its offsets outlive it.
+    simple_group = unique("memberless-assign")
+    simple = group_consumer(kafka_bootstrap, simple_group, committed=False)
+    try:
+        simple.assign(tps)
+        simple.commit(offsets=[TopicPartition(topic, 1, 9)], asynchronous=False)
+    finally:
+        simple.close()
+    assert _committed(kafka_bootstrap, simple_group, tps) == [(0, OFFSET_INVALID), (1, 9)]
+
+    # 3. Once the group has an active member, such commits are refused and change nothing.
+    member = _member(kafka_bootstrap, admin_group)
+    try:
+        member.subscribe([topic])
+        _wait(lambda: len(_partitions(member)) == 2, lambda: _take(member, []), "the join")
+        refused = _alter(kafka_admin, admin_group, [TopicPartition(topic, 0, 40)])
+        assert [tp.error.code() if tp.error else None for tp in refused] == [
+            KafkaError.UNKNOWN_MEMBER_ID
+        ]
+    finally:
+        member.close()
+    assert _committed(kafka_bootstrap, admin_group, tps) == [(0, 4), (1, OFFSET_INVALID)]
+
+    # 4. Offsets of a group without members are kept for offsets.retention.minutes after the
+    # last commit (after the group emptied, for a group that had members). The kit's markers
+    # rely on that span; the broker reports it.
+    assert int(broker_config(kafka_admin, "offsets.retention.minutes")) > 0

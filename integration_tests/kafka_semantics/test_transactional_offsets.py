@@ -24,6 +24,7 @@ from ._support import (
     CLIENT_TIMEOUT_S,
     SETTLE_TIMEOUT_S,
     fatal_error_of,
+    group_consumer,
     produce_values,
     read_partition,
     txn_producer,
@@ -38,6 +39,10 @@ from ._support import (
 MISSING_PARTITION_TIMEOUT_S = 5.0
 # Seconds one group member's poll blocks while the test waits for a rebalance.
 MEMBER_POLL_S = 0.1
+# Seconds a read_committed consumer's committed() may wait on a pending transactional offset
+# before the test accepts that it would not return it: librdkafka retries UNSTABLE_OFFSET_COMMIT
+# until the call's timeout.
+PENDING_WAIT_S = 3.0
 API_TXN_OFFSET_COMMIT = 28
 
 Committed = dict[int, tuple[int, str]]
@@ -223,3 +228,68 @@ def test_offsets_with_a_stale_group_generation_are_refused(
 
     wait_stable(kafka_admin, sink)
     assert values(read_partition(kafka_bootstrap, sink, committed=True)) == ["current"]
+
+
+def _stable_read_refused(consumer: Consumer, tp: TopicPartition) -> KafkaError:
+    """The error a read_committed committed() ends with while a transactional commit is pending."""
+    try:
+        (result,) = consumer.committed([tp], timeout=PENDING_WAIT_S)
+    except KafkaException as exc:
+        return fatal_error_of(exc)
+    assert result.error is not None, f"committed() returned {result} despite a pending commit"
+    return result.error
+
+
+def test_read_committed_committed_never_returns_a_pending_offset(
+    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
+) -> None:
+    """KIP-447: how the sink's marker reader sees a transactional offset commit in flight."""
+    source = new_topic("stable-src")
+    sink = new_topic("stable-sink")
+    group = unique("stable")
+    tp = TopicPartition(source, 0)
+    stable_reader = group_consumer(kafka_bootstrap, group, committed=True)
+    plain_reader = group_consumer(kafka_bootstrap, group, committed=False)
+    try:
+        metadata = stable_reader.consumer_group_metadata()
+        producer = txn_producer(kafka_bootstrap, unique("stable"))
+
+        def send(offset: int, note: str) -> None:
+            producer.begin_transaction()
+            produce_values(producer, sink, [note])
+            producer.send_offsets_to_transaction(
+                [TopicPartition(source, 0, offset, metadata=note)], metadata, CLIENT_TIMEOUT_S
+            )
+
+        send(3, "first")
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        wait_until(
+            lambda: group_offsets(kafka_admin, group, source, 1) == {0: (3, "first")},
+            "the first commit to become visible",
+        )
+
+        send(8, "second")  # left open
+        (seen,) = plain_reader.committed([tp], timeout=CLIENT_TIMEOUT_S)
+        assert (seen.offset, seen.metadata) == (3, "first"), "read_uncommitted: last committed"
+        err = _stable_read_refused(stable_reader, tp)
+        assert err.code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT), err
+        stable = kafka_admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [tp])],
+            require_stable=True,
+            request_timeout=CLIENT_TIMEOUT_S,
+        )[group].result(timeout=CLIENT_TIMEOUT_S)
+        (listed,) = stable.topic_partitions
+        assert listed.error is not None, listed
+        assert listed.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT, listed
+
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        (seen,) = stable_reader.committed([tp], timeout=CLIENT_TIMEOUT_S)
+        assert (seen.error, seen.offset, seen.metadata) == (None, 8, "second")
+
+        send(12, "third")
+        producer.abort_transaction(CLIENT_TIMEOUT_S)
+        (seen,) = stable_reader.committed([tp], timeout=CLIENT_TIMEOUT_S)
+        assert (seen.error, seen.offset, seen.metadata) == (None, 8, "second")
+    finally:
+        stable_reader.close()
+        plain_reader.close()

@@ -8,12 +8,11 @@ watermark after ending a transaction, so the marker has landed before anything e
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
+    OFFSET_INVALID,
     Consumer,
     KafkaError,
     KafkaException,
@@ -24,12 +23,15 @@ from confluent_kafka.admin import AdminClient
 
 from ._support import (
     CLIENT_TIMEOUT_S,
-    CONSUMER_POLL_S,
-    READ_TIMEOUT_S,
+    FENCED_CODES,
     Record,
     broker_config,
+    commit_values,
+    consume_to_eof,
     end_offsets,
+    eof_reader,
     fatal_error_of,
+    group_consumer,
     plain_producer,
     produce_values,
     read_partition,
@@ -39,6 +41,7 @@ from ._support import (
     wait_stable,
     wait_until,
 )
+from ._wire import CONTROL_ABORT, READ_UNCOMMITTED, WireClient
 
 # Milliseconds: a transaction timeout short enough for the broker to abort an idle transaction
 # within the test, and at librdkafka's lower bound of 1000 ms or above.
@@ -133,32 +136,54 @@ def test_lso_stalls_while_transaction_open_and_advances_when_it_ends(
 def test_new_instance_init_transactions_aborts_open_transaction(
     kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
 ) -> None:
-    topic = new_topic("init-aborts")
+    topic = new_topic("init-aborts", partitions=2)
+    source = new_topic("init-aborts-src")
     txn_id = unique("init-aborts")
+    group = unique("init-aborts")
     first = txn_producer(kafka_bootstrap, txn_id)
     first.begin_transaction()
-    produce_values(first, topic, ["open-1", "open-2"])  # offsets 0, 1, never committed
-    assert end_offsets(kafka_admin, topic) == (2, 0)
+    produce_values(first, topic, ["open-1", "open-2"])  # offsets 0, 1 of partition 0
+    produce_values(first, topic, ["open-3"], partition=1)  # offset 0 of partition 1
+    member = group_consumer(kafka_bootstrap, group, committed=True)
+    try:
+        first.send_offsets_to_transaction(
+            [TopicPartition(source, 0, 5)], member.consumer_group_metadata(), CLIENT_TIMEOUT_S
+        )
+        assert end_offsets(kafka_admin, topic) == (2, 0)
 
-    second = txn_producer(kafka_bootstrap, txn_id)  # must abort first's transaction
+        second = txn_producer(kafka_bootstrap, txn_id)  # must abort first's transaction
 
-    assert wait_stable(kafka_admin, topic) == 3  # abort marker at offset 2
-    assert read_partition(kafka_bootstrap, topic, committed=True) == []
+        assert wait_stable(kafka_admin, topic) == 3  # abort marker at offset 2
+        assert wait_stable(kafka_admin, topic, 1) == 2  # and at offset 1 of partition 1
+        for partition in (0, 1):
+            assert read_partition(kafka_bootstrap, topic, partition, committed=True) == []
+        # The aborted transaction's offsets are dropped: neither committed nor left pending.
+        (tp,) = member.committed([TopicPartition(source, 0)], timeout=CLIENT_TIMEOUT_S)
+        assert (tp.error, tp.offset) == (None, OFFSET_INVALID)
+    finally:
+        member.close()
     assert values(read_partition(kafka_bootstrap, topic, committed=False)) == ["open-1", "open-2"]
+    # The first instance is fenced: it can neither commit nor go on.
+    with pytest.raises(KafkaException) as info:
+        first.commit_transaction(CLIENT_TIMEOUT_S)
+    err = fatal_error_of(info.value)
+    assert err.fatal() and err.code() in FENCED_CODES, err
 
-    second.begin_transaction()
-    produce_values(second, topic, ["after"])  # offset 3
-    second.commit_transaction(CLIENT_TIMEOUT_S)  # marker at 4
+    commit_values(second, topic, ["after"])  # offset 3, marker at 4
     assert wait_stable(kafka_admin, topic) == 5
     assert read_partition(kafka_bootstrap, topic, committed=True) == [Record(3, "after")]
 
 
 def test_broker_aborts_transaction_after_its_timeout(
-    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    new_topic: Callable[..., str],
+    leader_client: Callable[[str, int], WireClient],
 ) -> None:
     topic = new_topic("txn-timeout")
+    txn_id = unique("txn-timeout")
     producer = txn_producer(
-        kafka_bootstrap, unique("txn-timeout"), **{"transaction.timeout.ms": SHORT_TXN_TIMEOUT_MS}
+        kafka_bootstrap, txn_id, **{"transaction.timeout.ms": SHORT_TXN_TIMEOUT_MS}
     )
     producer.begin_transaction()
     produce_values(producer, topic, ["doomed-1", "doomed-2"])  # offsets 0, 1
@@ -167,58 +192,103 @@ def test_broker_aborts_transaction_after_its_timeout(
     # Nobody ends the transaction: the coordinator must abort it on its own.
     assert wait_stable(kafka_admin, topic) == 3  # abort marker at offset 2
     assert read_partition(kafka_bootstrap, topic, committed=True) == []
+    # It fenced the producer first: the marker carries a newer epoch than the data.
+    raw = leader_client(topic, 0).fetch(topic, 0, 0, READ_UNCOMMITTED)
+    data, marker = raw.batches[0], raw.batches[-1]
+    assert (marker.base_offset, marker.control_type) == (2, CONTROL_ABORT), raw
+    assert marker.producer_id == data.producer_id, raw
+    assert marker.producer_epoch > data.producer_epoch, raw
 
-    # The broker bumped the producer's epoch when it aborted, so a late commit cannot succeed.
-    with pytest.raises(KafkaException):
+    # The timed-out producer's next call (its commit) fails as fenced, fatally ...
+    with pytest.raises(KafkaException) as info:
         producer.commit_transaction(CLIENT_TIMEOUT_S)
+    err = fatal_error_of(info.value)
+    assert err.fatal() and err.code() in FENCED_CODES, err
+    with pytest.raises(KafkaException):
+        producer.begin_transaction()
     assert read_partition(kafka_bootstrap, topic, committed=True) == []
     assert end_offsets(kafka_admin, topic) == (3, 3)
 
+    # ... and a new instance of the same transactional id takes over normally.
+    commit_values(txn_producer(kafka_bootstrap, txn_id), topic, ["redo"])  # offset 3, marker 4
+    assert wait_stable(kafka_admin, topic) == 5
+    assert read_partition(kafka_bootstrap, topic, committed=True) == [Record(3, "redo")]
 
-def test_transaction_timeout_above_broker_maximum_is_rejected(
+
+def test_transaction_max_timeout_is_described_and_enforced(
     kafka_bootstrap: str, kafka_admin: AdminClient
 ) -> None:
     maximum_ms = int(broker_config(kafka_admin, "transaction.max.timeout.ms"))
-    producer = Producer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "transactional.id": unique("too-long"),
-            "transaction.timeout.ms": maximum_ms + 1,
-        }
-    )
+    assert maximum_ms > 0
+
+    def producer(timeout_ms: int) -> Producer:
+        conf = {"transactional.id": unique("max-timeout"), "transaction.timeout.ms": timeout_ms}
+        return Producer({"bootstrap.servers": kafka_bootstrap, **conf})
+
+    producer(maximum_ms).init_transactions(CLIENT_TIMEOUT_S)  # the maximum itself is allowed
     with pytest.raises(KafkaException) as info:
-        producer.init_transactions(CLIENT_TIMEOUT_S)
-    assert fatal_error_of(info.value).code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+        producer(maximum_ms + 1).init_transactions(CLIENT_TIMEOUT_S)
+    err = fatal_error_of(info.value)
+    assert err.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT and err.fatal(), err
 
 
-def test_interleaved_transactions_in_one_partition(
-    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
-) -> None:
-    topic = new_topic("interleaved")
-    first = txn_producer(kafka_bootstrap, unique("interleaved-a"))
-    second = txn_producer(kafka_bootstrap, unique("interleaved-b"))
-    first.begin_transaction()
-    second.begin_transaction()
-    produce_values(first, topic, ["a1"])  # offset 0
-    produce_values(second, topic, ["b1"])  # offset 1
-    produce_values(first, topic, ["a2"])  # offset 2
-    second.commit_transaction(CLIENT_TIMEOUT_S)  # commit marker at 3
-
-    # The later transaction committed, but the LSO stays at the first open one's start.
+def _wait_high_watermark(
+    admin: AdminClient, topic: str, partition: int, high_watermark: int
+) -> int:
+    """Wait for a partition's high watermark (markers included) to reach a value; return the LSO."""
     seen: list[tuple[int, int]] = []
 
-    def commit_marker_landed() -> bool:
-        seen.append(end_offsets(kafka_admin, topic))
-        return seen[-1][0] == 4
+    def reached() -> bool:
+        seen.append(end_offsets(admin, topic, partition))
+        return seen[-1][0] >= high_watermark
 
-    wait_until(commit_marker_landed, "the commit marker to land")
-    assert seen[-1] == (4, 0)
-    assert read_partition(kafka_bootstrap, topic, committed=True) == []
+    wait_until(reached, f"high watermark {high_watermark} on {topic}/{partition} ({seen[-1:]})")
+    assert seen[-1][0] == high_watermark, seen[-1]
+    return seen[-1][1]
 
-    first.abort_transaction(CLIENT_TIMEOUT_S)  # abort marker at 4
-    assert wait_stable(kafka_admin, topic) == 5
-    assert read_partition(kafka_bootstrap, topic, committed=True) == [Record(1, "b1")]
-    assert values(read_partition(kafka_bootstrap, topic, committed=False)) == ["a1", "b1", "a2"]
+
+def test_lso_with_several_transactions_ending_out_of_order(
+    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
+) -> None:
+    """Three producers' transactions overlap in two partitions and end out of order."""
+    topic = new_topic("out-of-order", partitions=2)
+    a, b, c = (txn_producer(kafka_bootstrap, unique(f"out-of-order-{n}")) for n in "abc")
+    for producer in (a, b, c):
+        producer.begin_transaction()
+    produce_values(a, topic, ["a-0"], partition=0)  # p0 offset 0
+    produce_values(b, topic, ["b-0"], partition=0)  # p0 offset 1
+    produce_values(c, topic, ["c-0"], partition=0)  # p0 offset 2
+    produce_values(c, topic, ["c-1"], partition=1)  # p1 offset 0
+    produce_values(a, topic, ["a-1"], partition=1)  # p1 offset 1
+    produce_values(b, topic, ["b-1"], partition=1)  # p1 offset 2
+    assert end_offsets(kafka_admin, topic, 0) == (3, 0)
+    assert end_offsets(kafka_admin, topic, 1) == (3, 0)
+
+    # The youngest commits first: each LSO stays at the oldest open transaction (a's).
+    c.commit_transaction(CLIENT_TIMEOUT_S)  # markers at offset 3 of both partitions
+    assert _wait_high_watermark(kafka_admin, topic, 0, 4) == 0
+    assert _wait_high_watermark(kafka_admin, topic, 1, 4) == 1
+    assert read_partition(kafka_bootstrap, topic, 0, committed=True) == []
+    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [Record(0, "c-1")]
+
+    # The oldest aborts: each LSO moves to the next open one (b's), not to the end.
+    a.abort_transaction(CLIENT_TIMEOUT_S)  # markers at offset 4
+    assert _wait_high_watermark(kafka_admin, topic, 0, 5) == 1
+    assert _wait_high_watermark(kafka_admin, topic, 1, 5) == 2
+    assert read_partition(kafka_bootstrap, topic, 0, committed=True) == []
+    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [Record(0, "c-1")]
+
+    b.commit_transaction(CLIENT_TIMEOUT_S)  # markers at offset 5
+    assert wait_stable(kafka_admin, topic, 0) == 6
+    assert wait_stable(kafka_admin, topic, 1) == 6
+    assert read_partition(kafka_bootstrap, topic, 0, committed=True) == [
+        Record(1, "b-0"),
+        Record(2, "c-0"),
+    ]
+    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [
+        Record(0, "c-1"),
+        Record(2, "b-1"),
+    ]
 
 
 def test_read_committed_position_passes_trailing_markers_and_aborted_records(
@@ -236,30 +306,42 @@ def test_read_committed_position_passes_trailing_markers_and_aborted_records(
     txn.abort_transaction(CLIENT_TIMEOUT_S)  # marker at 4
     assert wait_stable(kafka_admin, topic) == 5
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": unique("position"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    got: list[str] = []
+    consumer = eof_reader(kafka_bootstrap, committed=True)
     try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while True:
-            assert time.monotonic() < deadline, f"no EOF after {got}"
-            msg = consumer.poll(CONSUMER_POLL_S)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                break
-            got.append(msg.value().decode())
+        got = [m.value().decode() for m in consume_to_eof(consumer, topic)]
         position = consumer.position([TopicPartition(topic, 0)])[0].offset
     finally:
         consumer.close()
     assert got == ["c1"]
     assert position == 5, "position must pass the aborted records and both markers"
+
+
+def test_compacted_topic_carries_transactional_keyed_records_and_tombstones(
+    kafka_bootstrap: str, kafka_admin: AdminClient, new_topic: Callable[..., str]
+) -> None:
+    """The sink's epoch log: keyed records and tombstones, written in transactions, read back."""
+    topic = new_topic("compacted-log", config={"cleanup.policy": "compact"})
+    producer = txn_producer(kafka_bootstrap, unique("compacted-log"))
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k1", value=b"v1", partition=0)
+    producer.produce(topic, key=b"k2", value=b"v2", partition=0)
+    producer.commit_transaction(CLIENT_TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k1", value=None, partition=0)  # tombstone
+    producer.produce(topic, key=b"k3", value=b"aborted", partition=0)
+    producer.abort_transaction(CLIENT_TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k1", value=None, partition=0)  # tombstone
+    producer.commit_transaction(CLIENT_TIMEOUT_S)
+    wait_stable(kafka_admin, topic)
+
+    reader = eof_reader(kafka_bootstrap, committed=True)
+    try:
+        got = [(m.key(), m.value()) for m in consume_to_eof(reader, topic)]
+    finally:
+        reader.close()
+    # Compaction may drop an older value of a key, never the latest one; whatever is left of
+    # the committed records appears in commit order, and nothing of the aborted transaction.
+    committed = [(b"k1", b"v1"), (b"k2", b"v2"), (b"k1", None)]
+    assert got == [kv for kv in committed if kv in got], got
+    assert got[-2:] == [(b"k2", b"v2"), (b"k1", None)], got

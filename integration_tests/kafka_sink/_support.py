@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -94,3 +95,20 @@ def lso_reaches_high_watermark(bootstrap: str, topic: str) -> bool:
 
 def values(records: list[Rec]) -> Counter[bytes | None]:
     return Counter(r.value for r in records)
+
+
+def sid() -> str:
+    """A fresh sink id (each test its own transactional ids, groups and log keys)."""
+    return f"ksink-{uuid.uuid4().hex[:10]}"
+
+
+def rows(spark: Any, n: int, start: int = 0, parts: int = 3) -> Any:
+    """``n`` rows ``key=k{i}``, ``value=v{i}`` in ``parts`` input partitions."""
+    return spark.range(start, start + n, numPartitions=parts).selectExpr(
+        "concat('k', id) AS key", "concat('v', id) AS value"
+    )
+
+
+def expected(n: int, start: int = 0) -> Counter[bytes]:
+    """The values :func:`rows` writes, as a multiset."""
+    return Counter(f"v{i}".encode() for i in range(start, start + n))

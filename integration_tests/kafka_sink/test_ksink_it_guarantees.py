@@ -2,39 +2,40 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 import uuid
-from collections import Counter
 
 import pytest
+from confluent_kafka.admin import NewTopic
 from pyspark.sql import functions as F
 
 from connectors.kafka import (
+    BrokerUnavailableError,
     InputSchemaError,
     InsufficientSlotsError,
     KafkaSink,
     PreflightError,
     RecordError,
     RecordTooLargeError,
+    TopicMissingError,
     read_markers,
 )
-from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
+from connectors.kafka import _admin as admin_module
+from connectors.kafka._sink import _sink as sink_module
+from connectors.testing import FaultPlan
+from integration_tests.kafka_sink._support import (
+    expected,
+    lso_reaches_high_watermark,
+    read_committed,
+    rows,
+    sid,
+    values,
+)
 from txn import PartitionOutcome
 
 pytestmark = pytest.mark.spark
-
-
-def sid() -> str:
-    return f"ksink-{uuid.uuid4().hex[:10]}"
-
-
-def rows(spark, n, start=0, parts=3):
-    return spark.range(start, start + n, numPartitions=parts).selectExpr(
-        "concat('k', id) AS key", "concat('v', id) AS value"
-    )
-
-
-def expected(n, start=0):
-    return Counter(f"v{i}".encode() for i in range(start, start + n))
 
 
 @pytest.mark.parametrize(
@@ -63,6 +64,30 @@ def test_each_guarantee_writes_a_batch_exactly(spark, kafka_bootstrap, new_topic
         assert history.is_committed(0) and history.is_committed(1)
     finally:
         sink.close()
+
+
+@pytest.mark.parametrize("channel", ["driver", "barrier"])
+def test_at_most_once_does_not_re_run_a_failed_stage(spark, kafka_bootstrap, new_topic, tmp_path,
+                                                     channel):
+    topic = new_topic("ks-amo", partitions=2)
+    plan = tmp_path / "faults.json"
+    plan.write_text(json.dumps([{"id": "boom", "step": "mid_write", "epoch": 0, "partition": 0,
+                                 "action": "raise", "after_rows": 10, "times": 1}]))
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-most-once", parallelism=2,
+                     stage_retries=2, vote_channel=channel, fault_plan=FaultPlan(str(plan)))
+    try:
+        with pytest.raises(Exception, match="injected fault"):
+            sink(rows(spark, 200), 0)  # local[2]: no task retry; the stage must not re-run
+        assert sink(rows(spark, 200), 0).skipped  # the replay gives the epoch up
+        assert sink(rows(spark, 100, start=200), 1).committed
+    finally:
+        sink.close()
+    got = values(read_committed(kafka_bootstrap, topic))
+    assert max(got.values()) == 1, "a row was written twice"
+    assert expected(100, start=200) <= got  # the next epoch is whole
+    assert sum(got.values()) < 300  # the failed partition's rest was lost, not rewritten
+    metrics = sink.metrics()
+    assert metrics[0].stage_runs == 1 and metrics[0].error is not None
 
 
 @pytest.mark.parametrize("channel", ["driver", "barrier"])
@@ -261,17 +286,45 @@ def test_aligned_mode_checks_task_slots_up_front(spark, kafka_bootstrap, new_top
     assert values(read_committed(kafka_bootstrap, topic)) == expected(90)
 
 
-def test_missing_topic_is_a_preflight_error_unless_created(spark, kafka_bootstrap):
+def test_missing_topic_is_a_preflight_error_unless_created(spark, kafka_bootstrap, monkeypatch):
+    monkeypatch.setattr(sink_module, "TOPIC_METADATA_WAIT_S", 1.0)
     name = f"ks-missing-{uuid.uuid4().hex[:8]}"
     sink = KafkaSink(kafka_bootstrap, name, sid())
-    with pytest.raises(PreflightError, match="create_topics=True"):
+    with pytest.raises(TopicMissingError, match="create_topics=True") as info:
         sink(rows(spark, 5), 0)
+    assert isinstance(info.value, PreflightError) and "did not show it for 1s" in str(info.value)
     creating = KafkaSink(kafka_bootstrap, name, sid(), create_topics=True)
     try:
         creating(rows(spark, 5), 0)
     finally:
         creating.close()
     assert values(read_committed(kafka_bootstrap, name)) == expected(5)
+
+
+def test_topic_that_appears_during_the_metadata_wait_is_found(spark, kafka_bootstrap, kafka_admin):
+    # A restarted broker can answer metadata before it has loaded its topics: preflight
+    # looks again for a bounded time instead of calling the topic missing at once.
+    name = f"ks-late-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(kafka_bootstrap, name, sid())
+
+    def create_later() -> None:
+        time.sleep(2.0)
+        kafka_admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+
+    creator = threading.Thread(target=create_later)
+    creator.start()
+    try:
+        sink.preflight()
+    finally:
+        creator.join()
+        sink.close()
+
+
+def test_unreachable_broker_is_not_reported_as_a_missing_topic(monkeypatch):
+    monkeypatch.setattr(admin_module, "ADMIN_TIMEOUT_S", 2.0)
+    sink = KafkaSink("127.0.0.1:9", "out", sid())  # nothing listens on port 9
+    with pytest.raises(BrokerUnavailableError, match="unreachable"):
+        sink.preflight()
 
 
 def test_transaction_timeout_above_broker_limit_is_a_preflight_error(spark, kafka_bootstrap, new_topic):

@@ -1,4 +1,4 @@
-"""Producer reuse across epochs (``connectors.kafka._pool``) against a real broker.
+"""Producer reuse across epochs (``connectors.kafka._sink._pool``) against a real broker.
 
 The write task body (``txn.run_partition`` with ``KafkaResource``) runs in the test
 process, which plays one Spark Python worker: its pool is the worker's pool.
@@ -6,18 +6,26 @@ process, which plays one Spark Python worker: its pool is the worker's pool.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from connectors.kafka import KafkaSink, KafkaWriteError, RecordError, _pool, read_markers
-from connectors.kafka._participant import KafkaParticipant, KafkaResource, pool_key
-from connectors.kafka._rows import HASH_COLUMN, ArrowPartition
-from connectors.kafka._writer import Layout
-from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
-from integration_tests.kafka_sink.test_ksink_it_guarantees import expected, rows, sid
+from connectors.kafka import KafkaSink, KafkaWriteError, RecordError, read_markers
+from connectors.kafka._sink import _pool
+from connectors.kafka._sink._participant import KafkaParticipant, KafkaResource, pool_key
+from connectors.kafka._sink._writer import Layout
+from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
+from integration_tests.kafka_sink._support import (
+    expected,
+    lso_reaches_high_watermark,
+    read_committed,
+    rows,
+    sid,
+    values,
+)
 from txn import CommitMode, EpochPlan, Guarantee, PartitionOutcome, TaskStep, run_partition
 
 ROWS = 50
@@ -63,14 +71,13 @@ def epoch_rows(epoch: int, *, null_value: bool = False) -> ArrowPartition:
 
 def run(sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, generation: str = "",
         **kw: Any):
-    resource = RecordingResource(sink.config, Layout(), reuse_clients=reuse, generation=generation)
+    """Run partition 0 of ``epoch`` as a write task would; ``reuse=False``: a task retry."""
+    task = TaskInfo(0, 0 if reuse else 1, ReuseTicket(generation, attempt, 0))
+    resource = RecordingResource(sink.config, Layout()).for_task(task)
     plan = EpochPlan(sink.config.sink_id, epoch, 1, resource.fingerprint(),
                      Guarantee.EXACTLY_ONCE, CommitMode.UNALIGNED, attempt=attempt)
     rows = epoch_rows(epoch, null_value=kw.pop("null_value", False))
-    try:
-        return run_partition(resource, plan, 0, rows, **kw), resource.opened[0]
-    finally:
-        rows.close()
+    return run_partition(resource, plan, 0, rows, **kw), resource.opened[0]
 
 
 def check_exact(sink: KafkaSink, epochs: int) -> None:
@@ -192,3 +199,36 @@ def test_restarted_sink_in_the_same_application_does_not_reuse_fenced_producers(
     second.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(120)
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
+    # Partition 0's task leaves spares for the sink's other partitions in this worker; the
+    # first task of partition 1 here then initializes a spare instead of a new producer.
+    cfg = sink.config
+    two = EpochPlan(cfg.sink_id, 0, 2, KafkaResource(cfg, Layout()).fingerprint(),
+                    Guarantee.EXACTLY_ONCE, CommitMode.UNALIGNED)
+    first = RecordingResource(cfg, Layout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
+    run_partition(first, two, 0, epoch_rows(0))
+    deadline = time.monotonic() + 30
+    while _pool.spares() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pool.take(pool_key(cfg, 1)) is None and _pool.spares() >= 1
+    second = RecordingResource(cfg, Layout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
+    report = run_partition(second, two, 1, epoch_rows(1))
+    assert report.outcome is PartitionOutcome.COMMITTED
+    assert second.opened[0].why_new.endswith("a spare producer, created earlier")
+
+
+def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic):
+    topic = new_topic("pool-alo", 1)
+    alo = KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-least-once")
+    reused = []
+    for epoch in range(2):
+        resource = RecordingResource(alo.config, Layout())
+        plan = EpochPlan(alo.config.sink_id, epoch, 1, resource.fingerprint(),
+                         Guarantee.AT_LEAST_ONCE, CommitMode.UNALIGNED)
+        assert run_partition(resource, plan, 0, epoch_rows(epoch)).outcome is (
+            PartitionOutcome.COMMITTED)
+        reused.append(resource.opened[0].reused)
+    assert reused == [False, True]
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * ROWS)

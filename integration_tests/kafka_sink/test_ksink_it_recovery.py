@@ -8,16 +8,16 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.kafka import (
-    EpochLogFencedError,
-    FaultPlan,
-    InjectedFault,
-    KafkaEpochLog,
-    KafkaSink,
-    read_markers,
+from connectors.kafka import EpochLogFencedError, KafkaEpochLog, KafkaSink, read_markers
+from connectors.testing import FaultPlan, InjectedFault
+from integration_tests.kafka_sink._support import (
+    expected,
+    lso_reaches_high_watermark,
+    read_committed,
+    rows,
+    sid,
+    values,
 )
-from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
-from integration_tests.kafka_sink.test_ksink_it_guarantees import expected, rows, sid
 from txn import (
     EpochCompletion,
     EpochPlan,

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from connectors.kafka_source import register
+from connectors.kafka import register
 
 
 @pytest.fixture(scope="module")

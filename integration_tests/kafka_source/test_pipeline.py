@@ -11,7 +11,12 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import KafkaSink
-from connectors.verify import check_exactly_once, make_input_value, print_report, produce_input
+from connectors.testing.verify import (
+    check_exactly_once,
+    make_input_value,
+    print_report,
+    produce_input,
+)
 
 from ._support import CLIENT_TIMEOUT_S
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -122,3 +124,27 @@ def test_embedded_restart_with_and_without_data_dir(tmp_path):
             timeout=CLIENT_TIMEOUT_S
         )
         assert topic not in admin_md.topics  # memory-only state is gone after a restart
+
+
+def _wait_for_topic(admin, name: str) -> float:
+    """Seconds until ``name`` shows in the full topic listing."""
+    started = time.monotonic()
+    while name not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics:
+        assert time.monotonic() - started < 60, f"topic {name} never showed"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def test_topic_load_delay_hides_topics_after_a_restart(tmp_path):
+    # --topic-load-delay-ms imitates a restarted Kafka broker that answers Metadata before
+    # it has loaded its topics (the sink's preflight must wait, not call them missing).
+    from confluent_kafka.admin import AdminClient
+
+    with BrokerProcess(data_dir=tmp_path / "data",
+                       extra_args=["--topic-load-delay-ms", "2000"]) as broker:
+        time.sleep(2.5)
+        topic = make_topic(broker.bootstrap_servers)
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        assert topic not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics
+        assert 0.5 < _wait_for_topic(admin, topic) < 10

@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Producer, TopicPartition
 
 from connectors.kafka import KafkaSink
-from connectors.kafka._markers import marker_consumer
+from connectors.kafka._sink._markers import marker_consumer
 from minikafka import BrokerProcess
 
 from .conftest import CLIENT_TIMEOUT_S, make_topic

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from .._offsets import CommittedOffset, Offsets
+
 if TYPE_CHECKING:
     from .._broker import Broker
 
@@ -75,26 +77,30 @@ def per_partition_offsets_error(req: Any, code: ErrorCode) -> Data:
 
 
 def stage_offsets(
-    broker: Any, req: Any, code: ErrorCode
-) -> tuple[dict[tuple[str, int], tuple[int, str | None, int]], list[Data]]:
+    ctx: RequestContext, req: Any, code: ErrorCode, *, expire_ms: int | None = None
+) -> tuple[Offsets, list[Data]]:
     """Check an offset commit's partitions; return the offsets to store and the answer topics.
 
-    Partitions that do not exist get UNKNOWN_TOPIC_OR_PARTITION (as Kafka answers); with a
-    request-level ``code`` every partition gets that code and nothing is staged.
+    Partitions that do not exist get UNKNOWN_TOPIC_OR_PARTITION first (as Kafka answers);
+    the others get the request-level ``code``, and only with no error are they staged.
     """
-    staged: dict[tuple[str, int], tuple[int, str | None, int]] = {}
+    broker = ctx.broker
+    now = broker.clock.wall_ms()
+    staged: Offsets = {}
     topics: list[Data] = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             pcode = code
-            if pcode == ErrorCode.none and broker.topics.partition(t.name, p.partition_index) is None:
+            if broker.topics.partition(t.name, p.partition_index) is None:
                 pcode = ErrorCode.unknown_topic_or_partition
             if pcode == ErrorCode.none:
-                staged[(t.name, p.partition_index)] = (
+                staged[(t.name, p.partition_index)] = CommittedOffset(
                     p.committed_offset,
                     p.committed_metadata,
                     getattr(p, "committed_leader_epoch", -1),
+                    now,
+                    expire_ms,
                 )
             parts.append({"partition_index": p.partition_index, "error_code": pcode})
         topics.append({"name": t.name, "partitions": parts})

@@ -58,9 +58,14 @@ def _metadata_error(req: Any, code: ErrorCode) -> Data:
 def metadata(ctx: RequestContext, req: Any) -> Data:
     """Brokers (just this one) and the requested topics, auto-creating if allowed."""
     broker = ctx.broker
-    allow = broker.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
+    loaded = broker.topics_loaded()
+    allow = (broker.config.auto_create_topics and loaded
+             and getattr(req, "allow_auto_topic_creation", True))
     if req.topics is None or (ctx.version == 0 and not req.topics):
-        topics = [_topic_metadata(ctx, t) for t in broker.topics.topics.values()]
+        topics = [_topic_metadata(ctx, t) for t in broker.topics.topics.values()] if loaded else []
+    elif not loaded:
+        topics = [{"name": rt.name, "error_code": ErrorCode.unknown_topic_or_partition}
+                  for rt in req.topics]
     else:
         topics = []
         for rt in req.topics:
@@ -177,6 +182,7 @@ def broker_configs(ctx: RequestContext) -> dict[str, str]:
         "group.min.session.timeout.ms": str(c.group_min_session_timeout_ms),
         "group.max.session.timeout.ms": str(c.group_max_session_timeout_ms),
         "offsets.retention.minutes": str(c.offsets_retention_ms // 60_000),
+        "offsets.retention.check.interval.ms": str(c.offsets_retention_check_interval_ms),
         "message.max.bytes": str(c.max_message_bytes),
         "socket.request.max.bytes": str(c.max_request_bytes),
         "transaction.state.log.replication.factor": "1",

@@ -9,8 +9,6 @@ from kio.schema.errors import ErrorCode
 from .._protocol import ms
 from ._base import Data, RequestContext, per_partition_offsets_error, register, stage_offsets
 
-# Rebalance timeout of JoinGroup v0, which has no such field (Kafka uses the session one).
-
 
 @register(11, "JoinGroup", 0, 5)
 async def join_group(ctx: RequestContext, req: Any) -> Data:
@@ -76,12 +74,16 @@ def leave_group(ctx: RequestContext, req: Any) -> Data:
 
 @register(8, "OffsetCommit", 2, 7, per_partition_offsets_error)
 def offset_commit(ctx: RequestContext, req: Any) -> Data:
-    """Commit offsets of a group member (or of a simple assign() consumer)."""
+    """Commit offsets of a group member, or of a consumer without group management."""
     b = ctx.broker
-    code = b.groups.check_member(req.group_id, req.member_id, req.generation_id_or_member_epoch)
-    staged, topics = stage_offsets(b, req, code)
+    code = b.groups.check_commit(req.group_id, req.member_id, req.generation_id_or_member_epoch)
+    expire_ms = None
+    retention_ms = ms(getattr(req, "retention_time", None)) if ctx.version <= 4 else -1
+    if retention_ms >= 0:  # v2-v4 may ask for its own retention; -1 means the broker's
+        expire_ms = b.clock.wall_ms() + retention_ms
+    staged, topics = stage_offsets(ctx, req, code, expire_ms=expire_ms)
     if staged:
-        b.groups.commit(req.group_id, staged)
+        b.offsets.commit(req.group_id, staged)
     return {"topics": topics}
 
 
@@ -104,11 +106,11 @@ def _offset_fetch_error(req: Any, code: ErrorCode) -> Data:
 @register(9, "OffsetFetch", 1, 7, _offset_fetch_error)
 def offset_fetch(ctx: RequestContext, req: Any) -> Data:
     """Return committed offsets; with require_stable, pending transactional ones are UNSTABLE."""
-    groups = ctx.broker.groups
+    offsets = ctx.broker.offsets
     require_stable = getattr(req, "require_stable", False)
     if req.topics is None:
         wanted: dict[str, list[int]] = {}
-        for t, p in groups.committed_partitions(req.group_id):
+        for t, p in offsets.partitions(req.group_id):
             wanted.setdefault(t, []).append(p)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in req.topics}
@@ -116,7 +118,7 @@ def offset_fetch(ctx: RequestContext, req: Any) -> Data:
     for name, indexes in wanted.items():
         parts = []
         for idx in indexes:
-            value, unstable = groups.fetch(req.group_id, (name, idx))
+            value, unstable = offsets.fetch(req.group_id, (name, idx))
             out: Data = {
                 "partition_index": idx,
                 "committed_offset": -1,
@@ -127,7 +129,9 @@ def offset_fetch(ctx: RequestContext, req: Any) -> Data:
             if require_stable and unstable:
                 out["error_code"] = ErrorCode.unstable_offset_commit
             elif value is not None:
-                out["committed_offset"], out["metadata"], out["committed_leader_epoch"] = value
+                out["committed_offset"] = value.offset
+                out["metadata"] = value.metadata
+                out["committed_leader_epoch"] = value.leader_epoch
             parts.append(out)
         topics.append({"name": name, "partitions": parts})
     return {"error_code": ErrorCode.none, "topics": topics}
@@ -139,23 +143,43 @@ def _describe_groups_error(req: Any, code: ErrorCode) -> Data:
     }
 
 
+def _describe_group(ctx: RequestContext, group_id: str) -> Data:
+    groups = ctx.broker.groups
+    summary = groups.summary(group_id)
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "member_metadata": dict(m.protocols).get(summary.protocol_name, b""),
+            "member_assignment": m.assignment,
+        }
+        for m in groups.members(group_id)
+    ]
+    return {
+        "error_code": ErrorCode.none,
+        "group_id": group_id,
+        "group_state": summary.state,
+        "protocol_type": summary.protocol_type,
+        "protocol_data": summary.protocol_name,
+        "members": members,
+    }
+
+
 @register(15, "DescribeGroups", 0, 4, _describe_groups_error)
 def describe_groups(ctx: RequestContext, req: Any) -> Data:
-    """State, protocol and members of groups."""
-    return {"groups": [ctx.broker.groups.describe(g) for g in req.groups]}
+    """State, protocol and members of groups (``Dead`` for an unknown group)."""
+    return {"groups": [_describe_group(ctx, g) for g in req.groups]}
 
 
 @register(16, "ListGroups", 0, 4)
 def list_groups(ctx: RequestContext, req: Any) -> Data:
-    """Every known group (including groups that only hold offsets)."""
+    """Every group with members or offsets (an offsets-only group has protocol type "")."""
     wanted = set(getattr(req, "states_filter", ()) or ())
     out = [
-        {
-            "group_id": g.group_id,
-            "protocol_type": g.protocol_type or "consumer",
-            "group_state": g.state,
-        }
-        for g in ctx.broker.groups.groups.values()
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
+        for g in ctx.broker.groups.list_groups()
         if not wanted or g.state in wanted
     ]
     return {"error_code": ErrorCode.none, "groups": out}
@@ -167,7 +191,7 @@ def _delete_groups_error(req: Any, code: ErrorCode) -> Data:
 
 @register(42, "DeleteGroups", 0, 2, _delete_groups_error)
 def delete_groups(ctx: RequestContext, req: Any) -> Data:
-    """Delete empty groups and their offsets."""
+    """Delete groups without members, and their offsets."""
     return {
         "results": [
             {"group_id": g, "error_code": ctx.broker.groups.delete(g)} for g in req.groups_names

@@ -92,12 +92,13 @@ def txn_offset_commit(ctx: RequestContext, req: Any) -> Data:
     code = b.txns.check_offsets_commit(
         req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, ctx.version
     )
-    generation = getattr(req, "generation_id", -1)
-    if code == ErrorCode.none and generation >= 0:
-        code = b.groups.check_member(req.group_id, req.member_id, generation)
-    staged, topics = stage_offsets(b, req, code)
+    if code == ErrorCode.none:
+        code = b.groups.check_txn_commit(
+            req.group_id, getattr(req, "member_id", ""), getattr(req, "generation_id", -1)
+        )
+    staged, topics = stage_offsets(ctx, req, code)
     if staged:
-        b.groups.commit_pending(req.group_id, req.producer_id, staged)
+        b.offsets.stage(req.group_id, req.producer_id, staged)
     return {"topics": topics}
 
 

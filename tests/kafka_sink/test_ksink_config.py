@@ -2,7 +2,8 @@ import pickle
 
 import pytest
 
-from connectors.kafka import FaultPlan, KafkaSink, SinkConfig, SinkConfigError
+from connectors.kafka import KafkaSink, SinkConfig, SinkConfigError
+from connectors.testing import FaultPlan
 from txn import CommitMode, ConfigError, Guarantee, TxnError
 
 BASE = {"bootstrap_servers": "127.0.0.1:9", "topic": "out", "sink_id": "s1"}

@@ -19,10 +19,12 @@ from connectors.kafka import (
     RecordError,
     RecordTooLargeError,
 )
-from connectors.kafka._participant import KafkaResource
-from connectors.kafka._stage import TaskResult, TaskSpec, data_columns, input_layout
-from connectors.kafka._votes import VoteTicket
-from connectors.kafka._writer import Layout
+from connectors.kafka._sink._input import check_input, data_columns, input_layout
+from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._writer import Layout
+from connectors.stage import InputPlan, ReuseTicket, TaskInfo
+from connectors.stage._task import TaskResult, TaskSpec
+from connectors.stage._votes import VoteTicket
 from txn import EpochPlan, PartitionOutcome, PartitionReport, Vote, VoteKind
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -86,12 +88,23 @@ def test_order_by_columns_must_exist():
     assert info.value.column == "offset"
 
 
+def test_input_plan_routes_by_key_and_falls_back_to_the_value():
+    plan = check_input(schema(key=StringType(), value=StringType()), cfg(order_by=["key"]))
+    assert plan == InputPlan(("key", "value"), route_by=("key",), fallback=("value",),
+                             order_by=("key",), layout=Layout(key=True))
+    keyless = check_input(schema(value=StringType()), cfg())
+    assert keyless.route_by == () and keyless.fallback == ("value",)
+
+
 def test_task_payloads_pickle_round_trip():
     plan = EpochPlan("s", 3, 2, "fp")
-    spec = TaskSpec(KafkaResource(cfg(), Layout(key=True)), plan, aligned=True)
+    spec = TaskSpec(KafkaResource(cfg(), Layout(key=True)), plan, aligned=True,
+                    reuse=ReuseTicket("g", 0, 1))
     assert pickle.loads(pickle.dumps(spec)) == spec
+    bound = spec.resource.for_task(TaskInfo(1, 2, spec.reuse))
+    assert pickle.loads(pickle.dumps(bound)) == bound
     ticket = VoteTicket("127.0.0.1", 4242, "s", 3, 0, 1, 2, "ab" * 16)
-    with_votes = TaskSpec(spec.resource, plan, aligned=True, votes=ticket)
+    with_votes = TaskSpec(spec.resource, plan, aligned=True, reuse=spec.reuse, votes=ticket)
     assert pickle.loads(pickle.dumps(with_votes)) == with_votes
     vote = Vote(3, 1, VoteKind.YES, 10, "u1")
     report = PartitionReport(3, 1, PartitionOutcome.COMMITTED, 10, "u1", None, (vote,))

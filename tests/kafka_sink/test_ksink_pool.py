@@ -2,15 +2,16 @@
 
 import os
 import pickle
-from dataclasses import replace
 
 import pytest
 
-from connectors.kafka import KafkaSink, _pool
-from connectors.kafka._participant import KafkaResource, pool_key
-from connectors.kafka._stage import TaskResult, TaskSpec, may_reuse_clients
-from connectors.kafka._writer import DeliveryErrors, Layout
-from txn import EpochPlan, Marker
+from connectors.kafka import KafkaSink
+from connectors.kafka._sink import _pool
+from connectors.kafka._sink._participant import KafkaResource, pool_key
+from connectors.kafka._sink._writer import DeliveryErrors, Layout
+from connectors.stage import ReuseTicket, TaskInfo
+from connectors.stage._task import TaskResult
+from txn import Marker
 
 
 class FakeConsumer:
@@ -73,28 +74,16 @@ def test_discard_closes_the_consumer_and_drops_the_producer():
     assert consumer.closed and e.producer is None and e.consumer is None
 
 
-def plan(attempt: int = 0) -> EpochPlan:
-    return EpochPlan("s", 4, 2, "f", attempt=attempt)
-
-
 def cfg(**over):
     return KafkaSink("127.0.0.1:9", "out", "s", **over).config
 
 
-def test_only_the_first_attempt_of_the_first_run_reuses():
-    spec = TaskSpec(KafkaResource(cfg(), Layout()), plan(), aligned=True)
-    assert may_reuse_clients(spec, 0)
-    assert not may_reuse_clients(spec, 1)  # Spark task retry
-    assert not may_reuse_clients(replace(spec, stage_attempt=1), 0)  # sink's stage re-run
-    assert not may_reuse_clients(replace(spec, plan=plan(attempt=1)), 0)  # in-doubt redo
-
-
-def test_resource_defaults_to_no_reuse_and_pickles():
+def test_resource_is_unbound_until_its_task_binds_it_and_pickles():
     res = KafkaResource(cfg(), Layout(key=True))
-    assert res.reuse_clients is False and res.generation == ""
-    spec = TaskSpec(replace(res, reuse_clients=True, generation="g"), plan(), aligned=False,
-                    stage_attempt=2)
-    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert res.task is None
+    bound = res.for_task(TaskInfo(0, 0, ReuseTicket("g", 0, 2)))
+    assert bound.task is not None and not bound.task.may_reuse  # a stage re-run
+    assert pickle.loads(pickle.dumps(bound)) == bound
 
 
 def test_pool_key_separates_settings_and_partitions():
@@ -112,7 +101,52 @@ def test_task_result_with_attempt_pickles():
 
 def test_sink_starts_a_new_client_generation_on_demand_and_after_unpickling():
     sink = KafkaSink("127.0.0.1:9", "out", "s")
-    first = sink._generation  # noqa: SLF001 - the generation is internal state
-    sink._new_client_generation()  # noqa: SLF001
-    assert sink._generation != first  # noqa: SLF001
-    assert pickle.loads(pickle.dumps(sink))._generation not in (first, sink._generation)  # noqa: SLF001
+    first = sink._reuse.generation  # noqa: SLF001 - the generation is internal state
+    sink._reuse.renew("test")  # noqa: SLF001
+    assert sink._reuse.generation != first  # noqa: SLF001
+    again = pickle.loads(pickle.dumps(sink))
+    assert again._reuse.generation not in (first, sink._reuse.generation)  # noqa: SLF001
+
+
+class FakeProducer:
+    pass
+
+
+def spare() -> _pool.Spare:
+    return _pool.Spare(FakeProducer(), DeliveryErrors(), FakeConsumer())  # type: ignore[arg-type]
+
+
+def wait_for_spares(n: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while _pool.spares() < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_spares_are_filled_in_the_background_for_keys_without_clients():
+    _pool.give_back(("pooled",), entry())
+    _pool.fill_spares({("pooled",): spare, ("a",): spare, ("b",): spare})
+    wait_for_spares(2)
+    assert _pool.spares() == 2  # the key with a pooled entry gets none
+    taken = _pool.take_spare(("a",))
+    assert taken is not None and _pool.take_spare(("a",)) is None  # a spare is used once
+
+
+def test_spares_are_bounded_and_a_failing_factory_is_skipped():
+    def broken() -> _pool.Spare:
+        raise RuntimeError("broker down")
+
+    wanted = {(str(i),): spare for i in range(_pool.MAX_SPARES + 4)}
+    wanted[("broken",)] = broken
+    _pool.fill_spares(wanted)
+    wait_for_spares(_pool.MAX_SPARES)
+    assert _pool.spares() == _pool.MAX_SPARES
+    assert _pool.take_spare(("broken",)) is None
+
+
+def test_spares_inherited_through_fork_are_forgotten(monkeypatch):
+    _pool.fill_spares({("a",): spare})
+    wait_for_spares(1)
+    monkeypatch.setattr(os, "getpid", lambda: -1)
+    assert _pool.take_spare(("a",)) is None

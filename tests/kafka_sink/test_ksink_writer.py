@@ -4,9 +4,10 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka import InjectedFault, KafkaWriteError, RecordError, RecordTooLargeError
-from connectors.kafka._rows import HASH_COLUMN
-from connectors.kafka._writer import DeliveryErrors, Layout, RecordWriter
+from connectors.kafka import KafkaWriteError, RecordError, RecordTooLargeError
+from connectors.kafka._sink._writer import DeliveryErrors, Layout, RecordWriter
+from connectors.stage._rows import HASH_COLUMN
+from connectors.testing import InjectedFault
 
 
 class FakeProducer:

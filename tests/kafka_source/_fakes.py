@@ -1,4 +1,4 @@
-"""Test doubles for unit tests of connectors.kafka_source._fetch / _arrow only."""
+"""Test doubles for unit tests of connectors.kafka._source._fetch / _arrow only."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from connectors.kafka_source import (
+from connectors.kafka._source import (
     DataLossError,
     KafkaReadTimeoutError,
     OffsetRange,
@@ -18,7 +18,7 @@ from connectors.kafka_source import (
     arrow_schema,
     spark_schema,
 )
-from connectors.kafka_source._arrow import build_batch
+from connectors.kafka._source._arrow import build_batch
 
 from ._fakes import FakeConsumer, FakeLog, FakeMessage
 
@@ -132,7 +132,7 @@ def test_large_range_yields_several_batches(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_reader_objects_pickle() -> None:
-    from connectors.kafka_source import KafkaRcDataSource
+    from connectors.kafka._source import KafkaRcDataSource
 
     ds = KafkaRcDataSource({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
     reader = ds.streamReader(ds.schema())

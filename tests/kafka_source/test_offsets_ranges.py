@@ -5,14 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.kafka_source import (
+from connectors.kafka._source import (
     DataLossError,
     KafkaInputPartition,
     KafkaOffsets,
     OffsetRange,
     SourceOptionError,
 )
-from connectors.kafka_source._ranges import plan_ranges, rate_limit, split_ranges
+from connectors.kafka._source._ranges import plan_ranges, rate_limit, split_ranges
 
 topics = st.text(alphabet="abcxyz-_.09", min_size=1, max_size=8)
 offset_maps = st.dictionaries(

@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from connectors.kafka_source import (
+from connectors.kafka._source import (
     KafkaOffsets,
     OffsetBound,
     SourceOptionError,

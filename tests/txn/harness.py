@@ -10,8 +10,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from txn import (
     CommitMode,
+    CompositeResource,
     Coordinator,
     CoordinatorStep,
     EpochAbortedError,
@@ -20,15 +23,17 @@ from txn import (
     FileEpochLog,
     Guarantee,
     InProcessChannel,
+    Member,
     ParticipantError,
     Resource,
     TaskStep,
     Vote,
 )
-from txn._memory import (
+from txn.testing import (
     CommitInTaskResource,
     MemoryStore,
     MemRows,
+    OnePassRows,
     PreparedResource,
     SimulatedCrash,
     partition_rows,
@@ -36,7 +41,9 @@ from txn._memory import (
 
 KAFKA_LIKE = "commit-in-task"
 PG_LIKE = "prepared"
-KINDS = (KAFKA_LIKE, PG_LIKE)
+MIXED = "mixed"  # one epoch across a commit-in-task and a prepared resource
+KINDS = (KAFKA_LIKE, PG_LIKE, MIXED)
+MIXED_SPLIT = (2, 2)  # write partitions of the Kafka-like and the PG-like member
 SINK = "sink-a"
 ROWS_PER_EPOCH = 12
 MAX_RESTARTS = 20  # a replay loop that needs more restarts than this is a livelock: fail
@@ -81,6 +88,7 @@ class World:
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     parallelism: int = 3
     store: MemoryStore = field(default_factory=MemoryStore)
+    pg_store: MemoryStore = field(default_factory=MemoryStore)  # MIXED: the PG-like member
     crashes: list[Crash] = field(default_factory=list)
     restarts: int = 0
     log: FileEpochLog | None = None
@@ -92,10 +100,27 @@ class World:
     def log_path(self) -> Path:
         return self.tmp_path / "epochs.log"
 
+    def __post_init__(self) -> None:
+        if self.kind == MIXED:
+            self.parallelism = sum(MIXED_SPLIT)
+
     def new_resource(self, fingerprint: str = "v1") -> Resource[MemRows]:
         if self.kind == KAFKA_LIKE:
             return CommitInTaskResource(self.store, fingerprint)
+        if self.kind == MIXED:
+            return CompositeResource([
+                Member(CommitInTaskResource(self.store, fingerprint), MIXED_SPLIT[0]),
+                Member(PreparedResource(self.pg_store, fingerprint), MIXED_SPLIT[1]),
+            ])
         return PreparedResource(self.store, fingerprint)
+
+    def rows_for(self, plan: EpochPlan, partition: int) -> OnePassRows:
+        """The rows of a write partition: each member writes every row of the epoch."""
+        if self.kind == MIXED:
+            member, local = (0, partition) if partition < MIXED_SPLIT[0] else (
+                1, partition - MIXED_SPLIT[0])
+            return OnePassRows(partition_rows(epoch_rows(plan.epoch), MIXED_SPLIT[member])[local])
+        return OnePassRows(partition_rows(epoch_rows(plan.epoch), plan.parallelism)[partition])
 
     # -- processes -------------------------------------------------------------------
     def start(self) -> Coordinator[MemRows]:
@@ -134,7 +159,7 @@ class World:
         assert self.resource is not None
         return InProcessChannel(
             self.resource,
-            lambda plan, p: partition_rows(epoch_rows(plan.epoch), plan.parallelism)[p],
+            self.rows_for,
             task_hooks=self._task_hook,
             vote_hook=self._vote_hook,
         )
@@ -156,30 +181,38 @@ class World:
 
     # -- invariants ------------------------------------------------------------------
     def check_atomic_after_recovery(self) -> str:
-        """For prepared (2PC) sinks, after recovery every epoch is all-or-nothing."""
-        if self.kind != PG_LIKE:
+        """After recovery a prepared (2PC) store holds every epoch all-or-nothing; mixed: the
+        PG-like store never shows an epoch the Kafka-like store does not fully hold."""
+        if self.kind == KAFKA_LIKE:
             return ""
+        pg = self.pg_store if self.kind == MIXED else self.store
         by_epoch: dict[int, set[int]] = {}
-        for commit in self.store.commits:
+        for commit in pg.commits:
             by_epoch.setdefault(commit.epoch, set()).add(commit.partition)
         assert self.log is not None
         history = self.log.load()
         bad = []
         for epoch, parts in by_epoch.items():
             plan = history.plan(epoch)
-            if plan is None or set(range(plan.parallelism)) != parts:
+            width = MIXED_SPLIT[1] if self.kind == MIXED else (plan.parallelism if plan else -1)
+            if parts != set(range(width)):
                 bad.append(epoch)
+        if self.kind == MIXED:
+            kafka = self.store.rows_by_epoch()
+            bad += [e for e in by_epoch if sorted(kafka.get(e, [])) != sorted(epoch_rows(e))]
         return f"partly committed epochs after recovery: {bad}" if bad else ""
 
     def check_exactly_once(self, n: int) -> None:
-        per_commit = Counter((c.epoch, c.partition) for c in self.store.commits)
-        twice = {k: v for k, v in per_commit.items() if v > 1}
-        assert not twice, f"partitions committed more than once: {twice}"
-        got = self.store.rows_by_epoch()
-        for epoch in range(n):
-            assert sorted(got.get(epoch, [])) == sorted(epoch_rows(epoch)), f"epoch {epoch}"
-        assert set(got) <= set(range(n)), f"unexpected epochs {set(got) - set(range(n))}"
-        assert self.store.dangling() == [], self.store.dangling()
+        stores = [self.store, self.pg_store] if self.kind == MIXED else [self.store]
+        for store in stores:
+            per_commit = Counter((c.epoch, c.partition) for c in store.commits)
+            twice = {k: v for k, v in per_commit.items() if v > 1}
+            assert not twice, f"partitions committed more than once: {twice}"
+            got = store.rows_by_epoch()
+            for epoch in range(n):
+                assert sorted(got.get(epoch, [])) == sorted(epoch_rows(epoch)), f"epoch {epoch}"
+            assert set(got) <= set(range(n)), f"unexpected epochs {set(got) - set(range(n))}"
+            assert store.dangling() == [], store.dangling()
         assert [m for m in self.after_recover if m] == []
         with FileEpochLog(self.log_path, sink_id=SINK) if self.log is None else _Borrow(
             self.log
@@ -198,3 +231,59 @@ class _Borrow:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+# -- the crash matrix: every protocol step, both kinds, both modes ---------------------------
+C = CoordinatorStep
+T = TaskStep
+
+# (id, crash factory, kinds it applies to, aligned-only)
+CASES: list[tuple[str, Crash, tuple[str, ...], bool]] = [
+    ("coord-after-plan", Crash("coordinator", C.PLAN_LOGGED), KINDS, False),
+    ("coord-after-1-vote", Crash("vote", after=1), KINDS, True),
+    ("coord-after-2-votes", Crash("vote", after=2), KINDS, True),
+    ("coord-after-all-votes", Crash("vote", after=3), KINDS, True),
+    ("coord-after-kafka-votes", Crash("vote", after=2), (MIXED,), True),
+    ("coord-after-acks-before-outcome", Crash("coordinator", C.REPORTS_RECEIVED), KINDS, False),
+    ("coord-after-decision", Crash("coordinator", C.DECISION_LOGGED), (PG_LIKE, MIXED), False),
+    ("coord-delivered-1-of-3", Crash("coordinator", C.PARTITION_DELIVERED), (PG_LIKE, MIXED), False),
+    (
+        "coord-delivered-2-of-3",
+        Crash("coordinator", C.PARTITION_DELIVERED, after=2),
+        (PG_LIKE, MIXED),
+        False,
+    ),
+    (
+        "coord-delivery-then-again-in-recovery",
+        Crash("coordinator", C.PARTITION_DELIVERED, after=1, times=2),
+        (PG_LIKE, MIXED),
+        False,
+    ),
+    ("coord-after-delivery-before-completion", Crash("coordinator", C.DELIVERED), (PG_LIKE, MIXED), False),
+    ("coord-after-completion", Crash("coordinator", C.COMPLETED), KINDS, False),
+    ("task-p1-after-open", Crash("task", T.OPENED, partition=1), KINDS, False),
+    ("task-p1-after-write", Crash("task", T.WRITTEN, partition=1), KINDS, False),
+    ("task-p1-after-pre-commit", Crash("task", T.PRE_COMMITTED, partition=1), KINDS, False),
+    ("task-all-after-pre-commit", Crash("task", T.PRE_COMMITTED, after=3), KINDS, False),
+    ("task-p1-after-decision", Crash("task", T.DECIDED, partition=1), KINDS, False),
+    ("task-p2-after-decision", Crash("task", T.DECIDED, partition=2), KINDS, False),
+    ("task-p1-after-commit-before-ack", Crash("task", T.COMMITTED, partition=1), (KAFKA_LIKE, MIXED), False),
+    (
+        "task-p1-after-decision-twice",
+        Crash("task", T.DECIDED, partition=1, times=2),
+        KINDS,
+        False,
+    ),
+]
+
+
+def crash_params(kinds: tuple[str, ...]) -> list[object]:
+    """``(kind, mode, crash)`` cases of :data:`CASES` for the participant kinds given."""
+    out: list[object] = []
+    for case_id, crash, applies, aligned_only in CASES:
+        for kind in (k for k in kinds if k in applies):
+            for mode in CommitMode:
+                if aligned_only and mode is CommitMode.UNALIGNED:
+                    continue
+                out.append(pytest.param(kind, mode, crash, id=f"{kind}-{mode.value}-{case_id}"))
+    return out

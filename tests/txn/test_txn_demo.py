@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from txn import demo
-from txn._memory import Commit, MemoryStore
+from txn.testing import Commit, MemoryStore
 
 
 def test_demo_passes() -> None:

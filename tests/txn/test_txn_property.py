@@ -33,7 +33,7 @@ def crashes(draw: st.DrawFn) -> Crash:
 
 
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     derandomize=True,  # reproducible in CI; the schedule space is explored by the draw

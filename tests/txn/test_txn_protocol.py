@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn.harness import KAFKA_LIKE, KINDS, PG_LIKE, SINK, Crash, World, epoch_rows
+from tests.txn.harness import (
+    KAFKA_LIKE,
+    KINDS,
+    MIXED,
+    PG_LIKE,
+    SINK,
+    Crash,
+    World,
+    epoch_rows,
+)
 from txn import (
     CommitMode,
     ConfigError,
@@ -25,18 +34,27 @@ from txn import (
     InProcessChannel,
     Marker,
     NonDeterministicReplayError,
+    Participant,
     ParticipantError,
     PartitionOutcome,
     PartitionReport,
     PlanMismatchError,
     RecoveryReport,
+    Resource,
     RowSummary,
     TaskStep,
     Vote,
     VoteKind,
     run_partition,
 )
-from txn._memory import CommitInTaskResource, MemoryStore, PreparedResource, partition_rows
+from txn.testing import (
+    CommitInTaskResource,
+    MemoryStore,
+    OnePassRows,
+    PreparedResource,
+    partition_rows,
+    summarize_rows,
+)
 
 
 def _crash_epoch_one(world: World, crash: Crash) -> None:
@@ -57,7 +75,7 @@ def test_non_deterministic_replay_is_detected(tmp_path: Path, mode: CommitMode) 
     assert world.resource is not None
     changed = InProcessChannel(
         world.resource,
-        lambda plan, p: partition_rows([*epoch_rows(1), "extra"], plan.parallelism)[p],
+        lambda plan, p: OnePassRows(partition_rows([*epoch_rows(1), "extra"], plan.parallelism)[p]),
     )
     with pytest.raises(NonDeterministicReplayError) as info:
         coordinator.run_epoch(1, world.parallelism, changed)
@@ -71,7 +89,7 @@ def test_non_deterministic_replay_is_detected(tmp_path: Path, mode: CommitMode) 
     world.check_exactly_once(3)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [KAFKA_LIKE, PG_LIKE])  # a composite's split is its own
 def test_in_doubt_epoch_keeps_its_planned_parallelism(tmp_path: Path, kind: str) -> None:
     world = World(tmp_path, kind, CommitMode.UNALIGNED)
     _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
@@ -110,7 +128,7 @@ def test_fingerprint_change_after_two_phase_rollback_is_allowed(tmp_path: Path) 
         resource = world.new_resource(fingerprint="v2")
         coordinator = Coordinator(log, resource, sink_id=SINK)  # no recover(): run_epoch resolves
         channel = InProcessChannel(
-            resource, lambda plan, p: partition_rows(epoch_rows(1), plan.parallelism)[p]
+            resource, lambda plan, p: OnePassRows(partition_rows(epoch_rows(1), plan.parallelism)[p])
         )
         result = coordinator.run_epoch(1, 3, channel)
         assert result.committed and result.plan is not None
@@ -182,7 +200,7 @@ def test_at_least_once_skips_logged_epochs_and_redoes_unlogged(tmp_path: Path, k
 
 
 @pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [KAFKA_LIKE, PG_LIKE])
 def test_a_no_vote_aborts_or_leaves_the_epoch_in_doubt(
     tmp_path: Path, kind: str, mode: CommitMode
 ) -> None:
@@ -202,6 +220,40 @@ def test_a_no_vote_aborts_or_leaves_the_epoch_in_doubt(
     world.check_exactly_once(3)
 
 
+@pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("failing", ["kafka-like", "pg-like"])
+def test_mixed_epoch_commits_the_prepared_side_only_after_the_task_side(
+    tmp_path: Path, mode: CommitMode, failing: str
+) -> None:
+    world = World(tmp_path, MIXED, mode)
+    world.run_epoch(0)
+    store = world.store if failing == "kafka-like" else world.pg_store
+    store.fail_writes.add((1, 1))  # local partition 1 of the failing member
+    assert world.coordinator is not None
+    with pytest.raises(ParticipantError, match="injected write failure"):
+        world.coordinator.run_epoch(1, world.parallelism, world.channel())
+    kafka_epoch1 = {c.partition for c in world.store.commits if c.epoch == 1}
+    assert [c for c in world.pg_store.commits if c.epoch == 1] == []  # the table: nothing
+    assert world.pg_store.dangling() == []  # and nothing left prepared
+    if mode is CommitMode.ALIGNED:
+        assert kafka_epoch1 == set()  # one vote was no: nobody committed
+    else:
+        assert kafka_epoch1 == ({0} if failing == "kafka-like" else {0, 1})
+    assert world.log is not None and world.log.load().in_doubt() != []
+    store.fail_writes.clear()
+    world.run_epochs(3)
+    world.check_exactly_once(3)
+
+
+def test_mixed_recovery_with_a_logged_decision_commits_the_prepared_side(tmp_path: Path) -> None:
+    world = World(tmp_path, MIXED)
+    world.crashes = [Crash("coordinator", CoordinatorStep.DECISION_LOGGED)]
+    world.run_epochs(2)
+    assert world.crashes[0].fired == 1
+    world.check_exactly_once(2)
+    assert [m for m in world.after_recover if m] == []
+
+
 def test_aligned_abort_reports_the_culprit(tmp_path: Path) -> None:
     store = MemoryStore()
     store.fail_writes.add((0, 2))
@@ -218,7 +270,7 @@ def test_aligned_abort_reports_the_culprit(tmp_path: Path) -> None:
     assert all(len(r.votes) == 3 for r in reports)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [KAFKA_LIKE, PG_LIKE])
 def test_recover_aborts_lingering_work_of_every_partition_ever_used(
     tmp_path: Path, kind: str
 ) -> None:
@@ -360,3 +412,102 @@ def test_dataclasses_are_frozen() -> None:
     with pytest.raises(AttributeError):
         plan.epoch = 2  # type: ignore[misc]
     assert replace(plan, attempt=1).attempt == 1
+
+
+class _RecordingParticipant(Participant[OnePassRows]):
+    """Records the contract calls run_partition makes; the marker is given."""
+
+    def __init__(self, marker: Marker | None) -> None:
+        self.marker = marker
+        self.calls: list[str] = []
+
+    def committed_marker(self) -> Marker | None:
+        self.calls.append("committed_marker")
+        return self.marker
+
+    def summarize(self, rows: OnePassRows) -> RowSummary:
+        self.calls.append("summarize")
+        return summarize_rows(rows.read())
+
+    def begin(self, epoch: int) -> None:
+        self.calls.append("begin")
+
+    def write(self, rows: OnePassRows) -> RowSummary:
+        self.calls.append("write")
+        return summarize_rows(rows.read())
+
+    def pre_commit(self, summary: RowSummary) -> None:
+        self.calls.append("pre_commit")
+
+    def commit(self) -> None:
+        self.calls.append("commit")
+
+    def abort(self) -> None:
+        self.calls.append("abort")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+class _OneResource(Resource[OnePassRows]):
+    def __init__(self, participant: _RecordingParticipant) -> None:
+        self.participant = participant
+
+    def open(self, plan: EpochPlan, partition: int) -> Participant[OnePassRows]:
+        return self.participant
+
+    def fingerprint(self) -> str:
+        return "fp"
+
+
+ROWS = ("a", "b", "c")
+
+
+@pytest.mark.parametrize(
+    ("marker", "calls", "outcome"),
+    [
+        (None, ["committed_marker", "begin", "write", "pre_commit", "commit", "close"],
+         PartitionOutcome.COMMITTED),
+        (Marker(4, 9, "x"), ["committed_marker", "begin", "write", "pre_commit", "commit",
+                             "close"], PartitionOutcome.COMMITTED),
+        (Marker(5, 3, summarize_rows(ROWS).checksum), ["committed_marker", "summarize", "close"],
+         PartitionOutcome.ALREADY_COMMITTED),
+        (Marker(6, 1, "y"), ["committed_marker", "close"], PartitionOutcome.ALREADY_COMMITTED),
+    ],
+    ids=["no-marker", "older-marker", "same-epoch-marker", "later-marker"],
+)
+def test_participant_contract_reads_rows_at_most_once(
+    marker: Marker | None, calls: list[str], outcome: PartitionOutcome
+) -> None:
+    participant = _RecordingParticipant(marker)
+    report = run_partition(_OneResource(participant), EpochPlan(SINK, 5, 1, "fp"), 0,
+                           OnePassRows(ROWS))
+    assert participant.calls == calls
+    assert report.outcome is outcome
+
+
+def test_replay_with_other_rows_is_refused_without_writing() -> None:
+    participant = _RecordingParticipant(Marker(5, 3, "not-the-same"))
+    with pytest.raises(NonDeterministicReplayError, match="replayed batch differs"):
+        run_partition(_OneResource(participant), EpochPlan(SINK, 5, 1, "fp"), 0,
+                      OnePassRows(ROWS))
+    assert "write" not in participant.calls and "begin" not in participant.calls
+
+
+def test_mixed_epoch_without_every_task_side_commit_logs_no_decision(tmp_path: Path) -> None:
+    # Reports that come back without an exception but with a commit-in-task partition not
+    # committed (defence in depth: a write stage that swallowed a failure) must not lead
+    # the coordinator to commit the prepared side.
+    world = World(tmp_path, MIXED)
+    coordinator = world.start()
+    channel = world.channel()
+
+    def execute(plan: EpochPlan) -> Sequence[PartitionReport]:
+        reports = list(channel(plan))
+        reports[1] = PartitionReport(plan.epoch, 1, PartitionOutcome.ABORTED, error="lost")
+        return reports
+
+    with pytest.raises(EpochAbortedError, match="prepared partitions were rolled back"):
+        coordinator.run_epoch(0, world.parallelism, execute)
+    assert world.pg_store.commits == [] and world.pg_store.dangling() == []
+    assert world.log is not None and world.log.load().decision(0) is None

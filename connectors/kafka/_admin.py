@@ -1,0 +1,102 @@
+"""Admin helpers of the sink's preflight: topics and broker limits (network I/O)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+
+from connectors.kafka._errors import BrokerUnavailableError, PreflightError
+
+# Seconds for one admin request (metadata, create topics, describe configs).
+ADMIN_TIMEOUT_S = 30.0
+# Seconds a topic missing from the metadata is looked for again before it is reported
+# missing: a restarted broker can answer metadata before it has loaded its topics (seen
+# with Kafka 2.5); Java producers likewise wait up to max.block.ms (60 s) for a topic.
+TOPIC_METADATA_WAIT_S = 30.0
+# Seconds between two metadata requests while waiting for a topic.
+TOPIC_METADATA_POLL_S = 0.5
+
+
+def admin_client(bootstrap_servers: str) -> AdminClient:
+    """Return an AdminClient on ``bootstrap_servers``."""
+    return AdminClient({"bootstrap.servers": bootstrap_servers})
+
+
+def existing_topics(admin: AdminClient) -> dict[str, int]:
+    """Return topic name -> partition count, or PreflightError when the cluster does not answer."""
+    try:
+        md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        msg = f"Kafka is unreachable: {exc}; check bootstrap_servers and that the broker runs"
+        raise BrokerUnavailableError(msg) from exc
+    return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+
+def wait_for_topic(admin: AdminClient, name: str, *, wait_s: float = TOPIC_METADATA_WAIT_S) -> bool:
+    """Return whether topic ``name`` shows in fresh metadata within ``wait_s`` seconds.
+
+    Raises:
+        BrokerUnavailableError: no broker answered (unreachable, as opposed to missing).
+
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        if name in existing_topics(admin):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(TOPIC_METADATA_POLL_S)
+
+
+def broker_count(admin: AdminClient) -> int:
+    """Return the number of brokers in the cluster's metadata."""
+    try:
+        return max(1, len(admin.list_topics(timeout=ADMIN_TIMEOUT_S).brokers))
+    except KafkaException as exc:
+        msg = f"Kafka is unreachable: {exc}; check bootstrap_servers and that the broker runs"
+        raise BrokerUnavailableError(msg) from exc
+
+
+def ensure_topics(
+    bootstrap_servers: str, names: Iterable[str], *, partitions: int = 1, compacted: bool = False
+) -> None:
+    """Create each topic of ``names`` that does not exist yet (already existing is fine)."""
+    admin = admin_client(bootstrap_servers)
+    missing = sorted(set(names) - set(existing_topics(admin)))
+    if not missing:
+        return
+    replication = min(3, broker_count(admin))
+    config = {"cleanup.policy": "compact"} if compacted else {}
+    futures = admin.create_topics(
+        [NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config)
+         for n in missing],
+        request_timeout=ADMIN_TIMEOUT_S,
+    )
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            msg = f"cannot create topic {name!r}: {exc}; create it yourself or grant CREATE"
+            raise PreflightError(msg) from exc
+
+
+def broker_config(bootstrap_servers: str, name: str) -> str | None:
+    """Return the value of broker setting ``name`` of one broker (DescribeConfigs); None if unknown."""
+    admin = admin_client(bootstrap_servers)
+    try:
+        md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+        broker_id = next(iter(md.brokers))
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+        result = admin.describe_configs([resource], request_timeout=ADMIN_TIMEOUT_S)
+        configs = result[resource].result(timeout=ADMIN_TIMEOUT_S)
+    except (KafkaException, StopIteration) as exc:
+        msg = f"cannot read broker configuration ({exc}); DescribeConfigs must be allowed"
+        raise PreflightError(msg) from exc
+    entry = configs.get(name)
+    return None if entry is None or entry.value is None else str(entry.value)

@@ -1,0 +1,30 @@
+"""The names a Kafka sink derives from its ``sink_id`` and the default topic names: once.
+
+Everything the sink creates or owns on the cluster is named here, so the sink, the
+checker, the CLI and the docs agree:
+
+* write partition ``p``'s transactional id: ``{sink_id}-{p}``;
+* write partition ``p``'s marker group: ``{sink_id}.marker.{p}``;
+* the Kafka epoch log's coordinator transactional id: ``{sink_id}.coordinator``;
+* the epoch log's record keys start with ``{sink_id}/``.
+"""
+
+from __future__ import annotations
+
+DEFAULT_EPOCH_LOG_TOPIC = "eos-epoch-log"
+DEFAULT_MARKER_TOPIC = "eos-markers"
+
+
+def transactional_id(sink_id: str, partition: int) -> str:
+    """Transactional id of write partition ``partition``."""
+    return f"{sink_id}-{partition}"
+
+
+def marker_group(sink_id: str, partition: int) -> str:
+    """Consumer group whose committed offset is the marker of ``partition``."""
+    return f"{sink_id}.marker.{partition}"
+
+
+def coordinator_id(sink_id: str) -> str:
+    """Transactional id of the coordinator that owns the sink's Kafka epoch log."""
+    return f"{sink_id}.coordinator"

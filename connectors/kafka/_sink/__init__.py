@@ -1,0 +1,1 @@
+"""The Kafka connector's sink (public through :mod:`connectors.kafka`)."""

@@ -1,0 +1,282 @@
+"""``KafkaEpochLog``: the sink's epoch log in a compacted Kafka topic.
+
+Needs nothing but the bootstrap address. Layout: one partition of ``topic``
+(``cleanup.policy=compact``), shared by any number of sinks; every message key
+starts with ``{sink_id}/``:
+
+* ``{sink_id}/r/{epoch:020d}/{attempt:06d}/{plan|decision|completion}``: one record,
+  encoded with :func:`txn.encode_record` (checksummed);
+* ``{sink_id}/binding``: the latest :class:`txn.QueryBinding` (compaction keeps one);
+* ``{sink_id}/floor``: JSON ``{"committed_through": n, "parallelism_floor": p}`` left by
+  compaction when old committed epochs are tombstoned away.
+
+Protocol:
+
+1. reading (``load`` before this instance owns the log) folds every message of the
+   sink in offset order, keeping the latest value per key (what compaction keeps) and
+   dropping tombstoned keys; only committed messages are read (``read_committed``);
+2. the first ``append`` acquires the log: a transactional producer with
+   ``transactional.id = {sink_id}.coordinator`` runs ``init_transactions``, which
+   FENCES any other coordinator of the same sink and aborts its open append, then
+   re-reads the log;
+3. each ``append`` validates the record against the folded history, then writes it
+   (plus tombstones and a new floor when old epochs are compacted) in one Kafka
+   transaction; it returns once the transaction committed (durable);
+4. a fenced coordinator gets :class:`EpochLogFencedError` and must stop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+
+from connectors.kafka import _names
+from connectors.kafka._admin import ensure_topics
+from connectors.kafka._classify import PARTITION_EOF, call_with_retry, classify
+from connectors.kafka._errors import EpochLogFencedError
+from txn import (
+    DEFAULT_RETAIN_EPOCHS,
+    EpochHistory,
+    EpochLog,
+    EpochLogError,
+    EpochPlan,
+    ErrorAction,
+    LogRecord,
+    QueryBinding,
+    decode_record,
+    encode_record,
+)
+
+# Seconds to read the whole log topic before giving up (it is compacted, so small).
+LOAD_TIMEOUT_S = 60.0
+# Seconds one poll() waits for the next message while reading the log.
+CONSUME_POLL_S = 1.0
+# Milliseconds the broker may hold an empty fetch of the log reader (the end of the
+# log is only seen through an empty fetch, so this bounds every load).
+READER_FETCH_WAIT_MS = 20
+# Seconds for init_transactions / commit_transaction of the coordinator's producer.
+LOG_TXN_TIMEOUT_S = 30.0
+# Transaction timeout of the log producer: appends are tiny and fast.
+LOG_TXN_TIMEOUT_MS = 60_000
+
+
+def _kind(record: LogRecord) -> str:
+    return type(record).__name__.removeprefix("Epoch").lower()
+
+
+class KafkaEpochLog(EpochLog):
+    """Epoch log of sink ``sink_id`` in the compacted topic ``topic`` (see module doc)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        sink_id: str,
+        *,
+        topic: str = _names.DEFAULT_EPOCH_LOG_TOPIC,
+        retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
+        create_topic: bool = True,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._sink_id = sink_id
+        self._topic = topic
+        self._retain = retain_epochs
+        self._create_topic = create_topic
+        self._producer: Producer | None = None
+        self._history: EpochHistory | None = None
+        self._attempts: dict[int, int] = {}
+        self._closed = False
+
+    @property
+    def sink_id(self) -> str:
+        """The sink this log belongs to."""
+        return self._sink_id
+
+    @property
+    def topic(self) -> str:
+        """The compacted log topic."""
+        return self._topic
+
+    # -- reading -----------------------------------------------------------------------
+    def load(self) -> EpochHistory:
+        """Return the folded history (cached once this instance owns the log)."""
+        self._check_open()
+        if self._producer is not None and self._history is not None:
+            return self._history
+        return self._read()
+
+    def _read(self) -> EpochHistory:
+        if self._create_topic:
+            ensure_topics(self._bootstrap, [self._topic], partitions=1, compacted=True)
+        values = self._read_messages()
+        floor: dict[str, Any] = {}
+        records: list[LogRecord] = []
+        for key, (offset, value) in sorted(values.items(), key=lambda kv: kv[1][0]):
+            source = f"{self._topic}[0]@{offset} key {key}"
+            if key == f"{self._sink_id}/floor":
+                floor = json.loads(value)
+            else:
+                records.append(decode_record(value, source=source))
+        history = EpochHistory.from_records(
+            records,
+            sink_id=self._sink_id,
+            committed_through=floor.get("committed_through"),
+            parallelism_floor=int(floor.get("parallelism_floor", 0)),
+        )
+        self._attempts = {r.epoch: r.attempt for r in records if isinstance(r, EpochPlan)}
+        return history
+
+    def _read_messages(self) -> dict[str, tuple[int, bytes]]:
+        """Latest value per key of this sink (tombstoned keys removed), with its offset."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "group.id": f"{self._sink_id}.epoch-log-reader.{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": "false",
+                "enable.partition.eof": "true",
+                # Reaching the end needs an empty fetch: do not let the broker hold it long.
+                "fetch.wait.max.ms": str(READER_FETCH_WAIT_MS),
+            }
+        )
+        out: dict[str, tuple[int, bytes]] = {}
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        try:
+            consumer.assign([TopicPartition(self._topic, 0, -2)])  # -2: from the beginning
+            while time.monotonic() < deadline:
+                m = consumer.poll(CONSUME_POLL_S)  # returns as soon as one message is there
+                if m is not None and self._take(m, out):
+                    return out
+        finally:
+            consumer.close()
+        msg = f"reading epoch log topic {self._topic} took over {LOAD_TIMEOUT_S}s; check the broker"
+        raise EpochLogError(msg)
+
+    def _take(self, m: Message, out: dict[str, tuple[int, bytes]]) -> bool:
+        """Fold one consumed message into ``out``; True at the end of the partition."""
+        err = m.error()
+        if err is not None:
+            if err.code() == PARTITION_EOF:
+                return True
+            if classify(err) is ErrorAction.RETRY:
+                return False
+            msg = f"reading epoch log topic {self._topic} failed: {err}"
+            raise EpochLogError(msg)
+        raw_key = m.key()
+        key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+        if key.startswith(f"{self._sink_id}/"):
+            value = m.value()
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = (m.offset() or 0, bytes(value))
+        return False
+
+    # -- writing -----------------------------------------------------------------------
+    def _acquire(self) -> Producer:
+        if self._producer is not None:
+            return self._producer
+        producer = Producer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "transactional.id": _names.coordinator_id(self._sink_id),
+                "transaction.timeout.ms": str(LOG_TXN_TIMEOUT_MS),
+                "enable.idempotence": "true",
+                "acks": "all",
+                "linger.ms": "0",
+            }
+        )
+        try:
+            call_with_retry(
+                "epoch log init_transactions", lambda: producer.init_transactions(LOG_TXN_TIMEOUT_S)
+            )
+        except Exception as exc:
+            msg = f"cannot take over epoch log {self._topic} for sink {self._sink_id!r}: {exc}"
+            raise EpochLogError(msg) from exc
+        self._history = self._read()
+        self._producer = producer
+        return producer
+
+    def _key(self, record: LogRecord, attempt: int) -> str:
+        if isinstance(record, QueryBinding):
+            return f"{self._sink_id}/binding"
+        return f"{self._sink_id}/r/{record.epoch:020d}/{attempt:06d}/{_kind(record)}"
+
+    def append(self, record: LogRecord) -> None:
+        """Validate ``record`` and append it durably in one Kafka transaction."""
+        self._check_open()
+        producer = self._acquire()
+        assert self._history is not None  # noqa: S101 - set by _acquire
+        folded = self._history.with_record(record)
+        compacted = folded.compacted(self._retain)
+        attempts = dict(self._attempts)
+        if isinstance(record, EpochPlan):
+            attempts[record.epoch] = record.attempt
+        messages: list[tuple[str, bytes | None]] = [
+            (self._key(record, attempts.get(record.epoch, 0)), encode_record(record))
+        ]
+        if compacted is not folded:
+            messages += self._tombstones(folded, compacted, attempts)
+        self._write(producer, messages)
+        self._history = compacted
+        self._attempts = {e: a for e, a in attempts.items() if compacted.entry(e) is not None}
+
+    def _tombstones(
+        self, folded: EpochHistory, compacted: EpochHistory, attempts: dict[int, int]
+    ) -> list[tuple[str, bytes | None]]:
+        kept = {id(r) for r in compacted.records}
+        current: dict[int, int] = {}
+        out: list[tuple[str, bytes | None]] = []
+        for r in folded.records:
+            if isinstance(r, QueryBinding):
+                continue  # one key, overwritten in place: a tombstone would delete the latest
+            if isinstance(r, EpochPlan):
+                current[r.epoch] = r.attempt
+            if id(r) not in kept:
+                out.append((self._key(r, current.get(r.epoch, attempts.get(r.epoch, 0))), None))
+        floor = {
+            "committed_through": compacted.committed_through,
+            "parallelism_floor": compacted.parallelism_floor,
+        }
+        out.append((f"{self._sink_id}/floor", json.dumps(floor).encode()))
+        return out
+
+    def _write(self, producer: Producer, messages: list[tuple[str, bytes | None]]) -> None:
+        try:
+            producer.begin_transaction()
+            for key, value in messages:
+                producer.produce(self._topic, value, key)
+            call_with_retry(
+                "epoch log commit", lambda: producer.commit_transaction(LOG_TXN_TIMEOUT_S)
+            )
+        except Exception as exc:
+            self._fail(producer, exc)
+
+    def _fail(self, producer: Producer, exc: Exception) -> None:
+        if classify(exc) is ErrorAction.FATAL:
+            self._producer = None
+            self._history = None
+            msg = (
+                f"epoch log of sink {self._sink_id!r} was taken over by another coordinator "
+                f"(fenced: {exc}); only one driver may run this sink: stop this one"
+            )
+            raise EpochLogFencedError(msg) from exc
+        try:
+            producer.abort_transaction(LOG_TXN_TIMEOUT_S)
+        except KafkaException:
+            self._producer = None  # re-acquire (and re-read) on the next append
+        msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
+        raise EpochLogError(msg) from exc
+
+    def close(self) -> None:
+        """Release the producer. Idempotent."""
+        self._closed = True
+        self._producer = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = f"epoch log {self._topic} of sink {self._sink_id!r} is closed"
+            raise EpochLogError(msg)

@@ -1,0 +1,118 @@
+"""The Kafka sink's input: Spark's Kafka sink columns, checked on the driver.
+
+Columns (as Spark's own Kafka sink): ``value`` (string or binary, required), ``key``,
+``topic``, ``partition``, ``headers``; with ``changelog=True`` an ``op`` column and a key.
+:func:`check_input` returns the stage's :class:`~connectors.stage.InputPlan`: the shipped
+columns, routing by key (rows without a key by value), the configured order.
+:func:`transform` applies the changelog rules before routing: ``update_before`` rows are
+dropped, ``delete`` rows become tombstones (null value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from connectors.kafka._errors import InputSchemaError
+from connectors.kafka._sink._config import SinkConfig
+from connectors.kafka._sink._writer import Layout
+from connectors.stage import InputPlan
+
+_STRING_OR_BINARY = ("string", "binary")
+
+
+def _type_name(dtype: Any) -> str:
+    return str(dtype.simpleString())
+
+
+def input_layout(schema: Any, cfg: SinkConfig) -> Layout:
+    """Check ``schema`` (a Spark StructType); return which optional columns are present.
+
+    Raises:
+        InputSchemaError: a required column is missing or a column has a wrong type.
+
+    """
+    types = {f.name: _type_name(f.dataType) for f in schema.fields}
+
+    def check(name: str, allowed: Sequence[str], fix: str) -> None:
+        if name in types and types[name] not in allowed:
+            msg = (
+                f"column {name!r} has type {types[name]}; the Kafka sink needs "
+                f"{' or '.join(allowed)}: {fix}"
+            )
+            raise InputSchemaError(msg, column=name)
+
+    if "value" not in types:
+        msg = (
+            "the DataFrame has no 'value' column; select one, e.g. "
+            "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')"
+        )
+        raise InputSchemaError(msg, column="value")
+    check("value", _STRING_OR_BINARY, "cast it, e.g. col('value').cast('string') or to_json(...)")
+    check("key", _STRING_OR_BINARY, "cast it, e.g. col('key').cast('string')")
+    check("topic", ("string",), "cast it with col('topic').cast('string')")
+    check("partition", ("int",), "cast it with col('partition').cast('int')")
+    check(
+        "headers",
+        ("array<struct<key:string,value:binary>>",),
+        "build it as array(struct(lit('k').alias('key'), col('h').cast('binary').alias('value')))",
+    )
+    if cfg.topic is None and "topic" not in types:
+        msg = "no default topic and no 'topic' column; pass topic= to KafkaSink or add the column"
+        raise InputSchemaError(msg, column="topic")
+    if cfg.changelog:
+        if "op" not in types:
+            msg = (
+                "changelog=True needs an 'op' column (insert / update_before / update_after / "
+                "delete); add it or use changelog=False"
+            )
+            raise InputSchemaError(msg, column="op")
+        check("op", ("string",), "cast it with col('op').cast('string')")
+        if "key" not in types:
+            msg = "changelog=True needs a 'key' column: upserts and deletes are keyed"
+            raise InputSchemaError(msg, column="key")
+    for name in cfg.order_by:
+        if name not in types:
+            msg = f"order_by names column {name!r}, which the DataFrame does not have"
+            raise InputSchemaError(msg, column=name)
+    return Layout(
+        key="key" in types,
+        topic="topic" in types,
+        partition="partition" in types,
+        headers="headers" in types,
+        changelog=cfg.changelog,
+    )
+
+
+def data_columns(layout: Layout) -> list[str]:
+    """Return the columns shipped to the write tasks, in order."""
+    names = ["key"] if layout.key else []
+    names.append("value")
+    names += [n for n, present in (("topic", layout.topic), ("partition", layout.partition),
+                                   ("headers", layout.headers), ("op", layout.changelog)) if present]
+    return names
+
+
+def check_input(schema: Any, cfg: SinkConfig) -> InputPlan:
+    """Check ``schema`` and return what the stage ships, how it routes and orders it."""
+    layout = input_layout(schema, cfg)
+    return InputPlan(
+        columns=tuple(data_columns(layout)),
+        route_by=("key",) if layout.key else (),
+        fallback=("value",),
+        order_by=cfg.order_by,
+        layout=layout,
+    )
+
+
+def transform(df: Any, plan: InputPlan) -> Any:
+    """Apply the changelog rules (module docstring); other input passes unchanged."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
+
+    layout: Layout = plan.layout
+    if not layout.changelog:
+        return df
+    df = df.filter(~F.col("op").eqNullSafe(F.lit("update_before")))
+    return df.withColumn(
+        "value", F.when(F.col("op") == F.lit("delete"), F.lit(None)).otherwise(F.col("value"))
+    )

@@ -1,0 +1,104 @@
+"""Idempotency markers: "write partition p committed epoch N with this content".
+
+Scheme (why: the marker must become visible exactly when the data does):
+
+1. write partition ``p`` owns the consumer group ``{sink_id}.marker.{p}`` (``_names``);
+2. inside the same Kafka transaction as its data, the task commits an offset for
+   that group with ``send_offsets_to_transaction``: topic ``marker_topic`` (an
+   existing one-partition topic, because real Kafka rejects offset commits for
+   partitions that do not exist), partition 0, offset ``epoch + 1``, metadata the
+   compact JSON ``{"epoch":N,"rows":R,"checksum":"..."}``;
+3. transactional offset commits become visible atomically with the transaction's
+   records, so the committed offset of the group *is* the commit record;
+4. a reader uses a ``read_committed`` consumer of that group and ``committed()``
+   (KIP-447's stable offsets: a pending offset is never returned).
+"""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.kafka import _names
+from connectors.kafka._classify import call_with_retry
+from connectors.kafka._errors import MarkerError
+from txn import Marker
+
+# Seconds one committed() call may take; it waits for pending transactional offsets
+# of an aborted or finishing transaction to settle (UNSTABLE_OFFSET_COMMIT).
+COMMITTED_TIMEOUT_S = 30.0
+
+
+def encode_marker(marker: Marker) -> tuple[int, str]:
+    """Offset and metadata that store ``marker``."""
+    meta = json.dumps(
+        {"epoch": marker.epoch, "rows": marker.rows, "checksum": marker.checksum},
+        separators=(",", ":"),
+    )
+    return marker.epoch + 1, meta
+
+
+def decode_marker(offset: int, metadata: str | None) -> Marker | None:
+    """Return the marker stored as ``offset`` / ``metadata``; None when nothing is committed.
+
+    Raises:
+        MarkerError: the group holds an offset the sink did not write.
+
+    """
+    if offset < 0:
+        return None
+    try:
+        doc = json.loads(metadata or "")
+        marker = Marker(epoch=int(doc["epoch"]), rows=int(doc["rows"]), checksum=str(doc["checksum"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        msg = (
+            f"marker offset {offset} has unreadable metadata {metadata!r} ({exc}); another "
+            "application commits offsets to this sink's marker group. Use a sink_id of your own."
+        )
+        raise MarkerError(msg) from None
+    if marker.epoch + 1 != offset:
+        msg = f"marker offset {offset} disagrees with its metadata epoch {marker.epoch}"
+        raise MarkerError(msg)
+    return marker
+
+
+def marker_consumer(bootstrap_servers: str, group: str) -> Consumer:
+    """Return a consumer of ``group`` that reads only committed (stable) offsets."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+        }
+    )
+
+
+def read_marker(consumer: Consumer, marker_topic: str) -> Marker | None:
+    """Read the marker of the consumer's group."""
+    tps = call_with_retry(
+        "read marker",
+        lambda: consumer.committed([TopicPartition(marker_topic, 0)], timeout=COMMITTED_TIMEOUT_S),
+    )
+    tp = tps[0]
+    if tp.error is not None:
+        msg = f"reading marker of {marker_topic}[0] failed: {tp.error}"
+        raise MarkerError(msg)
+    return decode_marker(tp.offset, tp.metadata)
+
+
+def read_markers(
+    bootstrap_servers: str, sink_id: str, parallelism: int, *,
+    marker_topic: str = _names.DEFAULT_MARKER_TOPIC,
+) -> dict[int, Marker | None]:
+    """Marker of every write partition ``0 .. parallelism-1`` of sink ``sink_id``."""
+    out: dict[int, Marker | None] = {}
+    for p in range(parallelism):
+        consumer = marker_consumer(bootstrap_servers, _names.marker_group(sink_id, p))
+        try:
+            out[p] = read_marker(consumer, marker_topic)
+        finally:
+            consumer.close()
+    return out

@@ -1,0 +1,148 @@
+"""``KafkaSink``: the exactly-once Kafka sink for ``foreachBatch``, on the generic stage."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from connectors.kafka._admin import (
+    TOPIC_METADATA_WAIT_S,
+    admin_client,
+    broker_config,
+    ensure_topics,
+    existing_topics,
+    wait_for_topic,
+)
+from connectors.kafka._errors import PreflightError, TopicMissingError
+from connectors.kafka._sink import _input
+from connectors.kafka._sink._config import SinkConfig
+from connectors.kafka._sink._epoch_log import KafkaEpochLog
+from connectors.kafka._sink._participant import KafkaResource
+from connectors.stage import InputPlan, SinkConnector, TransactionalSink
+from txn import EpochLog, FileEpochLog
+
+log = logging.getLogger("connectors.kafka")
+
+
+class KafkaConnector(SinkConnector):
+    """The Kafka part of :class:`KafkaSink`: schema check, resource, epoch log, preflight."""
+
+    def __init__(self, cfg: SinkConfig) -> None:
+        self.cfg = cfg
+
+    @property
+    def sink_id(self) -> str:
+        """The sink's identity."""
+        return self.cfg.sink_id
+
+    @property
+    def options(self) -> SinkConfig:
+        """The validated configuration (stage options included)."""
+        return self.cfg
+
+    def check_input(self, schema: Any) -> InputPlan:
+        """Check Spark's Kafka sink columns (see ``_input``)."""
+        return _input.check_input(schema, self.cfg)
+
+    def transform(self, df: Any, plan: InputPlan) -> Any:
+        """Apply the changelog rules before routing."""
+        return _input.transform(df, plan)
+
+    def resource(self, plan: InputPlan) -> KafkaResource:
+        """Return the Kafka resource for rows shaped by ``plan``."""
+        return KafkaResource(self.cfg, plan.layout)
+
+    def open_epoch_log(self) -> EpochLog:
+        """Open the file log if ``epoch_log`` is set, else the Kafka epoch log."""
+        cfg = self.cfg
+        if cfg.epoch_log is not None:
+            return FileEpochLog(cfg.epoch_log, sink_id=cfg.sink_id)
+        return self.epoch_log_for(cfg.sink_id)
+
+    def epoch_log_for(self, sink_id: str) -> EpochLog:
+        """Open the Kafka epoch log of ``sink_id`` in this sink's log topic."""
+        return KafkaEpochLog(self.cfg.bootstrap_servers, sink_id, topic=self.cfg.epoch_log_topic)
+
+    def preflight(self) -> None:
+        """Check the cluster (network I/O; runs lazily on the first write).
+
+        1. the broker answers; 2. the output topic exists (created when
+        ``create_topics=True``); the marker topic is created if missing (exactly-once);
+        3. ``transaction_timeout_ms`` is at most the broker's ``transaction.max.timeout.ms``.
+
+        A topic missing from the metadata is looked for again for
+        ``TOPIC_METADATA_WAIT_S`` (a restarted broker answers before it has loaded its
+        topics); an unreachable broker is reported as such, not as a missing topic.
+
+        Raises:
+            BrokerUnavailableError: no broker answered.
+            TopicMissingError: the output topic stayed absent.
+            PreflightError: another problem, with what to fix.
+
+        """
+        cfg = self.cfg
+        admin = admin_client(cfg.bootstrap_servers)
+        topics = existing_topics(admin)  # BrokerUnavailableError: unreachable
+        if cfg.topic is not None and cfg.topic not in topics:
+            if cfg.create_topics:
+                ensure_topics(cfg.bootstrap_servers, [cfg.topic])
+            elif not wait_for_topic(admin, cfg.topic, wait_s=TOPIC_METADATA_WAIT_S):
+                msg = (
+                    f"output topic {cfg.topic!r} does not exist (the broker answered, and "
+                    f"fresh metadata did not show it for {TOPIC_METADATA_WAIT_S:.0f}s); "
+                    "create it or pass create_topics=True"
+                )
+                raise TopicMissingError(msg)
+        if cfg.transactional:
+            ensure_topics(cfg.bootstrap_servers, [cfg.marker_topic])
+            self._check_timeout_limit()
+
+    def _check_timeout_limit(self) -> None:
+        cfg = self.cfg
+        raw = broker_config(cfg.bootstrap_servers, "transaction.max.timeout.ms")
+        if raw is None:
+            log.warning("broker does not report transaction.max.timeout.ms; not checked")
+            return
+        if cfg.transaction_timeout_ms > int(raw):
+            msg = (
+                f"transaction_timeout_ms={cfg.transaction_timeout_ms} exceeds the broker's "
+                f"transaction.max.timeout.ms={raw}; lower transaction_timeout_ms or raise "
+                "the broker setting"
+            )
+            raise PreflightError(msg)
+
+
+class KafkaSink(TransactionalSink):
+    """Exactly-once (or at-least-once / at-most-once) Kafka sink for ``foreachBatch``.
+
+    Usage::
+
+        sink = KafkaSink("broker:9092", "out", sink_id="orders-eos")
+        df.writeStream.foreachBatch(sink).option("checkpointLocation", ck).start()
+
+    ``options`` are the fields of :class:`~connectors.kafka.SinkConfig` (guarantee, mode,
+    parallelism, epoch_log, transaction_timeout_ms, producer_config, changelog, order_by,
+    ...), validated here without network I/O (:class:`SinkConfigError` names a bad one).
+    One call ``sink(df, batch_id)`` runs epoch ``batch_id`` through the generic stage
+    (:class:`connectors.stage.TransactionalSink`); the protocol: docs/architecture.md,
+    the Kafka specifics (transactions, markers, producer reuse): docs/kafka-sink.md.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str | None, sink_id: str, **options: Any
+    ) -> None:
+        cfg = SinkConfig.create(
+            bootstrap_servers=bootstrap_servers, topic=topic, sink_id=sink_id, **options
+        )
+        super().__init__(KafkaConnector(cfg))
+
+    @property
+    def config(self) -> SinkConfig:
+        """The validated configuration."""
+        connector = self.connector
+        assert isinstance(connector, KafkaConnector)  # noqa: S101 - set in __init__
+        return connector.cfg
+
+    def preflight(self) -> None:
+        """Check the cluster now (it also runs lazily on the first write)."""
+        self.connector.preflight()

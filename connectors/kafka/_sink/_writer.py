@@ -1,0 +1,309 @@
+"""The produce loop of a write task: Arrow batches in, Kafka records out.
+
+Steps per batch:
+
+1. validate it vectorized (null values, unknown changelog ops, missing keys or
+   topics) and raise a :class:`RecordError` naming the column and the fix;
+2. convert the needed columns once with ``to_pylist()``;
+3. produce: rows with only a key and a value go through ``Producer.produce`` driven by
+   ``map`` (a loop in C, no Python bytecode per row); other rows through a Python loop.
+   On ``BufferError`` (the bounded producer queue is full) serve delivery reports with
+   ``poll`` and retry from the row that did not fit, so Python never buffers more than
+   one Arrow batch. There is no ``poll`` between batches: librdkafka keeps delivered
+   messages counted against the queue limits until they are served, so a full queue
+   (``BufferError``) or :meth:`RecordWriter.flush` serves them;
+4. delivery failures are collected by one callback (librdkafka reports only errors)
+   and raised, typed, by :meth:`RecordWriter.flush`.
+
+Why not ``Producer.produce_batch`` (confluent-kafka 2.16): it takes one dict per message
+(built in Python, then parsed field by field in C) and reports failed messages by adding
+an ``_error`` key to their dicts instead of raising; measured, it enqueues slower than
+``produce`` (see docs/perf-notes.md), and it cannot carry headers.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import operator
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from connectors.kafka._classify import TIMED_OUT, UNKNOWN_PARTITION, UNKNOWN_TOPIC, to_write_error
+from connectors.kafka._errors import RecordError, RecordTooLargeError
+
+# Seconds one poll waits for the producer queue to drain when it is full (back-pressure).
+BACKPRESSURE_POLL_S = 0.05
+# Changelog operations that produce a record (update_before rows are dropped in Spark).
+WRITTEN_OPS = ("insert", "update_after", "delete")
+ALL_OPS = (*WRITTEN_OPS, "update_before")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which of the optional input columns the DataFrame has (decided on the driver)."""
+
+    key: bool = False
+    topic: bool = False
+    partition: bool = False
+    headers: bool = False
+    changelog: bool = False
+
+
+class DeliveryErrors:
+    """Delivery-report callback that keeps the first failed delivery."""
+
+    def __init__(self) -> None:
+        self.first: tuple[KafkaError, Any] | None = None
+        self.count = 0
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self.count += 1
+            if self.first is None:
+                self.first = (err, msg)
+
+
+def _too_large(exc: KafkaError, key: object, value: object) -> RecordTooLargeError:
+    key_len = len(key) if isinstance(key, (bytes, str)) else 0
+    value_len = len(value) if isinstance(value, (bytes, str)) else 0
+    column = "key" if key_len > value_len else "value"
+    msg = (
+        f"a record is too large for Kafka (key {key_len} bytes, value {value_len} bytes; "
+        f"{exc.str()}): column {column!r} holds the oversized data. Split or shrink such "
+        "records, or raise the limits: producer_config={'message.max.bytes': ...} and the "
+        "topic's max.message.bytes on the broker. The epoch was aborted."
+    )
+    return RecordTooLargeError(msg, column=column)
+
+
+def _headers(raw: object) -> list[tuple[str, bytes | None]] | None:
+    if raw is None:
+        return None
+    return [(h["key"], h["value"]) for h in raw]  # type: ignore[attr-defined]
+
+
+class RecordWriter:
+    """Produces the rows of one task through ``producer`` (see module docstring)."""
+
+    def __init__(
+        self, producer: Producer, errors: DeliveryErrors, layout: Layout, topic: str | None
+    ) -> None:
+        self._producer = producer
+        self._errors = errors
+        self._layout = layout
+        self._topic = topic
+        self.rows = 0
+
+    # -- validation ---------------------------------------------------------------
+    def _validate(self, batch: pa.RecordBatch) -> None:
+        layout = self._layout
+        value = batch.column(batch.schema.get_field_index("value"))
+        if layout.changelog:
+            op = batch.column(batch.schema.get_field_index("op"))
+            bad = pc.invert(pc.fill_null(pc.is_in(op, value_set=pa.array(WRITTEN_OPS)), False))
+            if pc.any(bad).as_py():
+                sample = pc.filter(op, bad)[0].as_py()
+                msg = (
+                    f"column 'op' holds {sample!r}; a changelog row's op must be one of "
+                    f"{', '.join(ALL_OPS)}. The epoch was aborted."
+                )
+                raise RecordError(msg, column="op")
+            key = batch.column(batch.schema.get_field_index("key"))
+            if key.null_count:
+                msg = (
+                    f"column 'key' is null in {key.null_count} changelog row(s); upserts and "
+                    "deletes need a key. Filter or fill null keys. The epoch was aborted."
+                )
+                raise RecordError(msg, column="key")
+            missing = pc.and_(pc.is_null(value), pc.not_equal(op, "delete"))
+            nulls = pc.sum(pc.cast(missing, pa.int64())).as_py() or 0
+        else:
+            nulls = value.null_count
+        if nulls:
+            hint = (
+                "only op='delete' rows may have a null value"
+                if layout.changelog
+                else "to write tombstones use changelog=True with op='delete'"
+            )
+            msg = (
+                f"column 'value' is null in {nulls} row(s); every record needs a value ({hint}). "
+                "Fill or filter null values. The epoch was aborted."
+            )
+            raise RecordError(msg, column="value")
+        if layout.topic and self._topic is None:
+            topic = batch.column(batch.schema.get_field_index("topic"))
+            if topic.null_count:
+                msg = (
+                    f"column 'topic' is null in {topic.null_count} row(s) and the sink has no "
+                    "default topic; pass topic= to KafkaSink or fill the column. "
+                    "The epoch was aborted."
+                )
+                raise RecordError(msg, column="topic")
+
+    # -- producing ----------------------------------------------------------------
+    def write(
+        self, batches: Iterable[pa.RecordBatch], *, stop_after: int | None = None,
+        on_stop: Callable[[], None] | None = None,
+    ) -> int:
+        """Produce every row; call ``on_stop`` once ``stop_after`` rows were produced."""
+        for batch in batches:
+            self._validate(batch)
+            n = batch.num_rows
+            if stop_after is not None and on_stop is not None and self.rows + n >= stop_after:
+                cut = max(0, stop_after - self.rows)
+                self._produce(batch.slice(0, cut))
+                on_stop()
+                stop_after = None
+                self._produce(batch.slice(cut))
+            else:
+                self._produce(batch)
+        if stop_after is not None and on_stop is not None and self.rows >= stop_after:
+            on_stop()
+        return self.rows
+
+    def _column(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:
+        idx = batch.schema.get_field_index(name)
+        return None if idx < 0 else batch.column(idx).to_pylist()
+
+    def _produce(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        values = self._column(batch, "value")
+        keys = self._column(batch, "key") or [None] * n
+        assert values is not None  # noqa: S101 - the driver checked the schema
+        layout = self._layout
+        if not (layout.topic or layout.partition or layout.headers):
+            self._produce_simple(keys, values)
+        else:
+            self._produce_general(batch, keys, values)
+        self.rows += n
+
+    def _produce_simple(self, keys: list[Any], values: list[Any]) -> None:
+        """Produce ``(key, value)`` rows with ``map`` over ``produce``; resume after a failure.
+
+        ``map`` takes one item from each argument iterator before each call, so when
+        ``produce`` raises for the row at ``i``, the value iterator has ``len - i - 1``
+        items left. After a full queue the rest is produced from a slice (rare: a copy).
+        """
+        produce = self._producer.produce
+        topic = self._topic
+        assert topic is not None  # noqa: S101 - the driver requires a topic column otherwise
+        start = 0
+        while start < len(values):
+            rest_values = values[start:] if start else values
+            rest_keys = keys[start:] if start else keys
+            values_it = iter(rest_values)
+            try:
+                collections.deque(map(produce, itertools.repeat(topic), values_it, rest_keys), 0)
+                return
+            except BufferError:
+                i = start + len(rest_values) - operator.length_hint(values_it) - 1
+                self._wait_for_room(functools.partial(produce, topic, values[i], keys[i]),
+                                    keys[i], values[i])
+            except KafkaException as exc:
+                i = start + len(rest_values) - operator.length_hint(values_it) - 1
+                raise self._produce_error(exc, keys[i], values[i]) from exc
+            start = i + 1
+
+    def _produce_general(self, batch: pa.RecordBatch, keys: list[Any], values: list[Any]) -> None:
+        n = batch.num_rows
+        topics = self._column(batch, "topic") or [None] * n
+        parts = self._column(batch, "partition") or [None] * n
+        headers = self._column(batch, "headers") or [None] * n
+        produce = self._producer.produce
+        default = self._topic
+        for i in range(n):
+            kwargs: dict[str, Any] = {"value": values[i], "key": keys[i]}
+            if parts[i] is not None:
+                kwargs["partition"] = parts[i]
+            if headers[i]:
+                kwargs["headers"] = _headers(headers[i])
+            topic = str(topics[i] or default)
+            try:
+                produce(topic, **kwargs)
+            except BufferError:
+                self._wait_for_room(functools.partial(produce, topic, **kwargs), keys[i],
+                                    values[i], topic, parts[i])
+            except KafkaException as exc:
+                raise self._produce_error(exc, keys[i], values[i], topic, parts[i]) from exc
+
+    def _wait_for_room(
+        self, retry: Callable[[], None], key: object, value: object,
+        topic: str | None = None, partition: int | None = None,
+    ) -> None:
+        """Back-pressure: serve delivery reports until the queue has room, then produce.
+
+        A Kafka error of the retried row (e.g. too large) is typed like a first attempt's.
+        """
+        while True:
+            self._serve(lambda: self._producer.poll(BACKPRESSURE_POLL_S), "poll")
+            try:
+                retry()
+            except BufferError:
+                continue
+            except KafkaException as exc:
+                raise self._produce_error(exc, key, value, topic, partition) from exc
+            return
+
+    def _produce_error(
+        self, exc: KafkaException, key: object, value: object,
+        topic: str | None = None, partition: int | None = None,
+    ) -> Exception:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            return _too_large(err, key, value)
+        if err is not None and err.code() in (UNKNOWN_TOPIC, UNKNOWN_PARTITION):
+            column = "partition" if err.code() == UNKNOWN_PARTITION else "topic"
+            msg = (
+                f"cannot produce to topic {topic or self._topic!r} partition {partition}: "
+                f"{err.str()}; fix column {column!r} (or create the topic). The epoch was aborted."
+            )
+            return RecordError(msg, column=column)
+        return to_write_error(exc, "produce")
+
+    def _serve(self, call: Callable[[], int], what: str) -> int:
+        """Run ``poll``/``flush``; a Kafka error raised while serving callbacks is typed.
+
+        A fatal error (a fenced transactional producer) can surface as a KafkaException
+        while librdkafka serves delivery reports; confluent-kafka then reports the next
+        callback as a SystemError whose cause is that KafkaException.
+        """
+        try:
+            return call()
+        except KafkaException as exc:
+            raise to_write_error(exc, what) from exc
+        except SystemError as exc:
+            if isinstance(exc.__cause__, KafkaException):
+                raise to_write_error(exc.__cause__, what) from exc
+            raise
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait for every produced record to be acknowledged; raise the first failure."""
+        deadline = time.monotonic() + timeout_s
+        flush = self._producer.flush
+        remaining = self._serve(functools.partial(flush, timeout_s), "flush")
+        while remaining and time.monotonic() < deadline:
+            wait = max(0.1, deadline - time.monotonic())
+            remaining = self._serve(functools.partial(flush, wait), "flush")
+        self.raise_delivery_error()
+        if remaining:
+            err = KafkaException(KafkaError(TIMED_OUT, f"{remaining} records unsent"))
+            raise to_write_error(err, f"flush ({remaining} records still queued after {timeout_s}s)")
+
+    def raise_delivery_error(self) -> None:
+        """Raise the first delivery failure seen so far, typed."""
+        if self._errors.first is None:
+            return
+        err, msg = self._errors.first
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            raise _too_large(err, msg.key(), msg.value())
+        raise to_write_error(KafkaException(err), f"delivery of {self._errors.count} record(s)")

@@ -1,0 +1,71 @@
+"""The Kafka connector's source: read_committed, on PySpark's Python Data Source API.
+
+Public through :mod:`connectors.kafka` (and the older alias ``connectors.kafka_source``).
+Usage::
+
+    from connectors.kafka import register
+
+    register(spark)  # adds the format "kafka-rc"
+    df = (
+        spark.readStream.format("kafka-rc")
+        .option("kafka.bootstrap.servers", "localhost:9092")
+        .option("subscribe", "orders")
+        .load()
+    )
+
+Options and output schema follow Spark's built-in ``kafka`` source; reads use
+``isolation.level=read_committed`` so records of aborted transactions are never returned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._arrow import arrow_schema, spark_schema
+from ._errors import (
+    DataLossError,
+    KafkaReadTimeoutError,
+    KafkaSourceError,
+    KafkaSourceFatalError,
+    KafkaUnavailableError,
+    OffsetSpecError,
+    SourceOptionError,
+)
+from ._offsets import EARLIEST, LATEST, KafkaOffsets
+from ._options import OffsetBound, SourceOptions, Subscription
+from ._ranges import KafkaInputPartition, OffsetRange
+from ._source import SOURCE_NAME, KafkaBatchReader, KafkaRcDataSource, KafkaStreamReader
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "SOURCE_NAME",
+    "DataLossError",
+    "KafkaBatchReader",
+    "KafkaInputPartition",
+    "KafkaOffsets",
+    "KafkaRcDataSource",
+    "KafkaReadTimeoutError",
+    "KafkaSourceError",
+    "KafkaSourceFatalError",
+    "KafkaStreamReader",
+    "KafkaUnavailableError",
+    "OffsetBound",
+    "OffsetRange",
+    "OffsetSpecError",
+    "SourceOptionError",
+    "SourceOptions",
+    "Subscription",
+    "arrow_schema",
+    "register",
+    "spark_schema",
+]
+
+
+def register(spark: Any) -> str:
+    """Register the ``kafka-rc`` format on ``spark`` and return the format name.
+
+    Call once per SparkSession, before ``spark.read/readStream.format("kafka-rc")``.
+    """
+    spark.dataSource.register(KafkaRcDataSource)
+    return SOURCE_NAME

@@ -1,0 +1,198 @@
+"""Executor side: read one offset range ``[start, end)`` with a read_committed consumer.
+
+Protocol (one task, one range):
+    1. Create a consumer in the task's process (librdkafka is not fork-safe) with
+       ``isolation.level=read_committed``, no auto commit, ``auto.offset.reset=error`` and
+       partition-EOF events on; assign the partition at ``start``.
+    2. Poll in chunks. Keep data messages with ``offset < end``; a message at or past
+       ``end`` means the range is complete.
+    3. After every poll, the range is complete when the consumer position is ``>= end``.
+       librdkafka advances the position past control markers and aborted batches, so a
+       range ending on a marker or made only of aborted data completes without a row at
+       ``end - 1`` (which may never exist). A partition-EOF event at or past ``end`` also
+       completes the range.
+    4. If the start offset was deleted (``auto.offset.reset=error`` fires), apply
+       ``failOnDataLoss``: raise, or warn and continue from the earliest offset.
+    5. If neither the position nor the row count moves for ``kafkaConsumer.pollTimeoutMs``,
+       raise :class:`KafkaReadTimeoutError` (never wait forever for a missing record).
+    6. Yield Arrow batches of up to ``ARROW_BATCH_ROWS`` rows; close the consumer.
+
+Guarantee: every committed (or non-transactional) record with ``start <= offset < end``
+is yielded once, in offset order; aborted records are never yielded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from connectors.kafka._classify import classify
+from txn import ErrorAction
+
+from ._arrow import arrow_schema, build_batch
+from ._errors import (
+    DataLossError,
+    KafkaReadTimeoutError,
+    KafkaSourceFatalError,
+    SourceOptionError,
+)
+from ._options import SourceOptions
+from ._ranges import OffsetRange
+
+__all__ = ["read_range"]
+
+_log = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.5
+"""Seconds one ``consume()`` call may block: short, so position and timeout are re-checked."""
+CONSUME_CHUNK = 5_000
+"""Messages requested per ``consume()`` call (bounded memory, few Python round trips)."""
+ARROW_BATCH_ROWS = 16_384
+"""Rows per yielded Arrow batch."""
+WATERMARK_TIMEOUT_S = 30.0
+"""Seconds for the earliest-offset lookup after an out-of-range start (one broker call)."""
+
+# librdkafka's local (negative) error codes are public constants with a leading underscore.
+_PARTITION_EOF = KafkaError._PARTITION_EOF  # noqa: SLF001
+_INVALID_ARG = KafkaError._INVALID_ARG  # noqa: SLF001
+_OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)  # noqa: SLF001
+# ABORT-class errors that end a read; other ABORT-class consumer events are treated as
+# transient (librdkafka retries them; the poll timeout bounds the wait).
+_FATAL_CODES = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._AUTHENTICATION,  # noqa: SLF001
+        KafkaError._SSL,  # noqa: SLF001
+    }
+)
+
+
+def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Yield the committed records of ``rng`` as Arrow batches (see module docstring)."""
+    if rng.size == 0:
+        return
+    reader = _RangeReader(options, rng)
+    try:
+        yield from reader.batches()
+    finally:
+        reader.close()
+
+
+class _RangeReader:
+    """State of one range read; not thread-safe, lives inside one task."""
+
+    def __init__(self, options: SourceOptions, rng: OffsetRange) -> None:
+        self._options = options
+        self._rng = rng
+        self._schema = arrow_schema(options.include_headers)
+        self._tp = TopicPartition(rng.topic, rng.partition)
+        self._consumer = _new_consumer(options)
+        self._consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        self._last_error: KafkaError | None = None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        rng, pending = self._rng, []
+        timeout_s = self._options.poll_timeout_ms / 1000.0
+        progress_at, last_pos = time.monotonic(), rng.start
+        done = False
+        while not done:
+            messages = self._consumer.consume(CONSUME_CHUNK, timeout=POLL_INTERVAL_S)
+            data, done = self._sort(messages)
+            if data:
+                pending.extend(data)
+                progress_at = time.monotonic()
+                while len(pending) >= ARROW_BATCH_ROWS:
+                    chunk, pending = pending[:ARROW_BATCH_ROWS], pending[ARROW_BATCH_ROWS:]
+                    yield build_batch(chunk, rng.topic, rng.partition, self._schema)
+            pos = self._position()
+            done = done or pos >= rng.end
+            if pos > last_pos:
+                progress_at, last_pos = time.monotonic(), pos
+            elif not done and time.monotonic() - progress_at > timeout_s:
+                self._raise_timeout(pos)
+        if pending:
+            yield build_batch(pending, rng.topic, rng.partition, self._schema)
+
+    def _sort(self, messages: list[Any]) -> tuple[list[Any], bool]:
+        """Split a poll result into data messages inside the range and a done flag."""
+        end = self._rng.end
+        if messages and messages[-1].error() is None and messages[-1].offset() < end:
+            if all(m.error() is None for m in messages):
+                return messages, False
+        data: list[Any] = []
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if self._on_error(err, m):
+                    return data, True
+            elif m.offset() < end:
+                data.append(m)
+            else:
+                return data, True
+        return data, False
+
+    def _on_error(self, err: KafkaError, message: Any) -> bool:
+        """Handle an error event; return True when it completes the range."""
+        code = err.code()
+        if code == _PARTITION_EOF:
+            return bool(message.offset() >= self._rng.end)
+        if code in _OUT_OF_RANGE:
+            return self._restart_from_earliest(err)
+        action = classify(err)
+        if action is ErrorAction.FATAL or (action is ErrorAction.ABORT and code in _FATAL_CODES):
+            msg = f"reading {self._rng}: non-retriable Kafka error {err.name()} ({code})"
+            raise KafkaSourceFatalError(msg)
+        self._last_error = err  # transient: librdkafka retries; the poll timeout bounds it
+        _log.debug("kafka-rc: transient consumer error on %s: %s", self._rng, err.name())
+        return False
+
+    def _restart_from_earliest(self, err: KafkaError) -> bool:
+        low, _high = self._consumer.get_watermark_offsets(self._tp, timeout=WATERMARK_TIMEOUT_S)
+        detail = (
+            f"{self._rng}: start offset is no longer available ({err.name()}); earliest is {low}"
+        )
+        if self._options.fail_on_data_loss:
+            msg = f"{detail}. Set failOnDataLoss=false to skip lost offsets with a warning."
+            raise DataLossError(msg)
+        _log.warning("kafka-rc: possible data loss: %s (failOnDataLoss=false, skipping)", detail)
+        if low >= self._rng.end:
+            return True
+        self._consumer.assign([TopicPartition(self._rng.topic, self._rng.partition, low)])
+        return False
+
+    def _position(self) -> int:
+        (tp,) = self._consumer.position([self._tp])
+        return int(tp.offset) if tp.offset >= 0 else self._rng.start
+
+    def _raise_timeout(self, pos: int) -> None:
+        last = f"; last consumer error {self._last_error.name()}" if self._last_error else ""
+        msg = (
+            f"reading {self._rng}: no progress for {self._options.poll_timeout_ms} ms at "
+            f"position {pos}{last}. Is the broker reachable and the range below the last "
+            "stable offset? Raise 'kafkaConsumer.pollTimeoutMs' for slow clusters."
+        )
+        raise KafkaReadTimeoutError(msg)
+
+
+def _new_consumer(options: SourceOptions) -> Any:
+    conf: dict[str, Any] = options.consumer_config(f"{options.group_id_prefix}-{uuid.uuid4().hex}")
+    try:
+        return Consumer(conf)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if isinstance(err, KafkaError) and err.code() == _INVALID_ARG:
+            msg = f"invalid Kafka client option (check the 'kafka.*' options): {err.str()}"
+            raise SourceOptionError(msg) from exc
+        raise

@@ -1,0 +1,26 @@
+"""The operations CLI of the kit: ``eos`` (``python -m connectors.ops``).
+
+Commands (``eos COMMAND --help`` for the options; docs/operations.md for the runbook):
+
+* ``status SINK_ID``: the epoch log (complete, in doubt, plans, the bound query), the
+  markers per write partition, and per output partition how far the last stable offset
+  lags the high watermark (an open transaction), optionally the open transactions found
+  by a raw scan;
+* ``abort-lingering SINK_ID``: abort the open transactions of the sink's transactional ids
+  (``--dry-run`` lists them);
+* ``preflight``: the broker answers, topics exist, the transaction timeout fits the
+  broker's maximum, and the ids and groups a sink will use;
+* ``verify``: the exactly-once checker over an input and an output topic;
+* ``reset SINK_ID``: the explicit start-over of a sink whose query got a new checkpoint.
+
+Output is rich tables by default, one JSON document with ``--json``. Exit codes
+(:data:`EXIT_CODES`): 0 done / healthy, 1 a check found a problem (anomalies, an epoch
+in doubt, a failed preflight), 2 bad arguments, 3 the cluster or the epoch log could not
+be read, 4 the command was refused (a reset with an epoch in doubt).
+
+An application of the kit (it uses the testing checker), not a connector.
+"""
+
+from connectors.ops._cli import EXIT_CODES, main
+
+__all__ = ["EXIT_CODES", "main"]

@@ -1,0 +1,174 @@
+"""What each ``eos`` command does; each returns a JSON-ready result and an exit code."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from connectors.kafka import (
+    DEFAULT_EPOCH_LOG_TOPIC,
+    DEFAULT_MARKER_TOPIC,
+    KafkaEpochLog,
+    KafkaSink,
+    _names,
+    read_markers,
+)
+from connectors.kafka._admin import admin_client, broker_config, existing_topics
+from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._writer import Layout
+from connectors.stage import start_over_offset
+from connectors.testing.verify import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    check_exactly_once,
+    end_offsets,
+    scan_topic,
+)
+from txn import EpochHistory, EpochLog, FileEpochLog, IllegalTransitionError, QueryBinding
+
+OK, PROBLEM, USAGE, UNAVAILABLE, REFUSED = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class SinkRef:
+    """Where a sink's state lives (the options of every sink command)."""
+
+    bootstrap: str
+    sink_id: str
+    epoch_log: str | None = None  # a file path; None: the Kafka epoch log
+    epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
+    marker_topic: str = DEFAULT_MARKER_TOPIC
+
+    def read_log(self) -> EpochHistory:
+        """Read the sink's history without taking the log over from a running sink."""
+        if self.epoch_log is not None:
+            return FileEpochLog(self.epoch_log, sink_id=self.sink_id, read_only=True).load()
+        return KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
+                             create_topic=False).load()
+
+    def open_log(self) -> EpochLog:
+        """Open the sink's log for appending (fences a coordinator that still runs)."""
+        if self.epoch_log is not None:
+            return FileEpochLog(self.epoch_log, sink_id=self.sink_id)
+        return KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
+                             create_topic=False)
+
+
+@dataclass
+class Result:
+    """A command's outcome: what to show, and the exit code."""
+
+    data: dict[str, Any]
+    code: int = OK
+    problems: list[str] = field(default_factory=list)
+
+
+def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
+    """``eos status``: epochs, binding, markers, and the output partitions' LSO lag."""
+    history = ref.read_log()
+    width = history.max_parallelism()
+    markers = read_markers(ref.bootstrap, ref.sink_id, width, marker_topic=ref.marker_topic)
+    in_doubt = history.in_doubt()
+    data: dict[str, Any] = {
+        "sink_id": ref.sink_id,
+        "last_committed_epoch": history.last_committed_epoch(),
+        "epochs": [{"epoch": e, "state": history.state(e).value} for e in history.epochs()],
+        "in_doubt": [asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value}
+                     for p in in_doubt],
+        "binding": None if history.binding is None else asdict(history.binding),
+        "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
+        "outputs": [_output(ref.bootstrap, t, scan) for t in topics],
+    }
+    problems = [f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
+                f"{p.parallelism}); run the query from its checkpoint to finish it"
+                for p in in_doubt]
+    problems += [f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
+                 "watermark (an open transaction)" for o in data["outputs"]
+                 for p in o["partitions"] if p["lso_lag"]]
+    return Result(data, PROBLEM if problems else OK, problems)
+
+
+def _output(bootstrap: str, topic: str, scan: bool) -> dict[str, Any]:
+    lso = end_offsets(bootstrap, topic, READ_COMMITTED)
+    hw = end_offsets(bootstrap, topic, READ_UNCOMMITTED)
+    scans = scan_topic(bootstrap, topic) if scan else {}
+    partitions = []
+    for p in sorted(hw):
+        row: dict[str, Any] = {"partition": p, "high_watermark": hw[p],
+                               "last_stable_offset": lso[p], "lso_lag": hw[p] - lso[p]}
+        if scan:
+            row["open_transactions"] = [
+                {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
+                 "first_offset": s.first} for s in scans[p].open]
+        partitions.append(row)
+    return {"topic": topic, "partitions": partitions}
+
+
+def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Result:
+    """``eos abort-lingering``: ``init_transactions`` on every id the sink ever used."""
+    history = ref.read_log()
+    width = max(history.max_parallelism(), parallelism or 0)
+    ids = [_names.transactional_id(ref.sink_id, p) for p in range(width)]
+    if not dry_run and width:
+        sink = KafkaSink(ref.bootstrap, None, ref.sink_id, marker_topic=ref.marker_topic)
+        KafkaResource(sink.config, Layout()).abort_lingering(range(width))
+    return Result({"sink_id": ref.sink_id, "transactional_ids": ids, "dry_run": dry_run,
+                   "aborted": not dry_run and bool(ids)})
+
+
+def preflight(bootstrap: str, topics: list[str], sink_id: str | None, parallelism: int,
+              transaction_timeout_ms: int) -> Result:
+    """``eos preflight``: reachable, topics, timeouts, and the names a sink will use."""
+    present = existing_topics(admin_client(bootstrap))
+    missing = [t for t in topics if t not in present]
+    raw = broker_config(bootstrap, "transaction.max.timeout.ms")
+    limit = None if raw is None else int(raw)
+    problems = [f"topic {t!r} does not exist" for t in missing]
+    if limit is not None and transaction_timeout_ms > limit:
+        problems.append(f"transaction_timeout_ms={transaction_timeout_ms} exceeds the broker's "
+                        f"transaction.max.timeout.ms={limit}")
+    data: dict[str, Any] = {
+        "broker": "reachable", "topics": {t: t in present for t in topics},
+        "transaction_timeout_ms": transaction_timeout_ms, "transaction_max_timeout_ms": limit,
+    }
+    if sink_id is not None:
+        data["names"] = {
+            "transactional_ids": [_names.transactional_id(sink_id, p) for p in range(parallelism)],
+            "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
+            "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
+        }
+    return Result(data, PROBLEM if problems else OK, problems)
+
+
+def verify(bootstrap: str, input_topic: str, output_topic: str, sink_id: str | None,
+           epoch_log: str | None, epoch_log_topic: str) -> Result:
+    """``eos verify``: the exactly-once checker; anomalies make the exit code 1."""
+    report = check_exactly_once(
+        bootstrap, input_topic=input_topic, output_topic=output_topic, sink_id=sink_id or "",
+        epoch_log=epoch_log, epoch_log_topic=epoch_log_topic,
+        verify_epoch_log=sink_id is not None,
+    )
+    anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
+    data = {
+        "ok": report.ok, "input_records": report.input_records,
+        "committed_records": report.committed_records, "anomalies": anomalies,
+        "notes": list(report.notes),
+    }
+    problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
+    return Result(data, OK if report.ok else PROBLEM, problems)
+
+
+def reset(ref: SinkRef, query_id: str | None) -> Result:
+    """``eos reset``: bind the sink to a new query above every epoch of its log."""
+    log = ref.open_log()
+    try:
+        history = log.load()
+        binding = QueryBinding(ref.sink_id, query_id or "", start_over_offset(history))
+        try:
+            log.append(binding)
+        except IllegalTransitionError as exc:
+            return Result({"sink_id": ref.sink_id, "reset": False}, REFUSED, [str(exc)])
+    finally:
+        log.close()
+    return Result({"sink_id": ref.sink_id, "reset": True, "binding": asdict(binding),
+                   "note": "the next query's batch b is written as epoch b + epoch_offset"})

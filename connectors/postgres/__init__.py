@@ -1,0 +1,105 @@
+"""Exactly-once PostgreSQL sink on the ``txn`` core and the generic Spark stage (psycopg 3).
+
+* :class:`PostgresSink` - the ``foreachBatch`` sink (append, upsert, changelog);
+
+* :class:`PostgresSinkConfig` - validated options (no network I/O at construction);
+* :func:`prepare_resource` / :class:`PostgresResource` - the ``txn.Resource``: two-phase
+  commit (PREPARE TRANSACTION, COMMIT PREPARED from the coordinator) when the server
+  allows it, else the idempotency table; :class:`PostgresParticipant` writes a partition;
+* :func:`describe_table` / :func:`check_input` / :class:`Layout` - target introspection
+  and the input check (errors name the column);
+* :class:`BulkWriter` - COPY (CSV from Arrow) and one merge statement per task;
+* :class:`PostgresEpochLog` - the epoch log in a table of the same database;
+* :func:`read_markers`, :func:`list_prepared` - the sink's state, for checkers;
+* :func:`classify` - the one SQLSTATE classifier; the error hierarchy rooted at
+  :class:`PostgresSinkError` (a ``txn.TxnError``).
+
+User page: docs/postgres-sink.md; how it is built (and how to write another database
+connector): docs/writing-a-db-connector.md; the protocol: docs/architecture.md.
+"""
+
+from connectors.postgres._classify import call_with_retry, classify, to_sink_error
+from connectors.postgres._config import (
+    CONNECT_TIMEOUT_S,
+    LOCK_TIMEOUT_MS,
+    STATEMENT_TIMEOUT_MS,
+    CommitProtocol,
+    PostgresSinkConfig,
+    WriteMode,
+)
+from connectors.postgres._epoch_log import PostgresEpochLog
+from connectors.postgres._errors import (
+    ConstraintViolationError,
+    EpochLogFencedError,
+    InputError,
+    InputSchemaError,
+    InvalidValueError,
+    PartitionConflictError,
+    PostgresFatalError,
+    PostgresSinkError,
+    PostgresWriteError,
+    PreparedTransactionLostError,
+    PreparedTransactionsUnavailableError,
+    RecordError,
+    SinkConfigError,
+    TableNotFoundError,
+    ValueTooLargeError,
+)
+from connectors.postgres._markers import read_markers
+from connectors.postgres._participant import PostgresParticipant
+from connectors.postgres._resource import (
+    LingeringPreparedError,
+    PostgresResource,
+    choose_two_phase,
+    prepare_resource,
+)
+from connectors.postgres._schema import ColumnInfo, Layout, TableInfo, check_input, describe_table
+from connectors.postgres._sink import PostgresConnector, PostgresSink
+from connectors.postgres._twophase import Gid, list_prepared, max_prepared_transactions, parse_gid
+from connectors.postgres._writer import BulkWriter
+
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "LOCK_TIMEOUT_MS",
+    "STATEMENT_TIMEOUT_MS",
+    "BulkWriter",
+    "ColumnInfo",
+    "CommitProtocol",
+    "ConstraintViolationError",
+    "EpochLogFencedError",
+    "Gid",
+    "InputError",
+    "InputSchemaError",
+    "InvalidValueError",
+    "Layout",
+    "LingeringPreparedError",
+    "PartitionConflictError",
+    "PostgresEpochLog",
+    "PostgresFatalError",
+    "PostgresConnector",
+    "PostgresParticipant",
+    "PostgresResource",
+    "PostgresSink",
+    "PostgresSinkConfig",
+    "PostgresSinkError",
+    "PostgresWriteError",
+    "PreparedTransactionLostError",
+    "PreparedTransactionsUnavailableError",
+    "RecordError",
+    "SinkConfigError",
+    "TableInfo",
+    "TableNotFoundError",
+    "ValueTooLargeError",
+    "WriteMode",
+    "call_with_retry",
+    "check_input",
+    "choose_two_phase",
+    "classify",
+    "describe_table",
+    "list_prepared",
+    "max_prepared_transactions",
+    "parse_gid",
+    "prepare_resource",
+    "read_markers",
+    "to_sink_error",
+]

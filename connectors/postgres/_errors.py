@@ -1,0 +1,121 @@
+"""Exception hierarchy of the PostgreSQL sink.
+
+Every error names what went wrong and what to do about it. Errors of the two-phase-commit
+protocol itself come from :mod:`txn` (for example ``txn.NonDeterministicReplayError``);
+the ones here are specific to PostgreSQL. The tree::
+
+    PostgresSinkError (a txn.TxnError)
+    +-- SinkConfigError (txn.ConfigError)              a bad option; fix the value named
+    |   +-- PreparedTransactionsUnavailableError       two-phase forced, server has 0 slots
+    +-- InputError (connectors.stage.InputError)       the input cannot be written
+    |   +-- TableNotFoundError                         the target table does not exist
+    |   +-- InputSchemaError (stage.InputSchemaError)  missing column, type mismatch, no key
+    |   +-- RecordError (stage.RecordError)            one value cannot be written
+    |       +-- ValueTooLargeError                     a value exceeds its column's limit
+    +-- PostgresWriteError                             the server refused a statement
+    |   +-- ConstraintViolationError                   NOT NULL / unique / check / FK
+    |   +-- InvalidValueError                          the server rejected a value (22xxx)
+    |   +-- PostgresFatalError                         authentication, privileges, server I/O
+    +-- PartitionConflictError                         another instance committed this epoch
+    +-- PreparedTransactionLostError                   a commit was decided, the work is gone
+    +-- EpochLogFencedError (txn.EpochLogLockedError)  another coordinator owns the log
+
+Each class says whether re-running the write stage can help (``retry_stage``, see
+:class:`txn.TxnError`): not for bad input, rejected values, violated constraints, fatal
+server errors or a lost prepared transaction. Errors travel from the write tasks to the
+driver pickled; the keyword attributes survive.
+"""
+
+from __future__ import annotations
+
+from connectors.stage import InputError as StageInputError
+from connectors.stage import InputSchemaError as StageInputSchemaError
+from connectors.stage import RecordError as StageRecordError
+from connectors.stage._errors import rebuild_error
+from txn import ConfigError, EpochLogLockedError, ErrorAction, TxnError
+
+
+class PostgresSinkError(TxnError):
+    """Base class of every error raised by :mod:`connectors.postgres`."""
+
+
+class SinkConfigError(PostgresSinkError, ConfigError):
+    """A sink option is invalid (raised at construction, before any network I/O)."""
+
+
+class PreparedTransactionsUnavailableError(SinkConfigError):
+    """``commit_protocol='two-phase'`` was asked for, but the server allows no prepared transaction."""
+
+
+class InputError(PostgresSinkError, StageInputError):
+    """The rows handed to the sink cannot be written; ``column`` names the culprit if known."""
+
+
+class TableNotFoundError(InputError):
+    """The target table (or its schema) does not exist."""
+
+
+class InputSchemaError(InputError, StageInputSchemaError):
+    """A column is missing, has a type the table column cannot take, or no key is known."""
+
+
+class RecordError(InputError, StageRecordError):
+    """A value of the input cannot be written (a null key, an unknown changelog op, ...)."""
+
+
+class ValueTooLargeError(RecordError):
+    """A value exceeds the limit of its column (for example a varchar(n) length)."""
+
+
+class PostgresWriteError(PostgresSinkError):
+    """The server refused a statement; ``action`` is its classification, ``sqlstate`` its code."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        action: ErrorAction,
+        sqlstate: str | None = None,
+        column: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.action = ErrorAction(action)
+        self.sqlstate = sqlstate
+        self.column = column
+
+    def __reduce__(self) -> tuple[object, ...]:
+        kwargs = {"action": self.action, "sqlstate": self.sqlstate, "column": self.column}
+        return (rebuild_error, (type(self), str(self), kwargs))
+
+
+class ConstraintViolationError(PostgresWriteError):
+    """A row violates a constraint of the table (class 23: NOT NULL, unique, check, FK)."""
+
+    retry_stage = False
+
+
+class InvalidValueError(PostgresWriteError):
+    """The server rejected a value (class 22: out of range, too long, bad encoding, ...)."""
+
+    retry_stage = False
+
+
+class PostgresFatalError(PostgresWriteError):
+    """Retrying cannot help: authentication, a missing database, privileges, server I/O."""
+
+    retry_stage = False
+
+
+class PartitionConflictError(PostgresSinkError):
+    """The idempotency marker shows another instance committed this partition's epoch."""
+
+
+class PreparedTransactionLostError(PostgresSinkError):
+    """A commit decision was logged but neither the prepared transaction nor its marker exists."""
+
+    retry_stage = False
+
+
+class EpochLogFencedError(PostgresSinkError, EpochLogLockedError):
+    """Another coordinator owns (or took over) the sink's epoch log table; stop this one."""
+

@@ -1,0 +1,227 @@
+"""PostgreSQL as a ``txn`` participant: one transaction per write partition.
+
+Two commit protocols (chosen on the driver, see ``_resource``):
+
+* two-phase (``completable_by_coordinator``): the task writes, records its marker and ends
+  with ``PREPARE TRANSACTION`` under the gid of (sink, epoch, attempt, partition); the
+  coordinator logs the decision and runs ``COMMIT PREPARED`` / ``ROLLBACK PREPARED``;
+* idempotency table: the task writes, records its marker and commits its local
+  transaction itself; a replay skips partitions whose marker covers the epoch.
+
+Opening a partition (exactly-once) fences older instances of it, the way Kafka's
+``init_transactions`` does: every live instance holds a session-level advisory lock of
+(sink, partition); a new one terminates the sessions holding it (their open transaction
+is rolled back by the server), takes the lock, and rolls back this partition's prepared
+transactions (no decision can be pending for them while a task of the sink runs: the
+coordinator finishes every decided epoch before it plans the next attempt). The marker
+row lock (``_markers``) is the second line of defence. The call order is the one of
+:class:`txn.Participant`, enforced by ``txn.run_partition``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Iterator
+
+import psycopg
+from psycopg import sql
+
+from connectors.postgres import _markers, _twophase
+from connectors.postgres._classify import to_sink_error
+from connectors.postgres._config import PostgresSinkConfig, WriteMode
+from connectors.postgres._connect import Conn, connect
+from connectors.postgres._control import advisory_key, qualified, stage_table_name
+from connectors.postgres._errors import PostgresSinkError
+from connectors.postgres._schema import Layout
+from connectors.postgres._twophase import Gid
+from connectors.postgres._writer import BulkWriter, ensure_stage_table
+from connectors.stage import ArrowPartition
+from txn import EpochPlan, Marker, Participant, RowSummary
+
+# Milliseconds pg_terminate_backend waits for a fenced session to be gone.
+TERMINATE_WAIT_MS = 10_000
+
+
+def partition_lock_key(sink_id: str, partition: int) -> int:
+    """Return the advisory lock key held by the live instance of (sink, partition)."""
+    return advisory_key("partition", sink_id, partition)
+
+
+def terminate_holders(conn: Conn, key: int) -> int:
+    """Terminate every other session holding advisory lock ``key``; return how many."""
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    rows = conn.execute(
+        "SELECT pg_terminate_backend(l.pid, %s) FROM pg_locks l "
+        "JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() "
+        "WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s "
+        "AND l.objsubid = 1 AND l.pid <> pg_backend_pid()",
+        (TERMINATE_WAIT_MS, unsigned >> 32, unsigned & 0xFFFFFFFF),
+    ).fetchall()
+    return len(rows)
+
+
+class _State(str, enum.Enum):
+    OPENED = "opened"  # fenced, marker not read
+    READY = "ready"  # marker read
+    IN_TXN = "in-transaction"  # begun (and rows possibly written)
+    PREPARED = "prepared"  # two-phase: PREPARE TRANSACTION done
+    PRE_COMMITTED = "pre-committed"  # idempotency table: marker written, not committed
+    DONE = "done"  # committed or aborted
+    FAILED = "failed"  # a call failed inside the transaction
+
+
+class PostgresParticipant(Participant[ArrowPartition]):
+    """Write partition ``partition`` of one epoch (see the module docstring)."""
+
+    def __init__(
+        self, cfg: PostgresSinkConfig, layout: Layout, two_phase: bool, plan: EpochPlan,
+        partition: int,
+    ) -> None:
+        self._cfg = cfg
+        self._layout = layout
+        self._two_phase = two_phase and cfg.transactional
+        self._plan = plan
+        self._partition = partition
+        self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
+        self._stage: sql.Composed | None = None
+        self._state = _State.OPENED
+        self._conn = connect(cfg, f"p{partition}", autocommit=True)
+        try:
+            with self._errors("opening"):
+                self._open()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Turn psycopg errors into the sink's typed errors, naming the operation."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            where = f"{what} epoch {self._plan.epoch} partition {self._partition} of sink {self._cfg.sink_id!r}"
+            raise to_sink_error(exc, where) from exc
+
+    def _open(self) -> None:
+        cfg, conn = self._cfg, self._conn
+        if cfg.transactional:
+            key = partition_lock_key(cfg.sink_id, self._partition)
+            terminate_holders(conn, key)
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            for gid in _twophase.list_prepared(conn, cfg.sink_id):
+                if gid.partition == self._partition:
+                    _twophase.rollback_prepared(conn, gid)
+            _markers.ensure_marker_row(conn, cfg.control_schema, cfg.sink_id, self._partition)
+        if self._layout.write_mode is not WriteMode.APPEND:
+            name = stage_table_name(cfg.sink_id, self._partition, self._layout.digest())
+            ensure_stage_table(conn, self._layout, cfg.control_schema, name)
+            self._stage = qualified(cfg.control_schema, name)
+
+    def _expect(self, *states: _State) -> None:
+        if self._state not in states:
+            msg = (
+                f"partition {self._partition}: call out of order in state {self._state.value} "
+                f"(expected {', '.join(s.value for s in states)})"
+            )
+            raise PostgresSinkError(msg)
+
+    def committed_marker(self) -> Marker | None:
+        """Return the partition's committed marker (None without exactly-once)."""
+        self._expect(_State.OPENED)
+        marker = None
+        if self._cfg.transactional:
+            with self._errors("reading the marker of"):
+                marker = _markers.read_marker(
+                    self._conn, self._cfg.control_schema, self._cfg.sink_id, self._partition
+                )
+        self._state = _State.READY
+        return marker
+
+    def summarize(self, rows: ArrowPartition) -> RowSummary:
+        """Read the rows without writing (a replay compared with the marker)."""
+        return rows.summary()
+
+    def begin(self, epoch: int) -> None:
+        """Open the local transaction and lock the marker row (exactly-once)."""
+        self._expect(_State.READY)
+        self._conn.autocommit = False
+        self._state = _State.IN_TXN
+        if self._cfg.transactional:
+            with self._failing("locking the marker of"):
+                _markers.lock_marker(
+                    self._conn, self._cfg.control_schema, self._cfg.sink_id, self._partition,
+                    epoch,
+                )
+
+    @contextlib.contextmanager
+    def _failing(self, what: str) -> Iterator[None]:
+        try:
+            with self._errors(what):
+                yield
+        except BaseException:
+            self._state = _State.FAILED
+            raise
+
+    def write(self, rows: ArrowPartition) -> RowSummary:
+        """Bulk-write the rows in the open transaction; return their summary."""
+        self._expect(_State.IN_TXN)
+        with self._failing("writing"):
+            BulkWriter(self._conn, self._layout, self._stage).write(rows.batches())
+        return rows.summary()
+
+    def pre_commit(self, summary: RowSummary) -> None:
+        """Record the marker; two-phase: PREPARE TRANSACTION (durable, invisible)."""
+        self._expect(_State.IN_TXN)
+        cfg = self._cfg
+        with self._failing("pre-committing"):
+            if cfg.transactional:
+                marker = Marker(self._plan.epoch, summary.rows, summary.checksum)
+                _markers.write_marker(
+                    self._conn, cfg.control_schema, cfg.sink_id, self._partition, marker,
+                    self._plan.attempt,
+                )
+            if self._two_phase:
+                _twophase.prepare(self._conn, self._gid)
+                self._state = _State.PREPARED
+                return
+        self._state = _State.PRE_COMMITTED
+
+    def commit(self) -> None:
+        """Commit: the local transaction, or (two-phase) COMMIT PREPARED of our gid."""
+        self._expect(_State.PRE_COMMITTED, _State.PREPARED)
+        with self._failing("committing"):
+            if self._state is _State.PREPARED:
+                self._conn.autocommit = True
+                _twophase.commit_prepared(self._conn, self._gid)
+            else:
+                self._conn.commit()
+        self._state = _State.DONE
+
+    def abort(self) -> None:
+        """Roll back the open or prepared transaction. Idempotent; never raises.
+
+        A broken session's open transaction died with it. A prepared transaction this
+        call cannot roll back (the session is gone) is rolled back by the coordinator
+        (its abort decision) or by ``abort_lingering`` / the next ``open`` of the partition.
+        """
+        state, self._state = self._state, _State.DONE
+        with contextlib.suppress(psycopg.Error):
+            if state in (_State.IN_TXN, _State.PRE_COMMITTED, _State.FAILED):
+                self._conn.rollback()
+            elif state is _State.PREPARED:
+                self._conn.autocommit = True
+                _twophase.rollback_prepared(self._conn, self._gid)
+
+    def close(self) -> None:
+        """Roll back an open transaction, release the partition lock, close the session.
+
+        Released explicitly (when the session still works): a closed session's backend
+        exits asynchronously, and the next task of the partition should not have to fence it.
+        """
+        with contextlib.suppress(psycopg.Error):
+            if not self._conn.closed and not self._conn.broken:
+                self._conn.rollback()
+                self._conn.autocommit = True
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+        self._conn.close()

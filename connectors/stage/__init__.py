@@ -1,0 +1,90 @@
+"""The generic transactional write stage for Spark: any ``txn.Resource`` as a sink.
+
+A connector supplies a schema check, a :class:`txn.Resource` (with its
+:class:`txn.Participant`) and an epoch log (:class:`SinkConnector`, or
+:class:`SimpleConnector` from the pieces); :class:`TransactionalSink` turns it into a
+``foreachBatch`` callable and owns the rest: content-hash routing into ``P`` pinned
+partitions, row checksums, ``mapInArrow`` with or without a barrier, the vote channel,
+stage retries, recovery at start-up and slot checks. The Kafka sink
+(``connectors.kafka.KafkaSink``) is built this way. The protocol: docs/architecture.md.
+"""
+
+from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
+from connectors.stage._composite import TransactionalSinks
+from connectors.stage._connector import SimpleConnector, SinkConnector
+from connectors.stage._errors import (
+    InputError,
+    InputSchemaError,
+    InsufficientSlotsError,
+    QueryMismatchError,
+    RecordError,
+    SinkStoppedError,
+    SparkConnectError,
+    StageError,
+    StagePartitioningError,
+    VoteChannelError,
+    VoteRejectedError,
+    VoteTimeoutError,
+)
+from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS, StepHooks
+from connectors.stage._input import InputPlan
+from connectors.stage._listener import MetricsListener, ProgressView, offsets_lag
+from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics, TaskStats
+from connectors.stage._options import (
+    DEFAULT_STAGE_RETRIES,
+    DEFAULT_VOTE_CHANNEL,
+    VOTE_CHANNELS,
+    StageOptions,
+)
+from connectors.stage._reuse import ReuseDecision, ReusePolicy, ReuseTicket
+from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
+from connectors.stage._sink import TransactionalSink
+from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
+from connectors.stage._task import TaskBound, TaskInfo
+
+__all__ = [
+    "DEFAULT_STAGE_RETRIES",
+    "DEFAULT_VOTE_CHANNEL",
+    "DRIVER_STEPS",
+    "HASH_COLUMN",
+    "QUERY_ID_PROPERTY",
+    "RECENT_EPOCHS",
+    "TASK_STEPS",
+    "VOTE_CHANNELS",
+    "ArrowPartition",
+    "EpochMetrics",
+    "InputError",
+    "InputPlan",
+    "InputSchemaError",
+    "InsufficientSlotsError",
+    "MetricsListener",
+    "ProgressView",
+    "QueryMismatchError",
+    "RecordError",
+    "ReuseDecision",
+    "ReusePolicy",
+    "ReuseTicket",
+    "RowsConsumedError",
+    "SimpleConnector",
+    "SinkConnector",
+    "SinkStoppedError",
+    "SparkConnectError",
+    "StageError",
+    "StageOptions",
+    "StagePartitioningError",
+    "StepHooks",
+    "TaskBound",
+    "TaskInfo",
+    "TaskSlots",
+    "TaskStats",
+    "TransactionalSink",
+    "TransactionalSinks",
+    "VoteChannelError",
+    "VoteRejectedError",
+    "VoteTimeoutError",
+    "offsets_lag",
+    "query_id_of",
+    "start_over_offset",
+    "task_slots",
+    "wait_for_task_slots",
+]

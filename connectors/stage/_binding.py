@@ -1,0 +1,110 @@
+"""Which streaming query writes a sink: batch ids to epochs, and a new checkpoint refused.
+
+Spark restarts batch ids at 0 when a query gets a new checkpoint (a user deleted or moved
+it). The sink's epoch log still says those epochs are committed, so without a binding
+every new batch would be skipped until the ids pass the old ones: silent data loss. So the
+log records which query (Spark's query id, stable across restarts from one checkpoint)
+writes the sink, as a :class:`txn.QueryBinding`, and batch ``b`` is epoch ``b + offset``:
+
+1. no query id (the sink is called outside a streaming query): the bound offset applies;
+2. the first query seen binds the log (offset 0: it adopts the log's epochs), unless the
+   batch id is below the last committed epoch, which only another query can produce;
+3. the bound query, or the next query after an operator's reset (query id ""): its offset;
+4. another query: :class:`QueryMismatchError`, unless ``start_over`` is set, which binds
+   it above every epoch of the log (refused while an epoch is in doubt).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from connectors.stage._errors import QueryMismatchError
+from txn import EpochHistory, EpochLog, IllegalTransitionError, QueryBinding
+
+_log = logging.getLogger("connectors.stage.binding")
+
+# The local property Spark's stream execution sets on the thread running foreachBatch.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def query_id_of(df: Any) -> str | None:
+    """Return the id of the streaming query running ``df``'s batch (None outside one).
+
+    None under Spark Connect too: the batch's session there has no SparkContext to read the
+    property from, so a Connect query is not bound (use a new ``sink_id`` per checkpoint).
+    """
+    try:
+        value = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    except (AttributeError, NotImplementedError):  # Connect: PySparkAttributeError
+        return None
+    return str(value) if value else None
+
+
+def start_over_offset(history: EpochHistory) -> int:
+    """Return the first epoch of a query that starts over: above every epoch of the log."""
+    top = history.max_epoch()
+    return 0 if top is None else top + 1
+
+
+class QueryBinder:
+    """Maps a query's batch ids to epochs of one sink's log (module docstring)."""
+
+    def __init__(self, sink_id: str, *, start_over: bool) -> None:
+        self._sink_id = sink_id
+        self._start_over = start_over
+        self._bound: tuple[str, int] | None = None  # (query id, offset) once checked
+
+    def epoch(self, log: EpochLog, query_id: str | None, batch_id: int) -> int:
+        """Return batch ``batch_id``'s epoch, binding the log on first use (module steps)."""
+        if query_id is not None and self._bound is not None and self._bound[0] == query_id:
+            return batch_id + self._bound[1]
+        history = log.load()
+        if query_id is None:
+            return history.epoch_of(batch_id)
+        offset = self._offset(log, history, query_id, batch_id)
+        self._bound = (query_id, offset)
+        return batch_id + offset
+
+    def _offset(self, log: EpochLog, history: EpochHistory, query_id: str, batch_id: int) -> int:
+        binding = history.binding
+        if binding is not None and binding.query_id == query_id:
+            return binding.epoch_offset
+        if binding is not None and binding.query_id == "":
+            return self._bind(log, query_id, binding.epoch_offset)
+        last = history.last_committed_epoch()
+        if binding is None and (last is None or batch_id >= last):
+            return self._bind(log, query_id, 0)
+        if not self._start_over:
+            raise self._mismatch(history, query_id, batch_id)
+        _log.warning("sink %s starts over with query %s (start_over=True)", self._sink_id,
+                     query_id)
+        return self._bind(log, query_id, start_over_offset(history))
+
+    def _bind(self, log: EpochLog, query_id: str, offset: int) -> int:
+        try:
+            log.append(QueryBinding(self._sink_id, query_id, offset))
+        except IllegalTransitionError as exc:
+            msg = (
+                f"sink {self._sink_id!r} cannot start over with query {query_id}: {exc}. Run "
+                "the previous query (its checkpoint) until that epoch has committed, or use a "
+                "new sink_id"
+            )
+            raise QueryMismatchError(msg) from exc
+        _log.info("sink %s bound to query %s: its batch b is epoch b + %d", self._sink_id,
+                  query_id, offset)
+        return offset
+
+    def _mismatch(self, history: EpochHistory, query_id: str, batch_id: int) -> QueryMismatchError:
+        binding = history.binding
+        owner = binding.query_id if binding is not None else "an earlier query (unrecorded)"
+        last = history.last_committed_epoch()
+        msg = (
+            f"sink {self._sink_id!r} belongs to query {owner} (epochs up to {last} committed), "
+            f"but query {query_id} is writing batch {batch_id}: the query got a new checkpoint, "
+            "so its batch ids restarted and would be skipped as already committed. To keep the "
+            "old output and write this query's batches as new epochs, start over on purpose: "
+            f"KafkaSink(..., start_over=True) or `eos reset {self._sink_id} --query {query_id}`; "
+            "or give this query a new sink_id"
+        )
+        return QueryMismatchError(msg)

@@ -1,0 +1,94 @@
+"""``TransactionalSinks``: one epoch across several sinks (Kafka and PostgreSQL, say).
+
+One coordinator, one epoch log, one plan: the members' write partitions are the plan's
+partitions one after the other (``txn.CompositeResource``), every member's write tasks
+run at the same time (one Spark job each), and aligned votes of all of them meet in one
+round. Kafka-like members commit in their tasks; PostgreSQL-like members stay prepared
+and are committed by the coordinator only after every Kafka partition committed the
+epoch (docs/architecture.md, "Mixed epochs"). So a table written this way never shows an
+epoch its topic does not fully hold, and after recovery both hold the same epochs.
+
+Modes: aligned (the default) needs every member's tasks running at once (the sum of the
+members' parallelism must fit the free task slots); a Kafka task commits only once every
+task of every member voted yes. Unaligned: Kafka tasks commit as soon as they pre-committed
+(the topic may show parts of an epoch early, as in any unaligned sink), the table still
+only after the whole topic side committed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from connectors.stage._connector import SinkConnector
+from connectors.stage._options import StageOptions
+from connectors.stage._sink import Select, TransactionalSink, _Member
+from txn import ConfigError, EpochLog, FileEpochLog
+
+
+class TransactionalSinks(TransactionalSink):
+    """Several sinks as one ``foreachBatch`` callable, committing each epoch together.
+
+    ``sinks``: the member sinks, or ``(sink, select)`` pairs where ``select(df)`` turns the
+    micro-batch into that sink's rows (e.g. a projection); only the members' connectors
+    and options are used (their own epoch logs are not). ``sink_id``: the composite's own
+    id (its epoch log's), different from every member's. ``epoch_log``: a file path, or
+    None for a log of the first member's kind (the Kafka epoch log, or the PostgreSQL
+    epoch log table). ``options``: the stage options of the composite (guarantee, mode,
+    stage_retries, vote_channel, start_over, fault_plan); every member must have the same
+    guarantee. Each member's ``parallelism`` is its share of the plan.
+    """
+
+    def __init__(
+        self,
+        sinks: Sequence[TransactionalSink | tuple[TransactionalSink, Select]],
+        *,
+        sink_id: str,
+        epoch_log: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> None:
+        members = [_Member(*_split(s)) for s in sinks]
+        if not members:
+            msg = "TransactionalSinks needs at least one member sink"
+            raise ConfigError(msg)
+        opts = StageOptions(**options)
+        for member in members:
+            theirs = member.connector.options.guarantee
+            if theirs is not opts.guarantee:
+                msg = (f"member sink {member.connector.sink_id!r} has guarantee {theirs.value}, "
+                       f"the composite {opts.guarantee.value}; give them the same guarantee")
+                raise ConfigError(msg)
+            if member.connector.sink_id == sink_id:
+                msg = (f"the composite's sink_id {sink_id!r} is a member's; give the composite "
+                       "an id of its own (it names the shared epoch log)")
+                raise ConfigError(msg)
+        path = None if epoch_log is None else os.fspath(epoch_log)
+        first = members[0].connector
+        if path is None and type(first).epoch_log_for is SinkConnector.epoch_log_for:
+            first.epoch_log_for(sink_id)  # raises the ConfigError that says what to pass
+        self._sink_id = sink_id
+        self._options = opts
+        self._members = tuple(members)
+        self._log_factory = _CompositeLog(first, sink_id, path)
+        self._init_runtime()
+
+
+class _CompositeLog:
+    """Opens the composite's epoch log (picklable, like the rest of the sink)."""
+
+    def __init__(self, first: SinkConnector, sink_id: str, path: str | None) -> None:
+        self.first, self.sink_id, self.path = first, sink_id, path
+
+    def __call__(self) -> EpochLog:
+        if self.path is not None:
+            return FileEpochLog(self.path, sink_id=self.sink_id)
+        return self.first.epoch_log_for(self.sink_id)
+
+
+def _split(item: TransactionalSink | tuple[TransactionalSink, Select]) -> tuple[Any, Any]:
+    sink, select = item if isinstance(item, tuple) else (item, None)
+    if isinstance(sink, TransactionalSinks) or not isinstance(sink, TransactionalSink):
+        msg = f"members of TransactionalSinks are single sinks (KafkaSink, ...), got {sink!r}"
+        raise ConfigError(msg)
+    return sink.connector, select

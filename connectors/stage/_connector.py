@@ -1,0 +1,109 @@
+"""What a connector supplies to become a ``foreachBatch`` sink on the generic stage.
+
+A connector is a schema check, a :class:`txn.Resource` (its participants do the writing)
+and an epoch log; everything else (routing, checksums, the barrier stage, votes, stage
+retries, recovery, slot checks) is the stage's. :class:`SinkConnector` is the full
+contract; :class:`SimpleConnector` builds one from the three pieces alone.
+
+Call order on the driver (per :class:`~connectors.stage.TransactionalSink` call):
+``check_input`` (every epoch, before anything is logged), ``preflight`` (first epoch),
+``open_epoch_log`` (once per sink object), ``resource`` (for recovery and per epoch),
+``transform`` (per epoch, before routing). The resource is pickled to the write tasks; if
+it implements :class:`~connectors.stage.TaskBound` it is bound to each task there.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable
+from typing import Any
+
+from connectors.stage._input import InputPlan
+from connectors.stage._options import StageOptions
+from connectors.stage._rows import ArrowPartition
+from txn import ConfigError, EpochLog, FileEpochLog, Resource
+
+
+class SinkConnector(abc.ABC):
+    """A connector's part of a sink built on the stage (see the module docstring)."""
+
+    @property
+    @abc.abstractmethod
+    def sink_id(self) -> str:
+        """The sink's identity: its epoch log, transactional ids, markers derive from it."""
+
+    @property
+    @abc.abstractmethod
+    def options(self) -> StageOptions:
+        """The validated options (a connector's config extends :class:`StageOptions`)."""
+
+    @abc.abstractmethod
+    def check_input(self, schema: Any) -> InputPlan:
+        """Check a Spark schema; raise :class:`~connectors.stage.InputSchemaError` naming the column."""
+
+    @abc.abstractmethod
+    def resource(self, plan: InputPlan) -> Resource[ArrowPartition]:
+        """Return the picklable resource that writes rows shaped by ``plan``."""
+
+    @abc.abstractmethod
+    def open_epoch_log(self) -> EpochLog:
+        """Open the sink's durable epoch log (called once per sink object)."""
+
+    def epoch_log_for(self, sink_id: str) -> EpochLog:
+        """Open an epoch log of this connector's kind for another sink id (a composite sink's).
+
+        Raises:
+            ConfigError: the connector keeps no log of its own kind; pass a file path.
+
+        """
+        msg = (f"{type(self).__name__} cannot hold the epoch log of sink {sink_id!r}; pass "
+               "epoch_log= (a file path) to the composite sink")
+        raise ConfigError(msg)
+
+    def transform(self, df: Any, plan: InputPlan) -> Any:
+        """Return ``df`` as the rows to route (e.g. drop changelog ``update_before`` rows)."""
+        return df
+
+    def preflight(self) -> None:  # noqa: B027 - optional hook
+        """Check the external system before the first epoch (network I/O allowed)."""
+
+
+class SimpleConnector(SinkConnector):
+    """A connector from its pieces: a resource, a schema check and a file epoch log."""
+
+    def __init__(
+        self,
+        sink_id: str,
+        resource: Resource[ArrowPartition],
+        check_input: Callable[[Any], InputPlan],
+        epoch_log: str | os.PathLike[str],
+        options: StageOptions | None = None,
+    ) -> None:
+        self._sink_id = sink_id
+        self._resource = resource
+        self._check_input = check_input
+        self._epoch_log = os.fspath(epoch_log)
+        self._options = options or StageOptions()
+
+    @property
+    def sink_id(self) -> str:
+        """The sink's identity."""
+        return self._sink_id
+
+    @property
+    def options(self) -> StageOptions:
+        """The stage options."""
+        return self._options
+
+    def check_input(self, schema: Any) -> InputPlan:
+        """Run the given schema check."""
+        return self._check_input(schema)
+
+    def resource(self, plan: InputPlan) -> Resource[ArrowPartition]:
+        """Return the given resource (the same for every input shape)."""
+        return self._resource
+
+    def open_epoch_log(self) -> EpochLog:
+        """Open the file epoch log."""
+        return FileEpochLog(self._epoch_log, sink_id=self._sink_id)

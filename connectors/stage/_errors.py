@@ -1,0 +1,107 @@
+"""Errors of the generic Spark write stage, shared by every connector built on it.
+
+Each class says whether running the write stage again can help
+(``retry_stage``, see :class:`txn.TxnError`). Connectors derive their own errors from
+these (the Kafka sink's ``InputSchemaError`` is both a ``connectors.stage.InputSchemaError``
+and a ``KafkaSinkError``), so a caller can catch either family::
+
+    StageError (txn.TxnError)
+    +-- InputError (ValueError)             the DataFrame cannot be written; names the column
+    |   +-- InputSchemaError                a column is missing or mistyped (driver, nothing written)
+    |   +-- RecordError                     one record cannot be written (task; epoch aborted)
+    +-- InsufficientSlotsError (ConfigError) aligned mode: the epoch's tasks do not fit at once
+    +-- StagePartitioningError              Spark ran another number of write tasks than planned
+    +-- QueryMismatchError                  the epoch log belongs to another query (checkpoint)
+    +-- SinkStoppedError                    a graceful stop was requested; the batch was not written
+    +-- SparkConnectError                   what needs a SparkContext, under Spark Connect
+    +-- VoteChannelError                    the driver vote channel failed; the task aborts
+        +-- VoteTimeoutError                not every task voted in time
+        +-- VoteRejectedError               the vote server refused a vote
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txn import ConfigError, TxnError
+
+
+class StageError(TxnError):
+    """Base class of the errors raised by :mod:`connectors.stage`."""
+
+
+class InputError(StageError, ValueError):
+    """The DataFrame handed to a sink cannot be written; the message names the column."""
+
+    retry_stage = False
+
+    def __init__(self, message: str, *, column: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Travels from the write task to the driver pickled; keep the column.
+        return (rebuild_error, (type(self), str(self), {"column": self.column}))
+
+
+class InputSchemaError(InputError):
+    """A column is missing or has a type the sink cannot write (detected on the driver)."""
+
+
+class RecordError(InputError):
+    """One record cannot be written (null where a value is required, unknown op, ...)."""
+
+
+class InsufficientSlotsError(StageError, ConfigError):
+    """Aligned mode needs every write task of an epoch running at once, and they do not fit."""
+
+
+class StagePartitioningError(StageError):
+    """Spark ran another number of write tasks than the plan's parallelism.
+
+    Adaptive query execution can coalesce the routing shuffle; the epoch stays in doubt
+    and is retried.
+    """
+
+
+class VoteChannelError(StageError):
+    """The driver vote channel failed (unreachable, broken round); the task aborts."""
+
+
+class VoteTimeoutError(VoteChannelError):
+    """Not every write task voted within ``txn.GATHER_TIMEOUT_S``; the round is broken."""
+
+
+class VoteRejectedError(VoteChannelError):
+    """The vote server refused a vote (wrong token, stale stage attempt, conflicting vote)."""
+
+
+def rebuild_error(cls: type[Exception], message: str, kwargs: dict[str, Any]) -> Exception:
+    """Unpickle an error whose constructor takes keyword-only arguments."""
+    return cls(message, **kwargs)
+
+
+class QueryMismatchError(StageError):
+    """The sink's epoch log belongs to another streaming query (another checkpoint).
+
+    Raised before anything is planned or written. The message names both queries and the
+    two ways to go on: a new ``sink_id``, or an explicit start-over (``start_over=True``,
+    or ``eos reset``) that binds the log to the new query above its last epoch.
+    """
+
+    retry_stage = False
+
+
+class SinkStoppedError(StageError):
+    """The sink was asked to stop; the batch was not written (Spark replays it on restart)."""
+
+    retry_stage = False
+
+
+class SparkConnectError(StageError, ConfigError):
+    """A feature needs the SparkContext, which a Spark Connect session does not have.
+
+    Raised at the first write, before anything is logged: the aligned mode (slot check
+    and vote server), a sink without an explicit ``parallelism`` (it reads Spark's default
+    parallelism). Under Connect, use ``mode="unaligned"`` with an explicit ``parallelism``.
+    """

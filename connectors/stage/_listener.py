@@ -1,0 +1,106 @@
+"""``MetricsListener``: the sinks' epoch metrics beside Spark's own query progress.
+
+Register it with ``spark.streams.addListener(MetricsListener(sink, ...))``. For every
+progress event of a query it builds one :class:`ProgressView` joining:
+
+1. Spark's progress of the batch (input rows, durations);
+2. each source's lag: the latest available offsets minus the batch's end offsets, summed
+   over partitions, for sources whose offsets are ``{topic: {partition: offset}}`` JSON
+   (the ``kafka-rc`` source, and Spark's own Kafka source); None for others;
+3. the :class:`EpochMetrics` of that batch from each sink given (joined by query id and
+   batch id; a sink that did not see the batch contributes nothing);
+4. ``extra`` providers: name -> callable returning a JSON-ready mapping, e.g. the async
+   operator's accumulator (``{"enrich": lambda: asdict(acc.value)}``).
+
+The views are kept (the last ``RECENT_EPOCHS``) and logged as one JSON line each (logger
+``connectors.stage.progress``). Spark delivers listener events asynchronously after the
+batch, when the sink's metrics of it are recorded already.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics
+
+log = logging.getLogger("connectors.stage.progress")
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    """One batch of one query: Spark's progress, the sources' lag, the sinks' metrics."""
+
+    query_id: str
+    batch_id: int
+    input_rows: int
+    durations_ms: dict[str, int]
+    source_lag: dict[str, int | None]
+    sinks: dict[str, EpochMetrics] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """One line of JSON."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def offsets_lag(latest: str | None, end: str | None) -> int | None:
+    """Sum of ``latest - end`` over the partitions of two ``{topic: {partition: offset}}`` JSONs."""
+    try:
+        hi, lo = json.loads(latest or ""), json.loads(end or "")
+        return sum(
+            max(0, int(off) - int(lo.get(topic, {}).get(part, 0)))
+            for topic, parts in hi.items() for part, off in parts.items()
+        )
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+class MetricsListener(StreamingQueryListener):
+    """Joins query progress with sink metrics (module docstring). Thread-safe reads."""
+
+    def __init__(
+        self, *sinks: Any, extra: Mapping[str, Callable[[], Mapping[str, Any]]] | None = None,
+        keep: int = RECENT_EPOCHS,
+    ) -> None:
+        self._sinks = sinks
+        self._extra = dict(extra or {})
+        self._views: deque[ProgressView] = deque(maxlen=keep)
+
+    def views(self) -> tuple[ProgressView, ...]:
+        """Return the kept views, oldest first."""
+        return tuple(self._views)
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        """Nothing to join at start."""
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        """Build, keep and log the view of the batch the event reports."""
+        p = event.progress
+        query_id, batch_id = str(p.id), int(p.batchId)
+        sinks: dict[str, EpochMetrics] = {}
+        for sink in self._sinks:
+            metrics = sink.metrics_for(query_id, batch_id)
+            if metrics is not None:
+                sinks[metrics.sink_id] = metrics
+        view = ProgressView(
+            query_id=query_id, batch_id=batch_id, input_rows=int(p.numInputRows),
+            durations_ms={k: int(v) for k, v in dict(p.durationMs).items()},
+            source_lag={s.description: offsets_lag(s.latestOffset, s.endOffset)
+                        for s in p.sources},
+            sinks=sinks, extra={name: dict(fn()) for name, fn in self._extra.items()},
+        )
+        self._views.append(view)
+        log.info("progress %s", view.to_json())
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        """Nothing to join when idle."""
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        """Nothing to join at the end."""

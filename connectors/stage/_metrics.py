@@ -1,0 +1,188 @@
+"""Per-epoch metrics of a sink on the stage: collected on the driver, from the task results.
+
+One :class:`EpochMetrics` per ``foreachBatch`` call, exposed three ways:
+
+1. :meth:`~connectors.stage.TransactionalSink.metrics`: the sink's recent epochs as data;
+2. one structured log line per epoch (logger ``connectors.stage.metrics``, JSON);
+3. :class:`~connectors.stage.MetricsListener`, beside Spark's own query progress.
+
+Timings of the write tasks are the slowest task's, from the task's start: ``pre_commit_ms``
+(rows written and pre-committed), ``vote_ms`` (waiting for every vote; 0 unaligned),
+``commit_ms`` (the commit itself).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from txn import EpochHistory, EpochLog, EpochResult, LogRecord, PartitionOutcome
+
+log = logging.getLogger("connectors.stage.metrics")
+
+# Epochs a sink keeps in memory for metrics(): enough for dashboards polling every
+# minute at one epoch per second, bounded so a long-running query does not grow.
+RECENT_EPOCHS = 100
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """What one write task measured (travels back inside its task result)."""
+
+    partition: int
+    task_attempt: int = 0
+    rows: int = 0
+    bytes: int = 0
+    pre_commit_ms: float = 0.0
+    vote_ms: float = 0.0
+    commit_ms: float = 0.0
+    claimed: bool = True  # at-most-once: False when another attempt owned the partition
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    """Everything one ``foreachBatch`` call of a sink did (picklable, JSON-ready)."""
+
+    sink_id: str
+    batch_id: int
+    epoch: int
+    query_id: str | None
+    guarantee: str
+    mode: str
+    skipped: bool
+    committed: bool
+    plan_attempt: int = 0
+    rows: int = 0
+    bytes: int = 0
+    write_tasks: int = 0
+    partitions_committed: int = 0
+    partitions_skipped: int = 0  # already committed, found by marker
+    partitions_redone: int = 0  # written again in a redo (plan attempt > 0 or stage re-run)
+    partitions_lost: int = 0  # at-most-once: not written because an earlier attempt owned them
+    stage_runs: int = 0
+    task_retries: int = 0
+    aborted_attempts: int = 0  # failed stage runs and failed task attempts
+    epoch_log_appends: int = 0
+    pre_commit_ms: float = 0.0
+    vote_ms: float = 0.0
+    commit_ms: float = 0.0
+    stage_ms: float = 0.0
+    epoch_ms: float = 0.0
+    error: str | None = None
+
+    def to_json(self) -> str:
+        """One line of JSON (the structured log line)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class EpochRecorder:
+    """Collects one epoch's metrics while the sink runs it (driver side, one call)."""
+
+    sink_id: str
+    batch_id: int
+    query_id: str | None
+    started: float = field(default_factory=time.monotonic)
+    epoch: int = -1
+    stage_runs: int = 0
+    stage_ms: float = 0.0
+    failed_runs: int = 0
+    tasks: list[TaskStats] = field(default_factory=list)
+
+    def stage_ran(self, seconds: float, stats: Iterable[TaskStats], *, failed: bool) -> None:
+        """Record one run of the write stage (its tasks' stats, if it returned)."""
+        self.stage_runs += 1
+        self.stage_ms += seconds * 1000.0
+        self.failed_runs += int(failed)
+        self.tasks = list(stats) or self.tasks
+
+    def finish(
+        self, result: EpochResult | None, appends: int, error: BaseException | None = None
+    ) -> EpochMetrics:
+        """Build the epoch's metrics from the coordinator's result (None: it failed)."""
+        reports = result.reports if result is not None else ()
+        plan = result.plan if result is not None else None
+        redo = plan is not None and (plan.attempt > 0 or self.stage_runs > 1)
+        written = [r for r in reports if r.outcome in _WRITTEN]
+        lost = sum(1 for t in self.tasks if not t.claimed)
+        retries = sum(1 for t in self.tasks if t.task_attempt > 0)
+        return EpochMetrics(
+            sink_id=self.sink_id, batch_id=self.batch_id, query_id=self.query_id,
+            epoch=result.epoch if result is not None else self.epoch,
+            guarantee=plan.guarantee.value if plan else "", mode=plan.mode.value if plan else "",
+            skipped=bool(result and result.skipped), committed=bool(result and result.committed),
+            plan_attempt=plan.attempt if plan else 0,
+            rows=sum(r.rows for r in written), bytes=sum(t.bytes for t in self.tasks),
+            write_tasks=plan.parallelism if plan and self.stage_runs else 0,
+            partitions_committed=len(written) - (lost if written else 0),
+            partitions_skipped=sum(1 for r in reports
+                                   if r.outcome is PartitionOutcome.ALREADY_COMMITTED),
+            partitions_redone=len(written) if redo else 0, partitions_lost=lost,
+            stage_runs=self.stage_runs, task_retries=retries,
+            aborted_attempts=self.failed_runs + retries, epoch_log_appends=appends,
+            pre_commit_ms=_slowest(self.tasks, "pre_commit_ms"),
+            vote_ms=_slowest(self.tasks, "vote_ms"), commit_ms=_slowest(self.tasks, "commit_ms"),
+            stage_ms=round(self.stage_ms, 3),
+            epoch_ms=round((time.monotonic() - self.started) * 1000.0, 3),
+            error=None if error is None else f"{type(error).__name__}: {str(error)[:500]}",
+        )
+
+
+_WRITTEN = (PartitionOutcome.COMMITTED, PartitionOutcome.PREPARED)
+
+
+def _slowest(tasks: Sequence[TaskStats], name: str) -> float:
+    return round(max((float(getattr(t, name)) for t in tasks), default=0.0), 3)
+
+
+class MetricsBook:
+    """The sink's recent epochs (bounded), and the structured log line per epoch."""
+
+    def __init__(self, keep: int = RECENT_EPOCHS) -> None:
+        self._recent: deque[EpochMetrics] = deque(maxlen=keep)
+
+    def add(self, metrics: EpochMetrics) -> None:
+        """Keep ``metrics`` and log it as one JSON line."""
+        self._recent.append(metrics)
+        log.info("epoch %s", metrics.to_json())
+
+    def recent(self) -> tuple[EpochMetrics, ...]:
+        """Return the kept epochs, oldest first."""
+        return tuple(self._recent)
+
+    def for_batch(self, query_id: str | None, batch_id: int) -> EpochMetrics | None:
+        """Return the latest metrics of ``batch_id`` of ``query_id``, if kept."""
+        for m in reversed(self._recent):
+            if m.batch_id == batch_id and (query_id is None or m.query_id == query_id):
+                return m
+        return None
+
+
+class CountingLog(EpochLog):
+    """An :class:`txn.EpochLog` that counts its appends (the epoch's log round trips)."""
+
+    def __init__(self, inner: EpochLog) -> None:
+        self._inner = inner
+        self.appends = 0
+
+    @property
+    def sink_id(self) -> str:
+        """The wrapped log's sink."""
+        return self._inner.sink_id
+
+    def load(self) -> EpochHistory:
+        """Load through the wrapped log."""
+        return self._inner.load()
+
+    def append(self, record: LogRecord) -> None:
+        """Append through the wrapped log and count it."""
+        self._inner.append(record)
+        self.appends += 1
+
+    def close(self) -> None:
+        """Close the wrapped log."""
+        self._inner.close()

@@ -1,0 +1,120 @@
+"""Options of the generic write stage, validated at construction (no network I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connectors.stage._hooks import StepHooks
+from txn import CommitMode, ConfigError, Guarantee
+
+# Vote channels of the aligned mode: a TCP vote server on the driver (fast), or Spark's
+# BarrierTaskContext.allGather (no extra connection; its JVM loop costs about 1 s per epoch).
+VOTE_CHANNELS = ("driver", "barrier")
+DEFAULT_VOTE_CHANNEL = "driver"
+# Re-runs of a failed write stage within one call: Spark aborts the job of a failed
+# barrier stage instead of retrying it, and a re-run is safe (redo or skip by marker).
+DEFAULT_STAGE_RETRIES = 2
+
+
+def _positive_int_or_none(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        msg = f"{name} must be a positive int or None (Spark's default), got {value!r}"
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageOptions:
+    """How the stage runs an epoch; every connector's config extends this class.
+
+    A connector's config is a subclass adding its own fields (``connectors.kafka.SinkConfig``),
+    so each option is defined once, here or there. Options:
+
+    * ``guarantee`` / ``mode``: see :class:`txn.Guarantee` and :class:`txn.CommitMode` (the
+      mode only matters for exactly-once);
+    * ``parallelism``: write partitions per epoch (None: Spark's default parallelism);
+    * ``stage_retries``: re-runs of a failed write stage within one call;
+    * ``vote_channel``: how aligned votes are gathered (``"driver"`` or ``"barrier"``);
+    * ``order_by``: columns that order the rows inside each write partition (and make the
+      checksum cover the order), e.g. the input position, so per-key output order follows
+      the input;
+    * ``keep_partitioning``: write the micro-batch's partitions as they are (no routing
+      shuffle): one write task per input partition. Only for an input whose partitioning
+      is deterministic across replays (the ``kafka-rc`` source reading straight into the
+      sink: a replayed batch reads the same offset ranges into the same partitions); the
+      row checksum still detects a replay that differs on a committed partition. Aligned
+      mode then needs a task slot per input partition;
+    * ``start_over``: bind the sink to a new streaming query (a new checkpoint) even though
+      its epoch log belongs to another one; the new query's batches become new epochs
+      above the log's last one (see ``_binding``; refused while an epoch is in doubt);
+    * ``fault_plan``: fault injection at named steps (TESTING ONLY; see ``_hooks``).
+
+    At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
+    a Spark task retry writes nothing): a failed epoch is lost, never duplicated.
+    """
+
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    mode: CommitMode = CommitMode.ALIGNED
+    parallelism: int | None = None
+    stage_retries: int = DEFAULT_STAGE_RETRIES
+    vote_channel: str = DEFAULT_VOTE_CHANNEL
+    order_by: tuple[str, ...] = ()
+    keep_partitioning: bool = False
+    start_over: bool = False
+    fault_plan: StepHooks | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
+        object.__setattr__(self, "mode", CommitMode.parse(self.mode))
+        _positive_int_or_none("parallelism", self.parallelism)
+        retries = self.stage_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            msg = f"stage_retries must be an int >= 0, got {retries!r}"
+            raise ConfigError(msg)
+        if self.vote_channel not in VOTE_CHANNELS:
+            msg = (
+                f"vote_channel must be 'driver' (a vote server on the driver; executors "
+                f"connect to it over TCP) or 'barrier' (Spark's allGather, about 1 s slower "
+                f"per epoch), got {self.vote_channel!r}"
+            )
+            raise ConfigError(msg)
+        order_by = self.order_by
+        if isinstance(order_by, str) or not all(isinstance(c, str) and c for c in order_by):
+            msg = f"order_by must be a sequence of column names, e.g. ['offset'], got {order_by!r}"
+            raise ConfigError(msg)
+        object.__setattr__(self, "order_by", tuple(order_by))
+        object.__setattr__(self, "start_over", bool(self.start_over))
+        object.__setattr__(self, "keep_partitioning", bool(self.keep_partitioning))
+        if self.fault_plan is not None and not isinstance(self.fault_plan, StepHooks):
+            msg = (
+                "fault_plan must be a connectors.testing.FaultPlan (or implement StepHooks) "
+                f"or None, got {type(self.fault_plan).__name__}"
+            )
+            raise ConfigError(msg)
+
+    def routing_fingerprint(self) -> dict[str, object]:
+        """Return the stage options that decide where rows land and how they are checksummed.
+
+        Part of every connector's fingerprint: an epoch in doubt is never replayed with
+        another routing.
+        """
+        return {"order_by": list(self.order_by), "keep_partitioning": self.keep_partitioning}
+
+    @property
+    def aligned(self) -> bool:
+        """True when epochs gather every vote before any task commits."""
+        return self.guarantee is Guarantee.EXACTLY_ONCE and self.mode is CommitMode.ALIGNED
+
+    @property
+    def effective_stage_retries(self) -> int:
+        """Stage re-runs within one call: none for at-most-once (a re-run could duplicate)."""
+        return 0 if self.guarantee is Guarantee.AT_MOST_ONCE else self.stage_retries
+
+    @property
+    def effective_mode(self) -> CommitMode:
+        """The mode epochs are planned with (unaligned unless exactly-once)."""
+        return self.mode if self.guarantee is Guarantee.EXACTLY_ONCE else CommitMode.UNALIGNED
+
+    @property
+    def warn_after_s(self) -> float | None:
+        """Seconds an epoch may take before the stage warns (None: never); see subclasses."""
+        return None

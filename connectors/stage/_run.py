@@ -1,0 +1,59 @@
+"""The driver side of one run of the write stage: submit the Spark job, collect the reports."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from connectors.stage._errors import StagePartitioningError
+from connectors.stage._metrics import TaskStats
+from connectors.stage._task import RESULT_SCHEMA, TaskResult, TaskSpec, write_task
+from txn import PartitionOutcome, PartitionReport
+
+
+def run_write_stage(
+    df: Any, spec: TaskSpec, on_task_retry: Callable[[], None] | None = None
+) -> tuple[list[PartitionReport], list[TaskStats]]:
+    """Run the write stage of ``spec.plan`` over the routed ``df``; one report per task.
+
+    Returns the reports (one per partition) and what each task measured.
+
+    ``on_task_retry`` is called when a result came from a Spark task retry (attempt > 0):
+    that attempt's fresh clients may have fenced clients pooled elsewhere.
+
+    Raises:
+        txn.TxnError: an error a re-run cannot fix, re-raised typed from the task.
+        StagePartitioningError: Spark ran another number of tasks than planned.
+
+    """
+    fn = functools.partial(write_task, spec)
+    rows = df.mapInArrow(fn, RESULT_SCHEMA, barrier=spec.aligned).collect()
+    results: list[TaskResult] = sorted(
+        (pickle.loads(bytes(r["payload"])) for r in rows),  # noqa: S301 - our own task results
+        key=lambda r: r.partition,
+    )
+    if on_task_retry is not None and any(r.task_attempt > 0 for r in results):
+        on_task_retry()
+    for result in results:
+        if result.error is not None:
+            raise pickle.loads(result.error)  # noqa: S301 - our own task results
+    plan = spec.plan
+    reports = [r.report for r in results if r.report is not None]
+    stats = [r.stats for r in results if r.stats is not None]
+    mine = range(spec.offset, spec.offset + spec.task_count)
+    if not reports:
+        # Spark ran no task at all: the input was empty and was optimized away. Nothing
+        # was written; a coordinator-completable resource's commit of nothing is a no-op.
+        return [PartitionReport(plan.epoch, p, PartitionOutcome.PREPARED
+                                if spec.resource.completes(p) else PartitionOutcome.COMMITTED)
+                for p in mine], []
+    if [r.partition for r in reports] != list(mine):
+        msg = (
+            f"epoch {plan.epoch}: the write stage returned {len(reports)} reports for "
+            f"{spec.task_count} partitions; Spark changed the partitioning (disable "
+            "spark.sql.adaptive coalescing for this query) and the epoch stays in doubt"
+        )
+        raise StagePartitioningError(msg)
+    return reports, stats

@@ -1,0 +1,162 @@
+"""Task slots a barrier stage can use, asked of the running cluster (not guessed).
+
+A barrier stage (the aligned write stage) runs all its tasks at once, so it needs as many
+task slots as it has tasks. ``SparkContext.defaultParallelism`` does not say how many there
+are: on a standalone cluster it is ``max(total cores, 2)``, which is 2 before any executor
+registered and stays 2 on a one-core cluster. Spark's own barrier check counts the slots
+of the executors that are registered: ``SparkContext.maxNumConcurrentTasks(profile)``, the
+sum over live executors of ``executor cores // spark.task.cpus`` (``local[N]``: ``N //
+spark.task.cpus``). :func:`task_slots` asks the JVM exactly that, through py4j, and counts
+the tasks running right now from the status tracker.
+
+Contract:
+
+* :func:`task_slots` reads, never waits. Right after an application starts, or while a
+  lost executor is being replaced, ``total`` can be below what the cluster will have a
+  moment later; :func:`wait_for_task_slots` polls until ``wanted`` slots exist or a
+  timeout passes, and returns the last count either way (the caller decides).
+* ``free`` is ``total - running``: a barrier stage submitted now waits for the running
+  tasks of other jobs to finish; Spark refuses it only when ``total`` is too small.
+* Spark Connect sessions have no SparkContext: :class:`~connectors.stage.SparkConnectError`.
+* :func:`check_slots` is the aligned mode's check: it waits for executors only while none
+  has registered yet (an application starting), then refuses with
+  :class:`~connectors.stage.InsufficientSlotsError` before any job runs.
+* If the JVM method is missing (another Spark version), the count falls back to the
+  ``local[N]`` master string or, on a cluster, to the executors the status tracker lists
+  times ``spark.executor.cores`` (``source`` says which).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.stage._errors import InsufficientSlotsError, SparkConnectError
+
+# Seconds wait_for_task_slots waits by default: an executor start on a busy machine.
+SLOTS_WAIT_TIMEOUT_S = 60.0
+# Seconds between two counts while waiting.
+SLOTS_POLL_INTERVAL_S = 0.5
+SOURCE_SCHEDULER = "scheduler"  # SparkContext.maxNumConcurrentTasks (Spark's own check)
+SOURCE_LOCAL_MASTER = "local-master"  # parsed from local[N] / local[N,F] / local[*]
+SOURCE_EXECUTORS = "executor-count"  # status tracker executors x spark.executor.cores
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+
+
+@dataclass(frozen=True)
+class TaskSlots:
+    """Task slots of the application right now.
+
+    ``total``: slots of the registered executors (what Spark's barrier check compares a
+    barrier stage's task count with); ``running``: tasks running now; ``executors``:
+    registered executors (0 in local mode, where the driver runs the tasks);
+    ``source``: how ``total`` was found (``SOURCE_*``).
+    """
+
+    total: int
+    running: int
+    executors: int
+    source: str
+
+    @property
+    def free(self) -> int:
+        """Slots not taken by a running task."""
+        return max(0, self.total - self.running)
+
+
+def local_master_slots(master: str, cpus_per_task: int = 1,
+                       cpu_count: int | None = None) -> int | None:
+    """Slots of a ``local``/``local[N]``/``local[N,F]``/``local[*]`` master; None otherwise."""
+    match = _LOCAL.match(master.strip())
+    if match is None:
+        return None
+    threads = match.group(1) or "1"
+    cores = (cpu_count or os.cpu_count() or 1) if threads == "*" else int(threads)
+    return cores // max(1, cpus_per_task)
+
+
+def spark_context_of(spark: Any) -> Any:
+    """Return the SparkContext of a SparkSession (or a SparkContext as is).
+
+    Raises:
+        SparkConnectError: a Spark Connect session (no SparkContext on the client).
+
+    """
+    if hasattr(spark, "statusTracker"):
+        return spark
+    try:
+        return spark.sparkContext
+    except (AttributeError, NotImplementedError) as exc:  # Spark Connect: PySpark*Error
+        msg = ("this is a Spark Connect session, which has no SparkContext: the number of "
+               "task slots cannot be read; give the sink an explicit parallelism and use "
+               "mode='unaligned', or run a classic Spark session")
+        raise SparkConnectError(msg) from exc
+
+
+def task_slots(spark: Any) -> TaskSlots:
+    """Count the task slots of ``spark`` (a SparkSession or SparkContext) right now.
+
+    Raises:
+        SparkConnectError: a Spark Connect session.
+
+    """
+    sc = spark_context_of(spark)
+    jvm_sc = sc._jsc.sc()  # noqa: SLF001 - py4j: no public Python API counts executor slots
+    conf = jvm_sc.conf()  # one py4j call per read (sc.getConf() copies the whole SparkConf)
+    cpus = max(1, int(conf.get("spark.task.cpus", "1")))
+    executors = int(jvm_sc.getExecutorIds().size())
+    running = _running_tasks(sc)
+    try:
+        profile = jvm_sc.resourceProfileManager().defaultResourceProfile()
+        return TaskSlots(int(jvm_sc.maxNumConcurrentTasks(profile)), running, executors,
+                         SOURCE_SCHEDULER)
+    except Exception:  # noqa: BLE001 - py4j raises Py4JError subtypes for a missing method
+        local = local_master_slots(str(sc.master), cpus)
+        if local is not None:
+            return TaskSlots(local, running, 0, SOURCE_LOCAL_MASTER)
+        cores = int(conf.get("spark.executor.cores", "1"))
+        return TaskSlots(executors * (cores // cpus), running, executors, SOURCE_EXECUTORS)
+
+
+def wait_for_task_slots(spark: Any, wanted: int, timeout_s: float = SLOTS_WAIT_TIMEOUT_S,
+                        poll_s: float = SLOTS_POLL_INTERVAL_S) -> TaskSlots:
+    """Poll :func:`task_slots` until ``total >= wanted`` or ``timeout_s`` passed; return the last."""
+    deadline = time.monotonic() + timeout_s
+    slots = task_slots(spark)
+    while slots.total < wanted and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        slots = task_slots(spark)
+    return slots
+
+
+def _running_tasks(sc: Any) -> int:
+    tracker = sc.statusTracker()
+    running = 0
+    for stage_id in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            running += int(info.numActiveTasks)
+    return running
+
+
+def check_slots(spark: Any, parallelism: int) -> None:
+    """Raise :class:`InsufficientSlotsError` unless ``parallelism`` tasks fit at once.
+
+    While no executor has registered yet (an application starting on a cluster), waits up
+    to ``SLOTS_WAIT_TIMEOUT_S`` for the first ones; otherwise answers at once.
+    """
+    slots = task_slots(spark)
+    if slots.total < parallelism and slots.executors == 0 and slots.source != SOURCE_LOCAL_MASTER:
+        slots = wait_for_task_slots(spark, parallelism)
+    if parallelism > slots.total:
+        msg = (
+            f"aligned mode runs all {parallelism} write tasks of an epoch at once, but "
+            f"Spark has only {slots.total} task slot(s) ({slots.executors} executor(s)); use "
+            f"mode='unaligned' or parallelism<={slots.total} (an in-doubt epoch keeps the "
+            "parallelism it was planned with: give the cluster enough slots until it has "
+            "committed)"
+        )
+        raise InsufficientSlotsError(msg)

@@ -1,0 +1,71 @@
+"""The application harness: the kit's streaming query, runnable as its own Spark app.
+
+Used by the demo (``python -m connectors.demo``), the end-to-end chaos tests, the soak run
+and the benchmarks: staging input topics as chunk files, the query itself
+(input -> ``KafkaSink``, ``PostgresSink``, or both in one epoch), the PostgreSQL table it
+writes, and running it as a separate Spark application
+(``python -m connectors.testing.app CONFIG``) that a test can kill.
+"""
+
+from connectors.testing.app._pipeline import (
+    ORDER_COLUMNS,
+    POSTGRES_PROTOCOLS,
+    POSTGRES_WRITE_MODES,
+    SINK_BOTH,
+    SINK_KAFKA,
+    SINK_POSTGRES,
+    SINKS,
+    SOURCE_FILES,
+    SOURCE_KAFKA,
+    SOURCES,
+    EpochLine,
+    PipelineConfig,
+    PipelineConfigError,
+    build_sink,
+    input_stream,
+    make_spark,
+    member_ids,
+    run_query,
+)
+from connectors.testing.app._runner import AppProcess
+from connectors.testing.app._staging import SCHEMA, SPARK_SCHEMA_DDL, stage_input, write_chunks
+from connectors.testing.app._tables import (
+    CHANGELOG_OP_SQL,
+    TABLE_COLUMNS,
+    changelog_op,
+    create_table,
+    record_op,
+    table_rows,
+)
+
+__all__ = [
+    "CHANGELOG_OP_SQL",
+    "ORDER_COLUMNS",
+    "POSTGRES_PROTOCOLS",
+    "POSTGRES_WRITE_MODES",
+    "SINKS",
+    "SINK_BOTH",
+    "SINK_KAFKA",
+    "SINK_POSTGRES",
+    "TABLE_COLUMNS",
+    "SCHEMA",
+    "SOURCE_FILES",
+    "SOURCE_KAFKA",
+    "SPARK_SCHEMA_DDL",
+    "AppProcess",
+    "EpochLine",
+    "PipelineConfig",
+    "PipelineConfigError",
+    "SOURCES",
+    "input_stream",
+    "build_sink",
+    "changelog_op",
+    "create_table",
+    "make_spark",
+    "member_ids",
+    "record_op",
+    "run_query",
+    "stage_input",
+    "table_rows",
+    "write_chunks",
+]

@@ -1,0 +1,328 @@
+"""The streaming query of the demo and the end-to-end tests: input -> KafkaSink / PostgresSink.
+
+Two inputs (``PipelineConfig.source``), both giving the columns ``key STRING, value BINARY,
+in_partition INT, in_offset BIGINT`` (:data:`SPARK_SCHEMA_DDL`):
+
+* ``"files"`` (the default): staged chunk files (``connectors.testing.app._staging``) read with
+  Spark's file source, one file per micro-batch (``maxFilesPerTrigger=1``);
+* ``"kafka"``: the input topic itself, read with the kit's ``read_committed`` source
+  (format ``kafka-rc``) from the earliest offsets, at most ``max_offsets_per_trigger``
+  offsets per micro-batch; ``in_partition``/``in_offset`` are the record's Kafka position.
+
+In both, Spark's checkpoint pins what batch ``N`` covers (a file name, or an offset range)
+before the batch runs, so a replayed batch holds exactly the rows it held before.
+
+Three sinks (``PipelineConfig.sink``, built by :func:`build_sink`):
+
+* ``"kafka"`` (the default): ``KafkaSink`` into ``output_topic``;
+* ``"postgres"``: ``PostgresSink`` into ``postgres_table`` (the rows of
+  ``connectors.testing.app._tables``: the table is created by the caller, with
+  :func:`create_table`); ``output_topic`` is not used;
+* ``"kafka+postgres"``: both in one epoch (``connectors.stage.TransactionalSinks``, sink id
+  ``sink_id``; the members are ``{sink_id}-kafka`` and ``{sink_id}-pg``, see
+  :func:`member_ids`), each with ``parallelism`` write partitions.
+
+Contract of :func:`run_query`:
+
+1. open the input stream of ``cfg.source`` (above);
+2. hand every micro-batch to the sink through ``foreachBatch`` with the checkpoint
+   location of the config, rows ordered by their input position within each write partition
+   (:data:`ORDER_COLUMNS`), so the per-key output order follows the input (and an upsert
+   keeps the last change of each key);
+3. after each batch call ``on_epoch`` with an :class:`EpochLine`;
+4. run with ``trigger(availableNow=True)``: the query stops once everything present at its
+   start is written (every staged file, or the topic up to its last stable offset), and a
+   restart with the same checkpoint resumes (and replays an in-doubt batch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from connectors.testing.app._staging import SPARK_SCHEMA_DDL
+from connectors.testing.app._tables import table_rows
+
+# Seconds Spark waits for a python worker to connect back; generous on a busy machine.
+PYTHON_WORKER_TIMEOUT_S = 120
+# Order columns handed to the sink: input position, which follows the per-key input order.
+ORDER_COLUMNS = ("in_partition", "in_offset")
+# Input sources of the pipeline (``PipelineConfig.source``).
+SOURCE_FILES = "files"
+SOURCE_KAFKA = "kafka"
+SOURCES = (SOURCE_FILES, SOURCE_KAFKA)
+# Sinks of the pipeline (``PipelineConfig.sink``).
+SINK_KAFKA = "kafka"
+SINK_POSTGRES = "postgres"
+SINK_BOTH = "kafka+postgres"
+SINKS = (SINK_KAFKA, SINK_POSTGRES, SINK_BOTH)
+# Write modes and commit protocols of the PostgreSQL sink (``connectors.postgres.WriteMode``,
+# ``CommitProtocol``; spelled out here so a Kafka-only config needs no psycopg).
+POSTGRES_WRITE_MODES = ("append", "upsert", "changelog")
+POSTGRES_PROTOCOLS = ("auto", "two-phase", "idempotency-table")
+# The kafka-rc columns projected onto the pipeline's input schema (SPARK_SCHEMA_DDL).
+KAFKA_PROJECTION = (
+    "CAST(key AS STRING) AS key",
+    "value",
+    "partition AS in_partition",
+    "offset AS in_offset",
+)
+
+
+class PipelineConfigError(ValueError):
+    """A :class:`PipelineConfig` is inconsistent; the message names the field to fix."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything one run of the streaming query needs; JSON- and pickle-friendly.
+
+    ``source="files"`` reads ``input_dir`` (``input_topic`` and ``max_offsets_per_trigger``
+    are ignored); ``source="kafka"`` reads ``input_topic`` on ``bootstrap`` (``input_dir`` is
+    ignored) and needs ``input_topic``. ``sink`` (module docstring) chooses the output; the
+    ``postgres_*`` fields are the PostgreSQL sink's options (``postgres_dsn`` and
+    ``postgres_table`` needed when it writes; ``postgres_protocol`` is its
+    ``commit_protocol``; ``postgres_control_schema`` holds its markers and epoch log table).
+    ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
+    the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). Validated at
+    construction, without network I/O.
+
+    Raises:
+        PipelineConfigError: unknown ``source``, ``sink``, write mode or protocol,
+            ``source="kafka"`` without ``input_topic``, a PostgreSQL sink without DSN or
+            table, or a ``max_offsets_per_trigger`` that is not positive.
+
+    """
+
+    bootstrap: str
+    input_dir: str
+    checkpoint: str
+    output_topic: str
+    sink_id: str
+    guarantee: str = "exactly-once"
+    mode: str = "aligned"
+    parallelism: int | None = 2
+    epoch_log: str | None = None
+    fault_plan: str | None = None
+    master: str = "local[2,4]"
+    transaction_timeout_ms: int = 60_000
+    stage_retries: int | None = None  # None: the sink's default
+    producer_config: Mapping[str, str] = field(default_factory=dict)
+    source: str = SOURCE_FILES
+    input_topic: str | None = None
+    max_offsets_per_trigger: int | None = None  # None: the whole topic in one batch
+    sink: str = SINK_KAFKA
+    postgres_dsn: str | None = None
+    postgres_table: str | None = None
+    postgres_schema: str = "public"
+    postgres_control_schema: str = "eos"
+    postgres_write_mode: str = "append"
+    postgres_protocol: str = "auto"
+
+    def __post_init__(self) -> None:
+        """Validate the source and sink fields (see the class docstring)."""
+        _one_of("source", self.source, SOURCES)
+        _one_of("sink", self.sink, SINKS)
+        _one_of("postgres_write_mode", self.postgres_write_mode, POSTGRES_WRITE_MODES)
+        _one_of("postgres_protocol", self.postgres_protocol, POSTGRES_PROTOCOLS)
+        if self.writes_postgres and not (self.postgres_dsn and self.postgres_table):
+            msg = f"sink={self.sink!r} needs postgres_dsn and postgres_table: where to write"
+            raise PipelineConfigError(msg)
+        if self.source == SOURCE_KAFKA and not self.input_topic:
+            msg = 'source="kafka" needs input_topic: the topic to read'
+            raise PipelineConfigError(msg)
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
+            msg = f"max_offsets_per_trigger must be positive, got {self.max_offsets_per_trigger}"
+            raise PipelineConfigError(msg)
+
+    @property
+    def writes_kafka(self) -> bool:
+        """True when the query writes the output topic."""
+        return self.sink in (SINK_KAFKA, SINK_BOTH)
+
+    @property
+    def writes_postgres(self) -> bool:
+        """True when the query writes the PostgreSQL table."""
+        return self.sink in (SINK_POSTGRES, SINK_BOTH)
+
+    def to_json(self) -> str:
+        """Serialize for the subprocess app."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> PipelineConfig:
+        """Parse what :meth:`to_json` wrote."""
+        return cls(**json.loads(text))
+
+
+def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        msg = f"{name} must be one of {', '.join(choices)}, got {value!r}"
+        raise PipelineConfigError(msg)
+
+
+def member_ids(sink_id: str) -> tuple[str, str]:
+    """Return the sink ids of the Kafka and the PostgreSQL member of ``sink="kafka+postgres"``."""
+    return f"{sink_id}-kafka", f"{sink_id}-pg"
+
+
+@dataclass(frozen=True)
+class EpochLine:
+    """What one finished micro-batch reported (printed as a JSON line by the app)."""
+
+    epoch: int
+    rows: int
+    skipped: bool
+    committed: bool
+    seconds: float = 0.0
+
+    def to_line(self) -> str:
+        """Render as the app's stdout line."""
+        return "EPOCH " + json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, line: str) -> EpochLine | None:
+        """Parse an app stdout line; ``None`` if it is not an epoch line."""
+        if not line.startswith("EPOCH "):
+            return None
+        return cls(**json.loads(line[len("EPOCH "):]))
+
+
+def make_spark(master: str, app_name: str = "eos-demo") -> Any:
+    """Create a local SparkSession suited to the sink (task retries come from ``master``)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.python.worker.faulthandler.enabled", "true")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def build_sink(cfg: PipelineConfig) -> Any:
+    """Construct the sink of ``cfg.sink`` (module docstring; no network I/O)."""
+    from connectors.testing.faults import FaultPlan
+
+    stage: dict[str, Any] = {"guarantee": cfg.guarantee, "mode": cfg.mode}
+    if cfg.stage_retries is not None:
+        stage["stage_retries"] = cfg.stage_retries
+    if cfg.fault_plan:
+        stage["fault_plan"] = FaultPlan(cfg.fault_plan)
+    if cfg.sink == SINK_KAFKA:
+        return _kafka_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
+    if cfg.sink == SINK_POSTGRES:
+        return _postgres_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
+    from connectors.stage import TransactionalSinks
+
+    kafka_id, pg_id = member_ids(cfg.sink_id)
+    members = [
+        _kafka_sink(cfg, kafka_id, guarantee=cfg.guarantee),
+        (_postgres_sink(cfg, pg_id, guarantee=cfg.guarantee), _table_rows_of(cfg)),
+    ]
+    return TransactionalSinks(members, sink_id=cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
+
+
+def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
+    from connectors.kafka import KafkaSink
+
+    return KafkaSink(
+        cfg.bootstrap, cfg.output_topic, sink_id, parallelism=cfg.parallelism,
+        transaction_timeout_ms=cfg.transaction_timeout_ms,
+        producer_config=dict(cfg.producer_config) or None, order_by=ORDER_COLUMNS, **options,
+    )
+
+
+def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
+    from connectors.postgres import PostgresSink
+
+    assert cfg.postgres_dsn and cfg.postgres_table  # noqa: S101 - checked by the config
+    keys = () if cfg.postgres_write_mode == "append" else ("key",)
+    return PostgresSink(
+        cfg.postgres_dsn, cfg.postgres_table, sink_id, schema=cfg.postgres_schema,
+        control_schema=cfg.postgres_control_schema, write_mode=cfg.postgres_write_mode,
+        key_columns=keys, commit_protocol=cfg.postgres_protocol, parallelism=cfg.parallelism,
+        order_by=ORDER_COLUMNS, **options,
+    )
+
+
+def _table_rows_of(cfg: PipelineConfig) -> Callable[[Any], Any]:
+    mode = cfg.postgres_write_mode
+
+    def select(df: Any) -> Any:
+        return table_rows(df, mode)
+
+    return select
+
+
+def input_stream(spark: Any, cfg: PipelineConfig) -> Any:
+    """Open the streaming DataFrame of ``cfg.source`` (module step 1), in the input schema."""
+    if cfg.source == SOURCE_KAFKA:
+        from connectors.kafka import register
+
+        reader = (
+            spark.readStream.format(register(spark))
+            .option("kafka.bootstrap.servers", cfg.bootstrap)
+            .option("subscribe", cfg.input_topic)
+            .option("startingOffsets", "earliest")
+        )
+        if cfg.max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
+        return reader.load().selectExpr(*KAFKA_PROJECTION)
+    return (
+        spark.readStream.schema(SPARK_SCHEMA_DDL)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(cfg.input_dir)
+    )
+
+
+def run_query(
+    spark: Any, cfg: PipelineConfig, on_epoch: Callable[[EpochLine], None] | None = None,
+    on_start: Callable[[Any, Any], None] | None = None,
+) -> None:
+    """Run the query of ``cfg`` to the end of its input (module contract).
+
+    ``on_start(sink, query)`` is called once the query runs (e.g. to install a handler that
+    stops it gracefully).
+    """
+    sink = build_sink(cfg)
+    frame = _table_rows_of(cfg) if cfg.sink == SINK_POSTGRES else (lambda df: df)
+    # kafka+postgres: both members get every input row; count each row once.
+    members = 2 if cfg.sink == SINK_BOTH else 1
+
+    def write(df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        result = sink(frame(df), batch_id)
+        if on_epoch is not None:
+            rows = sum(r.rows for r in result.reports) // members
+            on_epoch(EpochLine(batch_id, rows, result.skipped, result.committed,
+                               round(time.monotonic() - started, 3)))
+
+    stream = input_stream(spark, cfg)
+    query = (
+        stream.writeStream.foreachBatch(write)
+        .option("checkpointLocation", cfg.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    if on_start is not None:
+        on_start(sink, query)
+    try:
+        query.awaitTermination()
+    finally:
+        sink.close()

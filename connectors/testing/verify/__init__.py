@@ -1,0 +1,83 @@
+"""Exactly-once verification: read a sink's input and output and list every violation.
+
+``check_exactly_once`` checks the invariants of docs/architecture.md (section 8) on a topic:
+nothing lost or duplicated, no aborted data visible to ``read_committed``, per-key order
+kept, no transaction left open, the epoch log agreeing with the markers, and no fenced
+(zombie) attempt committed. ``check_table`` checks a PostgreSQL table: every input record
+once (append) or the last change of every key (upsert, changelog), no prepared transaction
+of the sink left, the epoch log agreeing with the idempotency table.
+"""
+
+from connectors.testing.verify._analysis import (
+    TOPIC_KINDS,
+    Anomaly,
+    AnomalyKind,
+    CheckReport,
+    analyze,
+)
+from connectors.testing.verify._check import check_exactly_once, load_history, read_sink_markers
+from connectors.testing.verify._epochs import check_epoch_log, member_history
+from connectors.testing.verify._errors import (
+    ReadTimeoutError,
+    RecordFormatError,
+    VerifyError,
+    WireError,
+)
+from connectors.testing.verify._input import produce_input
+from connectors.testing.verify._records import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Record,
+    RecordIdentity,
+    end_offsets,
+    json_identity,
+    make_input_value,
+    read_committed_topic,
+    read_topic,
+)
+from connectors.testing.verify._render import print_report, report_table
+from connectors.testing.verify._table import (
+    TABLE_KINDS,
+    TableReport,
+    TableRow,
+    analyze_table,
+)
+from connectors.testing.verify._table_check import check_table
+from connectors.testing.verify._wire import BatchSpan, PartitionScan, scan_topic
+
+__all__ = [
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "TABLE_KINDS",
+    "TOPIC_KINDS",
+    "Anomaly",
+    "AnomalyKind",
+    "BatchSpan",
+    "CheckReport",
+    "PartitionScan",
+    "ReadTimeoutError",
+    "Record",
+    "RecordFormatError",
+    "RecordIdentity",
+    "TableReport",
+    "TableRow",
+    "VerifyError",
+    "WireError",
+    "analyze",
+    "analyze_table",
+    "check_epoch_log",
+    "check_exactly_once",
+    "check_table",
+    "end_offsets",
+    "json_identity",
+    "load_history",
+    "make_input_value",
+    "member_history",
+    "print_report",
+    "produce_input",
+    "read_committed_topic",
+    "read_sink_markers",
+    "read_topic",
+    "report_table",
+    "scan_topic",
+]

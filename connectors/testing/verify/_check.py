@@ -1,0 +1,142 @@
+"""``check_exactly_once``: read everything the check needs from Kafka, then analyze it.
+
+Steps:
+
+1. end offsets of the output: last stable offsets (ListOffsets, ``read_committed``) and high
+   watermarks (``read_uncommitted``);
+2. read the input and the output with ``read_committed`` consumers up to the end by position,
+   and the output again with ``read_uncommitted``;
+3. scan the raw output log (Fetch v4) for committed, aborted and open transactional batches;
+4. load the sink's epoch log and its idempotency markers and compare them;
+5. :func:`connectors.testing.verify._analysis.analyze` lists the anomalies.
+
+Nothing is written to Kafka; the consumers use throw-away group ids and never commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
+from connectors.testing.verify._analysis import Anomaly, CheckReport, analyze
+from connectors.testing.verify._epochs import (
+    HistoryLike,
+    MarkerLike,
+    check_epoch_log,
+    open_history,
+)
+from connectors.testing.verify._records import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    IdentityFn,
+    end_offsets,
+    json_identity,
+    read_topic,
+)
+from connectors.testing.verify._wire import scan_topic
+
+Progress = Callable[[str], None]
+
+
+def check_exactly_once(
+    bootstrap: str,
+    *,
+    input_topic: str,
+    output_topic: str,
+    sink_id: str,
+    parallelism: int | None = None,
+    key_fn: IdentityFn = json_identity,
+    epoch_log: str | HistoryLike | None = None,
+    epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC,
+    allow_in_doubt: bool = False,
+    verify_epoch_log: bool = True,
+    progress: Progress | None = None,
+) -> CheckReport:
+    """Check the exactly-once invariants of ``output_topic`` against ``input_topic``.
+
+    Args:
+        bootstrap: Kafka bootstrap address.
+        input_topic: topic the query read; every record must carry a unique id.
+        output_topic: topic the sink wrote.
+        sink_id: the sink's id (names its markers and epoch log records).
+        parallelism: write partitions whose markers to read; default: the largest
+            parallelism the epoch log ever planned.
+        key_fn: maps a record to its id and ordering key (default: JSON ``id``/``key``).
+        epoch_log: a ``FileEpochLog`` path, an already loaded history, or ``None`` for the
+            sink's Kafka epoch log in ``epoch_log_topic``.
+        epoch_log_topic: compacted topic of the Kafka epoch log.
+        allow_in_doubt: do not report epochs planned but never completed.
+        verify_epoch_log: ``False`` skips step 4 (for outputs not written by ``KafkaSink``);
+            the report then says ``epoch_log_checked=False``.
+        progress: optional callback told about each step (for progress displays).
+
+    Returns:
+        The report; ``report.ok`` is true iff no anomaly was found.
+
+    """
+    say = progress or (lambda _step: None)
+    say("end offsets")
+    committed_ends = end_offsets(bootstrap, output_topic, READ_COMMITTED)
+    say("reading input (read_committed)")
+    inputs = read_topic(bootstrap, input_topic, isolation=READ_COMMITTED)
+    say("reading output (read_committed)")
+    committed = read_topic(bootstrap, output_topic, isolation=READ_COMMITTED, ends=committed_ends)
+    say("reading output (read_uncommitted)")
+    uncommitted = read_topic(bootstrap, output_topic, isolation=READ_UNCOMMITTED)
+    say("scanning raw batches")
+    scans = scan_topic(bootstrap, output_topic)
+    extra: list[Anomaly] = []
+    notes = ["epoch log not checked (disabled by the caller)"]
+    checked, last = False, None
+    if verify_epoch_log:
+        say("epoch log and markers")
+        extra, notes, checked, last = _epoch_checks(
+            bootstrap, sink_id, parallelism, epoch_log, epoch_log_topic, allow_in_doubt
+        )
+    say("analyzing")
+    return analyze(
+        inputs, committed, uncommitted,
+        scans=scans, committed_ends=committed_ends, identity=key_fn,
+        extra=extra, notes=notes, epoch_log_checked=checked, last_committed_epoch=last,
+    )
+
+
+def _epoch_checks(
+    bootstrap: str,
+    sink_id: str,
+    parallelism: int | None,
+    epoch_log: str | HistoryLike | None,
+    epoch_log_topic: str,
+    allow_in_doubt: bool,
+) -> tuple[list[Anomaly], list[str], bool, int | None]:
+    history = load_history(bootstrap, sink_id, epoch_log, epoch_log_topic)
+    width = parallelism if parallelism is not None else history.max_parallelism()
+    markers = read_sink_markers(bootstrap, sink_id, width)
+    anomalies = check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
+    last = history.last_committed_epoch()
+    note = f"epoch log: last committed epoch {last}, markers of {width} write partitions"
+    return anomalies, [note], True, last
+
+
+def load_history(
+    bootstrap: str, sink_id: str, epoch_log: str | HistoryLike | None, epoch_log_topic: str
+) -> HistoryLike:
+    """Load the sink's epoch history from a file path, the Kafka log, or return it as given."""
+
+    def kafka_log() -> Any:
+        from connectors.kafka import KafkaEpochLog
+
+        return KafkaEpochLog(bootstrap, sink_id, topic=epoch_log_topic)
+
+    return open_history(epoch_log, sink_id, kafka_log)
+
+
+def read_sink_markers(
+    bootstrap: str, sink_id: str, parallelism: int
+) -> Mapping[int, MarkerLike | None]:
+    """Read the sink's idempotency markers of write partitions ``0..parallelism-1``."""
+    from connectors.kafka import read_markers
+
+    markers: Mapping[int, MarkerLike | None] = read_markers(bootstrap, sink_id, parallelism)
+    return markers

@@ -1,0 +1,19 @@
+"""``task_slots`` on the session's local Spark (``local[2]``): the scheduler's own count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from connectors.stage._slots import SOURCE_SCHEDULER, task_slots, wait_for_task_slots
+
+pytestmark = [pytest.mark.spark]
+
+
+def test_local_session_has_its_thread_count_as_slots(spark: Any) -> None:
+    slots = task_slots(spark)
+    assert (slots.total, slots.executors, slots.source) == (2, 0, SOURCE_SCHEDULER)
+    assert slots.running == 0 and slots.free == 2
+    assert task_slots(spark.sparkContext) == slots
+    assert wait_for_task_slots(spark, 5, timeout_s=0.2).total == 2  # returns the last count

@@ -1,0 +1,93 @@
+"""Spark Connect client scenarios, one per process: ``python -m integration_tests.connect._client``.
+
+Usage: ``python -m integration_tests.connect._client SCENARIO URL ARGS_JSON``. The process
+creates a Connect session on URL (``sc://...``), runs the scenario and prints one line
+``RESULT {json}``: ``{"ok": true, ...}`` or ``{"ok": false, "error_type", "error"}``.
+
+A process of its own per client, because a Connect session switches its whole process
+into Connect mode (see ``connectors.testing.spark_connect``). Functions defined here run
+as ``__main__`` and so travel to the server's Python workers by value.
+
+Scenarios:
+
+* ``range``: a trivial query (the smoke test);
+* ``pipeline``: ``connectors.testing.app.run_query`` with ``PipelineConfig(**args)``: the streaming
+  query, its source (files or ``kafka-rc``) and ``KafkaSink`` in ``foreachBatch``;
+* ``sink_batch``: ``KafkaSink(**args["sink"])(df, 0)`` called from the client on a batch
+  DataFrame of the input topic;
+* ``async_map``: ``connectors.async_io.async_map`` over ``spark.range(args["rows"])``;
+  with ``args["metrics"]`` a ``MetricsAccumulator`` is passed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import traceback
+from typing import Any
+
+
+def _range(spark: Any, _: dict[str, Any]) -> dict[str, Any]:
+    return {"sum": spark.range(10).selectExpr("sum(id) AS s").collect()[0]["s"]}
+
+
+def _pipeline(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    from connectors.testing.app import PipelineConfig, run_query
+
+    run_query(spark, PipelineConfig(**args))
+    return {}
+
+
+def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    from connectors.kafka import KafkaSink
+    from connectors.testing.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
+    from connectors.testing.verify import read_committed_topic
+
+    rows = [(r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
+            for r in read_committed_topic(args["bootstrap"], args["input_topic"])]
+    df = spark.createDataFrame(rows, SPARK_SCHEMA_DDL)
+    sink = KafkaSink(args["bootstrap"], args["output_topic"], args["sink_id"],
+                     order_by=ORDER_COLUMNS, **args["sink"])
+    try:
+        result = sink(df, 0)
+    finally:
+        sink.close()
+    return {"committed": result.committed, "rows": sum(r.rows for r in result.reports)}
+
+
+async def _double(row: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return {"doubled": row["id"] * 2}
+
+
+def _async_map(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    from connectors.async_io import AsyncConfig, MetricsAccumulator, async_map
+
+    metrics = MetricsAccumulator(spark) if args.get("metrics") else None
+    df = async_map(spark.range(args["rows"]), _double, output_schema="doubled long",
+                   config=AsyncConfig(capacity=4), metrics=metrics)
+    rows = df.collect()
+    return {"rows": len(rows), "all_doubled": all(r["doubled"] == 2 * r["id"] for r in rows)}
+
+
+SCENARIOS = {"range": _range, "pipeline": _pipeline, "sink_batch": _sink_batch,
+             "async_map": _async_map}
+
+
+def main() -> int:
+    name, url, raw = sys.argv[1:4]
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        result = {"ok": True, **SCENARIOS[name](spark, json.loads(raw))}
+    except Exception as exc:  # noqa: BLE001 - the result line reports any failure
+        traceback.print_exc()
+        result = {"ok": False, "error_type": type(exc).__name__, "error": str(exc)[:4000]}
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Operating a sink under real streaming queries: query binding, graceful stop, metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connectors.kafka import KafkaSink, QueryMismatchError, SinkStoppedError
+from connectors.testing import FaultPlan
+from integration_tests.kafka_sink._support import (
+    expected,
+    lso_reaches_high_watermark,
+    read_committed,
+    sid,
+    values,
+)
+
+pytestmark = pytest.mark.spark
+
+FILES = 3
+PER_FILE = 40
+# Seconds a streaming query may take to drain its files on a busy machine.
+QUERY_TIMEOUT_S = 300.0
+
+
+def stage_files(directory: Path, files: int = FILES, per_file: int = PER_FILE) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        lines = [json.dumps({"key": f"k{i}", "value": f"v{i}"})
+                 for i in range(f * per_file, (f + 1) * per_file)]
+        path = directory / f"part-{f:03d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # Spark reads oldest first
+
+
+def start(spark: Any, source: Path, checkpoint: Path, sink: Any) -> Any:
+    return (
+        spark.readStream.schema("key STRING, value STRING").option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )
+
+
+def test_new_checkpoint_with_an_old_sink_id_is_refused_until_started_over(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
+    topic, sink_id, source = new_topic("ks-bind", 2), sid(), tmp_path / "in"
+    stage_files(source)
+    log_path = str(tmp_path / "epochs.log")
+
+    def sink(**opts: Any) -> KafkaSink:
+        return KafkaSink(kafka_bootstrap, topic, sink_id, epoch_log=log_path, **opts)
+
+    first = sink()
+    start(spark, source, tmp_path / "ck-a", first).awaitTermination(QUERY_TIMEOUT_S)
+    first.close()
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(FILES * PER_FILE)
+
+    # A user deletes the checkpoint: batch ids restart at 0 under a new query id.
+    again = sink()
+    query = start(spark, source, tmp_path / "ck-b", again)
+    with pytest.raises(Exception, match="QueryMismatchError"):
+        query.awaitTermination(QUERY_TIMEOUT_S)
+    again.close()
+    assert isinstance(query.exception(), Exception)
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(FILES * PER_FILE)
+
+    # Starting over on purpose writes the new query's batches as new epochs.
+    over = sink(start_over=True)
+    start(spark, source, tmp_path / "ck-b", over).awaitTermination(QUERY_TIMEOUT_S)
+    history = over.epoch_log_history()
+    over.close()
+    assert history.binding is not None and history.binding.epoch_offset == FILES
+    got = values(read_committed(kafka_bootstrap, topic))
+    assert got == expected(FILES * PER_FILE) + expected(FILES * PER_FILE)
+    assert history.last_committed_epoch() == 2 * FILES - 1
+
+
+def test_binding_error_names_the_fix(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic, source = new_topic("ks-bind2", 1), tmp_path / "in"
+    stage_files(source, files=1)
+    log_path = str(tmp_path / "epochs.log")
+    first = KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path)
+    start(spark, source, tmp_path / "ck-a", first).awaitTermination(QUERY_TIMEOUT_S)
+    first.close()
+    second = KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path)
+    # Batch 0 of another query, seen through the binder directly (no Spark needed here).
+    with pytest.raises(QueryMismatchError) as info:
+        second._binder.epoch(second._open_log(), "another-query", 0)
+    second.close()
+    text = str(info.value)
+    assert "start_over=True" in text and "eos reset ks-bind-fix --query another-query" in text
+
+
+def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
+    topic, source = new_topic("ks-stop", 2), tmp_path / "in"
+    stage_files(source, files=6)
+    plan = tmp_path / "faults.json"
+    # Hold epoch 1's write tasks for a moment, so that the stop arrives mid-epoch.
+    plan.write_text(json.dumps([{"id": "hold", "step": "after_pre_commit", "epoch": 1,
+                                 "action": "sleep", "seconds": 3.0, "times": 2}]))
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2,
+                     fault_plan=FaultPlan(str(plan)))
+    query = start(spark, source, tmp_path / "ck", sink)
+    while not Path(f"{plan}.hold.0").exists():  # epoch 1 is pre-committing now
+        time.sleep(0.05)
+    stopper = threading.Thread(target=lambda: sink.stop_gracefully(query, timeout_s=120))
+    stopper.start()
+    stopper.join(QUERY_TIMEOUT_S)
+    assert not query.isActive
+    done = [m for m in sink.metrics() if m.committed]
+    sink.close()
+    assert [m.epoch for m in done] == [0, 1], "the epoch in flight finished, no later one began"
+    assert all(isinstance(m.error, str) and "SinkStoppedError" in m.error
+               for m in sink.metrics() if not m.committed)
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * PER_FILE)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+    with pytest.raises(SinkStoppedError):
+        sink.write(None, 9)  # type: ignore[arg-type]
+
+
+def test_streaming_query_reports_per_epoch_metrics(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic, source = new_topic("ks-metrics", 2), tmp_path / "in"
+    stage_files(source)
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2)
+    query = start(spark, source, tmp_path / "ck", sink)
+    query.awaitTermination(QUERY_TIMEOUT_S)
+    metrics = sink.metrics()
+    sink.close()
+    assert [m.batch_id for m in metrics] == [0, 1, 2]
+    for m in metrics:
+        assert m.query_id == str(query.id) and m.committed and not m.skipped
+        assert m.rows == PER_FILE and m.bytes > 0 and m.write_tasks == 2
+        assert m.partitions_committed == 2 and m.partitions_skipped == 0
+        assert m.epoch_log_appends >= 2  # plan and completion
+        assert m.stage_runs == 1 and m.aborted_attempts == 0
+        assert 0 < m.pre_commit_ms <= m.stage_ms <= m.epoch_ms
+        assert m.vote_ms > 0 and m.commit_ms > 0
+        assert json.loads(m.to_json())["epoch"] == m.epoch
+
+
+def test_listener_joins_progress_sink_metrics_and_source_lag(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
+    from confluent_kafka import Producer
+
+    from connectors.kafka import register
+    from connectors.stage import MetricsListener
+
+    source_topic, topic = new_topic("ks-lsn-in", 1), new_topic("ks-lsn-out", 2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(90):
+        producer.produce(source_topic, f"v{i}".encode(), f"k{i}".encode())
+    producer.flush(30)
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2)
+    listener = MetricsListener(sink, extra={"static": lambda: {"answer": 42}})
+    spark.streams.addListener(listener)
+    try:
+        query = (
+            spark.readStream.format(register(spark)).option("kafka.bootstrap.servers",
+                                                             kafka_bootstrap)
+            .option("subscribe", source_topic).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "30").load()
+            .selectExpr("CAST(key AS STRING) AS key", "value")
+            .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True).start()
+        )
+        query.awaitTermination(QUERY_TIMEOUT_S)
+        deadline = time.monotonic() + 60
+        while len(listener.views()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # listener events arrive asynchronously
+    finally:
+        spark.streams.removeListener(listener)
+        sink.close()
+    views = [v for v in listener.views() if v.query_id == str(query.id)]
+    assert [v.batch_id for v in views] == [0, 1, 2]
+    for view in views:
+        assert view.input_rows == 30
+        metrics = view.sinks[sink.connector.sink_id]
+        assert metrics.batch_id == view.batch_id and metrics.rows == 30
+        assert view.extra == {"static": {"answer": 42}}
+        assert json.loads(view.to_json())["batch_id"] == view.batch_id
+    lags = [next(iter(v.source_lag.values())) for v in views]
+    assert lags == [60, 30, 0], lags
+
+
+def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
+    from confluent_kafka import Producer
+
+    from connectors.kafka import register
+
+    source_topic, topic = new_topic("ks-keep-in", 2), new_topic("ks-keep-out", 2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(120):
+        producer.produce(source_topic, f"v{i}".encode(), f"k{i}".encode(), partition=i % 2)
+    producer.flush(30)
+    plan = tmp_path / "faults.json"  # epoch 1's first run fails half-way: the re-run reads
+    plan.write_text(json.dumps([{"id": "boom", "step": "mid_write", "epoch": 1,  # again
+                                 "partition": 0, "action": "raise", "after_rows": 5}]))
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", keep_partitioning=True,
+                     stage_retries=1, fault_plan=FaultPlan(str(plan)))
+    query = (
+        spark.readStream.format(register(spark)).option("kafka.bootstrap.servers",
+                                                         kafka_bootstrap)
+        .option("subscribe", source_topic).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "40").load()
+        .selectExpr("CAST(key AS STRING) AS key", "value")
+        .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination(QUERY_TIMEOUT_S)
+    metrics = sink.metrics()
+    sink.close()
+    assert Path(f"{plan}.boom.0").exists(), "the fault never fired: the test proves nothing"
+    assert all(m.write_tasks == 2 for m in metrics)  # one task per input partition
+    assert any(m.stage_runs == 2 for m in metrics)
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(120)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")),
+    reason="restarts a broker it owns; an external cluster (KAFKA_BOOTSTRAP_SERVERS) cannot be "
+           "restarted by the test",
+)
+def test_query_restarted_while_the_broker_loads_its_topics(spark, tmp_path):
+    # Seen with Kafka 2.5: a query restarted while the broker came back failed its preflight
+    # with "topic does not exist"; the broker answered Metadata before loading its topics.
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from minikafka import BrokerProcess
+
+    load_delay_ms = 4000
+    source = tmp_path / "in"
+    with BrokerProcess(data_dir=tmp_path / "broker",
+                       extra_args=["--topic-load-delay-ms", str(load_delay_ms)]) as broker:
+        bootstrap = broker.bootstrap_servers
+        time.sleep(load_delay_ms / 1000 + 0.5)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("out", 2, 1)])["out"].result(timeout=30)
+        stage_files(source, files=1)
+        first = KafkaSink(bootstrap, "out", "reload", epoch_log=str(tmp_path / "epochs.log"))
+        start(spark, source, tmp_path / "ck", first).awaitTermination(QUERY_TIMEOUT_S)
+        first.close()
+        broker.restart()  # its topics stay hidden from Metadata for load_delay_ms
+        stage_files(source, files=2)
+        again = KafkaSink(bootstrap, "out", "reload", epoch_log=str(tmp_path / "epochs.log"))
+        started = time.monotonic()
+        start(spark, source, tmp_path / "ck", again).awaitTermination(QUERY_TIMEOUT_S)
+        assert again.metrics()[-1].committed
+        assert time.monotonic() - started > 1.0  # the preflight did wait for the topics
+        again.close()
+        assert values(read_committed(bootstrap, "out")) == expected(2 * PER_FILE)

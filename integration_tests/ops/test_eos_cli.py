@@ -1,0 +1,130 @@
+"""The operations CLI (``eos``) against a real broker, through the bootstrap address."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from connectors.kafka import DEFAULT_MARKER_TOPIC
+from connectors.ops import main
+from connectors.testing.verify import end_offsets, produce_input, read_committed_topic
+from txn import EpochCompletion, EpochPlan, FileEpochLog, QueryBinding
+
+# Seconds for the hand-made transaction's calls.
+TXN_TIMEOUT_S = 30.0
+
+
+def eos(bootstrap: str, *args: str, capsys: Any) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["--bootstrap-servers", bootstrap, "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def sink_log(tmp_path: Path, sink_id: str, *records: Any) -> str:
+    path = tmp_path / "epochs.log"
+    with FileEpochLog(path, sink_id=sink_id) as log:
+        for record in records:
+            log.append(record)
+    return str(path)
+
+
+def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic, tmp_path,
+                                                       capsys):
+    topic, sink_id = new_topic("eos-al", 1), f"eos-{uuid.uuid4().hex[:8]}"
+    log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 2, "fp"))
+    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1"})
+    zombie.init_transactions(TXN_TIMEOUT_S)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"left open")
+    zombie.flush(TXN_TIMEOUT_S)
+    code, status = eos(kafka_bootstrap, "status", sink_id, "--epoch-log", log, "--topic", topic,
+                       "--scan", capsys=capsys)
+    assert code == 1  # an epoch in doubt, an open transaction
+    assert status["outputs"][0]["partitions"][0]["lso_lag"] == 1
+    assert len(status["outputs"][0]["partitions"][0]["open_transactions"]) == 1
+    code, dry = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, "--dry-run",
+                    capsys=capsys)
+    assert code == 0 and dry["transactional_ids"] == [f"{sink_id}-0", f"{sink_id}-1"]
+    assert not dry["aborted"]
+    code, done = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log,
+                     capsys=capsys)
+    assert code == 0 and done["aborted"]
+    lso = end_offsets(kafka_bootstrap, topic, "read_committed")
+    hw = end_offsets(kafka_bootstrap, topic, "read_uncommitted")
+    assert lso == hw, "the open transaction still pins the last stable offset"
+
+
+def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(kafka_bootstrap, new_topic,
+                                                                    capsys):
+    topic = new_topic("eos-pf", 1)
+    code, ok = eos(kafka_bootstrap, "preflight", "--topic", topic, "--sink-id", "s1",
+                   "--parallelism", "2", capsys=capsys)
+    assert code == 0 and ok["topics"] == {topic: True}
+    assert ok["names"]["transactional_ids"] == ["s1-0", "s1-1"]
+    assert ok["names"]["marker_groups"] == ["s1.marker.0", "s1.marker.1"]
+    assert ok["transaction_max_timeout_ms"] >= ok["transaction_timeout_ms"]
+    code, bad = eos(kafka_bootstrap, "preflight", "--topic", "eos-no-such-topic",
+                    "--transaction-timeout-ms", str(10**9), capsys=capsys)
+    assert code == 1 and len(bad["problems"]) == 2
+
+
+def test_verify_passes_an_exact_copy_and_fails_a_duplicate(kafka_bootstrap, new_topic, capsys):
+    source, good, bad = new_topic("eos-in", 2), new_topic("eos-ok", 1), new_topic("eos-dup", 1)
+    produce_input(kafka_bootstrap, source, 30, keys=3)
+    records = sorted(read_committed_topic(kafka_bootstrap, source),
+                     key=lambda r: (r.partition, r.offset))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for r in records:
+        producer.produce(good, r.value, r.key)
+        producer.produce(bad, r.value, r.key)
+    producer.produce(bad, records[0].value, records[0].key)
+    producer.flush(TXN_TIMEOUT_S)
+    code, ok = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", good,
+                   capsys=capsys)
+    assert code == 0 and ok["ok"] and ok["committed_records"] == 30
+    code, dup = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", bad,
+                    capsys=capsys)
+    assert code == 1 and dup["anomalies"]["duplicate"] == 1
+
+
+def test_reset_binds_the_next_query_above_every_epoch_and_refuses_in_doubt(
+    kafka_bootstrap, tmp_path, capsys
+):
+    sink_id = f"eos-{uuid.uuid4().hex[:8]}"
+    done = [EpochPlan(sink_id, 0, 1, "fp"), EpochCompletion(sink_id, 0, committed=True)]
+    log = sink_log(tmp_path, sink_id, QueryBinding(sink_id, "q-old", 0), *done)
+    code, out = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q-new",
+                    capsys=capsys)
+    assert code == 0 and out["binding"] == {"sink_id": sink_id, "query_id": "q-new",
+                                            "epoch_offset": 1}
+    with FileEpochLog(log, sink_id=sink_id) as opened:
+        opened.append(EpochPlan(sink_id, 1, 1, "fp"))  # epoch 1 of q-new, left in doubt
+    code, refused = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, capsys=capsys)
+    assert code == 4 and "epoch 1 is not committed" in refused["problems"][0]
+
+
+def test_status_of_a_healthy_sink_and_the_console_script(kafka_bootstrap, tmp_path, capsys):
+    sink_id = f"eos-{uuid.uuid4().hex[:8]}"
+    log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 1, "fp"),
+                   EpochCompletion(sink_id, 0, committed=True))
+    code, status = eos(kafka_bootstrap, "status", sink_id, "--epoch-log", log, capsys=capsys)
+    assert code == 0 and status["last_committed_epoch"] == 0 and status["in_doubt"] == []
+    assert status["markers"] == {"0": None}  # nothing committed through Kafka by this log
+    text = subprocess.run(
+        [sys.executable, "-m", "connectors.ops", "--bootstrap-servers", kafka_bootstrap, "status",
+         sink_id, "--epoch-log", log, "--marker-topic", DEFAULT_MARKER_TOPIC],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "eos status" in text.stdout and "exit code 0" in text.stdout
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert main(["status"]) == 2
+    assert main(["--bootstrap-servers", "x:1", "frobnicate"]) == 2

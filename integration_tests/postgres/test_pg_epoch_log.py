@@ -1,0 +1,235 @@
+"""PostgresEpochLog: durability, corruption detection, fencing, compaction (real server).
+
+Mirrors tests/txn/test_txn_epoch_log.py for the file log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from connectors.postgres import EpochLogFencedError, PostgresEpochLog, PostgresSinkConfig
+from connectors.postgres._control import LOG_HEAD_TABLE, LOG_TABLE, qualified
+from integration_tests.postgres.conftest import Conn
+from txn import (
+    EpochCompletion,
+    EpochDecision,
+    EpochLogCorruptError,
+    EpochLogError,
+    EpochLogLockedError,
+    EpochPlan,
+    EpochState,
+    IllegalTransitionError,
+)
+
+Make = Callable[..., PostgresSinkConfig]
+
+
+def commit_epoch(log: PostgresEpochLog, epoch: int, parallelism: int = 2) -> None:
+    log.append(EpochPlan(log.sink_id, epoch, parallelism, "fp"))
+    log.append(EpochDecision(log.sink_id, epoch, commit=True))
+    log.append(EpochCompletion(log.sink_id, epoch, committed=True))
+
+
+def records(pg: Conn, schema: str, sink: str) -> list[tuple[int, str]]:
+    return pg.execute(
+        sql.SQL("SELECT seq, record FROM {} WHERE sink_id = %s ORDER BY seq").format(
+            qualified(schema, LOG_TABLE)), (sink,),
+    ).fetchall()
+
+
+def test_records_survive_reopen_and_generation_increases(make_cfg: Make) -> None:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg) as log:
+        assert log.generation == 1
+        commit_epoch(log, 0)
+        log.append(EpochPlan(cfg.sink_id, 1, 3, "fp"))
+    with PostgresEpochLog(cfg) as log:
+        assert log.generation == 2
+        history = log.load()
+        assert history.state(0) is EpochState.COMMITTED
+        assert [p.epoch for p in history.in_doubt()] == [1]
+        assert history.max_parallelism() == 3 and history.last_committed_epoch() == 0
+
+
+def test_sinks_share_the_tables_but_not_the_records(make_cfg: Make) -> None:
+    a, b = make_cfg(), make_cfg(sink_id="other-sink")
+    with PostgresEpochLog(a) as log_a, PostgresEpochLog(b) as log_b:
+        commit_epoch(log_a, 0)
+        log_b.append(EpochPlan(b.sink_id, 7, 1, "fp"))
+        assert log_a.load().epochs() == [0] and log_b.load().epochs() == [7]
+
+
+def test_illegal_record_is_refused_and_not_written(pg: Conn, schema: str, make_cfg: Make) -> None:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg) as log:
+        log.append(EpochPlan(cfg.sink_id, 0, 2, "fp"))
+        log.append(EpochDecision(cfg.sink_id, 0, commit=True))
+        before = records(pg, schema, cfg.sink_id)
+        with pytest.raises(IllegalTransitionError, match="commit-decided -> aborted"):
+            log.append(EpochCompletion(cfg.sink_id, 0, committed=False))
+        with pytest.raises(IllegalTransitionError, match="belongs to sink"):
+            log.append(EpochCompletion("someone-else", 0, committed=True))
+        assert records(pg, schema, cfg.sink_id) == before
+
+
+def test_second_coordinator_is_refused_while_the_first_runs(make_cfg: Make) -> None:
+    cfg = make_cfg()
+    first = PostgresEpochLog(cfg)
+    with pytest.raises(EpochLogFencedError, match="held by another coordinator.*backend pid") as info:
+        PostgresEpochLog(cfg)
+    assert isinstance(info.value, EpochLogLockedError)
+    first.close()
+    with PostgresEpochLog(cfg) as second:
+        assert second.generation == 2
+
+
+def _terminate(pg: Conn, cfg: PostgresSinkConfig) -> None:
+    pg.execute(
+        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+        "WHERE application_name = %s AND pid <> pg_backend_pid()",
+        (f"eos {cfg.sink_id} coordinator",),
+    )
+
+
+def test_a_coordinator_that_lost_its_session_is_fenced_once_another_took_over(
+    pg: Conn, make_cfg: Make
+) -> None:
+    cfg = make_cfg()
+    first = PostgresEpochLog(cfg)
+    first.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
+    _terminate(pg, cfg)  # the first coordinator's session (and advisory lock) is gone
+    second = PostgresEpochLog(cfg)
+    with pytest.raises(EpochLogFencedError, match="held by another coordinator"):
+        first.append(EpochCompletion(cfg.sink_id, 0, committed=True))  # lock taken: refused
+    with pytest.raises(EpochLogError, match="closed"):
+        first.load()  # a fenced coordinator released the log for good
+    second.close()
+    with PostgresEpochLog(cfg) as third:
+        third.append(EpochCompletion(cfg.sink_id, 0, committed=True))
+        assert third.load().is_committed(0)
+
+
+def test_a_coordinator_is_fenced_by_generation_when_the_lock_is_free_again(
+    pg: Conn, make_cfg: Make
+) -> None:
+    cfg = make_cfg()
+    first = PostgresEpochLog(cfg)
+    first.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
+    _terminate(pg, cfg)
+    PostgresEpochLog(cfg).close()  # another coordinator came and went: generation 2
+    with pytest.raises(EpochLogFencedError, match=r"taken over .*\(generation 2, ours 1\)"):
+        first.append(EpochCompletion(cfg.sink_id, 0, committed=True))
+    with PostgresEpochLog(cfg) as third:
+        assert third.generation == 3 and not third.load().is_committed(0)
+
+
+def test_a_lost_session_alone_is_reconnected(pg: Conn, make_cfg: Make) -> None:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg) as log:
+        log.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
+        _terminate(pg, cfg)
+        log.append(EpochCompletion(cfg.sink_id, 0, committed=True))  # reconnects, same owner
+        assert log.load().is_committed(0) and log.generation == 1
+
+
+def test_closed_log_refuses_use(make_cfg: Make) -> None:
+    log = PostgresEpochLog(make_cfg())
+    log.close()
+    log.close()
+    with pytest.raises(EpochLogError, match="closed"):
+        log.load()
+
+
+def _written(make_cfg: Make) -> PostgresSinkConfig:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg) as log:
+        commit_epoch(log, 0)
+        log.append(EpochPlan(cfg.sink_id, 1, 2, "fp"))
+    return cfg
+
+
+def test_an_altered_record_is_reported_with_table_sink_and_seq(
+    pg: Conn, schema: str, make_cfg: Make
+) -> None:
+    cfg = _written(make_cfg)
+    table = qualified(schema, LOG_TABLE)
+    original = records(pg, schema, cfg.sink_id)
+    for seq, text in original:
+        for i in range(0, len(text), 7):  # flip one character in every 7th position
+            damaged = text[:i] + chr(ord(text[i]) ^ 1) + text[i + 1:]
+            pg.execute(sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s")
+                       .format(table), (damaged, cfg.sink_id, seq))
+            with pytest.raises(EpochLogCorruptError, match=rf"{LOG_TABLE} of sink .* seq {seq}"):
+                PostgresEpochLog(cfg).close()
+        pg.execute(sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s")
+                   .format(table), (text, cfg.sink_id, seq))
+    with PostgresEpochLog(cfg) as log:
+        assert log.load().state(1) is EpochState.PLANNED
+
+
+@pytest.mark.parametrize("which", ["first", "middle", "last"])
+def test_a_removed_record_is_detected(pg: Conn, schema: str, make_cfg: Make, which: str) -> None:
+    cfg = _written(make_cfg)
+    seqs = [seq for seq, _ in records(pg, schema, cfg.sink_id)]
+    seq = {"first": seqs[0], "middle": seqs[1], "last": seqs[-1]}[which]
+    pg.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq = %s").format(
+        qualified(schema, LOG_TABLE)), (cfg.sink_id, seq))
+    with pytest.raises(EpochLogCorruptError, match="removed or added"):
+        PostgresEpochLog(cfg)
+
+
+def test_an_altered_or_missing_header_is_detected(pg: Conn, schema: str, make_cfg: Make) -> None:
+    cfg = _written(make_cfg)
+    head = qualified(schema, LOG_HEAD_TABLE)
+    changed = pg.execute(
+        sql.SQL("UPDATE {} SET header = regexp_replace(header, '\"next_seq\":[0-9]+', "
+                "'\"next_seq\":99') WHERE sink_id = %s").format(head), (cfg.sink_id,),
+    )
+    assert changed.rowcount == 1
+    with pytest.raises(EpochLogCorruptError, match="header.*checksum"):
+        PostgresEpochLog(cfg)
+    pg.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(head), (cfg.sink_id,))
+    with pytest.raises(EpochLogCorruptError, match="header row is missing"):
+        PostgresEpochLog(cfg)
+
+
+def test_compaction_keeps_recent_history_and_facts(pg: Conn, schema: str, make_cfg: Make) -> None:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg, retain_epochs=3) as log:
+        commit_epoch(log, 0, parallelism=7)
+        for epoch in range(1, 20):
+            commit_epoch(log, epoch)
+        log.append(EpochPlan(cfg.sink_id, 20, 2, "fp"))
+    with PostgresEpochLog(cfg, retain_epochs=3) as log:
+        history = log.load()
+        assert history.epochs() == [16, 17, 18, 19, 20]
+        assert history.committed_through == 15 and history.is_committed(0)
+        assert history.max_parallelism() == 7  # remembered for abort_lingering
+        with pytest.raises(IllegalTransitionError, match="already committed"):
+            log.append(EpochPlan(cfg.sink_id, 3, 2, "fp"))
+    assert len(records(pg, schema, cfg.sink_id)) == 13
+
+
+def test_acknowledged_records_survive_a_crash_of_the_server(own_server: Any) -> None:
+    cfg = PostgresSinkConfig.build(dsn=own_server.dsn, table="t", sink_id="durable")
+    log = PostgresEpochLog(cfg)
+    commit_epoch(log, 0)
+    log.append(EpochPlan(cfg.sink_id, 1, 4, "fp"))
+    log.append(EpochDecision(cfg.sink_id, 1, commit=True))
+    own_server.kill()  # SIGKILL: only what was committed (fsync'd WAL) survives
+    own_server.start()
+    cfg = PostgresSinkConfig.build(dsn=own_server.dsn, table="t", sink_id="durable")
+    log.close()
+    with PostgresEpochLog(cfg) as reopened:
+        history = reopened.load()
+        assert history.is_committed(0) and history.state(1) is EpochState.COMMIT_DECIDED
+        reopened.append(EpochCompletion(cfg.sink_id, 1, committed=True))
+    own_server.restart()
+    with PostgresEpochLog(cfg) as again, psycopg.connect(own_server.dsn) as conn:
+        assert again.load().is_committed(1) and again.generation == 3
+        assert conn.execute("SELECT count(*) FROM eos.epoch_log").fetchone() == (6,)

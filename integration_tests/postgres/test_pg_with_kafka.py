@@ -1,0 +1,155 @@
+"""One epoch across Kafka and PostgreSQL (``TransactionalSinks``), through real Spark.
+
+Invariants checked after every step: the table never shows an epoch the topic does not
+fully hold; once recovered, both hold exactly the same epochs, every row once; nothing of
+the sinks is left open (no prepared transaction, the last stable offset at the high
+watermark).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg import sql
+
+from connectors.kafka import KafkaSink
+from connectors.postgres import PostgresSink
+from connectors.stage import TransactionalSinks
+from connectors.testing import FaultPlan
+from integration_tests.kafka_sink._support import (
+    lso_reaches_high_watermark,
+    read_committed,
+    values,
+)
+from txn import CommitMode, PartitionOutcome
+
+pytestmark = pytest.mark.spark
+
+ROWS = 60
+
+
+def batch(spark: Any, epoch: int) -> Any:
+    return spark.range(epoch * ROWS, (epoch + 1) * ROWS, numPartitions=3).selectExpr(
+        "id", "concat('v', id) AS v")
+
+
+def to_kafka(df: Any) -> Any:
+    return df.selectExpr("CAST(id AS STRING) AS key", "v AS value")
+
+
+def to_table(df: Any) -> Any:
+    return df.select("id", "v")
+
+
+class World:
+    """A topic and a table written together, and the checks of the invariants."""
+
+    def __init__(self, spark: Any, kafka: str, topic: str, dsn: str, pg: Any, schema: str,
+                 tmp: Path) -> None:
+        self.spark, self.kafka, self.topic, self.dsn, self.pg = spark, kafka, topic, dsn, pg
+        self.schema, self.tmp = schema, tmp
+        self.sink_id = f"mix-{uuid.uuid4().hex[:8]}"
+        pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+            sql.Identifier(schema)))
+
+    def sink(self, **options: Any) -> TransactionalSinks:
+        # One write task each: aligned mode runs both members' tasks at once on local[2].
+        kafka = KafkaSink(self.kafka, self.topic, f"{self.sink_id}-k", parallelism=1)
+        table = PostgresSink(self.dsn, "t", f"{self.sink_id}-p", schema=self.schema,
+                             control_schema=self.schema, parallelism=1)
+        return TransactionalSinks([(kafka, to_kafka), (table, to_table)], sink_id=self.sink_id,
+                                  epoch_log=self.tmp / "epochs.log", **options)
+
+    def table_epochs(self) -> Counter[int]:
+        rows = self.pg.execute(sql.SQL("SELECT id FROM {}.t").format(
+            sql.Identifier(self.schema))).fetchall()
+        return Counter(int(r[0]) // ROWS for r in rows)
+
+    def topic_epochs(self) -> Counter[int]:
+        return Counter(int(v.decode()[1:]) // ROWS for v in values(read_committed(self.kafka,
+                                                                               self.topic)))
+
+    def check_table_never_ahead(self) -> None:
+        topic = self.topic_epochs()
+        for epoch, n in self.table_epochs().items():
+            assert n == ROWS, f"the table shows part of epoch {epoch}"
+            assert topic[epoch] >= ROWS, f"the table shows epoch {epoch}, the topic lacks it"
+
+    def check_exactly(self, epochs: int) -> None:
+        assert self.table_epochs() == Counter({e: ROWS for e in range(epochs)})
+        assert self.topic_epochs() == Counter({e: ROWS for e in range(epochs)})
+        prepared = self.pg.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()
+        assert prepared is not None and prepared[0] == 0
+        assert lso_reaches_high_watermark(self.kafka, self.topic)
+
+
+@pytest.fixture
+def world(spark, kafka_bootstrap, new_topic, postgres_dsn, pg, schema, tmp_path) -> World:
+    return World(spark, kafka_bootstrap, new_topic("mix", 2), postgres_dsn, pg, schema, tmp_path)
+
+
+@pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
+def test_epochs_land_in_both_exactly_once(world: World, mode: CommitMode) -> None:
+    sink = world.sink(mode=mode)
+    try:
+        for epoch in range(3):
+            result = sink(batch(world.spark, epoch), epoch)
+            assert result.committed
+            outcomes = [r.outcome for r in result.reports]
+            assert outcomes == [PartitionOutcome.COMMITTED, PartitionOutcome.PREPARED]
+            world.check_table_never_ahead()
+        assert sink(batch(world.spark, 2), 2).skipped
+        assert sink.epoch_log_history().decision(2) is not None  # one decision for both
+    finally:
+        sink.close()
+    world.check_exactly(3)
+
+
+@pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
+def test_failed_table_write_keeps_the_table_behind_and_the_replay_completes(
+    world: World, mode: CommitMode, tmp_path: Path
+) -> None:
+    plan = tmp_path / "faults.json"
+    plan.write_text(json.dumps([{"id": "pg", "step": "after_pre_commit", "epoch": 1,
+                                 "partition": 1, "action": "raise", "times": 1}]))
+    sink = world.sink(mode=mode, stage_retries=0, fault_plan=FaultPlan(str(plan)))
+    try:
+        sink(batch(world.spark, 0), 0)
+        with pytest.raises(Exception, match="injected fault"):
+            sink(batch(world.spark, 1), 1)
+        world.check_table_never_ahead()
+        assert world.table_epochs()[1] == 0
+        if mode is CommitMode.ALIGNED:
+            assert world.topic_epochs()[1] == 0  # one no vote: nobody committed
+        assert sink(batch(world.spark, 1), 1).committed  # the replay completes both sides
+    finally:
+        sink.close()
+    world.check_exactly(2)
+
+
+def test_driver_dying_after_the_topic_committed_recovers_the_table(world: World,
+                                                                  tmp_path: Path) -> None:
+    plan = tmp_path / "faults.json"
+    plan.write_text(json.dumps([{"id": "d", "step": "driver_before_complete", "epoch": 1,
+                                 "action": "raise", "times": 1}]))
+    sink = world.sink(fault_plan=FaultPlan(str(plan)))
+    try:
+        sink(batch(world.spark, 0), 0)
+        with pytest.raises(Exception, match="injected fault"):
+            sink(batch(world.spark, 1), 1)  # every task committed / prepared; no decision
+    finally:
+        sink.close()
+    assert world.topic_epochs()[1] == ROWS and world.table_epochs()[1] == 0
+    world.check_table_never_ahead()
+    restarted = world.sink()  # a new driver: recovery rolls the table back, the replay
+    try:  # skips the topic's committed partitions and commits the table
+        result = restarted(batch(world.spark, 1), 1)
+        assert result.reports[0].outcome is PartitionOutcome.ALREADY_COMMITTED
+    finally:
+        restarted.close()
+    world.check_exactly(2)
