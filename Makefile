@@ -31,8 +31,13 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(PY) -m pytest integration_tests -q
 
+# Test processes of `make test` (pytest-xdist). Most of the suite waits on subprocesses
+# (Spark JVMs, brokers, killed and restarted applications), so four processes keep two
+# cores busy; tests that share one cluster or Connect server stay in one process.
+TEST_WORKERS ?= 4
+
 test: lint typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The developer's loop: lint, types, unit tests and the integration tests that need
 # neither Spark nor whole applications (well under two minutes).
