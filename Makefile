@@ -31,13 +31,22 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(PY) -m pytest integration_tests -q
 
-# Test processes of `make test` (pytest-xdist). Most of the suite waits on subprocesses
-# (Spark JVMs, brokers, killed and restarted applications), so four processes keep two
-# cores busy; tests that share one cluster or Connect server stay in one process.
-TEST_WORKERS ?= 4
+# `make test` runs two pytest commands side by side: the tests that share one standalone
+# cluster or one Connect server (markers `cluster`, `connect`) in one process, and the rest
+# spread over TEST_WORKERS pytest-xdist processes. Most of the suite waits on subprocesses
+# (Spark JVMs, brokers, applications killed and restarted), so this keeps two cores busy.
+# The shared-server run's output follows the main run's; either failing fails the target.
+TEST_WORKERS ?= 3
+SHARED_SERVER_TESTS := cluster or connect
 
 test: lint typecheck
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	@log=$$(mktemp); \
+	$(PY) -m pytest -q -m "$(SHARED_SERVER_TESTS)" --durations=10 >$$log 2>&1 & shared=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not ($(SHARED_SERVER_TESTS))" --durations=25; \
+	rest=$$?; wait $$shared; status=$$?; \
+	echo "=== tests marked $(SHARED_SERVER_TESTS) (one process) ==="; cat $$log; rm -f $$log; \
+	echo "make test: main run exit $$rest, shared-server run exit $$status"; \
+	test $$rest -eq 0 && test $$status -eq 0
 
 # The developer's loop: lint, types, unit tests and the integration tests that need
 # neither Spark nor whole applications (well under two minutes).

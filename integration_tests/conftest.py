@@ -38,21 +38,11 @@ TOPIC_READY_TIMEOUT_S = 30.0
 ADMIN_REQUEST_TIMEOUT_S = 30.0
 
 
-# Markers whose tests share one expensive session-scoped server (a standalone cluster, a
-# Spark Connect server): under pytest-xdist (``make test`` runs ``--dist loadgroup``) each
-# such set runs in one worker, so the server is started once, not once per worker.
-SHARED_SERVER_MARKERS = ("cluster", "connect")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``spark`` fixture users ``spark``; keep each shared-server marker in one xdist group."""
+    """Mark every test that uses the ``spark`` fixture ``spark`` (``make test-fast`` skips them)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
-        for marker in SHARED_SERVER_MARKERS:
-            if item.get_closest_marker(marker) is not None:
-                item.add_marker(pytest.mark.xdist_group(marker))
-                break
 
 
 @pytest.fixture(scope="session")
