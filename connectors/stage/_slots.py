@@ -142,14 +142,20 @@ def _running_tasks(sc: Any) -> int:
     return running
 
 
+def _runs_locally(spark: Any) -> bool:
+    """Whether the master is ``local[...]``: its slots exist from the start (no executors)."""
+    return str(spark_context_of(spark).master).startswith("local")
+
+
 def check_slots(spark: Any, parallelism: int) -> None:
     """Raise :class:`InsufficientSlotsError` unless ``parallelism`` tasks fit at once.
 
     While no executor has registered yet (an application starting on a cluster), waits up
-    to ``SLOTS_WAIT_TIMEOUT_S`` for the first ones; otherwise answers at once.
+    to ``SLOTS_WAIT_TIMEOUT_S`` for the first ones; otherwise (and always in local mode,
+    which has no executors to wait for) answers at once.
     """
     slots = task_slots(spark)
-    if slots.total < parallelism and slots.executors == 0 and slots.source != SOURCE_LOCAL_MASTER:
+    if slots.total < parallelism and slots.executors == 0 and not _runs_locally(spark):
         slots = wait_for_task_slots(spark, parallelism)
     if parallelism > slots.total:
         msg = (
