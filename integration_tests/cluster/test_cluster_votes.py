@@ -93,8 +93,10 @@ def test_unreachable_vote_port_fails_the_epoch_cleanly(
         assert "cannot reach the driver's vote server at 127.0.0.2:" in failed["error"], failed
         stuck = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out,
                                    sink_id=sink_id, epoch_log=str(epoch_log))
-        assert stuck.committed_records == 0
-        assert stuck.count(AnomalyKind.OPEN_TRANSACTION) == 0
+        assert stuck.committed_records == 0  # nothing of the failed epoch is visible
+        # No assertion on open transactions here: a task that fails aborts its own, but
+        # Spark cancels the sibling barrier task, which may die before it aborts; that
+        # one is aborted by the next run's init_transactions (checked below).
         assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
         # the same epoch, gathered through Spark's barrier RPC instead
         done = driver.ask(_job(kafka_bootstrap, inp, out, sink_id, epoch_log,
