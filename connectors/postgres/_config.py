@@ -12,15 +12,15 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from connectors.postgres._errors import SinkConfigError
-from connectors.stage import StageOptions
-from txn import ConfigError, Guarantee
+from connectors.stage import StageOptions, build_config
+from txn import Guarantee
 
 # Version of the write scheme (staging, merge, marker layout); part of the fingerprint.
 SCHEME_VERSION = 1
@@ -148,20 +148,7 @@ class PostgresSinkConfig(StageOptions):
     @classmethod
     def build(cls, **options: Any) -> PostgresSinkConfig:
         """Validate raw options and return the config, or raise :class:`SinkConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            msg = f"unknown PostgresSink option(s) {unknown}; the options are: {sorted(known)}"
-            raise SinkConfigError(msg)
-        try:
-            return cls(**options)
-        except SinkConfigError:
-            raise
-        except ConfigError as exc:  # a stage option: same message, the sink's type
-            raise SinkConfigError(str(exc)) from None
-        except TypeError as exc:  # a required option is missing
-            msg = f"{exc}; see PostgresSinkConfig for the options"
-            raise SinkConfigError(msg) from None
+        return build_config(cls, options, SinkConfigError, "PostgresSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()

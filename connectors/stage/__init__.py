@@ -35,6 +35,7 @@ from connectors.stage._options import (
     DEFAULT_VOTE_CHANNEL,
     VOTE_CHANNELS,
     StageOptions,
+    build_config,
 )
 from connectors.stage._reuse import ReuseDecision, ReusePolicy, ReuseTicket
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
@@ -71,6 +72,7 @@ __all__ = [
     "SparkConnectError",
     "StageError",
     "StageOptions",
+    "build_config",
     "StagePartitioningError",
     "StepHooks",
     "TaskBound",

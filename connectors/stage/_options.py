@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from connectors.stage._hooks import StepHooks
 from txn import CommitMode, ConfigError, Guarantee
+
+_Config = TypeVar("_Config", bound="StageOptions")
 
 # Vote channels of the aligned mode: a TCP vote server on the driver (fast), or Spark's
 # BarrierTaskContext.allGather (no extra connection; its JVM loop costs about 1 s per epoch).
@@ -118,3 +121,27 @@ class StageOptions:
     def warn_after_s(self) -> float | None:
         """Seconds an epoch may take before the stage warns (None: never); see subclasses."""
         return None
+
+
+def build_config(
+    cls: type[_Config], options: dict[str, Any], error: type[ConfigError], sink: str
+) -> _Config:
+    """Construct ``cls`` (a sink's config dataclass) from raw options, every failure as ``error``.
+
+    An unknown option, a stage option's :class:`ConfigError` and a missing required option
+    all become ``error`` (the sink's own config error type), naming the sink ``sink``.
+    """
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        msg = f"unknown {sink} option(s) {unknown}; the options are: {sorted(known)}"
+        raise error(msg)
+    try:
+        return cls(**options)
+    except error:
+        raise
+    except ConfigError as exc:  # a stage option: same message, the sink's type
+        raise error(str(exc)) from None
+    except TypeError as exc:  # a required option is missing
+        msg = f"{exc}; see {cls.__name__} for the options"
+        raise error(msg) from None

@@ -14,15 +14,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
 from connectors.kafka import _names
 from connectors.kafka._errors import SinkConfigError
-from connectors.stage import StageOptions
-from txn import ConfigError, Guarantee
+from connectors.stage import StageOptions, build_config
+from txn import Guarantee
 
 # Version of the row-routing and checksum scheme; part of the fingerprint so that a
 # change of scheme while an epoch is in doubt is detected instead of mis-compared.
@@ -163,20 +163,7 @@ class SinkConfig(StageOptions):
             SinkConfigError: an option is unknown or invalid; the message names it.
 
         """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            msg = f"unknown KafkaSink option(s) {unknown}; the options are: {sorted(known)}"
-            raise SinkConfigError(msg)
-        try:
-            return cls(**options)
-        except SinkConfigError:
-            raise
-        except ConfigError as exc:  # a stage option: same message, the sink's type
-            raise SinkConfigError(str(exc)) from None
-        except TypeError as exc:  # a required option is missing
-            msg = f"{exc}; see SinkConfig for the options"
-            raise SinkConfigError(msg) from None
+        return build_config(cls, options, SinkConfigError, "KafkaSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()

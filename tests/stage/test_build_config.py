@@ -1,0 +1,33 @@
+"""``build_config``: one way for every sink config to turn bad options into its own error."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.kafka import SinkConfig
+from connectors.kafka import SinkConfigError as KafkaConfigError
+from connectors.postgres import PostgresSinkConfig
+from connectors.postgres import SinkConfigError as PostgresConfigError
+
+CASES = [(SinkConfig.create, KafkaConfigError, "KafkaSink"),
+         (PostgresSinkConfig.build, PostgresConfigError, "PostgresSink")]
+REQUIRED = {"KafkaSink": {"bootstrap_servers": "127.0.0.1:9092", "topic": "t", "sink_id": "s"},
+            "PostgresSink": {"dsn": "host=127.0.0.1", "table": "t", "sink_id": "s"}}
+
+
+@pytest.mark.parametrize(("build", "error", "sink"), CASES)
+def test_unknown_option_names_the_sink_and_lists_the_options(build, error, sink) -> None:
+    with pytest.raises(error, match=rf"unknown {sink} option\(s\) \['no_such'\]; the options"):
+        build(no_such=1)
+
+
+@pytest.mark.parametrize(("build", "error", "sink"), CASES)
+def test_missing_required_option_points_to_the_config_class(build, error, sink) -> None:
+    with pytest.raises(error, match=r"see \w*SinkConfig for the options"):
+        build()
+
+
+@pytest.mark.parametrize(("build", "error", "sink"), CASES)
+def test_a_bad_stage_option_becomes_the_sinks_own_error(build, error, sink) -> None:
+    with pytest.raises(error, match="stage_retries"):
+        build(**REQUIRED[sink], stage_retries=-1)
