@@ -35,11 +35,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, _clients
 from connectors.testing.app import (
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
@@ -115,7 +115,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _create_topics(bootstrap: str, names: dict[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = _clients.admin({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(n, p, 1) for n, p in names.items()],
                                   request_timeout=ADMIN_TIMEOUT_S)
     for fut in futures.values():

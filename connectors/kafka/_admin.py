@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
+from connectors.kafka import _clients
 from connectors.kafka._errors import BrokerUnavailableError, PreflightError
 
 # Seconds for one admin request (metadata, create topics, describe configs).
@@ -22,7 +23,7 @@ TOPIC_METADATA_POLL_S = 0.5
 
 def admin_client(bootstrap_servers: str) -> AdminClient:
     """Return an AdminClient on ``bootstrap_servers``."""
-    return AdminClient({"bootstrap.servers": bootstrap_servers})
+    return _clients.admin({"bootstrap.servers": bootstrap_servers})
 
 
 def existing_topics(admin: AdminClient) -> dict[str, int]:

@@ -28,11 +28,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from connectors.kafka import _clients
 from connectors.stage import DRIVER_STEPS, TASK_STEPS
 from connectors.testing.app import AppProcess, EpochLine, PipelineConfig, stage_input
 from connectors.testing.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
@@ -121,7 +122,7 @@ def _soak(args: argparse.Namespace, console: Console, rng: random.Random, work: 
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     inp, out, sink_id = f"soak-in-{suffix}", f"soak-out-{suffix}", f"soak-{suffix}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = _clients.admin({"bootstrap.servers": bootstrap})
     for name, parts in ((inp, 2), (out, 3)):
         admin.create_topics([NewTopic(name, parts, 1)])[name].result(timeout=ADMIN_TIMEOUT_S)
     with _progress(console) as prog:

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
-from connectors.kafka import _names
+from connectors.kafka import _clients, _names
 from connectors.kafka._errors import SinkConfigError
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
@@ -118,7 +118,7 @@ def _check_librdkafka_accepts(settings: Mapping[str, str]) -> None:
     probe = dict(settings)
     probe.setdefault("log_level", "3")  # errors only: an idle probe logs queue purges
     try:
-        producer = Producer(probe)
+        producer = _clients.producer(probe)
     except (KafkaException, ValueError, TypeError) as exc:
         msg = f"producer_config rejected by librdkafka: {exc}; fix or remove that setting"
         raise SinkConfigError(msg) from exc

@@ -32,9 +32,9 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
-from connectors.kafka import _names
+from connectors.kafka import _clients, _names
 from connectors.kafka._admin import ensure_topics
 from connectors.kafka._classify import PARTITION_EOF, call_with_retry, classify
 from connectors.kafka._errors import EpochLogFencedError
@@ -131,7 +131,7 @@ class KafkaEpochLog(EpochLog):
 
     def _read_messages(self) -> dict[str, tuple[int, bytes]]:
         """Latest value per key of this sink (tombstoned keys removed), with its offset."""
-        consumer = Consumer(
+        consumer = _clients.consumer(
             {
                 "bootstrap.servers": self._bootstrap,
                 "group.id": f"{self._sink_id}.epoch-log-reader.{uuid.uuid4().hex[:8]}",
@@ -179,7 +179,7 @@ class KafkaEpochLog(EpochLog):
     def _acquire(self) -> Producer:
         if self._producer is not None:
             return self._producer
-        producer = Producer(
+        producer = _clients.producer(
             {
                 "bootstrap.servers": self._bootstrap,
                 "transactional.id": _names.coordinator_id(self._sink_id),

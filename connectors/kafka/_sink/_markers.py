@@ -20,7 +20,7 @@ import json
 
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.kafka import _names
+from connectors.kafka import _clients, _names
 from connectors.kafka._classify import call_with_retry
 from connectors.kafka._errors import MarkerError
 from txn import Marker
@@ -65,7 +65,7 @@ def decode_marker(offset: int, metadata: str | None) -> Marker | None:
 
 def marker_consumer(bootstrap_servers: str, group: str) -> Consumer:
     """Return a consumer of ``group`` that reads only committed (stable) offsets."""
-    return Consumer(
+    return _clients.consumer(
         {
             "bootstrap.servers": bootstrap_servers,
             "group.id": group,

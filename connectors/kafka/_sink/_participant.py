@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from connectors.kafka import _clients
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
@@ -70,7 +71,7 @@ def new_producer(cfg: SinkConfig, transactional_id: str | None, errors: Delivery
     settings: dict[str, object] = dict(cfg.producer_settings(transactional_id))
     settings["on_delivery"] = errors
     settings["delivery.report.only.error"] = True
-    return Producer(settings)
+    return _clients.producer(settings)
 
 
 def init_transactions(producer: Producer, transactional_id: str) -> None:

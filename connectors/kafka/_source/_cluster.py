@@ -21,7 +21,6 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from tenacity import (
     Retrying,
@@ -30,6 +29,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from connectors.kafka import _clients
 from connectors.kafka._classify import classify
 from txn import ErrorAction
 
@@ -71,7 +71,7 @@ class ClusterView:
     def _client(self) -> Any:
         if self._admin is None:
             try:
-                self._admin = AdminClient(dict(self._options.admin_config()))
+                self._admin = _clients.admin(self._options.admin_config())
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
                 raise SourceOptionError(msg) from exc

@@ -30,8 +30,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from connectors.kafka import _clients
 from connectors.kafka._classify import classify
 from txn import ErrorAction
 
@@ -189,7 +190,7 @@ class _RangeReader:
 def _new_consumer(options: SourceOptions) -> Any:
     conf: dict[str, Any] = options.consumer_config(f"{options.group_id_prefix}-{uuid.uuid4().hex}")
     try:
-        return Consumer(conf)
+        return _clients.consumer(conf)
     except KafkaException as exc:
         err = exc.args[0]
         if isinstance(err, KafkaError) and err.code() == _INVALID_ARG:

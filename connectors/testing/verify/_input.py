@@ -11,8 +11,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
+from connectors.kafka import _clients
 from connectors.testing.verify._records import make_input_value
 
 # Seconds to wait for every input record to be acknowledged.
@@ -52,7 +53,7 @@ def produce_input(
         if err is not None:
             errors.append(err)
 
-    producer = Producer({
+    producer = _clients.producer({
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "linger.ms": 20,

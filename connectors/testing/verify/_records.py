@@ -27,6 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from connectors.kafka import _clients
 from connectors.testing.verify._errors import ReadTimeoutError, RecordFormatError
 
 # Seconds to wait for topic metadata and ListOffsets answers on a busy shared machine.
@@ -93,7 +94,7 @@ def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
 
     ``read_committed``: the last stable offset; ``read_uncommitted``: the high watermark.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = _clients.admin({"bootstrap.servers": bootstrap})
     partitions = partition_ids(admin, topic)
     level = (
         IsolationLevel.READ_COMMITTED if isolation == READ_COMMITTED
@@ -126,7 +127,7 @@ def read_topic(
         msg = f"isolation must be {READ_COMMITTED!r} or {READ_UNCOMMITTED!r}, not {isolation!r}"
         raise ValueError(msg)
     targets = dict(ends) if ends is not None else end_offsets(bootstrap, topic, isolation)
-    consumer = Consumer({
+    consumer = _clients.consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"eos-verify-{uuid.uuid4().hex}",
         "isolation.level": isolation,

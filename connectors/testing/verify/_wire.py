@@ -21,8 +21,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from confluent_kafka.admin import AdminClient
-
+from connectors.kafka import _clients
 from connectors.testing.verify._errors import WireError
 
 # Seconds one request/response round trip may take on a busy machine.
@@ -81,7 +80,7 @@ class _ScanState:
 
 def scan_topic(bootstrap: str, topic: str) -> dict[int, PartitionScan]:
     """Scan every partition of ``topic`` (see the module docstring for the steps)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = _clients.admin({"bootstrap.servers": bootstrap})
     md = admin.list_topics(topic=topic, timeout=SOCKET_TIMEOUT_S)
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:
