@@ -15,6 +15,7 @@ by matching message text, only by error code and librdkafka's flags):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -26,9 +27,17 @@ from txn import ErrorAction
 
 T = TypeVar("T")
 
-# Attempts of one retriable Kafka call before it is escalated to an abort; each
+_log = logging.getLogger("connectors.kafka")
+
+# Attempts of one retriable Kafka call at least before it is escalated to an abort; each
 # attempt already waits up to its own librdkafka timeout, so a few are plenty.
 RETRY_ATTEMPTS = 5
+# Seconds a retriable Kafka call (and a transaction of the epoch log that failed with a
+# broker-restart code) keeps being retried before it is escalated: a restarted broker
+# accepts connections within seconds, and a loaded Kafka broker reloads its topics and
+# coordinators within tens of seconds (Kafka's own clients wait max.block.ms = 60 s).
+# The bound of one call is this plus the timeout of its last attempt.
+BROKER_RESTART_WAIT_S = 60.0
 # Seconds of exponential back-off between retries (first wait, upper bound).
 RETRY_WAIT_MIN_S = 0.2
 RETRY_WAIT_MAX_S = 5.0
@@ -42,6 +51,45 @@ ALL_BROKERS_DOWN = KafkaError._ALL_BROKERS_DOWN  # noqa: SLF001
 PARTITION_EOF = KafkaError._PARTITION_EOF  # noqa: SLF001
 UNKNOWN_TOPIC = KafkaError._UNKNOWN_TOPIC  # noqa: SLF001
 UNKNOWN_PARTITION = KafkaError._UNKNOWN_PARTITION  # noqa: SLF001
+RESOLVE = KafkaError._RESOLVE  # noqa: SLF001
+AUTHENTICATION = KafkaError._AUTHENTICATION  # noqa: SLF001
+SSL = KafkaError._SSL  # noqa: SLF001
+MSG_TIMED_OUT = KafkaError._MSG_TIMED_OUT  # noqa: SLF001
+
+# Codes of a failed authentication (SASL or TLS): retrying with the same settings cannot
+# help; the user fixes the credentials or the security settings.
+AUTHENTICATION_CODES = frozenset(
+    {
+        AUTHENTICATION,
+        SSL,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.ILLEGAL_SASL_STATE,
+        KafkaError.UNSUPPORTED_SASL_MECHANISM,
+    }
+)
+# Codes of a connection that could not be made (wrong host or port, nothing listening).
+CONNECTION_CODES = frozenset({RESOLVE, TRANSPORT, ALL_BROKERS_DOWN})
+# Codes a broker restart produces while the broker is away or reloads its topics and
+# coordinators: a transaction that failed with one of them (librdkafka then requires an
+# abort) can be begun again once the broker is back; see ``retry_transaction``.
+RESTART_CODES = frozenset(
+    {
+        TIMED_OUT,
+        TRANSPORT,
+        ALL_BROKERS_DOWN,
+        MSG_TIMED_OUT,
+        UNKNOWN_TOPIC,
+        UNKNOWN_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+    }
+)
 
 # Codes that mean "a newer producer with this transactional id exists": the instance
 # is dead even when librdkafka does not flag the error fatal (for example in replies
@@ -135,7 +183,7 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
 
     """
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(RETRY_ATTEMPTS),
+        stop=_stop(),
         wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
         retry=_should_retry,
         reraise=True,
@@ -145,6 +193,53 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
     except KafkaException as exc:
         err = to_write_error(exc, what)
         if err.action is ErrorAction.RETRY:
-            msg = f"{what} still failing after {RETRY_ATTEMPTS} attempts: {exc}; aborting the epoch"
+            msg = (
+                f"{what} still failing after {BROKER_RESTART_WAIT_S:.0f}s of retries: {exc}; "
+                "aborting the epoch"
+            )
             err = KafkaWriteError(msg, action=ErrorAction.ABORT, code=err.code)
         raise err from exc
+
+
+def _stop() -> tenacity.stop.stop_base:
+    """At least ``RETRY_ATTEMPTS`` attempts, and retry until ``BROKER_RESTART_WAIT_S`` passed."""
+    return tenacity.stop_all(
+        tenacity.stop_after_attempt(RETRY_ATTEMPTS), tenacity.stop_after_delay(BROKER_RESTART_WAIT_S)
+    )
+
+
+def code_of(exc: KafkaError | BaseException) -> int | None:
+    """Return the Kafka error code carried by ``exc`` (a typed write error's too), if any."""
+    if isinstance(exc, KafkaWriteError):
+        return exc.code
+    err = exc if isinstance(exc, KafkaError) else kafka_error_of(exc)
+    return err.code() if err is not None else None
+
+
+def broker_restart(exc: KafkaError | BaseException) -> bool:
+    """Return whether ``exc`` is what a broker restart causes (and not fenced or fatal).
+
+    Such a failed transaction was not committed; once aborted it may be begun again.
+    """
+    if classify(exc) is ErrorAction.FATAL:
+        return False
+    return classify(exc) is ErrorAction.RETRY or code_of(exc) in RESTART_CODES
+
+
+def retry_over_restart(what: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` again while it fails with a broker-restart error, for ``BROKER_RESTART_WAIT_S``.
+
+    ``fn`` is a whole transaction that aborts itself when it fails (:func:`broker_restart`
+    says which errors leave it uncommitted). Every other error, and the last one after the bound, is raised as it is.
+    """
+    retrying = tenacity.Retrying(
+        stop=_stop(),
+        wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
+        retry=tenacity.retry_if_exception(broker_restart),
+        before_sleep=lambda state: _log.warning(
+            "%s failed (%s); the broker may be restarting, retrying (attempt %d)",
+            what, state.outcome.exception() if state.outcome else None, state.attempt_number,
+        ),
+        reraise=True,
+    )
+    return retrying(fn)

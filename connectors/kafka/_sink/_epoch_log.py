@@ -32,11 +32,17 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer, TopicPartition
 
 from connectors.kafka import _clients, _names
 from connectors.kafka._admin import ensure_topics
-from connectors.kafka._classify import PARTITION_EOF, call_with_retry, classify
+from connectors.kafka._classify import (
+    PARTITION_EOF,
+    broker_restart,
+    call_with_retry,
+    classify,
+    retry_over_restart,
+)
 from connectors.kafka._errors import EpochLogFencedError
 from txn import (
     DEFAULT_RETAIN_EPOCHS,
@@ -161,7 +167,7 @@ class KafkaEpochLog(EpochLog):
         if err is not None:
             if err.code() == PARTITION_EOF:
                 return True
-            if classify(err) is ErrorAction.RETRY:
+            if broker_restart(err):  # also a topic the restarted broker has not loaded yet
                 return False
             msg = f"reading epoch log topic {self._topic} failed: {err}"
             raise EpochLogError(msg)
@@ -245,6 +251,24 @@ class KafkaEpochLog(EpochLog):
         return out
 
     def _write(self, producer: Producer, messages: list[tuple[str, bytes | None]]) -> None:
+        """Write ``messages`` in one transaction; ride through a broker restart (bounded).
+
+        A transaction that failed with a broker-restart error (the topic unknown while the
+        broker reloads it, no leader, the coordinator loading, the connection down) was
+        not committed; it is aborted and written again for up to
+        ``BROKER_RESTART_WAIT_S`` (``_classify.retry_over_restart``).
+        """
+        try:
+            retry_over_restart(
+                f"appending to epoch log {self._topic}", lambda: self._write_once(producer, messages)
+            )
+        except (EpochLogError, EpochLogFencedError):
+            raise
+        except Exception as exc:
+            msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
+            raise EpochLogError(msg) from exc
+
+    def _write_once(self, producer: Producer, messages: list[tuple[str, bytes | None]]) -> None:
         try:
             producer.begin_transaction()
             for key, value in messages:
@@ -253,9 +277,11 @@ class KafkaEpochLog(EpochLog):
                 "epoch log commit", lambda: producer.commit_transaction(LOG_TXN_TIMEOUT_S)
             )
         except Exception as exc:
-            self._fail(producer, exc)
+            self._abort(producer, exc)
+            raise
 
-    def _fail(self, producer: Producer, exc: Exception) -> None:
+    def _abort(self, producer: Producer, exc: Exception) -> None:
+        """Abort the failed transaction; raise typed when it cannot be written again."""
         if classify(exc) is ErrorAction.FATAL:
             self._producer = None
             self._history = None
@@ -265,11 +291,16 @@ class KafkaEpochLog(EpochLog):
             )
             raise EpochLogFencedError(msg) from exc
         try:
-            producer.abort_transaction(LOG_TXN_TIMEOUT_S)
-        except KafkaException:
+            call_with_retry(
+                "epoch log abort", lambda: producer.abort_transaction(LOG_TXN_TIMEOUT_S)
+            )
+        except Exception as abort_exc:  # noqa: BLE001 - reported as the append's failure
             self._producer = None  # re-acquire (and re-read) on the next append
-        msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
-        raise EpochLogError(msg) from exc
+            msg = (
+                f"appending to epoch log {self._topic} failed: {exc}, and aborting it failed: "
+                f"{abort_exc}; the record is not durable"
+            )
+            raise EpochLogError(msg) from exc
 
     def close(self) -> None:
         """Release the producer. Idempotent."""

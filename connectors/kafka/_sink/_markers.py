@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _clients, _names
-from connectors.kafka._classify import call_with_retry
+from connectors.kafka._classify import broker_restart, call_with_retry
 from connectors.kafka._errors import MarkerError
 from txn import Marker
 
@@ -77,12 +77,15 @@ def marker_consumer(bootstrap_servers: str, group: str) -> Consumer:
 
 
 def read_marker(consumer: Consumer, marker_topic: str) -> Marker | None:
-    """Read the marker of the consumer's group."""
-    tps = call_with_retry(
-        "read marker",
-        lambda: consumer.committed([TopicPartition(marker_topic, 0)], timeout=COMMITTED_TIMEOUT_S),
-    )
-    tp = tps[0]
+    """Read the marker of the consumer's group (retried through a broker restart, bounded)."""
+
+    def committed() -> TopicPartition:
+        (tp,) = consumer.committed([TopicPartition(marker_topic, 0)], timeout=COMMITTED_TIMEOUT_S)
+        if tp.error is not None and broker_restart(tp.error):  # e.g. the topic not loaded yet
+            raise KafkaException(KafkaError(tp.error.code(), str(tp.error), retriable=True))
+        return tp
+
+    tp = call_with_retry("read marker", committed)
     if tp.error is not None:
         msg = f"reading marker of {marker_topic}[0] failed: {tp.error}"
         raise MarkerError(msg)

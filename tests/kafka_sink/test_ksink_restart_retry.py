@@ -1,0 +1,125 @@
+"""The epoch log's appends and the marker reads ride through a broker restart (unit tests).
+
+Test doubles stand in for the librdkafka clients (the integration test
+``integration_tests/e2e/test_chaos.py::test_broker_restarts_under_a_running_query``
+restarts a real broker under a query); they fail the way librdkafka does while a broker
+reloads its topics.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from connectors.kafka import _classify
+from connectors.kafka._errors import EpochLogFencedError, MarkerError
+from connectors.kafka._sink import _markers
+from connectors.kafka._sink._epoch_log import KafkaEpochLog
+from txn import EpochLogError
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_classify, "RETRY_WAIT_MIN_S", 0.0)
+    monkeypatch.setattr(_classify, "RETRY_WAIT_MAX_S", 0.0)
+    monkeypatch.setattr(_classify, "BROKER_RESTART_WAIT_S", 2.0)
+
+
+class TxnProducer:
+    """A transactional producer whose commits fail with ``failures`` first, in order."""
+
+    def __init__(self, failures: list[KafkaError]) -> None:
+        self.failures = list(failures)
+        self.calls: list[str] = []
+        self.committed: list[list[tuple[str, bytes | None]]] = []
+        self._open: list[tuple[str, bytes | None]] = []
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+        self._open = []
+
+    def produce(self, topic: str, value: bytes | None, key: str) -> None:
+        self._open.append((key, value))
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        if self.failures:
+            raise KafkaException(self.failures.pop(0))
+        self.committed.append(self._open)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+        self._open = []
+
+
+def write(producer: TxnProducer) -> None:
+    log = KafkaEpochLog("unused:9092", "s1", create_topic=False)
+    log._write(producer, [("s1/r/1", b"record")])  # noqa: SLF001 - the unit under test
+
+
+def reload_error(code: int) -> KafkaError:
+    # What librdkafka raises from commit_transaction when a record of the transaction
+    # failed: abortable, carrying the record's error code.
+    return KafkaError(code, "test", txn_requires_abort=True)
+
+
+def test_an_append_is_written_again_after_the_broker_reloaded_its_topics() -> None:
+    producer = TxnProducer([reload_error(KafkaError._UNKNOWN_TOPIC),
+                            reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)])
+    write(producer)
+    assert producer.calls == ["begin", "commit", "abort"] * 2 + ["begin", "commit"]
+    assert producer.committed == [[("s1/r/1", b"record")]]
+
+
+def test_an_append_that_cannot_succeed_fails_at_once() -> None:
+    producer = TxnProducer([reload_error(KafkaError.MSG_SIZE_TOO_LARGE)])
+    with pytest.raises(EpochLogError, match="not durable"):
+        write(producer)
+    assert producer.calls == ["begin", "commit", "abort"]
+
+
+def test_an_outage_longer_than_the_bound_fails_the_append(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_classify, "BROKER_RESTART_WAIT_S", 0.2)
+    producer = TxnProducer([reload_error(KafkaError._UNKNOWN_TOPIC)] * 100_000)
+    with pytest.raises(EpochLogError, match="_UNKNOWN_TOPIC"):
+        write(producer)
+    assert producer.committed == [] and producer.calls.count("commit") >= 2
+
+
+def test_a_fenced_append_is_not_retried() -> None:
+    producer = TxnProducer([KafkaError(KafkaError._FENCED, "fenced", fatal=True)])
+    with pytest.raises(EpochLogFencedError):
+        write(producer)
+    assert producer.calls == ["begin", "commit"]
+
+
+class MarkerConsumer:
+    """``committed()`` answers with a per-partition error ``errors`` times, then the offset."""
+
+    def __init__(self, errors: list[KafkaError]) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[Any]:
+        self.calls += 1
+        if self.errors:
+            return [SimpleNamespace(offset=-1001, metadata=None, error=self.errors.pop(0))]
+        meta = '{"epoch":7,"rows":2,"checksum":"c"}'
+        return [SimpleNamespace(offset=8, metadata=meta, error=None)]
+
+
+def test_a_marker_read_waits_for_the_marker_topic_to_be_loaded() -> None:
+    consumer = MarkerConsumer([KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART),
+                               KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)])
+    marker = _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]
+    assert marker is not None and (marker.epoch, marker.rows) == (7, 2)
+    assert consumer.calls == 3
+
+
+def test_a_marker_read_reports_other_partition_errors() -> None:
+    consumer = MarkerConsumer([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)])
+    with pytest.raises(MarkerError, match="TOPIC_AUTHORIZATION_FAILED"):
+        _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]
