@@ -16,6 +16,7 @@ Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
 """
 
 from connectors.kafka._classify import classify
+from connectors.kafka._connect import KafkaAuthenticationError, KafkaConnectError
 from connectors.kafka._errors import (
     BrokerUnavailableError,
     EpochLogFencedError,
@@ -79,6 +80,8 @@ __all__ = [
     "InputError",
     "InputSchemaError",
     "InsufficientSlotsError",
+    "KafkaAuthenticationError",
+    "KafkaConnectError",
     "KafkaEpochLog",
     "KafkaOffsets",
     "KafkaRcDataSource",

@@ -10,6 +10,8 @@ errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkE
     +-- SinkConfigError (txn.ConfigError)        a bad option, raised at construction
     +-- PreflightError                           the cluster is unusable at the first write
     |   +-- BrokerUnavailableError               no broker answered
+    |       +-- KafkaConnectError                first contact failed (``_connect``; also a source error)
+    |           +-- KafkaAuthenticationError     the cluster refused the credentials
     |   +-- TopicMissingError                    the output topic is not in fresh metadata
     +-- InputError (connectors.stage.InputError) the DataFrame cannot be written
     |   +-- InputSchemaError                     a column missing or mistyped (driver)

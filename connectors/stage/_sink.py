@@ -196,7 +196,8 @@ class TransactionalSink:
         self._book.add(metrics)
         limit = min((w for m in self._members
                      if (w := m.connector.options.warn_after_s) is not None), default=None)
-        if not metrics.skipped and limit is not None and metrics.epoch_ms > limit * 1000.0:
+        if (not metrics.skipped and metrics.epoch >= 0 and limit is not None  # -1: no epoch yet
+                and metrics.epoch_ms > limit * 1000.0):
             log.warning(
                 "epoch %d took %.1fs, more than %.0fs: a slower batch risks a transaction "
                 "timeout (the epoch is then redone); raise the timeout or shorten the "

@@ -7,12 +7,12 @@ from typing import Any
 
 from connectors.kafka._admin import (
     TOPIC_METADATA_WAIT_S,
-    admin_client,
     broker_config,
     ensure_topics,
     existing_topics,
     wait_for_topic,
 )
+from connectors.kafka._connect import connect_admin
 from connectors.kafka._errors import PreflightError, TopicMissingError
 from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
@@ -72,17 +72,21 @@ class KafkaConnector(SinkConnector):
 
         A topic missing from the metadata is looked for again for
         ``TOPIC_METADATA_WAIT_S`` (a restarted broker answers before it has loaded its
-        topics); an unreachable broker is reported as such, not as a missing topic.
+        topics); an unreachable broker is reported as such, not as a missing topic, within
+        ``_connect.CONNECT_WAIT_S``.
 
         Raises:
-            BrokerUnavailableError: no broker answered.
+            KafkaConnectError: no broker answered (the message names the address and the
+                reason); KafkaAuthenticationError: the credentials were refused.
+            BrokerUnavailableError: the broker stopped answering afterwards.
             TopicMissingError: the output topic stayed absent.
             PreflightError: another problem, with what to fix.
 
         """
         cfg = self.cfg
-        admin = admin_client(cfg.bootstrap_servers)
-        topics = existing_topics(admin)  # BrokerUnavailableError: unreachable
+        admin = connect_admin({"bootstrap.servers": cfg.bootstrap_servers},
+                              setting="bootstrap_servers")  # KafkaConnectError: unreachable
+        topics = existing_topics(admin)
         if cfg.topic is not None and cfg.topic not in topics:
             if cfg.create_topics:
                 ensure_topics(cfg.bootstrap_servers, [cfg.topic])

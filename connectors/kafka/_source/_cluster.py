@@ -29,7 +29,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from connectors.kafka import _clients
+from connectors.kafka import _connect
 from connectors.kafka._classify import classify
 from txn import ErrorAction
 
@@ -71,7 +71,8 @@ class ClusterView:
     def _client(self) -> Any:
         if self._admin is None:
             try:
-                self._admin = _clients.admin(self._options.admin_config())
+                self._admin = _connect.connect_admin(
+                    self._options.admin_config(), setting="kafka.bootstrap.servers")
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
                 raise SourceOptionError(msg) from exc

@@ -1,0 +1,115 @@
+"""First contact with a cluster: wait (bounded) until it answers, or say exactly why not.
+
+librdkafka never fails a request because the address is wrong: it reconnects forever and
+the request times out after its own timeout, with ``_TRANSPORT`` and no address. The
+sink's preflight and the source's first metadata request go through :func:`connect_admin`
+instead, which:
+
+1. sends a metadata request every ``CONNECT_STEP_S`` and collects the client's
+   connection errors (librdkafka's ``error_cb``) in between;
+2. returns the AdminClient as soon as the cluster answers;
+3. raises :class:`KafkaAuthenticationError` at the first authentication failure (SASL or
+   TLS: retrying with the same settings cannot help);
+4. raises :class:`KafkaConnectError` after ``CONNECT_WAIT_S`` without an answer, naming
+   the address, the option to fix and librdkafka's last connection error (connection
+   refused, host not found) or, when nothing answered at all, the bound.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from connectors.kafka import _clients
+from connectors.kafka._classify import AUTHENTICATION_CODES, CONNECTION_CODES
+from connectors.kafka._errors import BrokerUnavailableError
+from connectors.kafka._source._errors import KafkaUnavailableError
+from connectors.stage._errors import rebuild_error
+
+# Seconds the first contact may take before the cluster is reported unreachable: a wrong
+# address never answers, a restarting broker accepts connections again within seconds.
+CONNECT_WAIT_S = 10.0
+# Seconds of one metadata request while waiting (connection errors are read in between).
+CONNECT_STEP_S = 1.0
+# Connection errors kept per client (the client outlives the check: bounded memory).
+_KEPT_ERRORS = 16
+
+
+class KafkaConnectError(BrokerUnavailableError, KafkaUnavailableError):
+    """The first contact with the cluster failed: wrong address, refused, or no answer.
+
+    Raised by the sink's preflight and by the source alike (it is both a
+    :class:`BrokerUnavailableError` and the source's ``KafkaUnavailableError``);
+    ``address`` is the bootstrap address tried and ``setting`` the option that holds it.
+    """
+
+    retry_stage = False
+
+    def __init__(self, message: str, *, address: str = "", setting: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.setting = setting
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (rebuild_error, (type(self), str(self),
+                                {"address": self.address, "setting": self.setting}))
+
+
+class KafkaAuthenticationError(KafkaConnectError):
+    """The cluster refused the client's credentials (SASL or TLS); retrying cannot help."""
+
+
+def connect_admin(settings: Mapping[str, Any], *, setting: str) -> AdminClient:
+    """Return an AdminClient whose cluster answered (steps in the module doc).
+
+    ``settings`` are librdkafka settings with ``bootstrap.servers``; ``setting`` is the
+    name under which the user gave the address (``bootstrap_servers`` of a sink,
+    ``kafka.bootstrap.servers`` of the source).
+
+    Raises:
+        KafkaAuthenticationError: the cluster refused the client's credentials.
+        KafkaConnectError: no broker answered within ``CONNECT_WAIT_S``.
+
+    """
+    seen: collections.deque[KafkaError] = collections.deque(maxlen=_KEPT_ERRORS)
+    client = _clients.admin({**settings, "error_cb": seen.append})
+    address = str(settings.get("bootstrap.servers", ""))
+    deadline = time.monotonic() + CONNECT_WAIT_S
+    while True:
+        try:
+            client.list_topics(timeout=CONNECT_STEP_S)
+        except KafkaException as exc:
+            last: KafkaException = exc
+        else:
+            return client
+        client.poll(0)  # serves error_cb (and librdkafka's log lines)
+        auth = next((e for e in seen if e.code() in AUTHENTICATION_CODES), None)
+        if auth is not None:
+            msg = (
+                f"Kafka at {address} refused authentication ({auth.name()}: {auth.str()}); "
+                f"check the security settings (SASL/TLS) that go with {setting}"
+            )
+            raise KafkaAuthenticationError(msg, address=address, setting=setting)
+        if time.monotonic() >= deadline:
+            raise KafkaConnectError(_unreachable(address, setting, seen, last),
+                                    address=address, setting=setting)
+
+
+def _unreachable(
+    address: str, setting: str, seen: collections.deque[KafkaError], last: KafkaException
+) -> str:
+    conn = [e for e in seen if e.code() in CONNECTION_CODES and e.code() != KafkaError._ALL_BROKERS_DOWN]  # noqa: SLF001
+    why = (
+        f"last connection error: {conn[-1].str()}"
+        if conn
+        else f"no broker answered within {CONNECT_WAIT_S:.0f}s ({last.args[0] if last.args else last})"
+    )
+    return (
+        f"cannot connect to Kafka at {address} ({why}); check {setting} (host:port of "
+        "reachable brokers) and that the brokers run"
+    )
