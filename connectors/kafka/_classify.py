@@ -88,8 +88,14 @@ RESTART_CODES = frozenset(
         KafkaError.NOT_COORDINATOR,
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NETWORK_EXCEPTION,
+        # The restarted broker lost or truncated the idempotent producer's state; the
+        # abort bumps the producer epoch, after which the sequence starts afresh.
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.UNKNOWN_PRODUCER_ID,
     }
 )
+# Delivery errors of records purged because their transaction failed (not a cause).
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})  # noqa: SLF001
 
 # Codes that mean "a newer producer with this transactional id exists": the instance
 # is dead even when librdkafka does not flag the error fatal (for example in replies
@@ -224,6 +230,25 @@ def broker_restart(exc: KafkaError | BaseException) -> bool:
     if classify(exc) is ErrorAction.FATAL:
         return False
     return classify(exc) is ErrorAction.RETRY or code_of(exc) in RESTART_CODES
+
+
+def with_delivery_cause(exc: BaseException, failed: list[KafkaError]) -> BaseException:
+    """Return the error a failed transaction is classified by: its records' delivery error.
+
+    librdkafka fails the commit of a transaction whose records were not delivered with
+    ``_INCONSISTENT`` ("message(s) failed delivery"); the reason (the topic unknown while
+    a broker reloads, a timeout, a record too large) is only in the delivery reports. The
+    result carries the first delivery error's code, abortable; ``exc`` itself when no
+    record failed (records purged by the failed transaction itself are consequences, not
+    causes) or the producer is fenced or fatal.
+    """
+    causes = [e for e in failed if e.code() not in _PURGED]
+    if not causes or classify(exc) is ErrorAction.FATAL:
+        return exc
+    cause = causes[0]
+    return KafkaException(KafkaError(
+        cause.code(), f"{exc}; first failed delivery: {cause.str()}", txn_requires_abort=True,
+    ))
 
 
 def retry_over_restart(what: str, fn: Callable[[], T]) -> T:

@@ -28,21 +28,38 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_classify, "BROKER_RESTART_WAIT_S", 2.0)
 
 
-class TxnProducer:
-    """A transactional producer whose commits fail with ``failures`` first, in order."""
+INCONSISTENT = KafkaError._INCONSISTENT  # noqa: SLF001 - librdkafka's local code
 
-    def __init__(self, failures: list[KafkaError]) -> None:
+
+class TxnProducer:
+    """A transactional producer whose commits fail with ``failures`` first, in order.
+
+    A failure with ``delivery=code`` is what librdkafka does when a record failed: the
+    record's delivery report carries ``code``, the commit fails with ``_INCONSISTENT``.
+    """
+
+    def __init__(self, failures: list[KafkaError], delivery: list[int | None] | None = None):
         self.failures = list(failures)
+        self.delivery = list(delivery or [])
         self.calls: list[str] = []
         self.committed: list[list[tuple[str, bytes | None]]] = []
         self._open: list[tuple[str, bytes | None]] = []
+        self._reports: list[Any] = []
 
     def begin_transaction(self) -> None:
         self.calls.append("begin")
         self._open = []
 
-    def produce(self, topic: str, value: bytes | None, key: str) -> None:
+    def produce(self, topic: str, value: bytes | None, key: str, on_delivery: Any) -> None:
         self._open.append((key, value))
+        self._reports.append(on_delivery)
+
+    def flush(self, timeout: float) -> int:
+        code = self.delivery.pop(0) if self.delivery else None
+        for report in self._reports:
+            report(None if code is None else KafkaError(code, "delivery failed"), None)
+        self._reports = []
+        return 0
 
     def commit_transaction(self, timeout: float) -> None:
         self.calls.append("commit")
@@ -72,6 +89,26 @@ def test_an_append_is_written_again_after_the_broker_reloaded_its_topics() -> No
     write(producer)
     assert producer.calls == ["begin", "commit", "abort"] * 2 + ["begin", "commit"]
     assert producer.committed == [[("s1/r/1", b"record")]]
+
+
+def test_an_append_whose_record_failed_delivery_is_classified_by_the_delivery_error() -> None:
+    # Seen against a restarted broker: "1 message(s) failed delivery", _INCONSISTENT.
+    inconsistent = KafkaError(INCONSISTENT, "1 message(s) failed delivery",
+                              txn_requires_abort=True)
+    producer = TxnProducer([inconsistent], delivery=[KafkaError._UNKNOWN_TOPIC])
+    write(producer)
+    assert producer.calls == ["begin", "commit", "abort", "begin", "commit"]
+    assert producer.committed == [[("s1/r/1", b"record")]]
+    # Records purged by the failed transaction are a consequence: the commit's error counts.
+    sequence = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "skipped sequence numbers",
+                          txn_requires_abort=True)
+    producer = TxnProducer([sequence], delivery=[KafkaError._PURGE_QUEUE])
+    write(producer)
+    assert producer.calls == ["begin", "commit", "abort", "begin", "commit"]
+    too_large = TxnProducer([inconsistent], delivery=[KafkaError.MSG_SIZE_TOO_LARGE])
+    with pytest.raises(EpochLogError, match="MSG_SIZE_TOO_LARGE|too large"):
+        write(too_large)
+    assert too_large.calls == ["begin", "commit", "abort"]
 
 
 def test_an_append_that_cannot_succeed_fails_at_once() -> None:

@@ -32,7 +32,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from connectors.kafka import _clients, _names
 from connectors.kafka._admin import ensure_topics
@@ -42,6 +42,7 @@ from connectors.kafka._classify import (
     call_with_retry,
     classify,
     retry_over_restart,
+    with_delivery_cause,
 )
 from connectors.kafka._errors import EpochLogFencedError
 from txn import (
@@ -269,16 +270,23 @@ class KafkaEpochLog(EpochLog):
             raise EpochLogError(msg) from exc
 
     def _write_once(self, producer: Producer, messages: list[tuple[str, bytes | None]]) -> None:
+        failed: list[KafkaError] = []  # delivery errors of this transaction's records
+
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                failed.append(err)
+
         try:
             producer.begin_transaction()
             for key, value in messages:
-                producer.produce(self._topic, value, key)
+                producer.produce(self._topic, value, key, on_delivery=delivered)
+            producer.flush(LOG_TXN_TIMEOUT_S)  # serves the delivery reports
             call_with_retry(
                 "epoch log commit", lambda: producer.commit_transaction(LOG_TXN_TIMEOUT_S)
             )
         except Exception as exc:
             self._abort(producer, exc)
-            raise
+            raise with_delivery_cause(exc, failed) from exc
 
     def _abort(self, producer: Producer, exc: Exception) -> None:
         """Abort the failed transaction; raise typed when it cannot be written again."""
