@@ -41,12 +41,12 @@ pytestmark = [
 
 # Milliseconds after each start during which the broker answers metadata without topics.
 LOAD_DELAY_MS = 3000
-# Records of the run: sixty epochs of the scenario's chunk size, so restarts land mid-run.
-RECORDS = 6000
-# Seconds the query runs before the first restart: librdkafka fails a produce with
-# _UNKNOWN_TOPIC at once (instead of waiting for the topic) when a topic it has known for
-# longer than topic.metadata.propagation.max.ms (30 s) is reported unknown, which is how
-# the hole showed with a long-running query.
+# Records of the run: thirty epochs of the scenario's chunk size, so restarts land mid-run.
+RECORDS = 3000
+# Seconds the driver holds epoch 1 (a fault plan's sleep) before the restarts: the clients
+# must have known their topics for longer than librdkafka's topic.metadata.propagation.max.ms
+# (30 s), as in a long-running query; librdkafka then fails a record at once when the
+# reloading broker reports the topic unknown, instead of waiting for it to appear.
 RUN_BEFORE_RESTART_S = 35.0
 # Seconds the broker stays down after a SIGKILL in the last restart.
 DOWN_S = 3.0
@@ -81,14 +81,15 @@ def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> Non
 
         sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic, n=RECORDS)
         epochs = sc.stage()
-        app = AppProcess(sc.config(mode=mode), tmp_path / "apps", name="run").start()
-        assert app.wait_for(lambda a: len(a.epochs) >= 1, APP_RUN_TIMEOUT_S), app.stderr_tail()
-        time.sleep(RUN_BEFORE_RESTART_S)
+        hold = sc.fault_plan([{"id": "hold", "step": "driver_after_plan", "epoch": 1,
+                               "action": "sleep", "seconds": RUN_BEFORE_RESTART_S}])
+        app = AppProcess(sc.config(mode=mode, fault_plan=hold), tmp_path / "apps",
+                         name="run").start()
+        assert app.wait_for(lambda a: len(a.epochs) >= 2, APP_RUN_TIMEOUT_S), app.stderr_tail()
         for how in ("clean", "killed", "killed-down"):
             seen = len(app.epochs)
             assert app.wait_for(lambda a, n=seen: len(a.epochs) >= n + 2, APP_RUN_TIMEOUT_S), (
                 app.stderr_tail())
-            print(f"restart {how} after {len(app.epochs)} epochs", flush=True)
             _restart(broker, how)
         before_last = len(app.epochs)
         code = app.wait(APP_RUN_TIMEOUT_S)
