@@ -18,7 +18,7 @@ from connectors.kafka import _classify
 from connectors.kafka._errors import EpochLogFencedError, MarkerError
 from connectors.kafka._sink import _markers
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
-from txn import EpochLogError
+from txn import EpochHistory, EpochLogError, EpochPlan, encode_record
 
 
 @pytest.fixture(autouse=True)
@@ -72,9 +72,28 @@ class TxnProducer:
         self._open = []
 
 
+PLAN = EpochPlan("s1", 1, 2, "fp")
+KEY = "s1/r/00000000000000000001/000000/plan"
+
+
+class OwnedLog(KafkaEpochLog):
+    """The Kafka epoch log with taking over replaced: each take-over hands out a producer."""
+
+    def __init__(self, producers: list[TxnProducer]) -> None:
+        super().__init__("unused:9092", "s1", create_topic=False)
+        self.producers = producers
+        self.takeovers = 0
+
+    def _acquire(self) -> Any:
+        if self._producer is None:
+            self._producer = self.producers[self.takeovers]  # type: ignore[assignment]
+            self._history = EpochHistory.from_records([], sink_id="s1")
+            self.takeovers += 1
+        return self._producer
+
+
 def write(producer: TxnProducer) -> None:
-    log = KafkaEpochLog("unused:9092", "s1", create_topic=False)
-    log._write(producer, [("s1/r/1", b"record")])  # noqa: SLF001 - the unit under test
+    OwnedLog([producer]).append(PLAN)
 
 
 def reload_error(code: int) -> KafkaError:
@@ -88,7 +107,7 @@ def test_an_append_is_written_again_after_the_broker_reloaded_its_topics() -> No
                             reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)])
     write(producer)
     assert producer.calls == ["begin", "commit", "abort"] * 2 + ["begin", "commit"]
-    assert producer.committed == [[("s1/r/1", b"record")]]
+    assert producer.committed == [[(KEY, encode_record(PLAN))]]
 
 
 def test_an_append_whose_record_failed_delivery_is_classified_by_the_delivery_error() -> None:
@@ -98,7 +117,7 @@ def test_an_append_whose_record_failed_delivery_is_classified_by_the_delivery_er
     producer = TxnProducer([inconsistent], delivery=[KafkaError._UNKNOWN_TOPIC])
     write(producer)
     assert producer.calls == ["begin", "commit", "abort", "begin", "commit"]
-    assert producer.committed == [[("s1/r/1", b"record")]]
+    assert producer.committed == [[(KEY, encode_record(PLAN))]]
     # Records purged by the failed transaction are a consequence: the commit's error counts.
     sequence = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "skipped sequence numbers",
                           txn_requires_abort=True)
@@ -109,6 +128,22 @@ def test_an_append_whose_record_failed_delivery_is_classified_by_the_delivery_er
     with pytest.raises(EpochLogError, match="MSG_SIZE_TOO_LARGE|too large"):
         write(too_large)
     assert too_large.calls == ["begin", "commit", "abort"]
+
+
+def test_a_failed_abort_takes_the_log_over_again_before_the_next_attempt() -> None:
+    # Seen after a SIGKILLed broker: the coordinator lost the open transaction, so the
+    # abort fails (INVALID_TXN_STATE, fatal); a new producer takes the log over.
+    class LostTxn(TxnProducer):
+        def abort_transaction(self, timeout: float) -> None:
+            self.calls.append("abort")
+            raise KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "lost", fatal=True))
+
+    first = LostTxn([reload_error(KafkaError._UNKNOWN_TOPIC)])
+    second = TxnProducer([])
+    log = OwnedLog([first, second])
+    log.append(PLAN)
+    assert log.takeovers == 2
+    assert first.committed == [] and second.committed == [[(KEY, encode_record(PLAN))]]
 
 
 def test_an_append_that_cannot_succeed_fails_at_once() -> None:

@@ -213,8 +213,28 @@ class KafkaEpochLog(EpochLog):
         return f"{self._sink_id}/r/{record.epoch:020d}/{attempt:06d}/{_kind(record)}"
 
     def append(self, record: LogRecord) -> None:
-        """Validate ``record`` and append it durably in one Kafka transaction."""
+        """Validate ``record`` and append it durably in one Kafka transaction.
+
+        Rides through a broker restart: a transaction that failed with a broker-restart
+        error (the topic unknown while the broker reloads it, no leader, the coordinator
+        loading, the connection down, the producer state lost) was not committed; it is
+        aborted and written again for up to ``BROKER_RESTART_WAIT_S``
+        (``_classify.retry_over_restart``). When the abort itself fails, the producer is
+        dropped and the next attempt takes the log over again (``init_transactions``,
+        re-read) before it validates and writes the record again.
+        """
         self._check_open()
+        try:
+            retry_over_restart(
+                f"appending to epoch log {self._topic}", lambda: self._append_once(record)
+            )
+        except (EpochLogError, EpochLogFencedError):
+            raise
+        except Exception as exc:
+            msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
+            raise EpochLogError(msg) from exc
+
+    def _append_once(self, record: LogRecord) -> None:
         producer = self._acquire()
         assert self._history is not None  # noqa: S101 - set by _acquire
         folded = self._history.with_record(record)
@@ -252,24 +272,7 @@ class KafkaEpochLog(EpochLog):
         return out
 
     def _write(self, producer: Producer, messages: list[tuple[str, bytes | None]]) -> None:
-        """Write ``messages`` in one transaction; ride through a broker restart (bounded).
-
-        A transaction that failed with a broker-restart error (the topic unknown while the
-        broker reloads it, no leader, the coordinator loading, the connection down) was
-        not committed; it is aborted and written again for up to
-        ``BROKER_RESTART_WAIT_S`` (``_classify.retry_over_restart``).
-        """
-        try:
-            retry_over_restart(
-                f"appending to epoch log {self._topic}", lambda: self._write_once(producer, messages)
-            )
-        except (EpochLogError, EpochLogFencedError):
-            raise
-        except Exception as exc:
-            msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
-            raise EpochLogError(msg) from exc
-
-    def _write_once(self, producer: Producer, messages: list[tuple[str, bytes | None]]) -> None:
+        """Write ``messages`` in one transaction; on failure abort it and raise (classified)."""
         failed: list[KafkaError] = []  # delivery errors of this transaction's records
 
         def delivered(err: KafkaError | None, _msg: object) -> None:
@@ -289,7 +292,7 @@ class KafkaEpochLog(EpochLog):
             raise with_delivery_cause(exc, failed) from exc
 
     def _abort(self, producer: Producer, exc: Exception) -> None:
-        """Abort the failed transaction; raise typed when it cannot be written again."""
+        """Abort the failed transaction (fenced: raise typed; abort failed: drop the producer)."""
         if classify(exc) is ErrorAction.FATAL:
             self._producer = None
             self._history = None
@@ -302,13 +305,11 @@ class KafkaEpochLog(EpochLog):
             call_with_retry(
                 "epoch log abort", lambda: producer.abort_transaction(LOG_TXN_TIMEOUT_S)
             )
-        except Exception as abort_exc:  # noqa: BLE001 - reported as the append's failure
-            self._producer = None  # re-acquire (and re-read) on the next append
-            msg = (
-                f"appending to epoch log {self._topic} failed: {exc}, and aborting it failed: "
-                f"{abort_exc}; the record is not durable"
-            )
-            raise EpochLogError(msg) from exc
+        except Exception:  # noqa: BLE001 - the append's own error is what counts
+            # Seen after a broker restart (the coordinator lost the open transaction):
+            # take the log over again (and re-read it) before the next attempt.
+            self._producer = None
+            self._history = None
 
     def close(self) -> None:
         """Release the producer. Idempotent."""
