@@ -45,6 +45,7 @@ RETRY_WAIT_MAX_S = 5.0
 
 # librdkafka's local (client-side) error codes are spelled with a leading underscore.
 FENCED = KafkaError._FENCED  # noqa: SLF001
+FATAL = KafkaError._FATAL  # noqa: SLF001
 TIMED_OUT = KafkaError._TIMED_OUT  # noqa: SLF001
 TRANSPORT = KafkaError._TRANSPORT  # noqa: SLF001
 ALL_BROKERS_DOWN = KafkaError._ALL_BROKERS_DOWN  # noqa: SLF001

@@ -148,3 +148,27 @@ def test_flush_timeout_is_an_error():
     p.unflushed = 3
     with pytest.raises(KafkaWriteError, match="3 records"):
         writer(p).flush(0.2)
+
+
+class CallbackFailure(FakeProducer):
+    """flush() fails the way confluent-kafka does when a callback fails after a fatal error."""
+
+    def __init__(self, cause=None):
+        super().__init__()
+        self.cause = cause
+
+    def flush(self, timeout):
+        error = SystemError("<built-in method flush> returned NULL without setting an exception")
+        if self.cause is not None:
+            raise error from self.cause
+        raise error
+
+
+def test_a_failed_callback_after_a_fatal_error_is_a_fatal_write_error():
+    # With a cause (a delivery report callback), the cause's class; without one (a log
+    # line served after the fatal error), fatal: the producer's state is unknown.
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    for producer in (CallbackFailure(fenced), CallbackFailure()):
+        with pytest.raises(KafkaWriteError) as info:
+            writer(producer).flush(1.0)
+        assert info.value.action == "fatal"

@@ -36,7 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.kafka._classify import TIMED_OUT, UNKNOWN_PARTITION, UNKNOWN_TOPIC, to_write_error
+from connectors.kafka._classify import (
+    FATAL,
+    TIMED_OUT,
+    UNKNOWN_PARTITION,
+    UNKNOWN_TOPIC,
+    to_write_error,
+)
 from connectors.kafka._errors import RecordError, RecordTooLargeError
 
 # Seconds one poll waits for the producer queue to drain when it is full (back-pressure).
@@ -275,16 +281,21 @@ class RecordWriter:
 
         A fatal error (a fenced transactional producer) can surface as a KafkaException
         while librdkafka serves delivery reports; confluent-kafka then reports the next
-        callback as a SystemError whose cause is that KafkaException.
+        callback as a SystemError whose cause is that KafkaException. When that next
+        callback is a log line (the kit routes librdkafka's logs to Python), the
+        SystemError carries no cause at all: the producer's state is then unknown, and it
+        is treated as fatal (dropped, never called again; a retry creates a new one).
         """
         try:
             return call()
         except KafkaException as exc:
             raise to_write_error(exc, what) from exc
         except SystemError as exc:
-            if isinstance(exc.__cause__, KafkaException):
-                raise to_write_error(exc.__cause__, what) from exc
-            raise
+            cause = exc.__cause__
+            if not isinstance(cause, KafkaException):
+                cause = KafkaException(KafkaError(
+                    FATAL, f"librdkafka failed while serving callbacks: {exc}", fatal=True))
+            raise to_write_error(cause, what) from exc
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every produced record to be acknowledged; raise the first failure."""
