@@ -22,7 +22,6 @@ from connectors.kafka import (
     TopicMissingError,
     read_markers,
 )
-from connectors.kafka import _admin as admin_module
 from connectors.kafka._sink import _sink as sink_module
 from connectors.testing import FaultPlan
 from integration_tests.kafka_sink._support import (
@@ -320,10 +319,9 @@ def test_topic_that_appears_during_the_metadata_wait_is_found(spark, kafka_boots
         sink.close()
 
 
-def test_unreachable_broker_is_not_reported_as_a_missing_topic(monkeypatch):
-    monkeypatch.setattr(admin_module, "ADMIN_TIMEOUT_S", 2.0)
+def test_unreachable_broker_is_not_reported_as_a_missing_topic():
     sink = KafkaSink("127.0.0.1:9", "out", sid())  # nothing listens on port 9
-    with pytest.raises(BrokerUnavailableError, match="unreachable"):
+    with pytest.raises(BrokerUnavailableError, match="cannot connect to Kafka at 127.0.0.1:9"):
         sink.preflight()
 
 
