@@ -13,6 +13,8 @@ from pyspark.sql.types import (
 
 from connectors.kafka import (
     InputSchemaError,
+    KafkaAuthenticationError,
+    KafkaConnectError,
     KafkaSink,
     KafkaWriteError,
     ProducerFencedError,
@@ -120,6 +122,8 @@ def test_task_payloads_pickle_round_trip():
         InputSchemaError("bad", column="op"),
         KafkaWriteError("w", action="abort", code=10),
         ProducerFencedError("f", action="fatal", code=-144),
+        KafkaConnectError("no broker", address="h:9092", setting="bootstrap_servers"),
+        KafkaAuthenticationError("refused", address="h:9092", setting="kafka.bootstrap.servers"),
     ],
 )
 def test_errors_pickle_round_trip_with_their_fields(error):

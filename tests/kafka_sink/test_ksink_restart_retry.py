@@ -175,6 +175,9 @@ class MarkerConsumer:
         self.errors = list(errors)
         self.calls = 0
 
+    def poll(self, timeout: float) -> None:
+        return None
+
     def committed(self, tps: list[TopicPartition], timeout: float) -> list[Any]:
         self.calls += 1
         if self.errors:

@@ -86,6 +86,7 @@ def read_marker(consumer: Consumer, marker_topic: str) -> Marker | None:
         return tp
 
     tp = call_with_retry("read marker", committed)
+    consumer.poll(0)  # hands librdkafka's queued log lines to Python (never assigned: no records)
     if tp.error is not None:
         msg = f"reading marker of {marker_topic}[0] failed: {tp.error}"
         raise MarkerError(msg)
