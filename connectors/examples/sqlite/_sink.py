@@ -70,11 +70,13 @@ class SqliteConnector(SinkConnector):
 class SqliteSink(TransactionalSink):
     """Exactly-once (or at-least-once / at-most-once) SQLite sink for ``foreachBatch``.
 
-    ``options`` are the fields of :class:`SqliteSinkConfig`, validated here without I/O.
+    ``options`` are the fields of :class:`SqliteSinkConfig`, validated here without I/O;
+    ``config`` is the validated configuration.
     """
 
     def __init__(self, path: str | os.PathLike[str], table: str, sink_id: str,
                  **options: Any) -> None:
         cfg = SqliteSinkConfig.build(path=path, table=table, sink_id=sink_id, **options)
         super().__init__(SqliteConnector(cfg))
+        self.config = cfg
 # --8<-- [end:connector]
