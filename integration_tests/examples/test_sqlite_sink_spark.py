@@ -9,6 +9,7 @@ new sink object; bad input refused before anything is logged.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -130,3 +131,15 @@ def test_bad_input_is_refused_before_anything_is_logged(spark: Any, db: Path) ->
     with pytest.raises(TableNotFoundError, match="does not exist"):
         missing(batch(spark, 0, 3), 0)
     assert not db.with_name("none.db").exists()
+
+
+def test_the_guides_runnable_blocks_run(spark: Any, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/writing-a-db-connector.md's ``<!-- run -->`` blocks, as a reader runs them."""
+    guide = Path(__file__).resolve().parents[2] / "docs" / "writing-a-db-connector.md"
+    blocks = re.findall(r"<!-- run -->\n```python\n(.*?)```", guide.read_text(), re.S)
+    assert blocks, "the guide lost its runnable example"
+    monkeypatch.chdir(tmp_path)  # the blocks use relative paths, as a reader would
+    for index, code in enumerate(blocks):
+        exec(compile(code, f"{guide.name}[run {index}]", "exec"), {"spark": spark})  # noqa: S102
+    assert (tmp_path / "orders.db").exists()

@@ -10,6 +10,7 @@ tells a connector author to copy.
 
 from __future__ import annotations
 
+# --8<-- [start:world]
 import sqlite3
 import zlib
 from dataclasses import dataclass
@@ -21,20 +22,11 @@ import pytest
 from connectors.examples.sqlite import (
     SqliteResource,
     SqliteSinkConfig,
-    SqliteWriteError,
     prepare_database,
     read_markers,
 )
 from connectors.stage import HASH_COLUMN, ArrowPartition
-from txn import (
-    CommitMode,
-    Coordinator,
-    EpochLog,
-    EpochPlan,
-    FileEpochLog,
-    InProcessChannel,
-    TaskStep,
-)
+from txn import CommitMode, EpochLog, EpochPlan, FileEpochLog
 from txn.testing import KAFKA_LIKE, Crash, CrashWorld, crash_params, run_crash_case
 
 ROWS_PER_EPOCH = 12
@@ -44,7 +36,6 @@ def epoch_ids(epoch: int) -> list[int]:
     return [epoch * 1000 + i for i in range(ROWS_PER_EPOCH)]
 
 
-# --8<-- [start:world]
 @dataclass
 class SqliteWorld(CrashWorld[ArrowPartition]):
     """The durable state: the database file and the epoch log file under ``tmp_path``."""
@@ -101,6 +92,8 @@ def test_crash_recover_replay_is_exactly_once(
 
 
 def test_the_matrix_covers_every_task_step_that_applies() -> None:
+    from txn import TaskStep
+
     steps = {c.values[2].step for c in crash_params((KAFKA_LIKE,), modes=(CommitMode.UNALIGNED,))}
     assert {TaskStep.OPENED, TaskStep.WRITTEN, TaskStep.PRE_COMMITTED, TaskStep.DECIDED,
             TaskStep.COMMITTED} <= steps
@@ -108,6 +101,7 @@ def test_the_matrix_covers_every_task_step_that_applies() -> None:
 
 def test_a_broken_recovery_is_caught(tmp_path: Path) -> None:
     """The matrix can fail: a resource that forgets its marker duplicates the replayed rows."""
+    from txn import TaskStep
 
     @dataclass
     class Forgetful(SqliteWorld):
@@ -129,6 +123,8 @@ def test_a_broken_recovery_is_caught(tmp_path: Path) -> None:
 def test_aligned_mode_deadlocks_on_the_database_write_lock(tmp_path: Path) -> None:
     """Why the config refuses aligned mode: every partition's transaction waits for the vote
     holding SQLite's only write lock, so the others time out and the epoch can never commit."""
+    from connectors.examples.sqlite import SqliteWriteError
+    from txn import Coordinator, InProcessChannel
     world = SqliteWorld(tmp_path)
     world.create_table()
     cfg = SqliteSinkConfig(path=str(tmp_path / "db.sqlite"), table="t", sink_id="s",

@@ -20,7 +20,6 @@ from connectors.stage._errors import rebuild_error
 from txn import ConfigError, ErrorAction, TxnError
 
 
-# --8<-- [start:errors]
 class SqliteSinkError(TxnError):
     """Base class of the errors of :mod:`connectors.examples.sqlite`."""
 
@@ -59,6 +58,7 @@ class PartitionConflictError(SqliteSinkError):
     """Another instance of the write partition committed this epoch first (a task retry)."""
 
 
+# --8<-- [start:classify]
 # SQLite primary result codes (https://sqlite.org/rescode.html).
 _RETRY_CODES = frozenset({5, 6})  # BUSY, LOCKED
 _FATAL_CODES = frozenset({3, 8, 10, 11, 13, 14, 26})  # PERM READONLY IOERR CORRUPT FULL CANTOPEN NOTADB
@@ -86,4 +86,4 @@ def to_sink_error(exc: sqlite3.Error, where: str) -> SqliteWriteError:
     cls = SqliteRejectedError if data or action is ErrorAction.FATAL else SqliteWriteError
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return cls(f"{where}: SQLite said {name}: {exc}", action=action, code=code)
-# --8<-- [end:errors]
+# --8<-- [end:classify]
