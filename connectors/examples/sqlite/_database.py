@@ -25,6 +25,10 @@ T = TypeVar("T")
 # Attempts of one driver-side call (creating the marker table, reading the table) on
 # SQLITE_BUSY / SQLITE_LOCKED; each attempt already waited up to the busy timeout.
 RETRY_ATTEMPTS = 3
+# Seconds of exponential back-off between those attempts (first wait, upper bound): short,
+# since each attempt has already waited for the lock itself.
+RETRY_WAIT_MIN_S = 0.1
+RETRY_WAIT_MAX_S = 2.0
 MARKER_TABLE = "eos_markers"
 
 
@@ -48,7 +52,7 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
 
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(RETRY_ATTEMPTS),
-        wait=tenacity.wait_exponential(min=0.1, max=2.0),
+        wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
         retry=tenacity.retry_if_exception(
             lambda e: isinstance(e, sqlite3.Error) and classify(e) is ErrorAction.RETRY),
         reraise=True,
