@@ -42,8 +42,9 @@ def config(tmp_path: Path, **options: object) -> SqliteSinkConfig:
                                   **options)
 
 
-def test_defaults_are_exactly_once_unaligned_and_paths_absolute(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_are_exactly_once_unaligned_and_paths_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     cfg = SqliteSinkConfig.build(path="db.sqlite", table="t", sink_id="s")
     assert cfg.guarantee is Guarantee.EXACTLY_ONCE and cfg.mode is CommitMode.UNALIGNED

@@ -243,7 +243,8 @@ class CrashWorld(abc.ABC, Generic[Rows]):
             self.log.close()
         self.log = self.coordinator = self.resource = None
         self.restarts += 1
-        _require(self.restarts <= MAX_RESTARTS, f"recovery does not converge in {MAX_RESTARTS} restarts")
+        _require(self.restarts <= MAX_RESTARTS,
+                 f"recovery does not converge in {MAX_RESTARTS} restarts")
 
     def close(self) -> None:
         """End the test: release the log handle (no restart is counted)."""

@@ -1,8 +1,9 @@
 """An exactly-once SQLite sink: the worked example of docs/writing-a-db-connector.md.
 
-Small on purpose (a few short modules on the standard library's ``sqlite3``) and complete on purpose:
-it is tested like the kit's own connectors, through Spark and under the txn core's crash
-matrix (``txn.testing``). It takes the idempotency-table approach ("commit in the task"):
+Small on purpose (a few short modules on the standard library's ``sqlite3``) and
+complete on purpose: it is tested like the kit's own connectors, through Spark and under
+the txn core's crash matrix (``txn.testing``). It takes the idempotency-table approach
+("commit in the task"):
 
 * each write task writes its partition's rows and the partition's marker row
   ``(sink_id, write_partition, epoch, row_count, checksum)`` of table ``eos_markers`` in

@@ -29,7 +29,7 @@ class SqliteConfigError(SqliteSinkError, ConfigError):
 
 
 class AlignedModeError(SqliteConfigError):
-    """Exactly-once in aligned mode was asked for: SQLite's database-wide write lock deadlocks it."""
+    """Aligned exactly-once was asked for: SQLite's database-wide write lock deadlocks it."""
 
 
 class TableNotFoundError(SqliteSinkError, StageInputError):
@@ -61,7 +61,8 @@ class PartitionConflictError(SqliteSinkError):
 # --8<-- [start:classify]
 # SQLite primary result codes (https://sqlite.org/rescode.html).
 _RETRY_CODES = frozenset({5, 6})  # BUSY, LOCKED
-_FATAL_CODES = frozenset({3, 8, 10, 11, 13, 14, 26})  # PERM READONLY IOERR CORRUPT FULL CANTOPEN NOTADB
+# PERM, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB
+_FATAL_CODES = frozenset({3, 8, 10, 11, 13, 14, 26})
 _DATA_CODES = frozenset({18, 19, 20, 25})  # TOOBIG CONSTRAINT MISMATCH RANGE
 
 
@@ -82,7 +83,8 @@ def classify(exc: sqlite3.Error) -> ErrorAction:
 def to_sink_error(exc: sqlite3.Error, where: str) -> SqliteWriteError:
     """Return the typed error for ``exc`` raised while doing ``where``."""
     action, code = classify(exc), getattr(exc, "sqlite_errorcode", None)
-    data = isinstance(exc, sqlite3.IntegrityError) or (code is not None and code & 0xFF in _DATA_CODES)
+    data = isinstance(exc, sqlite3.IntegrityError) or (
+        code is not None and code & 0xFF in _DATA_CODES)
     cls = SqliteRejectedError if data or action is ErrorAction.FATAL else SqliteWriteError
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return cls(f"{where}: SQLite said {name}: {exc}", action=action, code=code)

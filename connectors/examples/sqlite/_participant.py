@@ -76,7 +76,7 @@ class SqlitePartition(Participant[ArrowPartition]):
         return rows.summary()
 
     def pre_commit(self, summary: RowSummary) -> None:
-        """Write this epoch's marker row (and drop the partition's older ones) in the transaction."""
+        """Write this epoch's marker row, drop the partition's older ones (in the transaction)."""
         if not self._cfg.transactional:
             return
         sink, part, epoch = self._cfg.sink_id, self._partition, self._plan.epoch
