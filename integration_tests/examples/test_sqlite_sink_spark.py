@@ -3,7 +3,8 @@
 What users do every day, each checked against the table, the markers and the epoch log:
 batches of many rows, of none and of one row, the same batch id again, a new sink object in
 the same process; a streaming query stopped and started again from its checkpoint with a
-new sink object; bad input refused before anything is logged.
+new sink object; a Python worker killed while it holds SQLite's write lock, and right after
+its commit; bad input refused before anything is logged.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from connectors.examples.sqlite import SqliteSink, TableNotFoundError, read_markers
 from connectors.stage import InputSchemaError
+from connectors.testing import FaultPlan
 from txn import EpochState
 
 pytestmark = pytest.mark.spark
@@ -115,6 +117,30 @@ def test_a_streaming_query_restarts_from_its_checkpoint_with_a_new_sink(
     # a new query and sink object from the same checkpoint, in this process
     assert run_query() == [EpochState.COMMITTED] * 3
     assert rows(db) == expected(0, 2001)
+
+
+@pytest.mark.parametrize(("step", "after_rows"), [("mid_write", 100), ("after_commit", None)])
+def test_a_python_worker_killed_mid_write_or_after_its_commit(
+    spark: Any, db: Path, tmp_path: Path, step: str, after_rows: int | None
+) -> None:
+    """SIGKILL a write task: mid-write it holds the write lock with rows inserted (SQLite
+    rolls them back from its journal when the next writer opens the file); after its commit
+    the re-run finds its marker. The stage re-runs the failed write stage in the same call."""
+    fault: dict[str, Any] = {"id": "k", "step": step, "epoch": 1, "partition": 1,
+                             "action": "kill", "times": 1}
+    if after_rows is not None:
+        fault["after_rows"] = after_rows
+    plan = tmp_path / "faults.json"
+    plan.write_text(json.dumps([fault]))
+    sink = SqliteSink(db, "orders", sink_id=f"kill-{step}", parallelism=PARALLELISM,
+                      fault_plan=FaultPlan(str(plan)))
+    assert sink(batch(spark, 0, 1000), 0).committed
+    assert sink(batch(spark, 1000, 1000), 1).committed
+    assert FaultPlan(str(plan)).has_fired("k"), "the worker was never killed: proves nothing"
+    assert rows(db) == expected(0, 2000)
+    markers = read_markers(sink.config, PARALLELISM)
+    assert {p: m.epoch for p, m in markers.items()} == dict.fromkeys(range(PARALLELISM), 1)
+    sink.close()
 
 
 def test_bad_input_is_refused_before_anything_is_logged(spark: Any, db: Path) -> None:
