@@ -192,3 +192,10 @@ def test_a_second_instance_of_a_partition_stops_at_the_marker(tmp_path: Path) ->
     finally:
         old.close()
         new.close()
+
+
+def test_the_sink_pickles_with_its_config(tmp_path: Path) -> None:
+    """Spark Connect ships the foreachBatch function pickled: the config travels with it."""
+    sink = SqliteSink(tmp_path / "db.sqlite", "t", "s", parallelism=3)
+    back = pickle.loads(pickle.dumps(sink))
+    assert back.config == sink.config and back.sink_id == "s"

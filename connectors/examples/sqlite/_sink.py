@@ -70,13 +70,18 @@ class SqliteConnector(SinkConnector):
 class SqliteSink(TransactionalSink):
     """Exactly-once (or at-least-once / at-most-once) SQLite sink for ``foreachBatch``.
 
-    ``options`` are the fields of :class:`SqliteSinkConfig`, validated here without I/O;
-    ``config`` is the validated configuration.
+    ``options`` are the fields of :class:`SqliteSinkConfig`, validated here without I/O.
     """
 
     def __init__(self, path: str | os.PathLike[str], table: str, sink_id: str,
                  **options: Any) -> None:
         cfg = SqliteSinkConfig.build(path=path, table=table, sink_id=sink_id, **options)
         super().__init__(SqliteConnector(cfg))
-        self.config = cfg
+
+    @property
+    def config(self) -> SqliteSinkConfig:
+        """The validated configuration (kept when the sink is pickled: it is the connector's)."""
+        connector = self.connector
+        assert isinstance(connector, SqliteConnector)  # noqa: S101 - set in __init__
+        return connector.cfg
 # --8<-- [end:connector]
