@@ -8,6 +8,7 @@ from typing import Any
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._database import prepare_database, table_columns
+from connectors.examples.sqlite._errors import SqliteSinkError
 from connectors.examples.sqlite._participant import SqliteResource
 from connectors.stage import InputPlan, InputSchemaError, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
@@ -82,6 +83,8 @@ class SqliteSink(TransactionalSink):
     def config(self) -> SqliteSinkConfig:
         """The validated configuration (kept when the sink is pickled: it is the connector's)."""
         connector = self.connector
-        assert isinstance(connector, SqliteConnector)  # noqa: S101 - set in __init__
+        if not isinstance(connector, SqliteConnector):  # pragma: no cover - set in __init__
+            msg = "a SqliteSink always holds a SqliteConnector"
+            raise SqliteSinkError(msg)
         return connector.cfg
 # --8<-- [end:connector]
