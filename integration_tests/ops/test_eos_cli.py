@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import DEFAULT_MARKER_TOPIC, KafkaEpochLog
@@ -223,3 +224,36 @@ def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, n
     code, bad_fn = eos(kafka_bootstrap, "verify", *topics, "--id-fn", "tests.nope:f",
                        capsys=capsys)
     assert code == 2 and "cannot load 'tests.nope:f'" in bad_fn["error"]
+
+
+@pytest.mark.spark
+def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
+    spark, kafka_bootstrap, new_topic, capsys
+):
+    from connectors.kafka import KafkaSink
+
+    source, out = new_topic("eos-own-in", 2), new_topic("eos-own-out", 2)
+    sink_id, markers = f"eos-{uuid.uuid4().hex[:8]}", f"eos-mk-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(40):  # the user's own format: nested id, ordered per account
+        value = json.dumps({"order": {"id": f"o-{i}"}, "account": f"a{i % 4}", "n": i})
+        producer.produce(source, value.encode(), f"a{i % 4}".encode())
+    producer.flush(TXN_TIMEOUT_S)
+    rows = [(r.key.decode(), r.value.decode(), n) for n, r in enumerate(sorted(
+        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)))]
+    df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
+    sink = KafkaSink(kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2,
+                     order_by=["seq"])
+    sink(df.where("seq < 25"), 0)
+    sink(df.where("seq >= 25"), 1)
+    sink.close()
+    check = ("verify", "--input-topic", source, "--output-topic", out, "--sink-id", sink_id,
+             "--id-field", "order.id", "--order-key-field", "account")
+    code, healthy = eos(kafka_bootstrap, *check, "--marker-topic", markers, capsys=capsys)
+    assert code == 0, (healthy["problems"], healthy["notes"])
+    assert healthy["committed_records"] == 40 and healthy["anomalies"]["epoch_log_mismatch"] == 0
+    # without the sink's marker topic the markers are looked up in the default one
+    code, wrong = eos(kafka_bootstrap, *check, capsys=capsys)
+    assert code == 1 and wrong["anomalies"]["epoch_log_mismatch"] == 2
+    code, unfit = eos(kafka_bootstrap, *check[:7], "--marker-topic", markers, capsys=capsys)
+    assert code == 2 and "has no field 'id'" in unfit["error"]
