@@ -9,8 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.async_io import AsyncConfig, AsyncOperator, OnTimeout, RetryPolicy
-from connectors.async_io import _health
+from connectors.async_io import AsyncConfig, AsyncOperator, OnTimeout, RetryPolicy, _health
 from connectors.async_io import _operator as operator_module
 
 SCHEMA = pa.schema([("y", pa.int64())])
