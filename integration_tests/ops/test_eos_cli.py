@@ -152,6 +152,13 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
     code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic,
                     capsys=capsys)
     assert code == 0 and out["last_committed_epoch"] == 0
+    # the known sink in the same Kafka log: reset takes effect and reads back
+    code, out = eos(kafka_bootstrap, "reset", other, "--epoch-log-topic", log_topic, "--query",
+                    "q-new", capsys=capsys)
+    assert code == 0 and out["reset"] is True and out["binding"]["epoch_offset"] == 1
+    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic,
+                    capsys=capsys)
+    assert out["binding"]["query_id"] == "q-new"
     # a FileEpochLog path that does not exist: refused, and reset creates no file
     missing = tmp_path / "no" / "epochs.log"
     code, out = eos(kafka_bootstrap, "reset", unknown, "--epoch-log", str(missing),
@@ -257,3 +264,39 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
     assert code == 1 and wrong["anomalies"]["epoch_log_mismatch"] == 2
     code, unfit = eos(kafka_bootstrap, *check[:7], "--marker-topic", markers, capsys=capsys)
     assert code == 2 and "has no field 'id'" in unfit["error"]
+
+
+@pytest.mark.spark
+def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys):
+    from connectors.kafka import KafkaSink
+    from connectors.stage import TransactionalSinks
+
+    source, out_a, out_b = new_topic("eos-cmp-in", 1), new_topic("eos-cmp-a", 1), new_topic(
+        "eos-cmp-b", 1)
+    composite = f"eos-cmp-{uuid.uuid4().hex[:8]}"
+    log_topic = f"eos-cmp-log-{uuid.uuid4().hex[:8]}"
+    produce_input(kafka_bootstrap, source, 30, keys=3)
+    rows = [(r.key.decode(), r.value.decode(), n) for n, r in enumerate(sorted(
+        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)))]
+    df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
+    members = [KafkaSink(kafka_bootstrap, out, f"{composite}-{n}", parallelism=1,
+                         order_by=["seq"], epoch_log_topic=log_topic)
+               for n, out in (("a", out_a), ("b", out_b))]
+    sink = TransactionalSinks([(members[0], ["key", "value", "seq"]), members[1]],
+                              sink_id=composite)
+    for epoch in range(2):
+        sink(df.where(f"seq >= {15 * epoch} AND seq < {15 * (epoch + 1)}"), epoch)
+    assert sink.metrics()[-1].member_rows == {f"{composite}-a": 15, f"{composite}-b": 15}
+    sink.close()
+    for member, out in ((f"{composite}-a", out_a), (f"{composite}-b", out_b)):
+        check = ("verify", "--input-topic", source, "--output-topic", out, "--sink-id", member,
+                 "--epoch-log-topic", log_topic)
+        code, ok = eos(kafka_bootstrap, *check, "--composite-id", composite, "--members", "2",
+                       capsys=capsys)
+        assert code == 0, (ok["problems"], ok["notes"])
+        # without --composite-id the member's own id has no log: refused, not healthy
+        code, alone = eos(kafka_bootstrap, *check, capsys=capsys)
+        assert code == 3 and "is unknown here" in alone["problems"][0]
+    code, bad = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", out_a,
+                    "--composite-id", composite, capsys=capsys)
+    assert code == 2 and "--composite-id and --members go together" in bad["error"]
