@@ -17,6 +17,7 @@ from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, Pref
 from connectors.ops import _commands as cmd
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.testing.verify import (
+    IdentityFn,
     IdentityOptionError,
     RecordFormatError,
     VerifyError,
@@ -24,7 +25,6 @@ from connectors.testing.verify import (
     load_callable,
     record_identity,
 )
-from connectors.testing.verify._records import IdentityFn
 from txn import EpochLogError, TxnError
 
 EXIT_CODES = {

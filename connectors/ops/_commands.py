@@ -23,13 +23,13 @@ from connectors.stage import start_over_offset
 from connectors.testing.verify import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    HistoryLike,
     IdentityFn,
     check_exactly_once,
     end_offsets,
     member_history,
     scan_topic,
 )
-from connectors.testing.verify._epochs import HistoryLike
 from txn import (
     EpochHistory,
     EpochLog,

@@ -18,7 +18,7 @@ from connectors.testing.verify._analysis import (
     analyze,
 )
 from connectors.testing.verify._check import check_exactly_once, load_history, read_sink_markers
-from connectors.testing.verify._epochs import check_epoch_log, member_history
+from connectors.testing.verify._epochs import HistoryLike, check_epoch_log, member_history
 from connectors.testing.verify._errors import (
     IdentityOptionError,
     ReadTimeoutError,
@@ -65,6 +65,7 @@ __all__ = [
     "BatchSpan",
     "CheckReport",
     "FieldPath",
+    "HistoryLike",
     "IdentityFn",
     "IdentityOptionError",
     "PartitionScan",
