@@ -109,7 +109,13 @@ class EpochRecorder:
     stage_ms: float = 0.0
     failed_runs: int = 0
     tasks: list[TaskStats] = field(default_factory=list)
-    members: tuple[MemberShare, ...] = ()  # set once the plan's shares are known
+    members: dict[int, MemberShare] = field(default_factory=dict)  # member index -> share
+
+    def add_member(self, index: int, sink_id: str, offset: int, width: int) -> None:
+        """Note member ``index``'s partitions of the plan (named by its sink id, made unique)."""
+        taken = {m.name for i, m in self.members.items() if i != index}
+        name = sink_id if sink_id not in taken else f"{sink_id}#{index}"
+        self.members[index] = MemberShare(name, offset, width)
 
     def stage_ran(self, seconds: float, stats: Iterable[TaskStats], *, failed: bool) -> None:
         """Record one run of the write stage (its tasks' stats, if it returned)."""
@@ -130,7 +136,7 @@ class EpochRecorder:
         retries = sum(1 for t in self.tasks if t.task_attempt > 0)
         per_member = {m.name: sum(r.rows for r in written
                                   if m.offset <= r.partition < m.offset + m.width)
-                      for m in self.members}
+                      for m in self.members.values()}
         total = sum(r.rows for r in written)
         return EpochMetrics(
             sink_id=self.sink_id, batch_id=self.batch_id, query_id=self.query_id,

@@ -15,13 +15,7 @@ from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkStoppedError, SparkConnectError
 from connectors.stage._input import InputPlan, route
 from connectors.stage._jobs import Job, run_jobs
-from connectors.stage._metrics import (
-    CountingLog,
-    EpochMetrics,
-    EpochRecorder,
-    MemberShare,
-    MetricsBook,
-)
+from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, MetricsBook
 from connectors.stage._options import StageOptions
 from connectors.stage._reuse import ReusePolicy
 from connectors.stage._slots import check_slots
@@ -252,11 +246,11 @@ class TransactionalSink:
         if aligned:  # again: an in-doubt epoch keeps the parallelism it was planned with
             check_slots(sc, plan.parallelism)
         ticket = self._reuse.ticket(plan, 0)
-        recorder.members = _member_shares(self._members, resource, plan)
         jobs: list[Job] = []
         for index, (member, frame, plan_in) in enumerate(zip(self._members, frames, plans_in,
                                                              strict=True)):
             offset, width = _share(resource, plan, index)
+            recorder.add_member(index, member.connector.sink_id, offset, width)
             keep = member.connector.options.keep_partitioning
             if keep:
                 _check_kept(frame, width, plan)
@@ -383,18 +377,6 @@ def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, i
     if isinstance(resource, CompositeResource):
         return resource.offsets[index], resource.members[index].parallelism
     return 0, plan.parallelism
-
-
-def _member_shares(members: Sequence[_Member], resource: Resource[Any],
-                   plan: EpochPlan) -> tuple[MemberShare, ...]:
-    """Each member's partitions of ``plan``, named by its sink id (made unique)."""
-    shares: list[MemberShare] = []
-    for index, member in enumerate(members):
-        name = member.connector.sink_id
-        if any(s.name == name for s in shares):
-            name = f"{name}#{index}"
-        shares.append(MemberShare(name, *_share(resource, plan, index)))
-    return tuple(shares)
 
 
 def _spark_context(frame: Any) -> Any:

@@ -11,7 +11,7 @@ from connectors.kafka import KafkaSink
 from connectors.stage import TransactionalSinks
 from connectors.stage._composite import SelectColumns
 from connectors.stage._listener import source_name
-from connectors.stage._metrics import EpochRecorder, MemberShare
+from connectors.stage._metrics import EpochRecorder
 from txn import ConfigError, EpochPlan, EpochResult, PartitionOutcome, PartitionReport
 
 
@@ -49,7 +49,8 @@ def test_column_names_become_a_picklable_projection() -> None:
 def test_metrics_count_rows_per_member_not_once_per_member() -> None:
     plan = EpochPlan("m", 3, 4, "fp")
     recorder = EpochRecorder("m", 3, None)
-    recorder.members = (MemberShare("m-k", 0, 2), MemberShare("m-p", 2, 2))
+    recorder.add_member(0, "m-k", 0, 2)
+    recorder.add_member(1, "m-p", 2, 2)
     reports = (
         PartitionReport(3, 0, PartitionOutcome.COMMITTED, rows=2600),
         PartitionReport(3, 1, PartitionOutcome.COMMITTED, rows=2400),
@@ -62,10 +63,18 @@ def test_metrics_count_rows_per_member_not_once_per_member() -> None:
     assert pickle.loads(pickle.dumps(metrics)) == metrics
 
 
+def test_members_with_the_same_sink_id_are_told_apart() -> None:
+    recorder = EpochRecorder("m", 0, None)
+    recorder.add_member(0, "x", 0, 1)
+    recorder.add_member(1, "x", 1, 1)
+    assert [m.name for m in recorder.members.values()] == ["x", "x#1"]
+
+
 def test_metrics_of_a_single_sink_and_of_a_failed_epoch() -> None:
     plan = EpochPlan("s", 0, 2, "fp")
     one = EpochRecorder("s", 0, None)
-    one.members = (MemberShare("s", 0, 2),)
+    one.add_member(0, "s", 0, 2)
+    one.add_member(0, "s", 0, 2)  # a second plan attempt notes the same share again
     reports = (PartitionReport(0, 0, PartitionOutcome.COMMITTED, rows=3),
                PartitionReport(0, 1, PartitionOutcome.ALREADY_COMMITTED, rows=4))
     metrics = one.finish(EpochResult(0, plan, False, True, reports), appends=2)
