@@ -72,3 +72,25 @@ def test_slot_count_in_local_mode_logs_no_executor_request_warning(spark: Any) -
         assert captured.text() == before
     finally:
         captured.close()
+
+
+def test_aligned_epochs_in_local_mode_log_no_executor_request_warning(
+    spark: Any, kafka_bootstrap: str, new_topic: Any
+) -> None:
+    import uuid
+
+    from connectors.kafka import KafkaSink
+
+    topic = new_topic("slots-warn", 2)
+    sink = KafkaSink(kafka_bootstrap, topic, f"slots-{uuid.uuid4().hex[:8]}", parallelism=2,
+                     mode="aligned")
+    captured = _DriverLog(spark, "org.apache.spark")  # every Spark logger of the driver
+    try:
+        for epoch in range(2):
+            df = spark.range(epoch * 10, (epoch + 1) * 10).selectExpr(
+                "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+            assert sink(df, epoch).committed
+        assert "Requesting executors" not in captured.text()
+    finally:
+        captured.close()
+        sink.close()
