@@ -250,6 +250,7 @@ class TransactionalSink:
         for index, (member, frame, plan_in) in enumerate(zip(self._members, frames, plans_in,
                                                              strict=True)):
             offset, width = _share(resource, plan, index)
+            recorder.add_member(index, member.connector.sink_id, offset, width)
             keep = member.connector.options.keep_partitioning
             if keep:
                 _check_kept(frame, width, plan)
