@@ -45,8 +45,8 @@ class LogOwner(Protocol):
     def sink_id(self) -> str:
         """The sink's identity."""
 
-    def release_for_successor(self) -> str | None:
-        """Close the epoch log for a new object; or return why not (what still runs)."""
+    def release_for_successor(self, query_id: str | None) -> str | None:
+        """Close the epoch log for a new object writing ``query_id``; or say why not."""
 
 
 @dataclass
@@ -87,8 +87,14 @@ class RunningQuery:
         except Exception:  # noqa: BLE001 - py4j raises Py4JError subtypes for a missing method
             return None
 
-    def why_busy(self) -> str | None:
-        """Say why the query's sink must not be taken over (None: it may)."""
+    def why_busy(self, successor: str | None) -> str | None:
+        """Say why the query's sink must not be taken over by one writing ``successor``.
+
+        None: it may. The same query id is never active twice at once, so a successor
+        writing this very query (restarted from its checkpoint) means this run ended.
+        """
+        if successor == self.query_id:
+            return None
         active = self.active()
         if active is False:
             return None
@@ -107,8 +113,10 @@ def owner_key(kind: str, sink_id: str) -> OwnerKey:
     return (kind, sink_id)
 
 
-def take_over(key: OwnerKey, owner: LogOwner) -> None:
-    """Register ``owner`` as the holder of ``key``'s log (module docstring, steps 1-2).
+def take_over(key: OwnerKey, owner: LogOwner, query_id: str | None) -> None:
+    """Register ``owner``, writing ``query_id``, as the holder of ``key``'s log.
+
+    Steps 1-2 of the module docstring.
 
     Raises:
         SinkInUseError: the previous holder's query still runs (or it is inside a call).
@@ -118,7 +126,7 @@ def take_over(key: OwnerKey, owner: LogOwner) -> None:
         ref = _OWNERS.get(key)
         previous = ref() if ref is not None else None
         if previous is not None and previous is not owner:
-            busy = previous.release_for_successor()
+            busy = previous.release_for_successor(query_id)
             if busy is not None:
                 msg = (
                     f"sink {owner.sink_id!r}: another sink object of this process holds its "
@@ -186,12 +194,12 @@ class SinkLifecycle:
         self._recovered = False
         self._query = None
 
-    def release_for_successor(self) -> str | None:
-        """Close the log for a new sink object of the same id; or say why not."""
+    def release_for_successor(self, query_id: str | None) -> str | None:
+        """Close the log for a new sink object writing ``query_id``; or say why not."""
         if not self._lock.acquire(blocking=False):
             return "it is writing a batch right now"
         try:
-            busy = self._query.why_busy() if self._query is not None else None
+            busy = self._query.why_busy(query_id) if self._query is not None else None
             if busy is None:
                 self._close_locked()
             return busy

@@ -206,7 +206,8 @@ class TransactionalSink(SinkLifecycle):
     # -- steps -------------------------------------------------------------------------
     def _open_log(self) -> CountingLog:
         if self._res.log is None:
-            take_over(self._owner_key, self)  # SinkInUseError: its query runs
+            query_id = self._query.query_id if self._query is not None else None
+            take_over(self._owner_key, self, query_id)  # SinkInUseError: its query runs
             self._res.log = CountingLog(self._log_factory())
         return self._res.log
 
