@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresEpochLog, PostgresSink, SinkInUseError
+from connectors.stage import TransactionalSinks
 from integration_tests.postgres._queries import (
     PER_FILE,
     create_table,
@@ -168,3 +170,25 @@ def test_with_block_close_and_collection_release_the_log(
     probe = PostgresEpochLog(config)  # no EpochLogFencedError: the lock went with it
     probe.close()
     assert table_rows(pg, schema) == file_rows(range(1))
+
+
+def test_closing_a_composite_closes_its_member_sinks(
+    spark: Any, pg: Any, schema: str, make: Make, kafka_bootstrap: str, new_topic: Any,
+    tmp_path: Path,
+) -> None:
+    df = spark.range(0, PER_FILE, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
+    table = make()
+    table(df, 0)  # used on its own first: it holds its own epoch log
+    kafka = KafkaSink(kafka_bootstrap, new_topic("life", 1), f"{schema}-k", parallelism=1)
+    with TransactionalSinks(
+        [(kafka, lambda d: d.selectExpr("CAST(id AS STRING) AS value")),
+         (table, lambda d: d.select("id", "v"))],
+        sink_id=f"{schema}-both", epoch_log=tmp_path / "both.log", mode="unaligned",
+    ) as both:
+        # Epoch 1: the member's markers (its sink_id's) already hold its own epoch 0.
+        later = spark.range(PER_FILE, 2 * PER_FILE, numPartitions=2).selectExpr(
+            "id", "concat('v', id) AS v")
+        assert both(later, 1).committed
+        assert not log_is_free(table)
+    assert log_is_free(table)
+    assert table_rows(pg, schema) == file_rows(range(2))
