@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkInUseError
 from connectors.stage._metrics import CountingLog
 from connectors.stage._votes import VoteServer
@@ -51,8 +52,14 @@ class LogOwner(Protocol):
 
 @dataclass
 class SinkResources:
-    """What a sink object holds open on the driver: its epoch log and its vote server."""
+    """What a sink object holds open on the driver.
 
+    Its epoch log, its vote server, and (through its connectors) clients such as the
+    PostgreSQL coordinator's connection.
+    """
+
+    key: OwnerKey
+    connectors: tuple[SinkConnector, ...]
     log: CountingLog | None = None
     votes: VoteServer | None = None
 
@@ -64,6 +71,21 @@ class SinkResources:
             votes.close()
         if log is not None:
             log.close()
+
+    def close_connectors(self) -> None:
+        """Close the connectors' driver-side clients (no sink object of the key holds the log)."""
+        for connector in self.connectors:
+            connector.close()
+
+    def collected(self) -> None:
+        """Close everything a collected sink object held.
+
+        The connectors' clients too, unless another sink object of the same key holds
+        the log now (it shares them).
+        """
+        self.close()
+        if leave(self.key, None):
+            self.close_connectors()
 
 
 @dataclass(frozen=True)
@@ -140,12 +162,18 @@ def take_over(key: OwnerKey, owner: LogOwner, query_id: str | None) -> None:
         _OWNERS[key] = weakref.ref(owner)
 
 
-def leave(key: OwnerKey, owner: LogOwner) -> None:
-    """Forget ``owner`` as the holder of ``key``'s log (it closed it)."""
+def leave(key: OwnerKey, owner: LogOwner | None) -> bool:
+    """Forget ``owner`` (None: a collected one) as the holder of ``key``'s log.
+
+    Returns whether no live sink object holds the log now (its shared clients may close).
+    """
     with _OWNERS_LOCK:
         ref = _OWNERS.get(key)
-        if ref is not None and ref() in (owner, None):
+        holder = ref() if ref is not None else None
+        if ref is not None and holder in (owner, None):
             del _OWNERS[key]
+            return True
+        return holder is None
 
 
 class SinkLifecycle:
@@ -156,6 +184,7 @@ class SinkLifecycle:
     """
 
     _sink_id: str
+    _members: tuple[Any, ...]  # each with its ``connector``
     _lock: threading.Lock
     _recovered: bool
     _res: SinkResources
@@ -172,22 +201,26 @@ class SinkLifecycle:
         return self._sink_id
 
     def _init_lifecycle(self) -> None:
-        self._res = SinkResources()
+        connectors = tuple(m.connector for m in self._members)
+        self._res = SinkResources(self._owner_key, connectors)
         self._query = None  # the streaming query of the last batch written
-        weakref.finalize(self, self._res.close)  # collected: release the log and its lock
+        weakref.finalize(self, self._res.collected)  # release the log, its lock, the clients
 
     @property
     def _owner_key(self) -> OwnerKey:
         return owner_key(type(self.connector).__qualname__, self._sink_id)
 
     def close(self) -> None:
-        """Release the epoch log (and its lock) and stop the vote server. Idempotent.
+        """Release the epoch log (and its lock), the vote server and the connectors' clients.
 
-        A later call opens the log again (and recovers), unless the sink was stopped.
+        Idempotent. A later call opens them again (and recovers), unless the sink was
+        stopped. Clients shared with another sink object of the same id that took the log
+        over are left to that object.
         """
         with self._lock:
             self._close_locked()
-        leave(self._owner_key, self)
+        if leave(self._owner_key, self):
+            self._res.close_connectors()
 
     def _close_locked(self) -> None:
         self._res.close()

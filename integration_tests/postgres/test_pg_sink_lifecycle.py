@@ -152,24 +152,35 @@ def test_sink_objects_called_directly_hand_the_log_back_and_forth(
     assert table_rows(pg, schema) == file_rows(range(3))
 
 
-def test_with_block_close_and_collection_release_the_log(
+def coordinator_sessions(pg: Any, sink_id: str) -> int:
+    """The sink's driver sessions still open (the epoch log's, the commits' connection)."""
+    row = pg.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                     (f"eos {sink_id} coordinator"[:63],)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_with_block_close_and_collection_release_the_log_and_connections(
     spark: Any, pg: Any, schema: str, make: Make
 ) -> None:
     df = spark.range(0, PER_FILE, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
+    sink_id = f"{schema}-s"
     with make() as sink:
         sink(df, 0)
-        assert not log_is_free(sink)
+        assert not log_is_free(sink) and coordinator_sessions(pg, sink_id) >= 1
     assert log_is_free(sink)
+    wait_until("the driver's sessions closed", lambda: coordinator_sessions(pg, sink_id) == 0, 30)
     sink.close()  # idempotent
     sink.close()
     collected = make()
-    collected(df, 0)
+    collected(spark.range(PER_FILE, 2 * PER_FILE, numPartitions=2).selectExpr(
+        "id", "concat('v', id) AS v"), 1)
     config = collected.config
     del collected
     gc.collect()
     probe = PostgresEpochLog(config)  # no EpochLogFencedError: the lock went with it
     probe.close()
-    assert table_rows(pg, schema) == file_rows(range(1))
+    wait_until("the driver's sessions closed", lambda: coordinator_sessions(pg, sink_id) == 0, 30)
+    assert table_rows(pg, schema) == file_rows(range(2))
 
 
 def test_closing_a_composite_closes_its_member_sinks(

@@ -14,7 +14,7 @@ import pytest
 
 from connectors.kafka import KafkaSink
 from connectors.stage import SinkInUseError
-from connectors.stage._lifecycle import RunningQuery, leave, owner_key, take_over
+from connectors.stage._lifecycle import RunningQuery, SinkResources, leave, owner_key, take_over
 from txn import EpochLogError, EpochLogLockedError, FileEpochLog
 
 
@@ -121,3 +121,26 @@ def test_a_collected_sink_object_releases_its_log(tmp_path: Any) -> None:
     del sink
     gc.collect()
     FileEpochLog(tmp_path / "log", sink_id="s").close()  # the lock went with the object
+
+
+class Connector:
+    """A connector double counting how often its driver-side clients were closed."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_shared_clients_close_only_once_no_live_object_holds_the_log() -> None:
+    key = owner_key("Kind", "shared")
+    connector = Connector()
+    resources = SinkResources(key, (connector,))  # type: ignore[arg-type]
+    holder = Owner("shared")
+    take_over(key, holder, "q1")
+    resources.collected()  # another object of the key holds the log: it shares the clients
+    assert connector.closed == 0
+    assert leave(key, holder)
+    resources.collected()
+    assert connector.closed == 1
