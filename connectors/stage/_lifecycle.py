@@ -127,7 +127,9 @@ class RunningQuery:
 
 
 _OWNERS: dict[OwnerKey, weakref.ref[Any]] = {}
-_OWNERS_LOCK = threading.Lock()
+# Reentrant: a sink object collected while the lock is held (the collector may run at any
+# allocation) leaves the registry from its finalizer in the same thread.
+_OWNERS_LOCK = threading.RLock()
 
 
 def owner_key(kind: str, sink_id: str) -> OwnerKey:
@@ -191,11 +193,6 @@ class SinkLifecycle:
     _query: RunningQuery | None
 
     @property
-    def connector(self) -> Any:  # pragma: no cover - the subclass defines it
-        """The sink's (first) connector."""
-        raise NotImplementedError
-
-    @property
     def sink_id(self) -> str:
         """The sink's identity (its epoch log's)."""
         return self._sink_id
@@ -208,7 +205,7 @@ class SinkLifecycle:
 
     @property
     def _owner_key(self) -> OwnerKey:
-        return owner_key(type(self.connector).__qualname__, self._sink_id)
+        return owner_key(type(self._members[0].connector).__qualname__, self._sink_id)
 
     def close(self) -> None:
         """Release the epoch log (and its lock), the vote server and the connectors' clients.
