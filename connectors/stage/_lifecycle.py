@@ -1,17 +1,19 @@
 """A sink object's hold on its epoch log: released when closed, handed to a successor.
 
 A sink keeps its epoch log open between calls, and with it the log's lock (the PostgreSQL
-session's advisory lock, the file log's ``flock``) or its fencing producer (Kafka). It
-lets go of them (:class:`SinkResources`) when it is closed (``close()``, the end of a
-``with`` block, ``stop_gracefully``) and when the object is collected (``weakref.finalize``).
+session's advisory lock, the file log's ``flock``) or its fencing producer (Kafka), plus
+its vote server and its connectors' driver clients. It lets go of them
+(:class:`SinkResources`) when it is closed (``close()``, the end of a ``with`` block,
+``stop_gracefully``) and when the object is collected (``weakref.finalize``).
 But a stopped query's sink object often lives on (a notebook keeps it; Spark's gateway may
 keep the ``foreachBatch`` function), so a new sink object of the same ``sink_id`` in the
 same process (a notebook cell run again) registers here before it opens the log
 (:func:`take_over`), and:
 
 1. the previous object, if idle (not inside a call) and its streaming query no longer
-   runs in this process (or it never ran in one), closes its log: the new one takes over
-   (the previous one would reopen it at its next call, taking it back the same way);
+   runs in this process (or it never ran in one, or the new object writes that same
+   query, restarted from its checkpoint), closes its log: the new one takes over (the
+   previous one would reopen it at its next call, taking it back the same way);
 2. while the previous object's query is still active (or it is inside a call), the new
    one is refused with :class:`SinkInUseError`, which names the query and what to do.
 
