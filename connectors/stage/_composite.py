@@ -78,11 +78,13 @@ class TransactionalSinks(TransactionalSink):
         self._member_sinks = tuple(s[0] if isinstance(s, tuple) else s for s in sinks)
         self._init_runtime()
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> bool:
         """Release the composite's epoch log and vote server, then close every member sink."""
-        super().close()
-        for sink in self._member_sinks:
-            sink.close()
+        closed = super().close(wait=wait)
+        if closed:
+            for sink in self._member_sinks:
+                sink.close(wait=wait)
+        return closed
 
 
 class _CompositeLog:

@@ -209,17 +209,23 @@ class SinkLifecycle:
     def _owner_key(self) -> OwnerKey:
         return owner_key(type(self._members[0].connector).__qualname__, self._sink_id)
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> bool:
         """Release the epoch log (and its lock), the vote server and the connectors' clients.
 
         Idempotent. A later call opens them again (and recovers), unless the sink was
         stopped. Clients shared with another sink object of the same id that took the log
-        over are left to that object.
+        over are left to that object. ``wait=False``: only if no batch is being written
+        right now (else nothing is closed). Returns whether it closed.
         """
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
             self._close_locked()
+        finally:
+            self._lock.release()
         if leave(self._owner_key, self):
             self._res.close_connectors()
+        return True
 
     def _close_locked(self) -> None:
         self._res.close()

@@ -343,7 +343,9 @@ class TransactionalSink(SinkLifecycle):
            with :class:`SinkStoppedError` before writing anything and is replayed on the
            next start;
         2. wait up to ``timeout_s`` for the epoch in flight to finish;
-        3. ``query.stop()``, then :meth:`close` (the log's lock is released).
+        3. ``query.stop()``, then :meth:`close` (the log's lock is released; if the epoch
+           in flight still runs, it keeps the log until it ends, and a new sink object
+           of the same id takes it over then).
 
         Returns False if the epoch in flight did not finish in time (the query is stopped
         anyway; that epoch stays in doubt and the next start completes it). Nothing of a
@@ -355,7 +357,7 @@ class TransactionalSink(SinkLifecycle):
         if finished:
             self._lock.release()
         query.stop()
-        self.close()
+        self.close(wait=False)
         return finished
 
     def epoch_log_history(self) -> EpochHistory:

@@ -144,3 +144,13 @@ def test_shared_clients_close_only_once_no_live_object_holds_the_log() -> None:
     assert leave(key, holder)
     resources.collected()
     assert connector.closed == 1
+
+
+def test_close_without_waiting_leaves_a_sink_that_is_writing_alone(tmp_path: Any) -> None:
+    sink = KafkaSink("localhost:1", "t", "s", epoch_log=tmp_path / "log")
+    log = sink._open_log()  # noqa: SLF001 - the first write does this
+    with sink._lock:  # noqa: SLF001 - as while a batch is written
+        assert not sink.close(wait=False)
+        assert log.load().sink_id == "s"  # still open
+    assert sink.close(wait=False) and sink.close()
+    FileEpochLog(tmp_path / "log", sink_id="s").close()
