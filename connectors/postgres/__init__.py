@@ -65,6 +65,7 @@ from connectors.postgres._schema import ColumnInfo, Layout, TableInfo, check_inp
 from connectors.postgres._sink import PostgresConnector, PostgresSink
 from connectors.postgres._twophase import Gid, list_prepared, max_prepared_transactions, parse_gid
 from connectors.postgres._writer import BulkWriter
+from connectors.stage import SinkInUseError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -95,6 +96,7 @@ __all__ = [
     "PreparedTransactionsUnavailableError",
     "RecordError",
     "SinkConfigError",
+    "SinkInUseError",
     "TableInfo",
     "TableNotFoundError",
     "ValueTooLargeError",

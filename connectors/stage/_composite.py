@@ -41,8 +41,12 @@ class TransactionalSinks(TransactionalSink):
     None for a log of the first member's kind (the Kafka epoch log, or the PostgreSQL
     epoch log table). ``options``: the stage options of the composite (guarantee, mode,
     stage_retries, vote_channel, start_over, fault_plan); every member must have the same
-    guarantee. Each member's ``parallelism`` is its share of the plan.
+    guarantee. Each member's ``parallelism`` is its share of the plan. :meth:`close`
+    closes the member sinks too (they hold nothing of the composite's, but may have been
+    used on their own).
     """
+
+    _member_sinks: tuple[TransactionalSink, ...] = ()  # not pickled: the receiver's are new
 
     def __init__(
         self,
@@ -75,7 +79,16 @@ class TransactionalSinks(TransactionalSink):
         self._options = opts
         self._members = tuple(members)
         self._log_factory = _CompositeLog(first, sink_id, path)
+        self._member_sinks = tuple(s[0] if isinstance(s, tuple) else s for s in sinks)
         self._init_runtime()
+
+    def close(self, *, wait: bool = True) -> bool:
+        """Release the composite's epoch log and vote server, then close every member sink."""
+        closed = super().close(wait=wait)
+        if closed:
+            for sink in self._member_sinks:
+                sink.close(wait=wait)
+        return closed
 
 
 class _CompositeLog:
