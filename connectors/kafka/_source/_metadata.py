@@ -40,6 +40,8 @@ _NOT_READY_CODES = frozenset(
         KafkaError._UNKNOWN_TOPIC,  # noqa: SLF001 - librdkafka's local codes
         KafkaError._UNKNOWN_PARTITION,  # noqa: SLF001
         KafkaError._NO_OFFSET,  # noqa: SLF001
+        # ListOffsets before the partitions have leaders: "No leaders found".
+        KafkaError._NOENT,  # noqa: SLF001
     }
 )
 
