@@ -175,18 +175,34 @@ def test_cluster_view_pickles_without_its_client() -> None:
 # ---- ReadPosition ----------------------------------------------------------------------
 
 
-def test_position_fills_and_carries_only_partitions_not_gone() -> None:
+def test_position_carries_what_the_checkpoint_lost_until_spark_has_it_again() -> None:
     pos = ReadPosition()
-    pos.remember({("t", 0): 10, ("t", 1): 4})
-    assert pos.begin({}) == {("t", 0): 10, ("t", 1): 4}
-    assert pos.begin({("t", 0): 12}) == {("t", 0): 12, ("t", 1): 4}
-    assert pos.carry({("t", 0): 10, ("t", 1): 4}, {("t", 0): 11}) == {("t", 0): 11, ("t", 1): 4}
+    assert pos.begin({("t", 0): 3}) == {("t", 0): 3}  # nothing carried: start as given
+    begin = {("t", 0): 10, ("t", 1): 4}
+    assert pos.carry(begin, {("t", 0): 11}) == {("t", 0): 11, ("t", 1): 4}
+    assert pos.begin({("t", 0): 11}) == {("t", 0): 11, ("t", 1): 4}
+    assert pos.begin({}) == {("t", 1): 4}
+    assert pos.begin({("t", 0): 11, ("t", 1): 4}) == {("t", 0): 11, ("t", 1): 4}
+    assert pos.begin({}) == {}  # Spark's checkpoint had t-1 again: nothing left to fill
+    pos.carry({("t", 1): 4}, {})
     pos.forget([("t", 1)])
-    assert pos.begin({}) == {("t", 0): 10}
-    assert pos.carry({("t", 1): 4}, {}) == {}
-    pos.remember({("t", 1): 0})  # seen again (a recreated topic): no longer gone
-    assert pos.begin({}) == {("t", 0): 10, ("t", 1): 0}
+    assert pos.begin({}) == {}
+    assert pos.carry({("t", 1): 4}, {}) == {}  # gone: not carried, planning reports it
+    pos.seen([("t", 1)])  # in a new end again (a recreated topic): no longer gone
+    assert pos.carry({("t", 1): 0}, {}) == {("t", 1): 0}
     assert merge_max({("a", 0): 1}, {("a", 0): 3, ("b", 0): 2}) == {("a", 0): 3, ("b", 0): 2}
+
+
+def test_an_end_planned_but_not_yet_committed_is_not_a_start() -> None:
+    # Spark may ask latestOffset twice from the same start; partitions that the first
+    # answer added (new partitions) must still be read from 0, not from that answer.
+    admin = ScriptedAdmin([metadata({"t": 2})], {("t", 0): 5, ("t", 1): 7})
+    r = reader(admin)
+    start = offsets_json(p0=2)
+    first = r.latestOffset(start, ReadAllAvailable())
+    assert r.latestOffset(start, ReadAllAvailable()) == first == offsets_json(p0=5, p1=7)
+    ranges = [p.offset_range for p in r.partitions(start, first)]
+    assert [(x.partition, x.start, x.end) for x in ranges] == [(0, 2, 5), (1, 0, 7)]
 
 
 # ---- the stream reader -------------------------------------------------------------------

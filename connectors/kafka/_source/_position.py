@@ -33,31 +33,34 @@ def merge_max(*maps: Mapping[TopicPartitionKey, int]) -> Offsets:
 
 
 class ReadPosition:
-    """Last known offset per partition, and the partitions confirmed gone (driver only).
+    """Offsets Spark's checkpoint lost for some partitions, and the partitions gone (driver).
 
     Contract:
-        - :meth:`begin` returns ``start`` plus every remembered partition it lacks, except
-          partitions confirmed gone (:meth:`forget`);
         - :meth:`carry` keeps a partition of ``begin`` that ``end`` lacks at its ``begin``
-          offset (read nothing of it) unless it was confirmed gone;
-        - :meth:`remember` records the offsets of an end Spark will checkpoint.
+          offset (read nothing of it) and remembers that offset, unless the partition was
+          confirmed gone;
+        - :meth:`begin` fills remembered partitions into a ``start`` that lacks them, and
+          forgets those ``start`` names (Spark's checkpoint has them again);
+        - :meth:`seen` marks partitions of a new end as not gone; :meth:`forget` marks
+          partitions confirmed gone, which are never carried or filled in.
     """
 
     def __init__(self) -> None:
-        self.known: Offsets = {}
+        self.carried: Offsets = {}
         self.gone: set[TopicPartitionKey] = set()
 
     def begin(self, start: Mapping[TopicPartitionKey, int]) -> Offsets:
         """Return ``start`` with remembered partitions it lacks filled in."""
-        filled = {tp: o for tp, o in self.known.items() if tp not in start and tp not in self.gone}
-        if filled:
+        for tp in start:
+            self.carried.pop(tp, None)
+        if self.carried:
             _log.warning(
                 "kafka-rc: the checkpointed start offsets lack %s (written during a broker "
-                "outage by an earlier release); continuing from the offsets seen before: %s",
-                _names(filled),
-                filled,
+                "outage by release 0.1.0); continuing from the offsets seen before: %s",
+                _names(self.carried),
+                self.carried,
             )
-        return {**filled, **start}
+        return {**self.carried, **start}
 
     def carry(
         self, begin: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]
@@ -67,22 +70,22 @@ class ReadPosition:
         if missing:
             _log.warning(
                 "kafka-rc: the batch's end offsets lack %s (written during a broker outage by "
-                "an earlier release): no information about them; this batch reads nothing of "
-                "them and the next one continues from %s",
+                "release 0.1.0): no information about them; this batch reads nothing of them "
+                "and the next one continues from %s",
                 _names(missing),
                 missing,
             )
+            self.carried.update(missing)
         return {**missing, **end}
 
-    def remember(self, offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Record offsets Spark checkpoints (a partition seen again is no longer gone)."""
-        self.known.update(offsets)
-        self.gone.difference_update(offsets)
+    def seen(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        """Partitions in a new end exist (again): no longer gone."""
+        self.gone.difference_update(partitions)
 
     def forget(self, partitions: Iterable[TopicPartitionKey]) -> None:
         """Mark ``partitions`` confirmed gone: never filled in or carried again."""
         for tp in partitions:
-            self.known.pop(tp, None)
+            self.carried.pop(tp, None)
             self.gone.add(tp)
 
 

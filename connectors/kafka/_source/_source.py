@@ -125,7 +125,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bound = self._options.stream_starting()
         partitions = self._cluster.discover(bound.offsets.partitions())
         offsets = resolve_bound(self._cluster, bound, partitions, "startingOffsets")
-        self._position.remember(offsets)
         return KafkaOffsets.from_mapping(offsets).to_json_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark API
@@ -153,7 +152,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = rate_limit(begin, latest, limit.max_rows)
         # A start that lacked partitions: this batch first records where they stood.
         end = {**end, **{tp: o for tp, o in begin.items() if tp not in given and tp in end}}
-        self._position.remember(end)
+        self._position.seen(end)
         return KafkaOffsets.from_mapping(end).to_json_dict()
 
     def _check_lost(self, begin: Offsets, latest: Offsets) -> None:
@@ -170,7 +169,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark API
         """Freeze the target: never read past the last stable offsets of this moment."""
-        self._available_now_cap = self._cluster.settled_latest(self._position.known)
+        self._available_now_cap = self._cluster.settled_latest(self._position.carried)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One task per partition range (more with ``minPartitions``).
@@ -180,7 +179,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         begin = self._position.begin(_parse_offsets(start))
         stop = self._position.carry(begin, _parse_offsets(end))
-        self._position.remember(stop)
         return _plan(self._options, self._cluster, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
