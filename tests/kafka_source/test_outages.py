@@ -159,6 +159,12 @@ def test_a_subscribed_topic_absent_is_confirmed_once() -> None:
     assert admin.metadata_calls == calls + 1
 
 
+def test_named_partitions_wait_for_their_topic_not_for_partitions_never_made() -> None:
+    admin = ScriptedAdmin([NO_TOPICS, LOADED], {})
+    assert view(admin).discover([("t", 0), ("t", 7)]) == [("t", 0), ("t", 1)]
+    assert admin.metadata_calls == 2  # waited for the topic, then took it as listed
+
+
 def test_a_topic_error_retrying_cannot_fix_is_fatal() -> None:
     admin = ScriptedAdmin([metadata({}, {"t": KafkaError.TOPIC_AUTHORIZATION_FAILED})], {})
     with pytest.raises(KafkaSourceFatalError, match="TOPIC_AUTHORIZATION_FAILED"):

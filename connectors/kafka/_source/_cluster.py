@@ -172,8 +172,9 @@ class ClusterView:
     def discover(self, expected: Iterable[TopicPartitionKey] = ()) -> list[TopicPartitionKey]:
         """Return the subscription's topic-partitions that exist now, sorted.
 
-        ``expected`` partitions (read before, or named by the user) missing from the
-        answer are waited for as the module docstring says; see :meth:`settled_latest`.
+        The topics of ``expected`` partitions (named in the user's offsets) missing from the
+        answer are waited for as the module docstring says; a listed topic without such a
+        partition is taken as it is (the caller reports the unknown partition).
         """
         want = dict.fromkeys(expected, 0)
         return sorted(self._settle("discovering partitions", want, with_offsets=False))
@@ -212,7 +213,12 @@ class ClusterView:
             msg = f"metadata answered with errors for {detail}"
             raise confirm.error(msg)
         found = dict.fromkeys(view.partitions, 0)
-        doubts = [f"partition {t}-{p} is missing" for t, p in expected if (t, p) not in found]
+        if with_offsets:
+            doubts = [f"partition {t}-{p} is missing" for t, p in expected if (t, p) not in found]
+        else:  # user-named partitions: wait for their topics, not for partitions never made
+            listed = {t for t, _ in found}
+            topics = sorted({t for t, _ in expected} - listed)
+            doubts = [f"topic {t} named in the offsets is missing" for t in topics]
         doubts += [
             f"subscribed topic {t} is not in the metadata"
             for t in view.absent
