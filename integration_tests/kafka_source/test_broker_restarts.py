@@ -217,13 +217,17 @@ def run_available_now_again(rc_spark: Any, w: World, ck: Path, *, check: bool = 
 
 
 @pytest.mark.timeout(1200)
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 def test_streaming_query_rides_through_three_restarts(
-    rc_spark: Any, world: World, tmp_path: Path
+    rc_spark: Any, world: World, tmp_path: Path, fail_on_data_loss: str
 ) -> None:
+    # failOnDataLoss=true used to die with a false DataLossError, false to read the
+    # partitions again from 0 once they reappeared (duplicates).
     w, ck = world, tmp_path / "ck"
     w.produce(200)
     sink = w.sink()
-    query = start(stream(rc_spark, w, maxOffsetsPerTrigger="60"), sink, ck)
+    df = stream(rc_spark, w, maxOffsetsPerTrigger="60", failOnDataLoss=fail_on_data_loss)
+    query = start(df, sink, ck)
     try:
         for how, mode in (("clean", "hidden"), ("kill", "errors"), ("clean", "empty")):
             wait_for_batches(query, ck, committed_batches(ck))

@@ -12,6 +12,7 @@ import pickle
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -94,10 +95,14 @@ LOADING_ERRORS = metadata({}, {"t": KafkaError.LEADER_NOT_AVAILABLE})
 DOWN = KafkaError(KafkaError._TRANSPORT)
 
 
-def test_bounds_are_named_and_ordered() -> None:
+def test_bounds_are_named_ordered_and_documented() -> None:
     # Gone needs consistent error-free answers for GONE_CONFIRM_S, which must fit inside
     # the bound of the whole lookup, or a slow restart would end in "unavailable".
     assert 0 < GONE_CONFIRM_S < UNAVAILABLE_WAIT_S
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "kafka-source.md").read_text()
+    doc = " ".join(doc.split())
+    assert f"`UNAVAILABLE_WAIT_S` = **{UNAVAILABLE_WAIT_S:.0f} s**" in doc
+    assert f"`GONE_CONFIRM_S` = **{GONE_CONFIRM_S:.0f} s**" in doc
 
 
 @pytest.mark.parametrize("outage", [LOADING_ERRORS, NO_TOPICS, DOWN], ids=["errors", "empty", "down"])
