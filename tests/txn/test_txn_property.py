@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.txn.harness import KINDS, Crash, World
 from txn import CommitMode, CoordinatorStep, TaskStep
+from txn.testing import KINDS, Crash, MemoryWorld
 
 EPOCHS = 5
 POINTS: list[tuple[str, CoordinatorStep | TaskStep | None]] = [
@@ -47,7 +47,7 @@ def test_random_crash_schedules_keep_exactly_once(
     kind: str, mode: CommitMode, schedule: list[Crash]
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        world = World(Path(tmp), kind, mode)
+        world = MemoryWorld(Path(tmp), kind, mode=mode)
         world.crashes = schedule
         world.run_epochs(EPOCHS)
         world.check_exactly_once(EPOCHS)
