@@ -217,13 +217,18 @@ def run_available_now_again(rc_spark: Any, w: World, ck: Path, *, check: bool = 
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+@pytest.mark.parametrize(
+    ("fail_on_data_loss", "log"), [("true", "kafka"), ("false", "file")],
+    ids=["failOnDataLoss-kafka-log", "no-failOnDataLoss-file-log"],
+)
 def test_streaming_query_rides_through_three_restarts(
-    rc_spark: Any, world: World, tmp_path: Path, fail_on_data_loss: str
+    rc_spark: Any, world: World, tmp_path: Path, fail_on_data_loss: str, log: str
 ) -> None:
     # failOnDataLoss=true used to die with a false DataLossError, false to read the
-    # partitions again from 0 once they reappeared (duplicates).
+    # partitions again from 0 once they reappeared (duplicates). With the Kafka epoch log
+    # the sink's own appends, marker reads and commits ride through the restarts too.
     w, ck = world, tmp_path / "ck"
+    w.kafka_log = log == "kafka"
     w.produce(200)
     sink = w.sink()
     df = stream(rc_spark, w, maxOffsetsPerTrigger="60", failOnDataLoss=fail_on_data_loss)
