@@ -1,0 +1,151 @@
+"""Empty epochs through real Spark, for every sink, protocol and mode (issue 17, hole 0).
+
+An empty micro-batch is ordinary (a quiet input, a selective filter). Spark often runs no
+task at all for it (the empty input is optimized away to no partitions); the stage then
+runs every planned task over placeholder partitions, so each partition still prepares an
+empty transaction and votes (docs/architecture.md, "Empty epochs"). Each test runs the
+sequence a user's query produces and checks the output exactly after it:
+
+rows, an empty batch, an input filtered to nothing, rows, one row (one write partition
+empty), the same batch id again (skipped), rows again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg import sql
+
+from connectors.kafka import KafkaSink
+from connectors.postgres import PostgresSink
+from connectors.stage import TransactionalSink, TransactionalSinks
+from integration_tests.kafka_sink._support import (
+    lso_reaches_high_watermark,
+    read_committed,
+    values,
+)
+from txn import CommitMode, EpochState
+
+pytestmark = pytest.mark.spark
+
+MODES = [m.value for m in CommitMode]
+PROTOCOLS = ["two-phase", "idempotency-table"]
+
+
+def frames(spark: Any) -> list[tuple[str, Any, list[int]]]:
+    """(what, batch, ids it holds) of the sequence in the module docstring."""
+    return [
+        ("rows", spark.range(0, 40, numPartitions=3), list(range(40))),
+        ("empty", spark.range(0), []),
+        ("filtered to nothing", spark.range(100, 140, numPartitions=3).filter("id < 0"), []),
+        ("rows", spark.range(40, 80, numPartitions=2), list(range(40, 80))),
+        ("one row", spark.range(80, 81), [80]),
+    ]
+
+
+def run_sequence(spark: Any, sink: TransactionalSink, shape: Callable[[Any], Any]) -> list[int]:
+    """Run the sequence through ``sink``; return the ids that must be in the output once."""
+    expected: list[int] = []
+    batch_id = 0
+    for what, df, ids in frames(spark):
+        result = sink(shape(df), batch_id)
+        assert result.committed and not result.skipped, what
+        assert [r.partition for r in result.reports] == list(range(result.plan.parallelism))
+        expected += ids
+        batch_id += 1
+    again = sink(shape(spark.range(80, 81)), batch_id - 1)  # the same batch id twice
+    assert again.skipped and again.committed
+    empty_again = sink(shape(spark.range(0)), 1)
+    assert empty_again.skipped
+    last = sink(shape(spark.range(81, 90, numPartitions=2)), batch_id)
+    assert last.committed and not last.skipped
+    history = sink.epoch_log_history()
+    assert all(history.state(e) is EpochState.COMMITTED for e in range(batch_id + 1)), history
+    return [*expected, *range(81, 90)]
+
+
+# -- PostgreSQL --------------------------------------------------------------------------
+def pg_ids(pg: Any, schema: str) -> Counter[int]:
+    rows = pg.execute(sql.SQL("SELECT id FROM {}.t").format(sql.Identifier(schema))).fetchall()
+    return Counter(int(r[0]) for r in rows)
+
+
+def no_prepared(pg: Any) -> bool:
+    row = pg.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()
+    return row is not None and row[0] == 0
+
+
+def to_table(df: Any) -> Any:
+    return df.selectExpr("id", "concat('v', id) AS v")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_postgres_sink_commits_empty_epochs(
+    spark: Any, pg: Any, schema: str, postgres_dsn: str, protocol: str, mode: str
+) -> None:
+    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+        sql.Identifier(schema)))
+    sink = PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema, control_schema=schema,
+                        parallelism=2, commit_protocol=protocol, mode=mode)
+    try:
+        expected = run_sequence(spark, sink, to_table)
+    finally:
+        sink.close()
+    assert pg_ids(pg, schema) == Counter(expected)
+    assert no_prepared(pg)
+
+
+# -- Kafka ---------------------------------------------------------------------------------
+def to_kafka(df: Any) -> Any:
+    return df.selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+
+
+def topic_ids(bootstrap: str, topic: str) -> Counter[int]:
+    return Counter(int(v.decode()) for v in values(read_committed(bootstrap, topic)))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kafka_sink_commits_empty_epochs(
+    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], mode: str
+) -> None:
+    topic = new_topic("empty", 2)
+    sink = KafkaSink(kafka_bootstrap, topic, f"empty-{uuid.uuid4().hex[:8]}", parallelism=2,
+                     mode=mode)
+    try:
+        expected = run_sequence(spark, sink, to_kafka)
+    finally:
+        sink.close()
+    assert topic_ids(kafka_bootstrap, topic) == Counter(expected)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+# -- both in one epoch ---------------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_transactional_sinks_commit_empty_epochs(
+    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], pg: Any, schema: str,
+    postgres_dsn: str, tmp_path: Path, mode: str,
+) -> None:
+    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+        sql.Identifier(schema)))
+    topic = new_topic("empty-mix", 2)
+    name = f"mix-{uuid.uuid4().hex[:8]}"
+    # One write task each: aligned mode runs both members' tasks at once on local[2].
+    kafka = KafkaSink(kafka_bootstrap, topic, f"{name}-k", parallelism=1)
+    table = PostgresSink(postgres_dsn, "t", f"{name}-p", schema=schema, control_schema=schema,
+                         parallelism=1, commit_protocol="two-phase")
+    sink = TransactionalSinks([(kafka, to_kafka), (table, to_table)], sink_id=name,
+                              epoch_log=tmp_path / "epochs.log", mode=mode)
+    try:
+        expected = run_sequence(spark, sink, lambda df: df)
+    finally:
+        sink.close()
+    assert pg_ids(pg, schema) == Counter(expected)
+    assert topic_ids(kafka_bootstrap, topic) == Counter(expected)
+    assert no_prepared(pg)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
