@@ -49,8 +49,17 @@ ROWS_PER_EPOCH = 12
 MAX_RESTARTS = 20  # a replay loop that needs more restarts than this is a livelock: fail
 
 
-def epoch_rows(epoch: int) -> list[str]:
-    return [f"e{epoch}-r{i}" for i in range(ROWS_PER_EPOCH)]
+FULL = "full"  # every epoch: ROWS_PER_EPOCH rows, in every write partition
+EMPTY = "empty"  # odd epochs hold no row at all (every partition empty)
+ONE_ROW = "one-row"  # every epoch holds one row (every other partition empty)
+SHAPES = (FULL, EMPTY, ONE_ROW)
+
+
+def epoch_rows(epoch: int, shape: str = FULL) -> list[str]:
+    if shape == EMPTY and epoch % 2 == 1:
+        return []
+    count = 1 if shape == ONE_ROW else ROWS_PER_EPOCH
+    return [f"e{epoch}-r{i}" for i in range(count)]
 
 
 @dataclass
@@ -81,6 +90,16 @@ class Crash:
 
 
 @dataclass
+class Loss:
+    """Prepared work of write ``partition`` lost (rolled back by hand) at coordinator ``step``."""
+
+    epoch: int = 1
+    partition: int = 0
+    step: CoordinatorStep = CoordinatorStep.DECISION_LOGGED
+    fired: bool = False
+
+
+@dataclass
 class World:
     tmp_path: Path
     kind: str
@@ -90,6 +109,8 @@ class World:
     store: MemoryStore = field(default_factory=MemoryStore)
     pg_store: MemoryStore = field(default_factory=MemoryStore)  # MIXED: the PG-like member
     crashes: list[Crash] = field(default_factory=list)
+    losses: list[Loss] = field(default_factory=list)
+    shape: str = FULL
     restarts: int = 0
     log: FileEpochLog | None = None
     coordinator: Coordinator[MemRows] | None = None
@@ -119,8 +140,13 @@ class World:
         if self.kind == MIXED:
             member, local = (0, partition) if partition < MIXED_SPLIT[0] else (
                 1, partition - MIXED_SPLIT[0])
-            return OnePassRows(partition_rows(epoch_rows(plan.epoch), MIXED_SPLIT[member])[local])
-        return OnePassRows(partition_rows(epoch_rows(plan.epoch), plan.parallelism)[partition])
+            rows = partition_rows(self.rows_of(plan.epoch), MIXED_SPLIT[member])
+            return OnePassRows(rows[local])
+        return OnePassRows(partition_rows(self.rows_of(plan.epoch), plan.parallelism)[partition])
+
+    def rows_of(self, epoch: int) -> list[str]:
+        """Every row of ``epoch`` (each member of a mixed resource writes all of them)."""
+        return epoch_rows(epoch, self.shape)
 
     # -- processes -------------------------------------------------------------------
     def start(self) -> Coordinator[MemRows]:
@@ -144,6 +170,10 @@ class World:
         assert self.restarts <= MAX_RESTARTS, "recovery does not converge"
 
     def _coordinator_hook(self, step: CoordinatorStep, epoch: int) -> None:
+        for loss in self.losses:
+            if not loss.fired and (loss.step, loss.epoch) == (step, epoch):
+                loss.fired = True
+                self.lose_prepared(epoch, loss.partition)
         for crash in self.crashes:
             crash.maybe_fire("coordinator", step, epoch, None)
 
@@ -154,6 +184,16 @@ class World:
     def _vote_hook(self, vote: Vote, count: int) -> None:
         for crash in self.crashes:
             crash.maybe_fire("vote", None, vote.epoch, None)
+
+    def lose_prepared(self, epoch: int, partition: int) -> None:
+        """Roll back the prepared work of write ``partition`` of ``epoch`` by hand."""
+        store, local = self.store, partition
+        if self.kind == MIXED:
+            store, local = self.pg_store, partition - MIXED_SPLIT[0]
+        with store.lock:
+            for key in [k for k, t in store.prepared.items()
+                        if (t.epoch, t.partition) == (epoch, local)]:
+                del store.prepared[key]
 
     def channel(self) -> InProcessChannel[MemRows]:
         assert self.resource is not None
@@ -192,14 +232,17 @@ class World:
         assert self.log is not None
         history = self.log.load()
         bad = []
+        lost = {loss.epoch for loss in self.losses if loss.fired}  # partly visible until redone
         for epoch, parts in by_epoch.items():
+            if epoch in lost:
+                continue
             plan = history.plan(epoch)
             width = MIXED_SPLIT[1] if self.kind == MIXED else (plan.parallelism if plan else -1)
             if parts != set(range(width)):
                 bad.append(epoch)
         if self.kind == MIXED:
             kafka = self.store.rows_by_epoch()
-            bad += [e for e in by_epoch if sorted(kafka.get(e, [])) != sorted(epoch_rows(e))]
+            bad += [e for e in by_epoch if sorted(kafka.get(e, [])) != sorted(self.rows_of(e))]
         return f"partly committed epochs after recovery: {bad}" if bad else ""
 
     def check_exactly_once(self, n: int) -> None:
@@ -210,7 +253,7 @@ class World:
             assert not twice, f"partitions committed more than once: {twice}"
             got = store.rows_by_epoch()
             for epoch in range(n):
-                assert sorted(got.get(epoch, [])) == sorted(epoch_rows(epoch)), f"epoch {epoch}"
+                assert sorted(got.get(epoch, [])) == sorted(self.rows_of(epoch)), f"epoch {epoch}"
             assert set(got) <= set(range(n)), f"unexpected epochs {set(got) - set(range(n))}"
             assert store.dangling() == [], store.dangling()
         assert [m for m in self.after_recover if m] == []
@@ -220,6 +263,13 @@ class World:
             history = log.load()
         assert all(history.is_committed(e) for e in range(n)), history
         assert history.in_doubt() == []
+        if self.guarantee is Guarantee.EXACTLY_ONCE:  # every partition commits, empty or not
+            for index, store in enumerate(stores):
+                want = {(e, p) for e in range(n) if (plan := history.plan(e)) is not None
+                        for p in range(MIXED_SPLIT[index] if self.kind == MIXED
+                                       else plan.parallelism)}
+                got_parts = {(c.epoch, c.partition) for c in store.commits if c.epoch < n}
+                assert got_parts == want, f"partitions committed: {sorted(got_parts ^ want)}"
 
 
 class _Borrow:
