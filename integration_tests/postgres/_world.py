@@ -7,6 +7,7 @@ coordinator, the channel. The crash points are those of tests/txn/harness.py (``
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from connectors.postgres import (
 from connectors.postgres._control import qualified
 from connectors.stage import ArrowPartition
 from integration_tests.postgres.conftest import with_hash
-from tests.txn.harness import KAFKA_LIKE, PG_LIKE, Crash
+from tests.txn.harness import EMPTY, FULL, KAFKA_LIKE, ONE_ROW, PG_LIKE, Crash
 from txn import (
     CommitMode,
     Coordinator,
@@ -53,13 +54,19 @@ PROTOCOL = {KAFKA_LIKE: "idempotency-table", PG_LIKE: "two-phase"}
 __all__ = ["KAFKA_LIKE", "PG_LIKE", "Crash", "PgWorld"]
 
 
-def epoch_ids(epoch: int) -> list[int]:
-    return [epoch * 1000 + i for i in range(ROWS_PER_EPOCH)]
+def epoch_ids(epoch: int, shape: str = FULL) -> list[int]:
+    """The ids of ``epoch``'s rows; ``shape`` as in tests/txn/harness.py (empty, one row)."""
+    if shape == EMPTY and epoch % 2 == 1:
+        return []
+    return [epoch * 1000 + i for i in range(1 if shape == ONE_ROW else ROWS_PER_EPOCH)]
 
 
-def partition_batch(epoch: int, parallelism: int, partition: int) -> pa.RecordBatch:
+def partition_batch(
+    epoch: int, parallelism: int, partition: int, shape: str = FULL
+) -> pa.RecordBatch:
     """The rows of ``partition``: routed by content, so a replay meets the same partition."""
-    ids = [i for i in epoch_ids(epoch) if zlib.crc32(str(i).encode()) % parallelism == partition]
+    ids = [i for i in epoch_ids(epoch, shape)
+           if zlib.crc32(str(i).encode()) % parallelism == partition]
     return with_hash({
         "id": pa.array(ids, pa.int64()),
         "epoch": pa.array([epoch] * len(ids), pa.int32()),
@@ -86,6 +93,11 @@ class PgWorld:
     resource: PostgresResource | None = None
     after_recover: list[str] = field(default_factory=list)
     batch_for: Callable[[int, int, int], pa.RecordBatch] = partition_batch
+    shape: str = FULL
+
+    def __post_init__(self) -> None:
+        if self.shape != FULL and self.batch_for is partition_batch:
+            self.batch_for = functools.partial(partition_batch, shape=self.shape)
 
     def cfg(self) -> PostgresSinkConfig:
         return PostgresSinkConfig.build(
@@ -182,14 +194,14 @@ class PgWorld:
         if self.kind != PG_LIKE:
             return ""
         per_epoch = Counter(epoch for _, epoch in self.ids())
-        partial = {e: n for e, n in per_epoch.items() if n != ROWS_PER_EPOCH}
+        partial = {e: n for e, n in per_epoch.items() if n != len(epoch_ids(e, self.shape))}
         return f"partly committed epochs after recovery: {partial}" if partial else ""
 
     def check_exactly_once(self, n: int) -> None:
         rows = self.ids()
         counts = Counter(i for i, _ in rows)
         assert not [i for i, c in counts.items() if c > 1], "duplicated rows"
-        assert sorted(counts) == [i for e in range(n) for i in epoch_ids(e)], "lost rows"
+        assert sorted(counts) == [i for e in range(n) for i in epoch_ids(e, self.shape)], "lost"
         cfg = self.cfg()
         with self.conn() as conn:
             assert list_prepared(conn, cfg.sink_id) == [], "prepared transactions left"

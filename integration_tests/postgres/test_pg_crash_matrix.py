@@ -6,7 +6,9 @@ COMMIT PREPARED by the coordinator) and "commit-in-task" = the idempotency table
 crashes during epoch 1 of 3, restarts the driver (new epoch log handle, new resource,
 recover()) and replays; then every row is in the table exactly once, nothing of the sink
 is left in pg_prepared_xacts, every partition's marker and the log say every epoch
-committed, and (two-phase) no epoch was ever partly visible after a recovery.
+committed, and (two-phase) no epoch was ever partly visible after a recovery. Every case
+also runs with an empty epoch 1 (every write partition prepares or commits an empty
+transaction with its marker).
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ from __future__ import annotations
 import pytest
 
 from integration_tests.postgres._world import Crash, PgWorld
-from tests.txn.harness import KAFKA_LIKE, PG_LIKE, crash_params
+from tests.txn.harness import EMPTY, FULL, KAFKA_LIKE, PG_LIKE, crash_params
 from txn import CommitMode
 
 
+@pytest.mark.parametrize("shape", [FULL, EMPTY])
 @pytest.mark.parametrize(("kind", "mode", "crash"), crash_params((KAFKA_LIKE, PG_LIKE)))
 def test_crash_recover_replay_is_exactly_once(
-    postgres_dsn: str, schema: str, kind: str, mode: CommitMode, crash: Crash
+    postgres_dsn: str, schema: str, kind: str, mode: CommitMode, crash: Crash, shape: str
 ) -> None:
     crash = Crash(crash.where, crash.step, crash.epoch, crash.partition, crash.after, crash.times)
-    world = PgWorld(lambda: postgres_dsn, schema, kind, mode)
+    world = PgWorld(lambda: postgres_dsn, schema, kind, mode, shape=shape)
     world.create_table()
     world.crashes = [crash]
     world.run_epochs(3)
