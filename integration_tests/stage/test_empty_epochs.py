@@ -42,6 +42,7 @@ def frames(spark: Any) -> list[tuple[str, Any, list[int]]]:
     return [
         ("rows", spark.range(0, 40, numPartitions=3), list(range(40))),
         ("empty", spark.range(0), []),
+        ("empty, no partitions", spark.createDataFrame([], "id long"), []),
         ("filtered to nothing", spark.range(100, 140, numPartitions=3).filter("id < 0"), []),
         ("rows", spark.range(40, 80, numPartitions=2), list(range(40, 80))),
         ("one row", spark.range(80, 81), [80]),
@@ -60,7 +61,7 @@ def run_sequence(spark: Any, sink: TransactionalSink, shape: Callable[[Any], Any
         batch_id += 1
     again = sink(shape(spark.range(80, 81)), batch_id - 1)  # the same batch id twice
     assert again.skipped and again.committed
-    empty_again = sink(shape(spark.range(0)), 1)
+    empty_again = sink(shape(spark.range(0)), 1)  # an empty batch replayed
     assert empty_again.skipped
     last = sink(shape(spark.range(81, 90, numPartitions=2)), batch_id)
     assert last.committed and not last.skipped
@@ -110,13 +111,15 @@ def topic_ids(bootstrap: str, topic: str) -> Counter[int]:
     return Counter(int(v.decode()) for v in values(read_committed(bootstrap, topic)))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "keep"), [("aligned", False), ("unaligned", False),
+                                           ("unaligned", True)])
 def test_kafka_sink_commits_empty_epochs(
-    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], mode: str
+    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], mode: str, keep: bool
 ) -> None:
     topic = new_topic("empty", 2)
-    sink = KafkaSink(kafka_bootstrap, topic, f"empty-{uuid.uuid4().hex[:8]}", parallelism=2,
-                     mode=mode)
+    width: dict[str, Any] = {"keep_partitioning": True} if keep else {"parallelism": 2}
+    sink = KafkaSink(kafka_bootstrap, topic, f"empty-{uuid.uuid4().hex[:8]}", mode=mode,
+                     **width)
     try:
         expected = run_sequence(spark, sink, to_kafka)
     finally:
@@ -149,3 +152,32 @@ def test_transactional_sinks_commit_empty_epochs(
     assert topic_ids(kafka_bootstrap, topic) == Counter(expected)
     assert no_prepared(pg)
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_transactional_sinks_commit_when_one_member_gets_no_row(
+    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], pg: Any, schema: str,
+    postgres_dsn: str, tmp_path: Path, mode: str,
+) -> None:
+    """The table's rows are filtered to nothing in batch 1: its job runs no task, the topic's
+    tasks wait for its votes in the same round (aligned), and the epoch commits on both."""
+    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+        sql.Identifier(schema)))
+    topic = new_topic("empty-member", 2)
+    name = f"mix-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaSink(kafka_bootstrap, topic, f"{name}-k", parallelism=1)
+    table = PostgresSink(postgres_dsn, "t", f"{name}-p", schema=schema, control_schema=schema,
+                         parallelism=1, commit_protocol="two-phase")
+    small = lambda df: to_table(df.filter("id < 1000"))  # noqa: E731 - a select function
+    sink = TransactionalSinks([(kafka, to_kafka), (table, small)], sink_id=name,
+                              epoch_log=tmp_path / "epochs.log", mode=mode)
+    try:
+        for batch_id, (start, end) in enumerate([(0, 10), (1000, 1010), (10, 20)]):
+            result = sink(spark.range(start, end, numPartitions=2), batch_id)
+            assert result.committed and not result.skipped
+        assert sink(spark.range(1000, 1010, numPartitions=2), 1).skipped
+    finally:
+        sink.close()
+    assert pg_ids(pg, schema) == Counter(range(20))
+    assert topic_ids(kafka_bootstrap, topic) == Counter([*range(20), *range(1000, 1010)])
+    assert no_prepared(pg)
