@@ -97,3 +97,73 @@ def test_a_wedged_log_recovers_in_a_new_sink(
     assert decision is not None and decision.commit
     assert ids(pg, schema) == Counter(range(50))
     assert list_prepared(pg, f"{schema}-s") == []
+
+
+HOLD_S = 30  # seconds the empty epoch's task is held at its vote; query.stop() comes first
+STOP_WAIT_S = 120  # seconds to wait for the held epoch to start (a loaded machine is slow)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("protocol", "mode"), [("two-phase", "aligned"),
+                                                ("two-phase", "unaligned"),
+                                                ("idempotency-table", "aligned")])
+def test_query_stop_during_an_empty_epoch_then_restart(
+    spark: Any, pg: Any, schema: str, postgres_dsn: str, tmp_path: Any, protocol: str,
+    mode: str,
+) -> None:
+    """A streaming query stopped while its empty batch is in the write stage restarts from
+    its checkpoint with a new sink object, and every row lands once."""
+    import json
+    import time
+
+    from connectors.testing import FaultPlan
+
+    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+        sql.Identifier(schema)))
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+
+    def add_file(name: str, ids: range) -> None:
+        (source / name).write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps([{"id": "hold", "step": "after_pre_commit", "epoch": 1,
+                                   "action": "sleep", "seconds": HOLD_S, "times": 1}]))
+    plan = FaultPlan(str(faults))
+
+    def start(sink: PostgresSink) -> Any:
+        stream = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
+                  .json(str(source)).filter("id >= 0").selectExpr("id", "concat('v', id) AS v"))
+        return (stream.writeStream.foreachBatch(sink)
+                .option("checkpointLocation", str(checkpoint)).start())
+
+    def new_sink(**extra: Any) -> PostgresSink:
+        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
+                            control_schema=schema, parallelism=2, commit_protocol=protocol,
+                            mode=mode, **extra)
+
+    add_file("0.json", range(0, 10))
+    first = new_sink(fault_plan=plan)
+    query = start(first)
+    try:
+        query.processAllAvailable()
+        add_file("1.json", range(-5, 0))  # every row filtered out: an empty batch
+        deadline = time.monotonic() + STOP_WAIT_S
+        while not plan.has_fired("hold") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert plan.has_fired("hold"), "the empty epoch never reached its vote"
+    finally:
+        query.stop()
+        first.close()
+    add_file("2.json", range(10, 20))
+    second = new_sink()
+    query = start(second)
+    try:
+        query.processAllAvailable()
+        history = second.epoch_log_history()
+    finally:
+        query.stop()
+        second.close()
+    assert ids(pg, schema) == Counter(range(20))
+    assert list_prepared(pg, f"{schema}-s") == []
+    assert history.in_doubt() == [] and history.max_epoch() == 2, history
