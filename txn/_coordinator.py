@@ -225,20 +225,9 @@ class Coordinator(Generic[Rows]):
             return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
-            completable = self._completable(previous)
-            everywhere = len(completable) == previous.parallelism
-            decided = history.state(epoch) is EpochState.COMMIT_DECIDED
-            if completable and (everywhere or decided):
-                finished = self._finish_in_doubt(previous, history)
-                if finished:  # nothing stays pinned
-                    return EpochResult(epoch, previous, skipped=True, committed=True)
-                if finished is None:  # lost prepared work: redo it, pinned, decision kept
-                    self._check_pinned(previous)
-                history = self._log.load()
-            else:  # commit-in-task or mixed without a decision: the replay redoes it, pinned
-                self._check_pinned(previous)
-                if completable:
-                    self._deliver(previous, commit=False)
+            if self._resolve_in_doubt(previous, history):
+                return EpochResult(epoch, previous, skipped=True, committed=True)
+            history = self._log.load()
         plan = self._next_plan(epoch, parallelism, history)
         latest = history.latest_plan()
         if latest is not None and latest.parallelism > plan.parallelism:
@@ -264,6 +253,20 @@ class Coordinator(Generic[Rows]):
         if completable:
             return self._complete_mixed(plan, reports, completable)
         return self._complete_in_task(plan, reports)
+
+    def _resolve_in_doubt(self, previous: EpochPlan, history: EpochHistory) -> bool:
+        """Step 2 of :meth:`run_epoch`; True if the in-doubt epoch got committed from the log."""
+        completable = self._completable(previous)
+        decided = history.state(previous.epoch) is EpochState.COMMIT_DECIDED
+        if completable and (len(completable) == previous.parallelism or decided):
+            finished = self._finish_in_doubt(previous, history)
+            if finished is None:  # lost prepared work: redone under a pinned redo plan
+                self._check_pinned(previous)
+            return bool(finished)
+        self._check_pinned(previous)  # commit-in-task, or mixed undecided: redone, pinned
+        if completable:
+            self._deliver(previous, commit=False)
+        return False
 
     def _check_pinned(self, previous: EpochPlan) -> None:
         fingerprint = self._resource.fingerprint()
@@ -365,14 +368,8 @@ class Coordinator(Generic[Rows]):
             raise EpochAbortedError(msg)
         return self._decide(plan, reports, commit=True)
 
-    def _complete_redo(
-        self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
-    ) -> EpochResult:
-        """Finish a redo plan: the commit decision is logged already, only commit can follow.
-
-        Every prepared partition is committed; the epoch completes once no partition is
-        lost or failed, else it stays commit-decided for the next replay.
-        """
+    def _complete_redo(self, plan: EpochPlan, reports: tuple[PartitionReport, ...]) -> EpochResult:
+        """Commit a redo plan's prepared work (decided already); complete unless some is missing."""
         lost = self._deliver(plan, commit=True)
         failed = [r for r in reports if r.outcome not in _READY and r.outcome not in _DONE]
         if lost or failed:
@@ -399,9 +396,9 @@ class Coordinator(Generic[Rows]):
 def _lost_error(plan: EpochPlan, partitions: tuple[int, ...], why: str = "") -> EpochAbortedError:
     detail = f" ({why})" if why else ""
     msg = (
-        f"epoch {plan.epoch} was decided commit, but partitions {list(partitions)} have neither "
-        f"their prepared work nor a marker of the epoch{detail}; the decision stays logged and "
-        "the replay of the epoch redoes those partitions (replay it: restart the query)"
+        f"epoch {plan.epoch} was decided commit, but partitions {list(partitions)} are not "
+        f"committed (their prepared work was lost, or its redo failed{detail}); the decision "
+        "stays logged and the replay of the epoch redoes them (replay it: restart the query)"
     )
     return EpochAbortedError(msg)
 
