@@ -181,3 +181,73 @@ def test_transactional_sinks_commit_when_one_member_gets_no_row(
     assert pg_ids(pg, schema) == Counter(range(20))
     assert topic_ids(kafka_bootstrap, topic) == Counter([*range(20), *range(1000, 1010)])
     assert no_prepared(pg)
+
+
+# -- a failure at each step of an empty epoch, then the replay -------------------------------
+STEPS = ["after_open", "after_pre_commit", "before_commit", "after_commit",
+         "driver_after_stage", "driver_before_complete", "driver_after_decision"]
+SINKS = ["kafka", "two-phase", "idempotency-table"]
+
+
+def _fires(kind: str, step: str) -> bool:
+    """Whether ``step`` is reached by an epoch of ``kind`` (two-phase tasks never commit;
+    only two-phase logs a decision)."""
+    if step == "after_commit":
+        return kind != "two-phase"
+    if step == "driver_after_decision":
+        return kind == "two-phase"
+    return True
+
+
+@pytest.mark.parametrize(("kind", "step"), [(k, s) for k in SINKS for s in STEPS if _fires(k, s)])
+def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
+    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], pg: Any, schema: str,
+    postgres_dsn: str, tmp_path: Path, kind: str, step: str,
+) -> None:
+    import json
+
+    from connectors.testing import FaultPlan
+
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps([{"id": "f", "step": step, "epoch": 1, "action": "raise",
+                                   "times": 1}]))
+    plan = FaultPlan(str(faults))
+    topic = ""
+    options: dict[str, Any] = {"parallelism": 2, "stage_retries": 0}
+
+    def new_sink(**extra: Any) -> TransactionalSink:
+        if kind == "kafka":
+            return KafkaSink(kafka_bootstrap, topic, f"{schema}-k", **options, **extra)
+        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
+                            control_schema=schema, commit_protocol=kind, **options, **extra)
+
+    if kind == "kafka":
+        topic = new_topic("empty-fail", 2)
+        shape = to_kafka
+    else:
+        pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+            sql.Identifier(schema)))
+        shape = to_table
+    sink = new_sink(fault_plan=plan)
+    try:
+        assert sink(shape(spark.range(0, 20, numPartitions=2)), 0).committed
+        with pytest.raises(Exception, match="injected fault"):
+            sink(shape(spark.range(0)), 1)
+        assert plan.has_fired("f")
+    finally:
+        sink.close()
+    replay = new_sink()  # a restart: a new sink object, the same batch id
+    try:
+        result = replay(shape(spark.range(0)), 1)
+        assert result.committed
+        assert replay(shape(spark.range(20, 30, numPartitions=2)), 2).committed
+        history = replay.epoch_log_history()
+    finally:
+        replay.close()
+    assert all(history.is_committed(e) for e in range(3)), history
+    if kind == "kafka":
+        assert topic_ids(kafka_bootstrap, topic) == Counter(range(30))
+        assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+    else:
+        assert pg_ids(pg, schema) == Counter(range(30))
+        assert no_prepared(pg)
