@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ._broker import Broker
-from ._config import FSYNC_POLICIES, BrokerConfig
+from ._config import FSYNC_POLICIES, TOPIC_LOAD_MODES, BrokerConfig
 from ._faults import Faults
 from ._server import KafkaServer
 
@@ -45,7 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fsync-policy", choices=FSYNC_POLICIES, default=d.fsync_policy)
     p.add_argument("--no-auto-create-topics", action="store_true")
     p.add_argument("--topic-load-delay-ms", type=int, default=d.topic_load_delay_ms,
-                   help="answer Metadata without topics for this long after the start (tests)")
+                   help="answer Metadata as if topics were not loaded for this long after the "
+                        "start (tests)")
+    p.add_argument("--topic-load-mode", choices=TOPIC_LOAD_MODES, default=d.topic_load_mode,
+                   help="meanwhile: hide topics, answer them with LEADER_NOT_AVAILABLE, or "
+                        "answer no topic at all")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -62,6 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
         offsets_retention_check_interval_ms=args.offsets_retention_check_interval_ms,
         fsync_policy=args.fsync_policy,
         topic_load_delay_ms=args.topic_load_delay_ms,
+        topic_load_mode=args.topic_load_mode,
     )
     server = KafkaServer(Broker(config, args.data_dir), Faults(), args.host, args.port)
     await server.start()

@@ -9,6 +9,11 @@ from ._errors import ConfigError
 # Largest request frame the broker reads (bytes); like Kafka's socket.request.max.bytes.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 FSYNC_POLICIES = ("never", "commit", "always")
+# How Metadata answers while topics are "loading" (topic_load_delay_ms after a start):
+# "hidden": a listing of all topics has none, a named topic is UNKNOWN_TOPIC_OR_PARTITION;
+# "errors": every topic, listed or named, comes with LEADER_NOT_AVAILABLE and no partitions;
+# "empty": no topic entry at all, whatever was asked (a named topic is left out).
+TOPIC_LOAD_MODES = ("hidden", "errors", "empty")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,8 @@ class BrokerConfig:
         topic_load_delay_ms: after the broker starts, Metadata answers for this long as if
             no topic were loaded yet (a restarted Kafka broker can answer Metadata before
             it has loaded its topics' metadata); for tests, default 0.
+        topic_load_mode: how Metadata answers meanwhile, one of ``TOPIC_LOAD_MODES``
+            (default "hidden").
         node_id: broker id reported in metadata.
         cluster_id: cluster id reported in metadata.
 
@@ -58,6 +65,7 @@ class BrokerConfig:
     max_message_bytes: int = 1_048_588
     max_request_bytes: int = MAX_REQUEST_BYTES
     topic_load_delay_ms: int = 0
+    topic_load_mode: str = "hidden"
     node_id: int = 0
     cluster_id: str = "minikafka-cluster"
 
@@ -86,6 +94,12 @@ class BrokerConfig:
                 raise ConfigError(msg)
         if self.fsync_policy not in FSYNC_POLICIES:
             msg = f"BrokerConfig.fsync_policy must be one of {FSYNC_POLICIES}, got {self.fsync_policy!r}"
+            raise ConfigError(msg)
+        if self.topic_load_mode not in TOPIC_LOAD_MODES:
+            msg = (
+                f"BrokerConfig.topic_load_mode must be one of {TOPIC_LOAD_MODES}, "
+                f"got {self.topic_load_mode!r}"
+            )
             raise ConfigError(msg)
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             msg = "BrokerConfig.group_min_session_timeout_ms exceeds group_max_session_timeout_ms"

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ["txn", "connectors.stage", "connectors.kafka", "connectors.postgres",
           "connectors.async_io", "connectors.testing", "connectors.testing.verify",
-          "connectors.testing.app"]
+          "connectors.testing.app", "connectors.examples.sqlite"]
 
 
 def exported_errors() -> list[tuple[str, str]]:

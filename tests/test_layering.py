@@ -78,7 +78,8 @@ def test_no_module_imports_upward(module: str, path: Path) -> None:
 
 
 @pytest.mark.parametrize("package", ["txn", "connectors.stage", "connectors.kafka",
-                                     "connectors.kafka_source", "connectors.async_io"])
+                                     "connectors.kafka_source", "connectors.async_io",
+                                     "connectors.examples.sqlite"])
 def test_importing_a_connector_loads_no_testing_module(package: str) -> None:
     code = (
         f"import sys, {package}\n"

@@ -26,6 +26,7 @@ from connectors.async_io._function import (
     check_async_callable,
     validate_result,
 )
+from connectors.async_io._health import WARNINGS, BatchHealth
 from connectors.async_io._metrics import AsyncMetrics, MetricsRecorder
 from connectors.async_io._queues import OrderedResultQueue, ResultQueue, UnorderedResultQueue
 
@@ -38,6 +39,8 @@ class _Entry:
     rows: list[dict[str, Any]]
     values: list[Enrichment] = field(default_factory=list)
     dropped: bool = False
+    timed_out: bool = False
+    retried: bool = False  # at least one attempt failed and was retried
 
 
 @dataclass(eq=False)
@@ -153,6 +156,7 @@ class AsyncOperator:
             raise
         out = self._build(batch, state.leaving)
         self._recorder.rows_out += out.num_rows
+        WARNINGS.report(_health(state.leaving), self._partition, self._config.on_timeout.value)
         return out
 
     def _split(self, rows: list[dict[str, Any]]) -> Iterator[_Entry]:
@@ -195,7 +199,8 @@ class AsyncOperator:
             try:
                 result = await _with_timeout(
                     call_with_retries(
-                        self._fn, self._payload(entry), self._config.retry, self._count_retry
+                        self._fn, self._payload(entry), self._config.retry,
+                        functools.partial(self._count_retry, entry),
                     ),
                     self._config.timeout_s,
                 )
@@ -216,13 +221,15 @@ class AsyncOperator:
     def _payload(self, entry: _Entry) -> Any:
         return entry.rows if self._config.batch_size is not None else entry.rows[0]
 
-    def _count_retry(self) -> None:
+    def _count_retry(self, entry: _Entry) -> None:
+        entry.retried = True
         self._recorder.retries += 1
 
     def _position(self, entry: _Entry) -> tuple[int, int]:
         return self._partition, self._rows_seen + entry.first
 
     def _timed_out(self, entry: _Entry) -> None:
+        entry.timed_out = True
         self._recorder.timeouts += 1
         outcome = self._config.on_timeout
         if outcome is OnTimeout.FAIL:
@@ -281,6 +288,17 @@ class AsyncOperator:
                         self._partition, self._rows_seen + pos, detail
                     ) from exc
             raise
+
+
+def _health(entries: list[_Entry]) -> BatchHealth:
+    """Count what the requests of one batch went through (for the rate-limited warning)."""
+    return BatchHealth(
+        requests=len(entries),
+        timed_out=sum(e.timed_out for e in entries),
+        retried=sum(e.retried for e in entries),
+        dropped_rows=sum(len(e.rows) for e in entries if e.dropped),
+        defaulted_rows=sum(len(e.rows) for e in entries if e.timed_out and not e.dropped),
+    )
 
 
 async def _with_timeout(call: Coroutine[Any, Any, Any], timeout_s: float) -> Any:

@@ -151,10 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[bold]minikafka[/] listening on {bootstrap}")
         dsn = None
         if args.sink != SINK_KAFKA:
-            from connectors.testing.postgres import postgres_dsn
+            from connectors._extras import MissingExtraError
+            from connectors.testing.postgres import EmbeddedPostgresError, postgres_dsn
 
-            with console.status("starting PostgreSQL"):
-                dsn = stack.enter_context(postgres_dsn())
+            try:
+                with console.status("starting PostgreSQL"):
+                    dsn = stack.enter_context(postgres_dsn())
+            except (EmbeddedPostgresError, MissingExtraError) as exc:
+                console.print(f"[red]cannot start a PostgreSQL server:[/] {exc}")
+                return 2
             console.print(f"[bold]PostgreSQL[/] at {dsn}")
         return _run(args, console, bootstrap, dsn, work)
     return 1  # unreachable: the with-block returns

@@ -14,13 +14,18 @@ Commands (``eos COMMAND --help`` for the options; docs/operations.md for the run
 * ``reset SINK_ID``: the explicit start-over of a sink whose query got a new checkpoint.
 
 Output is rich tables by default, one JSON document with ``--json``. Exit codes
-(:data:`EXIT_CODES`): 0 done / healthy, 1 a check found a problem (anomalies, an epoch
-in doubt, a failed preflight), 2 bad arguments, 3 the cluster or the epoch log could not
-be read, 4 the command was refused (a reset with an epoch in doubt).
+(:data:`EXIT_CODES`, also in every command's ``--help``): 0 done / healthy (the sink's log
+was read), 1 a check found a problem (anomalies, an epoch in doubt, a failed preflight), 2
+bad arguments (or records that do not fit ``verify``'s identity options), 3 the cluster or
+the epoch log could not be read, or the log holds no record of the sink id
+(:class:`UnknownSinkError`), 4 the command was refused (a reset with an epoch in doubt; a
+log kind eos cannot read, :class:`UnreadableLogError`). A command never reports health or
+success for a log it did not read.
 
 An application of the kit (it uses the testing checker), not a connector.
 """
 
 from connectors.ops._cli import EXIT_CODES, main
+from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 
-__all__ = ["EXIT_CODES", "main"]
+__all__ = ["EXIT_CODES", "UnknownSinkError", "UnreadableLogError", "main"]

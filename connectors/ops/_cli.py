@@ -15,38 +15,65 @@ from rich.table import Table
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, PreflightError
 from connectors.ops import _commands as cmd
-from connectors.testing.verify import VerifyError
+from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.testing.verify import (
+    IdentityFn,
+    IdentityOptionError,
+    RecordFormatError,
+    VerifyError,
+    kafka_key,
+    load_callable,
+    record_identity,
+)
 from txn import EpochLogError, TxnError
 
 EXIT_CODES = {
-    cmd.OK: "done; the sink is healthy / no anomaly",
+    cmd.OK: "done; the sink's log was read and is healthy / no anomaly",
     cmd.PROBLEM: "a check found a problem (anomalies, an epoch in doubt, a failed preflight)",
-    cmd.USAGE: "bad arguments",
-    cmd.UNAVAILABLE: "the cluster or the epoch log could not be read",
-    cmd.REFUSED: "the command was refused (reset with an epoch in doubt)",
+    cmd.USAGE: "bad arguments (or records that do not fit the verify identity options)",
+    cmd.UNAVAILABLE: "the cluster or the epoch log could not be read, or the log holds no "
+                     "record of the sink id (unknown sink)",
+    cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log kind eos "
+                 "cannot read, e.g. a PostgreSQL sink's)",
 }
 # Transaction timeout preflight checks when none is given: KafkaSink's default, in ms.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 
+def _epilog() -> str:
+    return "exit codes: " + "; ".join(f"{c} {what}" for c, what in EXIT_CODES.items())
+
+
+def _log_options(s: argparse.ArgumentParser) -> None:
+    """Add the names a sink lets users change: where its epoch log and markers live."""
+    s.add_argument("--epoch-log", help="the sink's FileEpochLog path (default: the Kafka "
+                   "epoch log); a PostgreSQL connection string is refused (exit 4): eos "
+                   "cannot read a PostgreSQL sink's log table yet")
+    s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC,
+                   help="the sink's epoch_log_topic option (default: %(default)s)")
+    s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC,
+                   help="the sink's marker_topic option (default: %(default)s)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eos", description="Operate exactly-once sinks of the "
-                                "kit (docs/operations.md).", epilog="exit codes: " + "; ".join(
-        f"{c} {what}" for c, what in EXIT_CODES.items()))
+                                "kit (docs/operations.md).", epilog=_epilog())
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                    help="Kafka bootstrap address (default: $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     sub = p.add_subparsers(dest="command", required=True)
 
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, epilog=_epilog())
+
     def sink_command(name: str, text: str) -> argparse.ArgumentParser:
-        s = sub.add_parser(name, help=text, description=text)
+        s = command(name, text)
         s.add_argument("sink_id")
-        s.add_argument("--epoch-log", help="the sink's FileEpochLog path (default: Kafka log)")
-        s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC)
-        s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC)
+        _log_options(s)
         return s
 
-    s = sink_command("status", "epochs, binding, markers and open transactions of a sink")
+    s = sink_command("status", "epochs, binding, markers and open transactions of a sink "
+                     "(an unknown sink id exits 3, never 'healthy')")
     s.add_argument("--topic", action="append", default=[], help="output topic to inspect")
     s.add_argument("--scan", action="store_true",
                    help="also list open transactions by a raw scan of the output topics")
@@ -55,18 +82,50 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true")
     s = sink_command("reset", "bind the sink to a new query (a new checkpoint) on purpose")
     s.add_argument("--query", help="the new query's id (default: whichever query writes next)")
-    s = sub.add_parser("preflight", help="check a cluster for a sink before starting it")
+    s = command("preflight", "check a cluster for a sink before starting it")
     s.add_argument("--topic", action="append", default=[], help="topic the sink needs")
     s.add_argument("--sink-id", help="list the ids and groups this sink will use")
     s.add_argument("--parallelism", type=int, default=2)
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
-    s = sub.add_parser("verify", help="check exactly-once output against its input")
+    _verify_options(command("verify", "check exactly-once output against its input "
+                                      "(docs/testing.md)"))
+    return p
+
+
+def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--input-topic", required=True)
     s.add_argument("--output-topic", required=True)
     s.add_argument("--sink-id", help="also check the sink's epoch log against its markers")
-    s.add_argument("--epoch-log")
-    s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC)
-    return p
+    s.add_argument("--composite-id", help="the sink is a member of TransactionalSinks with "
+                   "this sink_id: its epoch log is the composite's (needs --members)")
+    s.add_argument("--members", type=int, help="members of that composite")
+    _log_options(s)
+    ident = s.add_mutually_exclusive_group()
+    ident.add_argument("--id-field", default="id", help="dotted path of the unique record id "
+                       "in the JSON value (default: %(default)s)")
+    ident.add_argument("--id-fn", help="the id as a function of a record, 'pkg.mod:func' "
+                       "(func(connectors.testing.verify.Record) -> id)")
+    order = s.add_mutually_exclusive_group()
+    order.add_argument("--order-key-field", default="key", help="dotted path of the key "
+                       "whose records must keep their order (default: %(default)s)")
+    order.add_argument("--order-key-fn", help="the ordering key as a function of a record, "
+                       "'pkg.mod:func'")
+    order.add_argument("--order-by-kafka-key", action="store_true",
+                       help="the ordering key is the record's Kafka key")
+    order.add_argument("--no-order-check", action="store_true",
+                       help="check no order (ids only)")
+
+
+def _identity(args: argparse.Namespace) -> IdentityFn:
+    id_of: Any = load_callable(args.id_fn) if args.id_fn else args.id_field
+    order: Any = args.order_key_field
+    if args.order_key_fn:
+        order = load_callable(args.order_key_fn)
+    elif args.order_by_kafka_key:
+        order = kafka_key
+    elif args.no_order_check:
+        order = None
+    return record_identity(id_of, order)
 
 
 def _run(args: argparse.Namespace) -> cmd.Result:
@@ -81,8 +140,16 @@ def _run(args: argparse.Namespace) -> cmd.Result:
     if args.command == "preflight":
         return cmd.preflight(args.bootstrap_servers, args.topic, args.sink_id, args.parallelism,
                              args.transaction_timeout_ms)
-    return cmd.verify(args.bootstrap_servers, args.input_topic, args.output_topic, args.sink_id,
-                      args.epoch_log, args.epoch_log_topic)
+    if (args.composite_id is None) != (args.members is None) or (
+            args.composite_id is not None and args.sink_id is None):
+        msg = "--composite-id and --members go together, with the member's --sink-id"
+        raise IdentityOptionError(msg)
+    log = None if args.sink_id is None else cmd.SinkRef(
+        args.bootstrap_servers, args.composite_id or args.sink_id, args.epoch_log,
+        args.epoch_log_topic, args.marker_topic)
+    return cmd.verify(cmd.VerifySpec(args.bootstrap_servers, args.input_topic,
+                                     args.output_topic, _identity(args), log, args.sink_id,
+                                     args.members))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,13 +165,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd.USAGE
     try:
         result = _run(args)
+    except (IdentityOptionError, RecordFormatError) as exc:
+        result = _failed(exc, cmd.USAGE)
+    except UnknownSinkError as exc:
+        result = _failed(exc, cmd.UNAVAILABLE)
+    except UnreadableLogError as exc:
+        result = _failed(exc, cmd.REFUSED)
     except (PreflightError, EpochLogError, VerifyError, KafkaException) as exc:
-        result = cmd.Result({"error": f"{type(exc).__name__}: {exc}"}, cmd.UNAVAILABLE,
-                            [str(exc)])
+        result = _failed(exc, cmd.UNAVAILABLE)
     except TxnError as exc:
-        result = cmd.Result({"error": f"{type(exc).__name__}: {exc}"}, cmd.REFUSED, [str(exc)])
+        result = _failed(exc, cmd.REFUSED)
     _render(args, result)
     return result.code
+
+
+def _failed(exc: Exception, code: int) -> cmd.Result:
+    return cmd.Result({"error": f"{type(exc).__name__}: {exc}"}, code, [str(exc)])
 
 
 def _render(args: argparse.Namespace, result: cmd.Result) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from connectors.kafka import (
@@ -16,17 +18,30 @@ from connectors.kafka import (
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
 from connectors.kafka._sink._participant import KafkaResource
 from connectors.kafka._sink._writer import Layout
+from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.stage import start_over_offset
 from connectors.testing.verify import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    HistoryLike,
+    IdentityFn,
     check_exactly_once,
     end_offsets,
+    member_history,
     scan_topic,
 )
-from txn import EpochHistory, EpochLog, FileEpochLog, IllegalTransitionError, QueryBinding
+from txn import (
+    EpochHistory,
+    EpochLog,
+    EpochLogError,
+    FileEpochLog,
+    IllegalTransitionError,
+    QueryBinding,
+)
 
 OK, PROBLEM, USAGE, UNAVAILABLE, REFUSED = 0, 1, 2, 3, 4
+# An --epoch-log value that is a libpq connection string (URI or key=value form), not a path.
+_DSN = re.compile(r"^postgres(ql)?://|(^|\s)(host|dbname|user|port)\s*=")
 
 
 @dataclass(frozen=True)
@@ -40,18 +55,56 @@ class SinkRef:
     marker_topic: str = DEFAULT_MARKER_TOPIC
 
     def read_log(self) -> EpochHistory:
-        """Read the sink's history without taking the log over from a running sink."""
+        """Read the sink's history without taking the log over from a running sink.
+
+        Raises:
+            UnreadableLogError: ``epoch_log`` names a log kind eos cannot read (PostgreSQL).
+            UnknownSinkError: the log holds no record of the sink (nothing to report on).
+
+        """
+        self._check_kind()
         if self.epoch_log is not None:
-            return FileEpochLog(self.epoch_log, sink_id=self.sink_id, read_only=True).load()
-        return KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
-                             create_topic=False).load()
+            if not Path(self.epoch_log).exists():
+                raise UnknownSinkError(self._unknown(f"there is no epoch log file at "
+                                                     f"{self.epoch_log}"))
+            history = FileEpochLog(self.epoch_log, sink_id=self.sink_id, read_only=True).load()
+        else:
+            if self.epoch_log_topic not in existing_topics(admin_client(self.bootstrap)):
+                raise UnknownSinkError(self._unknown(
+                    f"the Kafka epoch log topic {self.epoch_log_topic!r} does not exist at "
+                    f"{self.bootstrap}"))
+            history = KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
+                                    create_topic=False).load()
+        if not history.records and history.committed_through is None:
+            where = (f"epoch log file {self.epoch_log}" if self.epoch_log is not None else
+                     f"Kafka epoch log topic {self.epoch_log_topic!r} at {self.bootstrap}")
+            raise UnknownSinkError(self._unknown(f"the {where} holds no record of it"))
+        return history
 
     def open_log(self) -> EpochLog:
         """Open the sink's log for appending (fences a coordinator that still runs)."""
+        self._check_kind()
         if self.epoch_log is not None:
             return FileEpochLog(self.epoch_log, sink_id=self.sink_id)
         return KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
                              create_topic=False)
+
+    def _check_kind(self) -> None:
+        if self.epoch_log is not None and _DSN.search(self.epoch_log):
+            msg = (  # the value itself is not repeated: a DSN may carry a password
+                f"--epoch-log of sink {self.sink_id!r} is a PostgreSQL connection string: "
+                "eos cannot read a PostgreSQL sink's epoch log (its table in the sink's "
+                "control schema) yet, so it reports nothing about that sink; query the "
+                "table, or run the sink's query, to see its state"
+            )
+            raise UnreadableLogError(msg)
+
+    def _unknown(self, why: str) -> str:
+        return (
+            f"sink {self.sink_id!r} is unknown here: {why}. Check the sink id; a sink whose "
+            "log lives elsewhere needs --epoch-log PATH (a FileEpochLog) or --epoch-log-topic "
+            "TOPIC; a PostgreSQL sink keeps its log in its database, which eos cannot read yet"
+        )
 
 
 @dataclass
@@ -105,9 +158,18 @@ def _output(bootstrap: str, topic: str, scan: bool) -> dict[str, Any]:
 
 
 def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Result:
-    """``eos abort-lingering``: ``init_transactions`` on every id the sink ever used."""
-    history = ref.read_log()
-    width = max(history.max_parallelism(), parallelism or 0)
+    """``eos abort-lingering``: ``init_transactions`` on every id the sink ever used.
+
+    A sink with no epoch log records is refused unless ``parallelism`` says which ids to
+    abort (a sink that is gone for good).
+    """
+    try:
+        width = max(ref.read_log().max_parallelism(), parallelism or 0)
+    except UnknownSinkError as exc:
+        if parallelism is None:
+            msg = f"{exc}; or pass --parallelism N to abort the ids 0..N-1 anyway"
+            raise UnknownSinkError(msg) from None
+        width = parallelism
     ids = [_names.transactional_id(ref.sink_id, p) for p in range(width)]
     if not dry_run and width:
         sink = KafkaSink(ref.bootstrap, None, ref.sink_id, marker_topic=ref.marker_topic)
@@ -140,13 +202,36 @@ def preflight(bootstrap: str, topics: list[str], sink_id: str | None, parallelis
     return Result(data, PROBLEM if problems else OK, problems)
 
 
-def verify(bootstrap: str, input_topic: str, output_topic: str, sink_id: str | None,
-           epoch_log: str | None, epoch_log_topic: str) -> Result:
+@dataclass(frozen=True)
+class VerifySpec:
+    """What ``eos verify`` checks: the topics, the records' identity, optionally the log.
+
+    ``log``: the sink's epoch log (the composite's, for a member of ``TransactionalSinks``)
+    and marker topic; None checks the topics only. ``sink_id``: whose markers to read;
+    ``members``: the composite's member count (None: a single sink).
+    """
+
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    identity: IdentityFn
+    log: SinkRef | None = None
+    sink_id: str | None = None
+    members: int | None = None
+
+
+def verify(spec: VerifySpec) -> Result:
     """``eos verify``: the exactly-once checker; anomalies make the exit code 1."""
+    history: HistoryLike | None = None
+    if spec.log is not None:
+        history = spec.log.read_log()  # an unknown sink or an unreadable log is refused
+        if spec.members is not None:
+            history = member_history(history, spec.members)
     report = check_exactly_once(
-        bootstrap, input_topic=input_topic, output_topic=output_topic, sink_id=sink_id or "",
-        epoch_log=epoch_log, epoch_log_topic=epoch_log_topic,
-        verify_epoch_log=sink_id is not None,
+        spec.bootstrap, input_topic=spec.input_topic, output_topic=spec.output_topic,
+        sink_id=spec.sink_id or "", key_fn=spec.identity, epoch_log=history,
+        marker_topic=DEFAULT_MARKER_TOPIC if spec.log is None else spec.log.marker_topic,
+        verify_epoch_log=history is not None,
     )
     anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
     data = {
@@ -159,7 +244,16 @@ def verify(bootstrap: str, input_topic: str, output_topic: str, sink_id: str | N
 
 
 def reset(ref: SinkRef, query_id: str | None) -> Result:
-    """``eos reset``: bind the sink to a new query above every epoch of its log."""
+    """``eos reset``: bind the sink to a new query above every epoch of its log.
+
+    Refuses a sink the log does not know (nothing to reset), changes nothing when the
+    sink is bound this way already, and reads the log back to confirm the new binding.
+    """
+    known = ref.read_log()  # read-only first: an unknown sink gets no log written
+    binding = QueryBinding(ref.sink_id, query_id or "", start_over_offset(known))
+    if known.binding == binding:
+        return Result({"sink_id": ref.sink_id, "reset": False, "binding": asdict(binding),
+                       "note": "the sink is bound this way already; nothing changed"})
     log = ref.open_log()
     try:
         history = log.load()
@@ -170,5 +264,9 @@ def reset(ref: SinkRef, query_id: str | None) -> Result:
             return Result({"sink_id": ref.sink_id, "reset": False}, REFUSED, [str(exc)])
     finally:
         log.close()
+    if ref.read_log().binding != binding:
+        msg = (f"the reset of sink {ref.sink_id!r} was appended but reading the log back does "
+               "not show the new binding; run eos status before starting a query")
+        raise EpochLogError(msg)
     return Result({"sink_id": ref.sink_id, "reset": True, "binding": asdict(binding),
                    "note": "the next query's batch b is written as epoch b + epoch_offset"})

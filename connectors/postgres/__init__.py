@@ -16,8 +16,16 @@
 
 User page: docs/postgres-sink.md; how it is built (and how to write another database
 connector): docs/writing-a-db-connector.md; the protocol: docs/architecture.md.
+
+Needs psycopg, the ``postgres`` extra (``pip install 'spark-kafka-eos[postgres]'``);
+without it this import raises ``MissingExtraError`` saying so.
 """
 
+from connectors._extras import require
+
+require("psycopg", extra="postgres", needed_for="the PostgreSQL sink (connectors.postgres)")
+
+# The imports below need psycopg, checked above.
 from connectors.postgres._classify import call_with_retry, classify, to_sink_error
 from connectors.postgres._config import (
     CONNECT_TIMEOUT_S,
@@ -57,6 +65,7 @@ from connectors.postgres._schema import ColumnInfo, Layout, TableInfo, check_inp
 from connectors.postgres._sink import PostgresConnector, PostgresSink
 from connectors.postgres._twophase import Gid, list_prepared, max_prepared_transactions, parse_gid
 from connectors.postgres._writer import BulkWriter
+from connectors.stage import SinkInUseError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -87,6 +96,7 @@ __all__ = [
     "PreparedTransactionsUnavailableError",
     "RecordError",
     "SinkConfigError",
+    "SinkInUseError",
     "TableInfo",
     "TableNotFoundError",
     "ValueTooLargeError",

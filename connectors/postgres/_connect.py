@@ -91,6 +91,14 @@ _DRIVER: dict[str, DriverConnection] = {}
 _DRIVER_LOCK = threading.Lock()
 
 
+def release_driver_connection(cfg: PostgresSinkConfig) -> None:
+    """Close and forget the driver connection of the sink's DSN and settings (its sink closed)."""
+    with _DRIVER_LOCK:
+        found = _DRIVER.pop(conninfo(cfg, "coordinator"), None)
+    if found is not None:
+        found.discard()
+
+
 def driver_connection(cfg: PostgresSinkConfig) -> DriverConnection:
     """Return the process-wide driver connection of the sink's DSN and settings."""
     key = conninfo(cfg, "coordinator")

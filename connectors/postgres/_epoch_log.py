@@ -17,8 +17,10 @@ Protocol:
 2. each ``append`` is one transaction (``synchronous_commit = on``): lock the header row,
    check that ``generation`` is still ours (else another coordinator took over after our
    session was lost: fenced), read and verify every record, fold and validate the new one
-   (:meth:`txn.EpochHistory.with_record`), insert it, delete compacted records, rewrite the
-   header; it returns once PostgreSQL has committed (durable);
+   (:meth:`txn.EpochHistory.with_record`, then compaction), make the table hold exactly
+   the folded records (delete those folding dropped: compacted epochs, a replaced query
+   binding; renumber the kept ones so ``seq`` stays contiguous; insert the new one),
+   rewrite the header; it returns once PostgreSQL has committed (durable);
 3. a lost connection is reopened (retried), the advisory lock re-taken (if another
    coordinator holds it: fenced), and an append whose commit outcome was unknown is
    recognised (the log's last record is the same record) instead of written twice;
@@ -55,6 +57,7 @@ from txn import (
     EpochLog,
     EpochLogError,
     LogRecord,
+    QueryBinding,
     corrupt_error,
     encode_record,
     record_from_body,
@@ -64,6 +67,7 @@ from txn import (
 
 _HEADER_INTS = ("generation", "first_seq", "next_seq", "parallelism_floor")
 T = TypeVar("T")
+Rows = list[tuple[int, LogRecord]]  # (seq, record) of the table, in seq order
 
 
 class PostgresEpochLog(EpochLog):
@@ -148,39 +152,62 @@ class PostgresEpochLog(EpochLog):
         return f"backend pid {row[0]}, application {row[1]!r}, client {row[2] or 'local'}"
 
     # -- reading -------------------------------------------------------------------------
-    def _read(self, conn: Conn, *, lock: bool) -> tuple[EpochHistory, dict[str, Any], list[int]]:
-        """Read and verify the header and records; return (history, header, seqs)."""
+    def _read(self, conn: Conn, *, lock: bool) -> tuple[EpochHistory, dict[str, Any], Rows]:
+        """Read and verify the header and records; return (history, header, rows).
+
+        ``rows`` are the table's ``(seq, record)`` pairs, the record objects the history holds.
+        """
         query = sql.SQL("SELECT header FROM {} WHERE sink_id = %s").format(self._head)
         if lock:
             query = sql.SQL("{} FOR UPDATE").format(query)
         row = conn.execute(query, (self.sink_id,)).fetchone()
-        rows = conn.execute(
+        stored = conn.execute(
             sql.SQL("SELECT seq, record FROM {} WHERE sink_id = %s ORDER BY seq").format(self._log),
             (self.sink_id,),
         ).fetchall()
         if row is None:
-            if rows:
+            if stored:
                 raise corrupt_error(self._where, "records exist but the header row is missing")
             return EpochHistory(self.sink_id), {}, []
         header = self._check_header(unseal(row[0].encode(), source=f"{self._where} header"))
-        seqs = [int(seq) for seq, _ in rows]
-        if seqs != list(range(header["first_seq"], header["next_seq"])):
+        rows: Rows = []
+        for seq, text in stored:
+            source = f"{self._where} seq {seq}"
+            rows.append((int(seq), record_from_body(unseal(text.encode(), source=source),
+                                                    source=source)))
+        self._check_seqs(header, rows)
+        history = EpochHistory.from_records(
+            [r for _, r in rows],
+            sink_id=self.sink_id,
+            committed_through=header["committed_through"],
+            parallelism_floor=header["parallelism_floor"],
+        )
+        return history, header, rows
+
+    def _check_seqs(self, header: dict[str, Any], rows: Rows) -> None:
+        """Check that the records are ``first_seq .. next_seq - 1`` without a gap.
+
+        One gap is accepted: the layout an earlier release left when compaction dropped
+        the epochs right after a query binding (the binding kept its seq): the binding
+        first, then every record from the first epoch above ``committed_through`` on. The
+        next append renumbers it.
+        """
+        seqs = [seq for seq, _ in rows]
+        if seqs == list(range(header["first_seq"], header["next_seq"])):
+            return
+        through = header["committed_through"]
+        earlier_release = (
+            len(rows) > 1 and through is not None and seqs[0] == header["first_seq"]
+            and isinstance(rows[0][1], QueryBinding)
+            and seqs[1:] == list(range(seqs[1], header["next_seq"]))
+            and not isinstance(rows[1][1], QueryBinding) and rows[1][1].epoch == through + 1
+        )
+        if not earlier_release:
             raise corrupt_error(
                 self._where,
                 f"records have seq {seqs}, the header says {header['first_seq']}.."
                 f"{header['next_seq'] - 1} (a record was removed or added outside the sink)",
             )
-        records = []
-        for seq, text in rows:
-            source = f"{self._where} seq {seq}"
-            records.append(record_from_body(unseal(text.encode(), source=source), source=source))
-        history = EpochHistory.from_records(
-            records,
-            sink_id=self.sink_id,
-            committed_through=header["committed_through"],
-            parallelism_floor=header["parallelism_floor"],
-        )
-        return history, header, seqs
 
     def _check_header(self, header: dict[str, Any]) -> dict[str, Any]:
         where = f"{self._where} header"
@@ -256,37 +283,49 @@ class PostgresEpochLog(EpochLog):
             conn = self._connection()
             with conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit = on")
-                history, header, seqs = self._read(conn, lock=True)
+                history, header, rows = self._read(conn, lock=True)
                 self._check_generation(header)
                 if attempts > 1 and history.records and history.records[-1] == record:
                     return  # the previous attempt committed before its connection was lost
-                self._append(conn, history, header, seqs, record)
+                self._append(conn, history, header, rows, record)
 
         self._io("append to", write)
 
     def _append(
-        self, conn: Conn, history: EpochHistory, header: dict[str, Any], seqs: list[int],
+        self, conn: Conn, history: EpochHistory, header: dict[str, Any], rows: Rows,
         record: LogRecord,
     ) -> None:
-        folded = history.with_record(record)  # IllegalTransitionError: nothing is written
-        compacted = folded.compacted(self._retain)
+        """Make the table hold exactly the new history's records, numbered without a gap.
+
+        Folding may drop stored records (a replaced query binding, compacted epochs) from
+        anywhere in the log, not only its start: those rows are deleted, the rows kept
+        before a gap move up (their order kept), and ``record`` takes ``next_seq``.
+        """
+        compacted = history.with_record(record).compacted(self._retain)  # illegal: no write
+        held = {id(r) for r in compacted.records}
+        kept = [seq for seq, r in rows if id(r) in held]
+        dropped = [seq for seq, r in rows if id(r) not in held]
+        numbered = [r for _, r in rows if id(r) in held] + [record]
+        if [id(r) for r in compacted.records] != [id(r) for r in numbered]:  # pragma: no cover
+            msg = f"cannot append {record} to {self._where}: folding reordered the records"
+            raise EpochLogError(msg)  # folding keeps the order and the new record last
         seq = header["next_seq"]
-        conn.execute(
-            sql.SQL("INSERT INTO {} (sink_id, seq, record) VALUES (%s, %s, %s)").format(self._log),
-            (self.sink_id, seq, encode_record(record).decode()),
-        )
-        kept = {id(r) for r in compacted.records}
-        all_seqs = [*seqs, seq]
-        dropped = [s for s, r in zip(all_seqs, folded.records, strict=True) if id(r) not in kept]
+        first = seq - len(kept)
         if dropped:
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq = ANY(%s)").format(self._log),
                 (self.sink_id, dropped),
             )
-        gone = set(dropped)
-        remaining = [s for s in all_seqs if s not in gone]
+        move = sql.SQL("UPDATE {} SET seq = %s WHERE sink_id = %s AND seq = %s").format(self._log)
+        for new, old in reversed(list(enumerate(kept, start=first))):
+            if new != old:  # highest first: the target seq is always free by then
+                conn.execute(move, (new, self.sink_id, old))
+        conn.execute(
+            sql.SQL("INSERT INTO {} (sink_id, seq, record) VALUES (%s, %s, %s)").format(self._log),
+            (self.sink_id, seq, encode_record(record).decode()),
+        )
         header.update(
-            first_seq=remaining[0] if remaining else seq + 1,
+            first_seq=first,
             next_seq=seq + 1,
             committed_through=compacted.committed_through,
             parallelism_floor=compacted.parallelism_floor,

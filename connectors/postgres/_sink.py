@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
-from connectors.postgres._connect import connect
+from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._epoch_log import PostgresEpochLog
 from connectors.postgres._errors import InputSchemaError, PostgresSinkError
 from connectors.postgres._resource import PostgresResource, prepare_resource
@@ -109,6 +109,10 @@ class PostgresConnector(SinkConnector):
         """Create the control tables, choose the commit protocol (logged), check the table."""
         self._resource = prepare_resource(self.cfg)
         self._table()
+
+    def close(self) -> None:
+        """Close the coordinator's connection that finishes prepared transactions."""
+        release_driver_connection(self.cfg)
 
 
 class PostgresSink(TransactionalSink):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from connectors.stage._connector import SinkConnector
@@ -30,15 +31,22 @@ from txn import ConfigError, EpochLog, FileEpochLog
 class TransactionalSinks(TransactionalSink):
     """Several sinks as one ``foreachBatch`` callable, committing each epoch together.
 
-    ``sinks``: the member sinks, or ``(sink, select)`` pairs where ``select(df)`` turns the
-    micro-batch into that sink's rows (e.g. a projection); only the members' connectors
-    and options are used (their own epoch logs are not). ``sink_id``: the composite's own
+    ``sinks``: the member sinks, or ``(sink, select)`` pairs where ``select`` turns the
+    micro-batch into that sink's rows: a function ``df -> DataFrame`` (e.g.
+    ``lambda df: df.selectExpr("CAST(id AS STRING) AS key", "v AS value")``), or a list
+    of column names, meaning ``df.select(*names)``; anything else is a ``ConfigError`` here,
+    not at the first batch. Only the members' connectors and options are used (their own
+    epoch logs are not). ``sink_id``: the composite's own
     id (its epoch log's), different from every member's. ``epoch_log``: a file path, or
     None for a log of the first member's kind (the Kafka epoch log, or the PostgreSQL
     epoch log table). ``options``: the stage options of the composite (guarantee, mode,
     stage_retries, vote_channel, start_over, fault_plan); every member must have the same
-    guarantee. Each member's ``parallelism`` is its share of the plan.
+    guarantee. Each member's ``parallelism`` is its share of the plan. :meth:`close`
+    closes the member sinks too (they hold nothing of the composite's, but may have been
+    used on their own).
     """
+
+    _member_sinks: tuple[TransactionalSink, ...] = ()  # not pickled: the receiver's are new
 
     def __init__(
         self,
@@ -71,7 +79,16 @@ class TransactionalSinks(TransactionalSink):
         self._options = opts
         self._members = tuple(members)
         self._log_factory = _CompositeLog(first, sink_id, path)
+        self._member_sinks = tuple(s[0] if isinstance(s, tuple) else s for s in sinks)
         self._init_runtime()
+
+    def close(self, *, wait: bool = True) -> bool:
+        """Release the composite's epoch log and vote server, then close every member sink."""
+        closed = super().close(wait=wait)
+        if closed:
+            for sink in self._member_sinks:
+                sink.close(wait=wait)
+        return closed
 
 
 class _CompositeLog:
@@ -86,9 +103,35 @@ class _CompositeLog:
         return self.first.epoch_log_for(self.sink_id)
 
 
+@dataclass(frozen=True)
+class SelectColumns:
+    """A member's ``select`` given as column names: ``df.select(*names)`` (picklable)."""
+
+    names: tuple[str, ...]
+
+    def __call__(self, df: Any) -> Any:
+        return df.select(*self.names)
+
+
 def _split(item: TransactionalSink | tuple[TransactionalSink, Select]) -> tuple[Any, Any]:
+    if isinstance(item, tuple) and len(item) != 2:  # a (sink, select) pair
+        msg = f"a member of TransactionalSinks is a sink or a (sink, select) pair, got {item!r}"
+        raise ConfigError(msg)
     sink, select = item if isinstance(item, tuple) else (item, None)
     if isinstance(sink, TransactionalSinks) or not isinstance(sink, TransactionalSink):
         msg = f"members of TransactionalSinks are single sinks (KafkaSink, ...), got {sink!r}"
         raise ConfigError(msg)
-    return sink.connector, select
+    return sink.connector, _select(sink.sink_id, select)
+
+
+def _select(sink_id: str, select: object) -> Select | None:
+    """Check a member's ``select``: None, a function, or a list/tuple of column names."""
+    if select is None or callable(select):
+        return select
+    if isinstance(select, (list, tuple)) and select and all(
+            isinstance(n, str) and n for n in select):
+        return SelectColumns(tuple(select))
+    msg = (f"the select of member {sink_id!r} must be a function df -> DataFrame (e.g. "
+           "lambda df: df.selectExpr(...)) or a non-empty list of column names, got "
+           f"{select!r}")
+    raise ConfigError(msg)

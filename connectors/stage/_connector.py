@@ -8,8 +8,9 @@ contract; :class:`SimpleConnector` builds one from the three pieces alone.
 Call order on the driver (per :class:`~connectors.stage.TransactionalSink` call):
 ``check_input`` (every epoch, before anything is logged), ``preflight`` (first epoch),
 ``open_epoch_log`` (once per sink object), ``resource`` (for recovery and per epoch),
-``transform`` (per epoch, before routing). The resource is pickled to the write tasks; if
-it implements :class:`~connectors.stage.TaskBound` it is bound to each task there.
+``transform`` (per epoch, before routing), ``close`` (when the sink is closed). The
+resource is pickled to the write tasks; if it implements :class:`~connectors.stage.TaskBound`
+it is bound to each task there.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ class SinkConnector(abc.ABC):
 
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Check the external system before the first epoch (network I/O allowed)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the connector keeps open on the driver (connections). Idempotent.
+
+        Called when its sink is closed or collected and no other sink object of the same
+        id holds the epoch log; a later epoch may open them again.
+        """
 
 
 class SimpleConnector(SinkConnector):

@@ -13,6 +13,7 @@ and a ``KafkaSinkError``), so a caller can catch either family::
     +-- StagePartitioningError              Spark ran another number of write tasks than planned
     +-- QueryMismatchError                  the epoch log belongs to another query (checkpoint)
     +-- SinkStoppedError                    a graceful stop was requested; the batch was not written
+    +-- SinkInUseError (EpochLogLockedError) another sink object of this process, whose query runs, holds the log
     +-- SparkConnectError                   what needs a SparkContext, under Spark Connect
     +-- VoteChannelError                    the driver vote channel failed; the task aborts
         +-- VoteTimeoutError                not every task voted in time
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from txn import ConfigError, TxnError
+from txn import ConfigError, EpochLogLockedError, TxnError
 
 
 class StageError(TxnError):
@@ -94,6 +95,17 @@ class QueryMismatchError(StageError):
 
 class SinkStoppedError(StageError):
     """The sink was asked to stop; the batch was not written (Spark replays it on restart)."""
+
+    retry_stage = False
+
+
+class SinkInUseError(StageError, EpochLogLockedError):
+    """Another sink object of this process holds the sink's epoch log, and its query runs.
+
+    Raised at the first write of the new object, before anything is logged or written.
+    The message names the running query and what to do: stop it first (``query.stop()``
+    or ``sink.stop_gracefully(query)``), or give the new query another ``sink_id``.
+    """
 
     retry_stage = False
 

@@ -6,7 +6,9 @@ progress event of a query it builds one :class:`ProgressView` joining:
 1. Spark's progress of the batch (input rows, durations);
 2. each source's lag: the latest available offsets minus the batch's end offsets, summed
    over partitions, for sources whose offsets are ``{topic: {partition: offset}}`` JSON
-   (the ``kafka-rc`` source, and Spark's own Kafka source); None for others;
+   (the ``kafka-rc`` source, and Spark's own Kafka source); None for others. A source is
+   named by its description (:func:`source_name`); a Python data source, whose
+   description is a Java object's ``Class@hash``, by its class and the topics it reads;
 3. the :class:`EpochMetrics` of that batch from each sink given (joined by query id and
    batch id; a sink that did not see the batch contributes nothing);
 4. ``extra`` providers: name -> callable returning a JSON-ready mapping, e.g. the async
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -31,6 +34,10 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics
 
 log = logging.getLogger("connectors.stage.progress")
+
+# A Java object's default toString (``package.Class@1a2b3c``): what Spark reports as the
+# description of a Python data source's stream.
+_OBJECT_REPR = re.compile(r"^(?:[\w$]+\.)*([\w$]+)@[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,37 @@ def offsets_lag(latest: str | None, end: str | None) -> int | None:
         )
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+def source_name(description: str, *offsets: str | None) -> str:
+    """Name a source in a progress event: its description, unless that is a Java object repr.
+
+    A Python data source's description is its stream object's ``Class@hash``, which changes
+    with every run: it becomes ``Class[topic,...]`` from the topics of its ``offsets`` (the
+    ``{topic: {partition: offset}}`` JSON of Kafka sources), or ``Class`` for other offsets.
+    """
+    match = _OBJECT_REPR.match(description.strip())
+    if match is None:
+        return description
+    topics: set[str] = set()
+    for raw in offsets:
+        try:
+            doc = json.loads(raw or "")
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and all(isinstance(v, dict) for v in doc.values()):
+            topics.update(str(t) for t in doc)
+    return f"{match.group(1)}[{','.join(sorted(topics))}]" if topics else match.group(1)
+
+
+def _source_lags(sources: Any) -> dict[str, int | None]:
+    lags: dict[str, int | None] = {}
+    for index, s in enumerate(sources):
+        name = source_name(str(s.description), s.endOffset, s.latestOffset)
+        if name in lags:
+            name = f"{name}#{index}"
+        lags[name] = offsets_lag(s.latestOffset, s.endOffset)
+    return lags
 
 
 class MetricsListener(StreamingQueryListener):
@@ -92,8 +130,7 @@ class MetricsListener(StreamingQueryListener):
         view = ProgressView(
             query_id=query_id, batch_id=batch_id, input_rows=int(p.numInputRows),
             durations_ms={k: int(v) for k, v in dict(p.durationMs).items()},
-            source_lag={s.description: offsets_lag(s.latestOffset, s.endOffset)
-                        for s in p.sources},
+            source_lag=_source_lags(p.sources),
             sinks=sinks, extra={name: dict(fn()) for name, fn in self._extra.items()},
         )
         self._views.append(view)

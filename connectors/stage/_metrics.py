@@ -9,6 +9,12 @@ One :class:`EpochMetrics` per ``foreachBatch`` call, exposed three ways:
 Timings of the write tasks are the slowest task's, from the task's start: ``pre_commit_ms``
 (rows written and pre-committed), ``vote_ms`` (waiting for every vote; 0 unaligned),
 ``commit_ms`` (the commit itself).
+
+Rows: ``member_rows`` has the rows each member sink wrote (one entry for a single sink);
+``rows_written`` is their sum; ``rows`` is the largest member's count, which is the
+micro-batch's row count when every member writes one row per input row (a composite whose
+selects project the batch), so a 5,000-row batch written to a topic and a table reports
+``rows=5000``, ``rows_written=10000``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from txn import EpochHistory, EpochLog, EpochResult, LogRecord, PartitionOutcome
 
@@ -56,7 +63,9 @@ class EpochMetrics:
     skipped: bool
     committed: bool
     plan_attempt: int = 0
-    rows: int = 0
+    rows: int = 0  # the largest member's rows (module docstring)
+    rows_written: int = 0  # every member's rows together
+    member_rows: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     write_tasks: int = 0
     partitions_committed: int = 0
@@ -79,6 +88,14 @@ class EpochMetrics:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
 
+class MemberShare(NamedTuple):
+    """One member sink's write partitions of a plan: ``offset .. offset + width - 1``."""
+
+    name: str
+    offset: int
+    width: int
+
+
 @dataclass
 class EpochRecorder:
     """Collects one epoch's metrics while the sink runs it (driver side, one call)."""
@@ -92,6 +109,13 @@ class EpochRecorder:
     stage_ms: float = 0.0
     failed_runs: int = 0
     tasks: list[TaskStats] = field(default_factory=list)
+    members: dict[int, MemberShare] = field(default_factory=dict)  # member index -> share
+
+    def add_member(self, index: int, sink_id: str, offset: int, width: int) -> None:
+        """Note member ``index``'s partitions of the plan (named by its sink id, made unique)."""
+        taken = {m.name for i, m in self.members.items() if i != index}
+        name = sink_id if sink_id not in taken else f"{sink_id}#{index}"
+        self.members[index] = MemberShare(name, offset, width)
 
     def stage_ran(self, seconds: float, stats: Iterable[TaskStats], *, failed: bool) -> None:
         """Record one run of the write stage (its tasks' stats, if it returned)."""
@@ -110,13 +134,18 @@ class EpochRecorder:
         written = [r for r in reports if r.outcome in _WRITTEN]
         lost = sum(1 for t in self.tasks if not t.claimed)
         retries = sum(1 for t in self.tasks if t.task_attempt > 0)
+        per_member = {m.name: sum(r.rows for r in written
+                                  if m.offset <= r.partition < m.offset + m.width)
+                      for m in self.members.values()}
+        total = sum(r.rows for r in written)
         return EpochMetrics(
             sink_id=self.sink_id, batch_id=self.batch_id, query_id=self.query_id,
             epoch=result.epoch if result is not None else self.epoch,
             guarantee=plan.guarantee.value if plan else "", mode=plan.mode.value if plan else "",
             skipped=bool(result and result.skipped), committed=bool(result and result.committed),
             plan_attempt=plan.attempt if plan else 0,
-            rows=sum(r.rows for r in written), bytes=sum(t.bytes for t in self.tasks),
+            rows=max(per_member.values(), default=total), rows_written=total,
+            member_rows=per_member, bytes=sum(t.bytes for t in self.tasks),
             write_tasks=plan.parallelism if plan and self.stage_runs else 0,
             partitions_committed=len(written) - (lost if written else 0),
             partitions_skipped=sum(1 for r in reports

@@ -15,6 +15,7 @@ from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkStoppedError, SparkConnectError
 from connectors.stage._input import InputPlan, route
 from connectors.stage._jobs import Job, run_jobs
+from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
 from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, MetricsBook
 from connectors.stage._options import StageOptions
 from connectors.stage._reuse import ReusePolicy
@@ -62,7 +63,7 @@ class _Member:
         return df if self.select is None else self.select(df)
 
 
-class TransactionalSink:
+class TransactionalSink(SinkLifecycle):
     """A ``foreachBatch`` sink: the connector's resource driven through the 2PC protocol.
 
     One call ``sink(df, batch_id)`` runs one epoch (docs/architecture.md: section 2, the
@@ -72,9 +73,12 @@ class TransactionalSink:
     says a re-run cannot help), complete. Each call records :class:`EpochMetrics`.
 
     Thread-safe; one sink object per query. :meth:`stop_gracefully` stops a query after
-    the epoch in flight. Pickling keeps the connector only (Spark Connect ships the
-    ``foreachBatch`` function): the receiving process opens its own epoch log, runs its
-    own preflight and recovery.
+    the epoch in flight. The epoch log (and its lock) is held from the first call until
+    :meth:`close`, the end of a ``with`` block, :meth:`stop_gracefully` or collection; a
+    new sink object of the same ``sink_id`` in this process takes it over once the old
+    object's query stopped (``_owners``). Pickling keeps the connector only (Spark Connect
+    ships the ``foreachBatch`` function): the receiving process opens its own epoch log,
+    runs its own preflight and recovery.
     """
 
     def __init__(self, connector: SinkConnector) -> None:
@@ -86,8 +90,7 @@ class TransactionalSink:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._log: CountingLog | None = None
-        self._votes: VoteServer | None = None
+        self._init_lifecycle()
         self._preflight_done = False
         self._recovered = False
         self._reuse = ReusePolicy()
@@ -106,11 +109,6 @@ class TransactionalSink:
     def connector(self) -> SinkConnector:
         """The connector this sink drives (the first member's, for a composite sink)."""
         return self._members[0].connector
-
-    @property
-    def sink_id(self) -> str:
-        """The sink's identity (its epoch log's)."""
-        return self._sink_id
 
     # -- foreachBatch entry points -------------------------------------------------------
     def __call__(self, df: Any, batch_id: int) -> EpochResult:
@@ -132,6 +130,8 @@ class TransactionalSink:
         query_id = query_id_of(df)
         with self._lock:
             self._refuse_if_stopping(batch_id)
+            if query_id is not None:
+                self._query = RunningQuery(query_id, df.sparkSession)
             recorder = EpochRecorder(self._sink_id, batch_id, query_id)
             appends_before = self._open_log().appends
             try:
@@ -205,9 +205,12 @@ class TransactionalSink:
 
     # -- steps -------------------------------------------------------------------------
     def _open_log(self) -> CountingLog:
-        if self._log is None:
-            self._log = CountingLog(self._log_factory())
-        return self._log
+        if self._res.log is None:
+            query_id = self._query.query_id if self._query is not None else None
+            take_over(self._owner_key, self, query_id)  # SinkInUseError: its query runs
+            self._res.log = CountingLog(self._log_factory())
+        return self._res.log
+
 
     def _coordinator(self, resource: Resource[Any]) -> Coordinator[Any]:
         opts = self._options
@@ -230,11 +233,11 @@ class TransactionalSink:
         """
         if self._options.vote_channel != "driver" or sc is None:
             return None
-        if self._votes is None or not self._votes.running:
+        if self._res.votes is None or not self._res.votes.running:
             conf = sc.getConf()
             bind, advertise = server_hosts(str(sc.master), lambda key: conf.get(key, None))
-            self._votes = VoteServer(bind, advertise).start()
-        return self._votes
+            self._res.votes = VoteServer(bind, advertise).start()
+        return self._res.votes
 
     def _execute(
         self, frames: list[Any], plans_in: list[InputPlan], resource: Resource[Any],
@@ -250,6 +253,7 @@ class TransactionalSink:
         for index, (member, frame, plan_in) in enumerate(zip(self._members, frames, plans_in,
                                                              strict=True)):
             offset, width = _share(resource, plan, index)
+            recorder.add_member(index, member.connector.sink_id, offset, width)
             keep = member.connector.options.keep_partitioning
             if keep:
                 _check_kept(frame, width, plan)
@@ -340,7 +344,9 @@ class TransactionalSink:
            with :class:`SinkStoppedError` before writing anything and is replayed on the
            next start;
         2. wait up to ``timeout_s`` for the epoch in flight to finish;
-        3. ``query.stop()``.
+        3. ``query.stop()``, then :meth:`close` (the log's lock is released; if the epoch
+           in flight still runs, it keeps the log until it ends, and a new sink object
+           of the same id takes it over then).
 
         Returns False if the epoch in flight did not finish in time (the query is stopped
         anyway; that epoch stays in doubt and the next start completes it). Nothing of a
@@ -352,23 +358,13 @@ class TransactionalSink:
         if finished:
             self._lock.release()
         query.stop()
+        self.close(wait=False)
         return finished
 
     def epoch_log_history(self) -> EpochHistory:
         """Return the sink's epoch log as folded history (reads; never fences a running sink)."""
         with self._lock:
             return self._open_log().load()
-
-    def close(self) -> None:
-        """Release the epoch log and stop the vote server. Idempotent."""
-        with self._lock:
-            if self._votes is not None:
-                self._votes.close()
-                self._votes = None
-            if self._log is not None:
-                self._log.close()
-                self._log = None
-                self._recovered = False
 
 
 def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, int]:

@@ -24,6 +24,8 @@ Contract:
 * If the JVM method is missing (another Spark version), the count falls back to the
   ``local[N]`` master string or, on a cluster, to the executors the status tracker lists
   times ``spark.executor.cores`` (``source`` says which).
+* In local mode the executors are not asked for (there are none, and Spark's local
+  scheduler logs a warning for every such request).
 """
 
 from __future__ import annotations
@@ -107,14 +109,16 @@ def task_slots(spark: Any) -> TaskSlots:
     jvm_sc = sc._jsc.sc()  # noqa: SLF001 - py4j: no public Python API counts executor slots
     conf = jvm_sc.conf()  # one py4j call per read (sc.getConf() copies the whole SparkConf)
     cpus = max(1, int(conf.get("spark.task.cpus", "1")))
-    executors = int(jvm_sc.getExecutorIds().size())
+    # Local mode has no executors, and its scheduler cannot list them: asking logs
+    # "WARN SparkContext: Requesting executors is not supported by current scheduler".
+    local = local_master_slots(str(sc.master), cpus)
+    executors = 0 if local is not None else int(jvm_sc.getExecutorIds().size())
     running = _running_tasks(sc)
     try:
         profile = jvm_sc.resourceProfileManager().defaultResourceProfile()
         return TaskSlots(int(jvm_sc.maxNumConcurrentTasks(profile)), running, executors,
                          SOURCE_SCHEDULER)
     except Exception:  # noqa: BLE001 - py4j raises Py4JError subtypes for a missing method
-        local = local_master_slots(str(sc.master), cpus)
         if local is not None:
             return TaskSlots(local, running, 0, SOURCE_LOCAL_MASTER)
         cores = int(conf.get("spark.executor.cores", "1"))

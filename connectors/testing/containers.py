@@ -27,7 +27,12 @@ import re
 import time
 from typing import Any
 
-from testcontainers.community.postgres import PostgresContainer
+from connectors._extras import require
+
+require("testcontainers", extra="dev", needed_for="the testcontainers fixtures "
+        "(connectors.testing.containers)")
+
+from testcontainers.community.postgres import PostgresContainer  # after the check above
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 

@@ -39,8 +39,12 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from connectors.testing.containers import ContainerPostgres, docker_answers
+from connectors._extras import MissingExtraError
+
+if TYPE_CHECKING:  # imported on use: it needs testcontainers (the dev extra)
+    from connectors.testing.containers import ContainerPostgres
 
 # Prepared-transaction slots of a test server: room for several sinks of parallelism 8.
 DEFAULT_MAX_PREPARED_TRANSACTIONS = 64
@@ -389,13 +393,25 @@ def postgres_dsn(
         yield server.dsn
 
 
+def docker_postgres(max_prepared_transactions: int) -> ContainerPostgres | None:
+    """Return a (not started) PostgreSQL container, or None without testcontainers or Docker."""
+    try:
+        from connectors.testing.containers import ContainerPostgres, docker_answers
+    except MissingExtraError:  # testcontainers is a dev extra: the embedded server it is
+        return None
+    if not docker_answers():
+        return None
+    return ContainerPostgres(max_prepared_transactions=max_prepared_transactions)
+
+
 @contextlib.contextmanager
 def start_postgres_server(
     *, max_prepared_transactions: int = DEFAULT_MAX_PREPARED_TRANSACTIONS
 ) -> Iterator[EmbeddedPostgres | ContainerPostgres]:
     """Start a server this process controls (restart, kill): a container if Docker answers."""
-    if docker_answers():
-        with ContainerPostgres(max_prepared_transactions=max_prepared_transactions) as server:
+    container = docker_postgres(max_prepared_transactions)
+    if container is not None:
+        with container as server:
             yield server
         return
     with EmbeddedPostgres(max_prepared_transactions=max_prepared_transactions) as embedded:

@@ -103,7 +103,7 @@ def test_aligned_mode_over_each_vote_channel(spark, kafka_bootstrap, new_topic, 
             assert len({r.votes for r in result.reports}) == 1
             assert [v.partition for v in result.reports[0].votes] == [0, 1]
         assert sink(rows(spark, 500), 0).skipped
-        server = sink._votes
+        server = sink._res.votes
         assert (server is not None and server.running) is (channel == "driver")
     finally:
         sink.close()

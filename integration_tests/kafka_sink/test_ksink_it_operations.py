@@ -191,6 +191,10 @@ def test_listener_joins_progress_sink_metrics_and_source_lag(
         assert json.loads(view.to_json())["batch_id"] == view.batch_id
     lags = [next(iter(v.source_lag.values())) for v in views]
     assert lags == [60, 30, 0], lags
+    # the kafka-rc source is named by its topics, not by a Java object's Class@hash
+    names = {name for v in views for name in v.source_lag}
+    assert len(names) == 1 and next(iter(names)).endswith(f"[{source_topic}]"), names
+    assert "@" not in next(iter(names))
 
 
 def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(

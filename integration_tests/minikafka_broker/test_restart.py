@@ -148,3 +148,36 @@ def test_topic_load_delay_hides_topics_after_a_restart(tmp_path):
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         assert topic not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics
         assert 0.5 < _wait_for_topic(admin, topic) < 10
+
+
+@pytest.mark.parametrize("mode", ["errors", "empty"])
+def test_topic_load_modes_answer_with_errors_or_nothing(tmp_path, mode):
+    # --topic-load-mode: while "loading", Metadata answers every topic with
+    # LEADER_NOT_AVAILABLE ("errors") or leaves every topic out, even a named one ("empty").
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    args = ["--topic-load-delay-ms", "2000", "--topic-load-mode", mode]
+    with BrokerProcess(data_dir=tmp_path / "data", extra_args=args) as broker:
+        time.sleep(2.5)
+        topic = make_topic(broker.bootstrap_servers)
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        listed = admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics
+        if mode == "errors":
+            assert listed[topic].error.code() == KafkaError.LEADER_NOT_AVAILABLE
+            assert listed[topic].partitions == {}
+        else:
+            assert listed == {}
+        assert 0.5 < _wait_for_loaded(admin, topic) < 10
+
+
+def _wait_for_loaded(admin, name: str) -> float:
+    """Seconds until ``name`` is listed without an error."""
+    started = time.monotonic()
+    while True:
+        md = admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics.get(name)
+        if md is not None and md.error is None:
+            return time.monotonic() - started
+        assert time.monotonic() - started < 60, f"topic {name} never loaded"
+        time.sleep(0.1)

@@ -9,9 +9,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
-from connectors.kafka import DEFAULT_MARKER_TOPIC
+from connectors.kafka import DEFAULT_MARKER_TOPIC, KafkaEpochLog
 from connectors.ops import main
 from connectors.testing.verify import end_offsets, produce_input, read_committed_topic
 from txn import EpochCompletion, EpochPlan, FileEpochLog, QueryBinding
@@ -128,3 +129,174 @@ def test_status_of_a_healthy_sink_and_the_console_script(kafka_bootstrap, tmp_pa
 def test_bad_arguments_exit_2(capsys):
     assert main(["status"]) == 2
     assert main(["--bootstrap-servers", "x:1", "frobnicate"]) == 2
+
+
+def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
+    kafka_bootstrap, tmp_path, capsys
+):
+    unknown, other = f"eos-never-{uuid.uuid4().hex[:8]}", f"eos-{uuid.uuid4().hex[:8]}"
+    log_topic = f"eos-log-{uuid.uuid4().hex[:8]}"
+    missing_topic = ("--epoch-log-topic", f"eos-log-{uuid.uuid4().hex[:8]}")
+    code, out = eos(kafka_bootstrap, "status", unknown, *missing_topic, capsys=capsys)
+    assert code == 3 and "does not exist" in out["problems"][0]
+    with KafkaEpochLog(kafka_bootstrap, other, topic=log_topic) as log:  # another sink's log
+        log.append(EpochPlan(other, 0, 1, "fp"))
+        log.append(EpochCompletion(other, 0, committed=True))
+    for command in ("status", "reset", "abort-lingering"):
+        code, out = eos(kafka_bootstrap, command, unknown, "--epoch-log-topic", log_topic,
+                        capsys=capsys)
+        assert code == 3, out
+        assert f"sink {unknown!r} is unknown here" in out["problems"][0]
+        assert "holds no record of it" in out["problems"][0]
+        assert "healthy" not in json.dumps(out) and "reset" not in out
+    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic,
+                    capsys=capsys)
+    assert code == 0 and out["last_committed_epoch"] == 0
+    # the known sink in the same Kafka log: reset takes effect and reads back
+    code, out = eos(kafka_bootstrap, "reset", other, "--epoch-log-topic", log_topic, "--query",
+                    "q-new", capsys=capsys)
+    assert code == 0 and out["reset"] is True and out["binding"]["epoch_offset"] == 1
+    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic,
+                    capsys=capsys)
+    assert out["binding"]["query_id"] == "q-new"
+    # a FileEpochLog path that does not exist: refused, and reset creates no file
+    missing = tmp_path / "no" / "epochs.log"
+    code, out = eos(kafka_bootstrap, "reset", unknown, "--epoch-log", str(missing),
+                    capsys=capsys)
+    assert code == 3 and "no epoch log file" in out["problems"][0]
+    assert not missing.exists() and not missing.parent.exists()
+    # abort-lingering of a sink that is gone: the ids to abort can be given
+    code, out = eos(kafka_bootstrap, "abort-lingering", unknown, "--parallelism", "1",
+                    "--dry-run", capsys=capsys)
+    assert code == 0 and out["transactional_ids"] == [f"{unknown}-0"]
+
+
+def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
+    sink_id = f"eos-pg-{uuid.uuid4().hex[:8]}"
+    for dsn in ("postgresql://eos:s3cret@db.example:5432/app",
+                "host=db.example dbname=app password=s3cret"):
+        for command in ("status", "reset"):
+            code, out = eos(kafka_bootstrap, command, sink_id, "--epoch-log", dsn,
+                            capsys=capsys)
+            assert code == 4, out
+            assert "UnreadableLogError" in out["error"] and "PostgreSQL" in out["error"]
+            assert "s3cret" not in json.dumps(out)  # a DSN's password is never printed
+
+
+def test_reset_that_changes_nothing_does_not_report_success(kafka_bootstrap, tmp_path, capsys):
+    sink_id = f"eos-{uuid.uuid4().hex[:8]}"
+    log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 1, "fp"),
+                   EpochCompletion(sink_id, 0, committed=True))
+    code, first = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q2",
+                      capsys=capsys)
+    assert code == 0 and first["reset"] is True
+    code, again = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q2",
+                      capsys=capsys)
+    assert code == 0 and again["reset"] is False and "nothing changed" in again["note"]
+    assert again["binding"] == first["binding"]
+
+
+def test_help_lists_the_exit_codes(capsys):
+    for argv in (["--help"], ["status", "--help"], ["verify", "--help"]):
+        capsys.readouterr()
+        assert main(argv) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "exit codes: 0" in text and "4 the command was refused" in text
+
+
+def copy_records(bootstrap: str, source: str, target: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for r in sorted(read_committed_topic(bootstrap, source),
+                    key=lambda r: (r.partition, r.offset)):
+        producer.produce(target, r.value, r.key)
+    producer.flush(TXN_TIMEOUT_S)
+
+
+def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, new_topic,
+                                                                capsys):
+    source, out = new_topic("eos-csv-in", 1), new_topic("eos-csv-out", 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(12):
+        producer.produce(source, f"r-{i},acct-{i % 3},{i * 10}".encode(), f"k{i}".encode())
+    producer.flush(TXN_TIMEOUT_S)
+    copy_records(kafka_bootstrap, source, out)
+    topics = ("--input-topic", source, "--output-topic", out)
+    code, bad = eos(kafka_bootstrap, "verify", *topics, capsys=capsys)
+    assert code == 2, bad  # not "the cluster could not be read"
+    assert "RecordFormatError" in bad["error"] and "is not JSON" in bad["error"]
+    code, ok = eos(kafka_bootstrap, "verify", *topics,
+                   "--id-fn", "tests.testing.verify.idfns:csv_id",
+                   "--order-key-fn", "tests.testing.verify.idfns:csv_account", capsys=capsys)
+    assert code == 0 and ok["ok"] and ok["committed_records"] == 12
+    code, bad_fn = eos(kafka_bootstrap, "verify", *topics, "--id-fn", "tests.nope:f",
+                       capsys=capsys)
+    assert code == 2 and "cannot load 'tests.nope:f'" in bad_fn["error"]
+
+
+@pytest.mark.spark
+def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
+    spark, kafka_bootstrap, new_topic, capsys
+):
+    from connectors.kafka import KafkaSink
+
+    source, out = new_topic("eos-own-in", 2), new_topic("eos-own-out", 2)
+    sink_id, markers = f"eos-{uuid.uuid4().hex[:8]}", f"eos-mk-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(40):  # the user's own format: nested id, ordered per account
+        value = json.dumps({"order": {"id": f"o-{i}"}, "account": f"a{i % 4}", "n": i})
+        producer.produce(source, value.encode(), f"a{i % 4}".encode())
+    producer.flush(TXN_TIMEOUT_S)
+    rows = [(r.key.decode(), r.value.decode(), n) for n, r in enumerate(sorted(
+        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)))]
+    df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
+    sink = KafkaSink(kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2,
+                     order_by=["seq"])
+    sink(df.where("seq < 25"), 0)
+    sink(df.where("seq >= 25"), 1)
+    sink.close()
+    check = ("verify", "--input-topic", source, "--output-topic", out, "--sink-id", sink_id,
+             "--id-field", "order.id", "--order-key-field", "account")
+    code, healthy = eos(kafka_bootstrap, *check, "--marker-topic", markers, capsys=capsys)
+    assert code == 0, (healthy["problems"], healthy["notes"])
+    assert healthy["committed_records"] == 40 and healthy["anomalies"]["epoch_log_mismatch"] == 0
+    # without the sink's marker topic the markers are looked up in the default one
+    code, wrong = eos(kafka_bootstrap, *check, capsys=capsys)
+    assert code == 1 and wrong["anomalies"]["epoch_log_mismatch"] == 2
+    code, unfit = eos(kafka_bootstrap, *check[:7], "--marker-topic", markers, capsys=capsys)
+    assert code == 2 and "has no field 'id'" in unfit["error"]
+
+
+@pytest.mark.spark
+def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys):
+    from connectors.kafka import KafkaSink
+    from connectors.stage import TransactionalSinks
+
+    source, out_a, out_b = new_topic("eos-cmp-in", 1), new_topic("eos-cmp-a", 1), new_topic(
+        "eos-cmp-b", 1)
+    composite = f"eos-cmp-{uuid.uuid4().hex[:8]}"
+    log_topic = f"eos-cmp-log-{uuid.uuid4().hex[:8]}"
+    produce_input(kafka_bootstrap, source, 30, keys=3)
+    rows = [(r.key.decode(), r.value.decode(), n) for n, r in enumerate(sorted(
+        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)))]
+    df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
+    members = [KafkaSink(kafka_bootstrap, out, f"{composite}-{n}", parallelism=1,
+                         order_by=["seq"], epoch_log_topic=log_topic)
+               for n, out in (("a", out_a), ("b", out_b))]
+    sink = TransactionalSinks([(members[0], ["key", "value", "seq"]), members[1]],
+                              sink_id=composite)
+    for epoch in range(2):
+        sink(df.where(f"seq >= {15 * epoch} AND seq < {15 * (epoch + 1)}"), epoch)
+    assert sink.metrics()[-1].member_rows == {f"{composite}-a": 15, f"{composite}-b": 15}
+    sink.close()
+    for member, out in ((f"{composite}-a", out_a), (f"{composite}-b", out_b)):
+        check = ("verify", "--input-topic", source, "--output-topic", out, "--sink-id", member,
+                 "--epoch-log-topic", log_topic)
+        code, ok = eos(kafka_bootstrap, *check, "--composite-id", composite, "--members", "2",
+                       capsys=capsys)
+        assert code == 0, (ok["problems"], ok["notes"])
+        # without --composite-id the member's own id has no log: refused, not healthy
+        code, alone = eos(kafka_bootstrap, *check, capsys=capsys)
+        assert code == 3 and "is unknown here" in alone["problems"][0]
+    code, bad = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", out_a,
+                    "--composite-id", composite, capsys=capsys)
+    assert code == 2 and "--composite-id and --members go together" in bad["error"]

@@ -20,8 +20,8 @@ from psycopg import sql
 
 from connectors.postgres import PostgresEpochLog, PostgresSink, list_prepared
 from integration_tests.postgres._world import PG_LIKE, PgWorld
-from tests.txn.harness import EMPTY
 from txn import CommitMode, EpochDecision, EpochLog, EpochState
+from txn.testing import EMPTY
 
 
 def wedge(log: EpochLog, epoch: int) -> None:
@@ -41,7 +41,7 @@ def wedge(log: EpochLog, epoch: int) -> None:
 def test_a_wedged_log_recovers_on_the_coordinator(
     postgres_dsn: str, schema: str, mode: CommitMode
 ) -> None:
-    world = PgWorld(lambda: postgres_dsn, schema, PG_LIKE, mode, shape=EMPTY)
+    world = PgWorld(lambda: postgres_dsn, schema, PG_LIKE, mode=mode, shape=EMPTY)
     world.create_table()
     world.run_epoch(0)
     world.crash()  # the driver of release 0.x stops; its log stays
@@ -50,8 +50,8 @@ def test_a_wedged_log_recovers_on_the_coordinator(
     assert coordinator.recover().awaiting_replay == (1,)
     world.run_epochs(3)  # the replay of batch 1 redoes both partitions, then batch 2
     world.check_exactly_once(3)
-    assert world.log is not None
-    history = world.log.load()
+    history = world.history()
+    world.close()
     plan, decision = history.plan(1), history.decision(1)
     assert plan is not None and plan.attempt == 1 and decision is not None and decision.commit
 

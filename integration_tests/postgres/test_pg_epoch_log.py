@@ -24,6 +24,9 @@ from txn import (
     EpochPlan,
     EpochState,
     IllegalTransitionError,
+    QueryBinding,
+    seal,
+    unseal,
 )
 
 Make = Callable[..., PostgresSinkConfig]
@@ -233,3 +236,88 @@ def test_acknowledged_records_survive_a_crash_of_the_server(own_server: Any) -> 
     with PostgresEpochLog(cfg) as again, psycopg.connect(own_server.dsn) as conn:
         assert again.load().is_committed(1) and again.generation == 3
         assert conn.execute("SELECT count(*) FROM eos.epoch_log").fetchone() == (6,)
+
+
+def bind(log: PostgresEpochLog, query: str, offset: int) -> None:
+    log.append(QueryBinding(log.sink_id, query, offset))
+
+
+@pytest.mark.parametrize("epochs", [0, 1, 12])
+def test_a_new_binding_replaces_the_old_one_after_any_number_of_epochs(
+    pg: Conn, schema: str, make_cfg: Make, epochs: int
+) -> None:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg, retain_epochs=3) as log:
+        bind(log, "q1", 0)
+        for epoch in range(epochs):
+            commit_epoch(log, epoch)
+        bind(log, "q2", epochs)  # start over: above every epoch of the log
+        commit_epoch(log, epochs)
+        bind(log, "q3", epochs + 1)
+    with PostgresEpochLog(cfg, retain_epochs=3) as log:
+        history = log.load()
+        assert history.binding == QueryBinding(cfg.sink_id, "q3", epochs + 1)
+        assert history.last_committed_epoch() == epochs
+        kept = [r for r in history.records if isinstance(r, QueryBinding)]
+        assert kept == [history.binding], "the replaced bindings are gone from the table"
+    seqs = [seq for seq, _ in records(pg, schema, cfg.sink_id)]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) and len(seqs) == len(history.records)
+
+
+def test_a_binding_older_than_the_compacted_epochs_stays(
+    pg: Conn, schema: str, make_cfg: Make
+) -> None:
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg, retain_epochs=2) as log:
+        bind(log, "q1", 0)
+        for epoch in range(10):
+            commit_epoch(log, epoch)
+    with PostgresEpochLog(cfg, retain_epochs=2) as log:
+        history = log.load()
+        assert history.binding == QueryBinding(cfg.sink_id, "q1", 0)
+        assert history.epochs() == [7, 8, 9] and history.committed_through == 6
+        commit_epoch(log, 10)
+    assert len(records(pg, schema, cfg.sink_id)) == 1 + 3 * 3
+
+
+def _earlier_release_layout(pg: Conn, schema: str, make_cfg: Make, through: int | None) -> Any:
+    """The rows an earlier release left: the binding kept its seq, epochs 0..6 compacted."""
+    cfg = make_cfg()
+    with PostgresEpochLog(cfg) as log:
+        bind(log, "q1", 0)
+        for epoch in range(10):
+            commit_epoch(log, epoch)
+    pg.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq BETWEEN 1 AND 21").format(
+        qualified(schema, LOG_TABLE)), (cfg.sink_id,))
+    head = qualified(schema, LOG_HEAD_TABLE)
+    row = pg.execute(sql.SQL("SELECT header FROM {} WHERE sink_id = %s").format(head),
+                     (cfg.sink_id,)).fetchone()
+    assert row is not None
+    header = unseal(row[0].encode(), source="test")
+    header.update(committed_through=through, parallelism_floor=2)
+    pg.execute(sql.SQL("UPDATE {} SET header = %s WHERE sink_id = %s").format(head),
+               (seal(header).decode(), cfg.sink_id))
+    return cfg
+
+
+def test_the_layout_an_earlier_release_left_after_compaction_is_read_and_renumbered(
+    pg: Conn, schema: str, make_cfg: Make
+) -> None:
+    cfg = _earlier_release_layout(pg, schema, make_cfg, through=6)
+    with PostgresEpochLog(cfg, retain_epochs=2) as log:
+        history = log.load()
+        assert history.binding == QueryBinding(cfg.sink_id, "q1", 0)
+        assert history.epochs() == [7, 8, 9] and history.is_committed(3)
+        commit_epoch(log, 10)
+    seqs = [seq for seq, _ in records(pg, schema, cfg.sink_id)]
+    assert seqs == list(range(seqs[0], seqs[0] + 10))
+    with PostgresEpochLog(cfg) as log:
+        assert log.load().epochs() == [8, 9, 10]
+
+
+def test_a_gap_after_the_binding_without_compacted_epochs_is_corruption(
+    pg: Conn, schema: str, make_cfg: Make
+) -> None:
+    cfg = _earlier_release_layout(pg, schema, make_cfg, through=None)
+    with pytest.raises(EpochLogCorruptError, match="removed or added"):
+        PostgresEpochLog(cfg)

@@ -57,13 +57,14 @@ class World:
         pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
             sql.Identifier(schema)))
 
-    def sink(self, **options: Any) -> TransactionalSinks:
+    def sink(self, table_select: Any = to_table, **options: Any) -> TransactionalSinks:
         # One write task each: aligned mode runs both members' tasks at once on local[2].
         kafka = KafkaSink(self.kafka, self.topic, f"{self.sink_id}-k", parallelism=1)
         table = PostgresSink(self.dsn, "t", f"{self.sink_id}-p", schema=self.schema,
                              control_schema=self.schema, parallelism=1)
-        return TransactionalSinks([(kafka, to_kafka), (table, to_table)], sink_id=self.sink_id,
-                                  epoch_log=self.tmp / "epochs.log", **options)
+        return TransactionalSinks([(kafka, to_kafka), (table, table_select)],
+                                  sink_id=self.sink_id, epoch_log=self.tmp / "epochs.log",
+                                  **options)
 
     def table_epochs(self) -> Counter[int]:
         rows = self.pg.execute(sql.SQL("SELECT id FROM {}.t").format(
@@ -108,6 +109,20 @@ def test_epochs_land_in_both_exactly_once(world: World, mode: CommitMode) -> Non
     finally:
         sink.close()
     world.check_exactly(3)
+
+
+def test_a_select_by_column_names_and_the_rows_of_each_member(world: World) -> None:
+    sink = world.sink(table_select=["id", "v"])
+    try:
+        for epoch in range(2):
+            assert sink(batch(world.spark, epoch), epoch).committed
+        metrics = sink.metrics()[-1]
+    finally:
+        sink.close()
+    world.check_exactly(2)
+    # a 60-row batch written to the topic and to the table: 60 rows each, not 120
+    assert metrics.member_rows == {f"{world.sink_id}-k": ROWS, f"{world.sink_id}-p": ROWS}
+    assert (metrics.rows, metrics.rows_written) == (ROWS, 2 * ROWS)
 
 
 @pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)

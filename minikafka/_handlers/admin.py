@@ -54,6 +54,20 @@ def _metadata_error(req: Any, code: ErrorCode) -> Data:
     return {"topics": [{"name": t.name, "error_code": code} for t in (req.topics or ())]}
 
 
+def _loading_topics(ctx: RequestContext, req: Any) -> list[Data]:
+    """Topics of a Metadata answer while the broker "loads" (see BrokerConfig.topic_load_mode)."""
+    broker = ctx.broker
+    mode = broker.config.topic_load_mode
+    listing = req.topics is None or (ctx.version == 0 and not req.topics)
+    if mode == "empty" or (mode == "hidden" and listing):
+        return []
+    if mode == "hidden":
+        return [{"name": rt.name, "error_code": ErrorCode.unknown_topic_or_partition}
+                for rt in req.topics]
+    names = list(broker.topics.topics) if listing else [rt.name for rt in req.topics]
+    return [{"name": n, "error_code": ErrorCode.leader_not_available} for n in names]
+
+
 @register(3, "Metadata", 0, 8, _metadata_error)
 def metadata(ctx: RequestContext, req: Any) -> Data:
     """Brokers (just this one) and the requested topics, auto-creating if allowed."""
@@ -61,11 +75,10 @@ def metadata(ctx: RequestContext, req: Any) -> Data:
     loaded = broker.topics_loaded()
     allow = (broker.config.auto_create_topics and loaded
              and getattr(req, "allow_auto_topic_creation", True))
-    if req.topics is None or (ctx.version == 0 and not req.topics):
-        topics = [_topic_metadata(ctx, t) for t in broker.topics.topics.values()] if loaded else []
-    elif not loaded:
-        topics = [{"name": rt.name, "error_code": ErrorCode.unknown_topic_or_partition}
-                  for rt in req.topics]
+    if not loaded:
+        topics = _loading_topics(ctx, req)
+    elif req.topics is None or (ctx.version == 0 and not req.topics):
+        topics = [_topic_metadata(ctx, t) for t in broker.topics.topics.values()]
     else:
         topics = []
         for rt in req.topics:

@@ -123,5 +123,5 @@ def test_sink_pickles_with_its_config_only():
     sink = make(parallelism=3)
     again = pickle.loads(pickle.dumps(sink))
     assert again.config == sink.config
-    assert again._log is None and not again._preflight_done
-    assert again._votes is None
+    assert again._res.log is None and not again._preflight_done
+    assert again._res.votes is None

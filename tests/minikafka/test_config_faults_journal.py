@@ -23,6 +23,8 @@ def test_config_defaults_and_pickle_roundtrip():
         {"group_initial_rebalance_delay_ms": -5},
         {"num_partitions": "2"},
         {"group_min_session_timeout_ms": 10, "group_max_session_timeout_ms": 5},
+        {"topic_load_mode": "sometimes"},
+        {"topic_load_delay_ms": -1},
     ],
 )
 def test_config_rejects_bad_values(kwargs):

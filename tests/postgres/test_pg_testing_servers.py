@@ -96,9 +96,9 @@ def test_without_environment_a_container_wins_over_embedded(
 ) -> None:
     started: list[str] = []
     monkeypatch.delenv("POSTGRES_DSN", raising=False)
-    monkeypatch.setattr(pg_testing, "docker_answers", lambda: docker)
+    monkeypatch.setattr(containers, "docker_answers", lambda: docker)
     monkeypatch.setattr(
-        pg_testing, "ContainerPostgres", lambda **kw: _fake_server("container", started, **kw)
+        containers, "ContainerPostgres", lambda **kw: _fake_server("container", started, **kw)
     )
     monkeypatch.setattr(
         pg_testing, "EmbeddedPostgres", lambda **kw: _fake_server("embedded", started, **kw)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn.harness import MIXED, MIXED_SPLIT, PG_LIKE, SHAPES, SINK, Crash, Loss, World
 from txn import (
     CommitMode,
     CoordinatorStep,
@@ -33,6 +32,7 @@ from txn import (
     PreparedWorkLostError,
     TaskStep,
 )
+from txn.testing import MIXED, MIXED_SPLIT, PG_LIKE, SHAPES, SINK, Crash, Loss, MemoryWorld
 
 C = CoordinatorStep
 REDO_CRASHES = ("no-crash", "after-redo-plan", "after-redo-reports", "in-redo-delivery",
@@ -69,7 +69,7 @@ def _params() -> list[object]:
 def test_lost_prepared_work_is_redone_by_the_replay(
     tmp_path: Path, kind: str, mode: CommitMode, shape: str, case: str
 ) -> None:
-    world = World(tmp_path, kind, mode, shape=shape)
+    world = MemoryWorld(tmp_path, kind, mode=mode, shape=shape)
     lost = MIXED_SPLIT[0] if kind == MIXED else 1  # a prepared (PG-like) partition
     world.losses = [Loss(epoch=1, partition=lost)]
     crash = redo_crash(case, kind, lost)
@@ -79,17 +79,11 @@ def test_lost_prepared_work_is_redone_by_the_replay(
     assert all(c.fired == c.times for c in world.crashes), "a crash never fired"
     assert world.restarts >= 1
     world.check_exactly_once(3)
-    with FileEpochLog(world.log_path, sink_id=SINK) if world.log is None else _same(world) as log:
-        history = log.load()
+    history = world.history()
     plan = history.plan(1)
     assert plan is not None and plan.attempt >= 1, "the lost partition was not redone"
     decision = history.decision(1)
     assert decision is not None and decision.commit  # the first decision, kept by the redo
-
-
-def _same(world: World) -> FileEpochLog:
-    assert world.log is not None
-    return world.log
 
 
 def _made_up_reports(plan: EpochPlan) -> Sequence[PartitionReport]:
@@ -100,7 +94,7 @@ def _made_up_reports(plan: EpochPlan) -> Sequence[PartitionReport]:
 
 @pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
 def test_a_wedged_log_of_the_current_release_recovers(tmp_path: Path, mode: CommitMode) -> None:
-    world = World(tmp_path, PG_LIKE, mode, shape="empty")
+    world = MemoryWorld(tmp_path, PG_LIKE, mode=mode, shape="empty")
     world.run_epoch(0)
     assert world.coordinator is not None
     with pytest.raises(EpochAbortedError, match="decided commit"):
@@ -116,7 +110,7 @@ def test_a_wedged_log_of_the_current_release_recovers(tmp_path: Path, mode: Comm
 
 
 def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
-    world = World(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path, PG_LIKE)
     world.losses = [Loss(epoch=1, partition=0)]
     world.run_epoch(0)
     assert world.coordinator is not None
@@ -126,8 +120,7 @@ def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
     for _ in range(2):  # the redo fails: the decision stays, the commits stay
         with pytest.raises(ParticipantError, match="injected write failure"):
             world.coordinator.run_epoch(1, world.parallelism, world.channel())
-        assert world.log is not None
-        history = world.log.load()
+        history = world.history()
         assert history.state(1) is EpochState.COMMIT_DECIDED
         decision = history.decision(1)
         assert decision is not None and decision.commit
@@ -140,7 +133,7 @@ def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
 
 
 def test_recover_leaves_lost_partitions_for_the_replay(tmp_path: Path) -> None:
-    world = World(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path, PG_LIKE)
     world.losses = [Loss(epoch=1, partition=2, step=C.REPORTS_RECEIVED)]
     world.crashes = [Crash("coordinator", C.DECISION_LOGGED)]
     world.run_epoch(0)

@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.txn.harness import KAFKA_LIKE, KINDS, MIXED, MIXED_SPLIT, SHAPES, Crash, Loss, World
 from txn import CommitMode, CoordinatorStep, TaskStep
+from txn.testing import KAFKA_LIKE, KINDS, MIXED, MIXED_SPLIT, SHAPES, Crash, Loss, MemoryWorld
 
 EPOCHS = 5
 POINTS: list[tuple[str, CoordinatorStep | TaskStep | None]] = [
@@ -68,7 +68,7 @@ def test_random_crash_schedules_keep_exactly_once(
     kind: str, mode: CommitMode, shape: str, schedule: list[Crash], data: st.DataObject
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        world = World(Path(tmp), kind, mode, shape=shape)
+        world = MemoryWorld(Path(tmp), kind, mode=mode, shape=shape)
         world.crashes = schedule
         world.losses = data.draw(losses(kind))
         world.run_epochs(EPOCHS)

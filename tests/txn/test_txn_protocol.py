@@ -9,16 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn.harness import (
-    KAFKA_LIKE,
-    KINDS,
-    MIXED,
-    PG_LIKE,
-    SINK,
-    Crash,
-    World,
-    epoch_rows,
-)
 from txn import (
     CommitMode,
     ConfigError,
@@ -48,16 +38,24 @@ from txn import (
     run_partition,
 )
 from txn.testing import (
+    KAFKA_LIKE,
+    KINDS,
+    MIXED,
+    PG_LIKE,
+    SINK,
     CommitInTaskResource,
+    Crash,
     MemoryStore,
+    MemoryWorld,
     OnePassRows,
     PreparedResource,
+    epoch_rows,
     partition_rows,
     summarize_rows,
 )
 
 
-def _crash_epoch_one(world: World, crash: Crash) -> None:
+def _crash_epoch_one(world: MemoryWorld, crash: Crash) -> None:
     """Run epoch 0, then crash inside epoch 1 and leave the driver dead."""
     world.run_epoch(0)
     world.crashes = [crash]
@@ -69,7 +67,7 @@ def _crash_epoch_one(world: World, crash: Crash) -> None:
 
 @pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
 def test_non_deterministic_replay_is_detected(tmp_path: Path, mode: CommitMode) -> None:
-    world = World(tmp_path, KAFKA_LIKE, mode)
+    world = MemoryWorld(tmp_path, KAFKA_LIKE, mode=mode)
     _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
     coordinator = world.start()
     assert world.resource is not None
@@ -91,7 +89,7 @@ def test_non_deterministic_replay_is_detected(tmp_path: Path, mode: CommitMode) 
 
 @pytest.mark.parametrize("kind", [KAFKA_LIKE, PG_LIKE])  # a composite's split is its own
 def test_in_doubt_epoch_keeps_its_planned_parallelism(tmp_path: Path, kind: str) -> None:
-    world = World(tmp_path, kind, CommitMode.UNALIGNED)
+    world = MemoryWorld(tmp_path, kind, mode=CommitMode.UNALIGNED)
     _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
     world.parallelism = 5  # the user resized the cluster meanwhile
     result = world.run_epoch(1)
@@ -109,7 +107,7 @@ def test_in_doubt_epoch_keeps_its_planned_parallelism(tmp_path: Path, kind: str)
 
 
 def test_fingerprint_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
-    world = World(tmp_path, KAFKA_LIKE)
+    world = MemoryWorld(tmp_path, KAFKA_LIKE)
     _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
     with FileEpochLog(world.log_path, sink_id=SINK) as log:
         resource = world.new_resource(fingerprint="v2")
@@ -122,7 +120,7 @@ def test_fingerprint_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
 
 
 def test_fingerprint_change_after_two_phase_rollback_is_allowed(tmp_path: Path) -> None:
-    world = World(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path, PG_LIKE)
     _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
     with FileEpochLog(world.log_path, sink_id=SINK) as log:
         resource = world.new_resource(fingerprint="v2")
@@ -138,7 +136,7 @@ def test_fingerprint_change_after_two_phase_rollback_is_allowed(tmp_path: Path) 
 
 
 def test_guarantee_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
-    world = World(tmp_path, KAFKA_LIKE)
+    world = MemoryWorld(tmp_path, KAFKA_LIKE)
     _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.PLAN_LOGGED))
     world.guarantee = Guarantee.AT_LEAST_ONCE
     with pytest.raises(PlanMismatchError, match="keep the old settings"):
@@ -147,7 +145,7 @@ def test_guarantee_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_at_most_once_logs_completion_before_execute(tmp_path: Path, kind: str) -> None:
-    world = World(tmp_path, kind, guarantee=Guarantee.AT_MOST_ONCE)
+    world = MemoryWorld(tmp_path, kind, guarantee=Guarantee.AT_MOST_ONCE)
     world.start()
     seen: list[bool] = []
     assert world.log is not None and world.coordinator is not None
@@ -179,7 +177,7 @@ class SimulatedWriteFailure(Exception):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_at_least_once_skips_logged_epochs_and_redoes_unlogged(tmp_path: Path, kind: str) -> None:
-    world = World(tmp_path, kind, guarantee=Guarantee.AT_LEAST_ONCE)
+    world = MemoryWorld(tmp_path, kind, guarantee=Guarantee.AT_LEAST_ONCE)
     world.crashes = [Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED)]
     world.run_epochs(3)
     assert world.crashes[0].fired == 1
@@ -204,7 +202,7 @@ def test_at_least_once_skips_logged_epochs_and_redoes_unlogged(tmp_path: Path, k
 def test_a_no_vote_aborts_or_leaves_the_epoch_in_doubt(
     tmp_path: Path, kind: str, mode: CommitMode
 ) -> None:
-    world = World(tmp_path, kind, mode)
+    world = MemoryWorld(tmp_path, kind, mode=mode)
     world.run_epoch(0)
     world.store.fail_writes.add((1, 1))
     assert world.coordinator is not None
@@ -225,7 +223,7 @@ def test_a_no_vote_aborts_or_leaves_the_epoch_in_doubt(
 def test_mixed_epoch_commits_the_prepared_side_only_after_the_task_side(
     tmp_path: Path, mode: CommitMode, failing: str
 ) -> None:
-    world = World(tmp_path, MIXED, mode)
+    world = MemoryWorld(tmp_path, MIXED, mode=mode)
     world.run_epoch(0)
     store = world.store if failing == "kafka-like" else world.pg_store
     store.fail_writes.add((1, 1))  # local partition 1 of the failing member
@@ -246,7 +244,7 @@ def test_mixed_epoch_commits_the_prepared_side_only_after_the_task_side(
 
 
 def test_mixed_recovery_with_a_logged_decision_commits_the_prepared_side(tmp_path: Path) -> None:
-    world = World(tmp_path, MIXED)
+    world = MemoryWorld(tmp_path, MIXED)
     world.crashes = [Crash("coordinator", CoordinatorStep.DECISION_LOGGED)]
     world.run_epochs(2)
     assert world.crashes[0].fired == 1
@@ -274,7 +272,7 @@ def test_aligned_abort_reports_the_culprit(tmp_path: Path) -> None:
 def test_recover_aborts_lingering_work_of_every_partition_ever_used(
     tmp_path: Path, kind: str
 ) -> None:
-    world = World(tmp_path, kind, parallelism=4)
+    world = MemoryWorld(tmp_path, kind, parallelism=4)
     world.run_epochs(2)
     # a dead task of a later, never-logged attempt left work behind on partition 3
     assert world.resource is not None
@@ -291,7 +289,7 @@ def test_recover_aborts_lingering_work_of_every_partition_ever_used(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_shrinking_parallelism_aborts_lingering_work_beyond_it(tmp_path: Path, kind: str) -> None:
-    world = World(tmp_path, kind, parallelism=3)
+    world = MemoryWorld(tmp_path, kind, parallelism=3)
     world.run_epochs(1)
     assert world.resource is not None
     zombie = world.resource.open(EpochPlan(SINK, 1, 3, "v1"), 2)
@@ -305,7 +303,7 @@ def test_shrinking_parallelism_aborts_lingering_work_beyond_it(tmp_path: Path, k
 
 
 def test_recovery_report_for_two_phase_commit(tmp_path: Path) -> None:
-    world = World(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path, PG_LIKE)
     _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.DECISION_LOGGED))
     with FileEpochLog(world.log_path, sink_id=SINK) as log:
         report = Coordinator(log, PreparedResource(world.store), sink_id=SINK).recover()
@@ -315,7 +313,7 @@ def test_recovery_report_for_two_phase_commit(tmp_path: Path) -> None:
 
 
 def test_recovery_rolls_back_without_decision_and_replans(tmp_path: Path) -> None:
-    world = World(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path, PG_LIKE)
     _crash_epoch_one(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
     assert len(world.store.prepared) == 3
     with FileEpochLog(world.log_path, sink_id=SINK) as log:
@@ -327,7 +325,7 @@ def test_recovery_rolls_back_without_decision_and_replans(tmp_path: Path) -> Non
 
 
 def test_commit_in_task_recovery_leaves_epoch_for_replay(tmp_path: Path) -> None:
-    world = World(tmp_path, KAFKA_LIKE)
+    world = MemoryWorld(tmp_path, KAFKA_LIKE)
     _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
     with FileEpochLog(world.log_path, sink_id=SINK) as log:
         report = Coordinator(log, CommitInTaskResource(world.store), sink_id=SINK).recover()
@@ -498,7 +496,7 @@ def test_mixed_epoch_without_every_task_side_commit_logs_no_decision(tmp_path: P
     # Reports that come back without an exception but with a commit-in-task partition not
     # committed (defence in depth: a write stage that swallowed a failure) must not lead
     # the coordinator to commit the prepared side.
-    world = World(tmp_path, MIXED)
+    world = MemoryWorld(tmp_path, MIXED)
     coordinator = world.start()
     channel = world.channel()
 

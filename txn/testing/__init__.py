@@ -1,10 +1,52 @@
-"""Testing doubles of the 2PC core: an in-memory external system and participants of both kinds.
+"""Testing doubles of the 2PC core and its crash matrix, for connector authors.
 
-Public so that connector authors can test their code against the protocol the way the kit
-does (``tests/txn``), also through Spark (``serve_store``: the store served to Spark's
-Python workers). Nothing in ``txn`` outside this package imports it.
+Public so that connector authors test their code against the protocol the way the kit
+does:
+
+* an in-memory external system (:class:`MemoryStore`) and participants of both kinds
+  (:class:`CommitInTaskResource`, :class:`PreparedResource`), also served to Spark's
+  Python workers (:func:`serve_store`);
+* the crash matrix: :class:`Crash` (a crash point), :data:`CASES` and
+  :func:`crash_params` / :func:`crash_cases` (every protocol step, both commit modes, per
+  participant kind), :class:`CrashWorld` (a connector's durable state and a driver that
+  crashes and restarts over it; subclass it for your resource) and :func:`run_crash_case`
+  (run one case, assert exactly-once); :class:`MemoryWorld` is the core's own world;
+* epoch shapes (:data:`SHAPES`: full, every other epoch empty, one row per epoch) and
+  :class:`Loss` (prepared work rolled back by hand after the commit decision).
+
+How a database connector runs the matrix: docs/writing-a-db-connector.md. Nothing in
+``txn`` outside this package imports it; pytest is needed by :func:`crash_params` only.
 """
 
+from txn.testing._crash import (
+    CASE_EPOCHS,
+    CASES,
+    EMPTY,
+    FULL,
+    KAFKA_LIKE,
+    KINDS,
+    MAX_RESTARTS,
+    MIXED,
+    ONE_ROW,
+    PG_LIKE,
+    SHAPES,
+    Crash,
+    CrashCase,
+    CrashWorld,
+    SimulatedCrash,
+    crash_cases,
+    crash_params,
+    epoch_size,
+    run_crash_case,
+)
+from txn.testing._memworld import (
+    MIXED_SPLIT,
+    ROWS_PER_EPOCH,
+    SINK,
+    Loss,
+    MemoryWorld,
+    epoch_rows,
+)
 from txn.testing._participants import (
     CommitInTaskResource,
     Decode,
@@ -20,30 +62,45 @@ from txn.testing._participants import (
 from txn.testing._remote import RemoteStore, serve_store
 from txn.testing._store import Commit, FencedError, MemoryStore
 
-
-class SimulatedCrash(BaseException):  # noqa: N818 - it is a crash, not an error
-    """Raised by crash hooks: the process "dies" here, no cleanup code runs.
-
-    A BaseException (not an Exception) so that ``except Exception`` blocks in the protocol
-    do not treat it as an ordinary failure and abort on its behalf.
-    """
-
-
 __all__ = [
+    "CASES",
+    "CASE_EPOCHS",
+    "EMPTY",
+    "FULL",
+    "KAFKA_LIKE",
+    "KINDS",
+    "MAX_RESTARTS",
+    "MIXED",
+    "MIXED_SPLIT",
+    "ONE_ROW",
+    "PG_LIKE",
+    "ROWS_PER_EPOCH",
+    "SHAPES",
+    "SINK",
     "Commit",
     "CommitInTaskResource",
+    "Crash",
+    "CrashCase",
+    "CrashWorld",
     "Decode",
     "FencedError",
+    "Loss",
     "MemRows",
     "MemoryStore",
+    "MemoryWorld",
     "OnePassRows",
     "PreparedResource",
     "RemoteStore",
     "SimulatedCrash",
     "Store",
+    "crash_cases",
+    "crash_params",
+    "epoch_rows",
+    "epoch_size",
     "gid",
     "partition_rows",
     "read_rows",
+    "run_crash_case",
     "serve_store",
     "summarize_rows",
 ]

@@ -3,70 +3,135 @@
 One :class:`ClusterView` per reader; its AdminClient is created lazily on first use (never
 at construction, never pickled), so readers stay cheap to build and to ship to tasks.
 
-Error actions (the Kafka connector's one classifier, ``connectors.kafka._classify``):
-    - RETRY: retried with bounded exponential backoff, then :class:`KafkaUnavailableError`;
-    - ABORT or FATAL: :class:`KafkaSourceFatalError`, naming the error code.
+A transient error is never a smaller answer. Every lookup runs inside one bounded retry
+(tenacity, :data:`UNAVAILABLE_WAIT_S`):
+
+1. a retriable Kafka error, or a subscribed topic answered with a transient error
+   (``_metadata.read_metadata``), is retried; when it persists for the whole bound the
+   lookup fails with :class:`KafkaUnavailableError` naming the bootstrap address;
+2. an error-free answer that lacks something the caller expects (a partition the query
+   read before, an explicitly subscribed topic, any topic at all, or that reports a
+   latest offset below one already read) is retried too, and believed only when every
+   error-free answer says the same for :data:`GONE_CONFIRM_S`; an error in between
+   starts that interval again;
+3. a non-retriable error raises :class:`KafkaSourceFatalError`, naming the error code.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from connectors.kafka._classify import classify
-from txn import ErrorAction
+from connectors.kafka._admin import TOPIC_METADATA_WAIT_S
+from connectors.kafka._classify import kafka_error_of
 
 from ._errors import KafkaSourceFatalError, KafkaUnavailableError, SourceOptionError
+from ._metadata import MetadataView, is_transient, read_metadata
 from ._offsets import TopicPartitionKey
 from ._options import SourceOptions
 
-__all__ = ["ClusterView"]
+__all__ = ["GONE_CONFIRM_S", "UNAVAILABLE_WAIT_S", "ClusterView"]
 
 _log = logging.getLogger(__name__)
 
 ADMIN_REQUEST_TIMEOUT_S = 30.0
 """Seconds for one admin request (metadata, ListOffsets, OffsetCommit) incl. retries inside
 librdkafka; generous because brokers under load answer slowly."""
-ADMIN_ATTEMPTS = 5
-"""Attempts of a retriable admin call before giving up (bounded retry)."""
-ADMIN_BACKOFF_MAX_S = 4.0
-"""Upper bound (seconds) of the exponential backoff between admin attempts."""
+ADMIN_BACKOFF_MAX_S = 2.0
+"""Upper bound (seconds) of the exponential backoff between two attempts of a lookup."""
+UNAVAILABLE_WAIT_S = 90.0
+"""Seconds a lookup retries transient errors (broker down, restarting, loading its topics)
+before the batch fails with KafkaUnavailableError: a restarted broker normally answers
+within a minute; longer is an outage the user must see. One request in flight may add
+up to ADMIN_REQUEST_TIMEOUT_S."""
+GONE_CONFIRM_S = TOPIC_METADATA_WAIT_S
+"""Seconds error-free metadata must consistently lack a partition the query read (or report
+its offsets lower) before it is believed gone: a restarted Kafka broker can answer Metadata
+before it has loaded its topics. The sink's preflight waits for topics the same time."""
 
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+MONITOR_COMMIT_WAIT_S = 10.0
+"""Seconds the monitoring commit (commitOffsetsToGroup) retries: best effort, so it must not
+hold up the next batch for long."""
 
 T = TypeVar("T")
+Offsets = dict[TopicPartitionKey, int]
 
 
-def _is_retriable(exc: BaseException) -> bool:
-    return isinstance(exc, KafkaException) and classify(exc) is ErrorAction.RETRY
+class _NotSettled(Exception):
+    """An answer that cannot be believed yet; raised and caught inside the retry loop only."""
+
+    def __init__(self, reason: str, *, errors: bool) -> None:
+        super().__init__(reason)
+        self.errors = errors
+
+
+def _should_retry(exc: BaseException) -> bool:
+    return isinstance(exc, _NotSettled) or (
+        isinstance(exc, KafkaException) and is_transient(exc)
+    )
+
+
+class _Confirmation:
+    """How long error-free answers have consistently lacked what was expected."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.since: float | None = None
+
+    def error(self, reason: str) -> _NotSettled:
+        """Return the exception of an answer with errors; the interval starts again."""
+        self.since = None
+        return _NotSettled(reason, errors=True)
+
+    def check(self, doubts: list[str]) -> None:
+        """Raise :class:`_NotSettled` unless ``doubts`` is empty or held for the window."""
+        if not doubts:
+            return
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        if now - self.since < self.window_s:
+            raise _NotSettled("; ".join(doubts), errors=False)
+        _log.warning(
+            "kafka-rc: believing metadata after %.0fs of consistent answers: %s",
+            now - self.since,
+            "; ".join(doubts),
+        )
 
 
 class ClusterView:
     """Cluster metadata and offsets for one subscription, seen from the driver."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        *,
+        unavailable_wait_s: float = UNAVAILABLE_WAIT_S,
+        gone_confirm_s: float = GONE_CONFIRM_S,
+    ) -> None:
         self._options = options
         self._admin: Any = None
+        self._unavailable_wait_s = unavailable_wait_s
+        self._gone_confirm_s = gone_confirm_s
+        self._absent: frozenset[str] = frozenset()  # subscribed topics confirmed absent
+        self._empty_confirmed = False  # an empty cluster confirmed for this view
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_options": self._options, "_admin": None}
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        return state
 
     def _client(self) -> Any:
         if self._admin is None:
@@ -77,41 +142,106 @@ class ClusterView:
                 raise SourceOptionError(msg) from exc
         return self._admin
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], *, wait_s: float | None = None) -> T:
         retrying = Retrying(
-            retry=retry_if_exception(_is_retriable),
-            stop=stop_after_attempt(ADMIN_ATTEMPTS),
+            retry=retry_if_exception(_should_retry),
+            stop=stop_after_delay(self._unavailable_wait_s if wait_s is None else wait_s),
             wait=wait_exponential(multiplier=0.2, max=ADMIN_BACKOFF_MAX_S),
             reraise=True,
         )
         try:
             return retrying(fn)
+        except _NotSettled as exc:
+            raise KafkaUnavailableError(self._unavailable(what, str(exc))) from exc
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            name = err.name() if isinstance(err, KafkaError) else repr(exc)
-            if _is_retriable(exc):
-                msg = (
-                    f"{what}: Kafka kept failing with retriable {name} after {ADMIN_ATTEMPTS} tries"
-                )
-                raise KafkaUnavailableError(msg) from exc
+            err = kafka_error_of(exc)
+            name = err.name() if err is not None else repr(exc)
+            if is_transient(exc):
+                raise KafkaUnavailableError(self._unavailable(what, name)) from exc
             msg = f"{what}: non-retriable Kafka error {name}"
             raise KafkaSourceFatalError(msg) from exc
 
-    def discover(self) -> list[TopicPartitionKey]:
-        """Return the subscription's topic-partitions that exist now, sorted."""
+    def _unavailable(self, what: str, reason: str) -> str:
+        return (
+            f"{what}: the Kafka broker at {self._options.bootstrap_servers} is unavailable "
+            f"({reason}) and stayed so for {self._unavailable_wait_s:.0f}s; the batch fails "
+            "and a restarted query resumes from its checkpoint. Check that the brokers of "
+            "'kafka.bootstrap.servers' run, are reachable and have loaded their topics."
+        )
+
+    def discover(self, expected: Iterable[TopicPartitionKey] = ()) -> list[TopicPartitionKey]:
+        """Return the subscription's topic-partitions that exist now, sorted.
+
+        The topics of ``expected`` partitions (named in the user's offsets) missing from the
+        answer are waited for as the module docstring says; a listed topic without such a
+        partition is taken as it is (the caller reports the unknown partition).
+        """
+        want = dict.fromkeys(expected, 0)
+        return sorted(self._settle("discovering partitions", want, with_offsets=False))
+
+    def settled_latest(self, expected: Mapping[TopicPartitionKey, int]) -> Offsets:
+        """Latest offsets of every partition that exists now (see :meth:`latest`).
+
+        Contract: every partition of ``expected`` is in the result with an offset at least
+        its expected one, unless error-free answers said otherwise for
+        :data:`GONE_CONFIRM_S` (the partition is then missing, or lower: data loss).
+
+        Raises:
+            KafkaUnavailableError: transient errors for :data:`UNAVAILABLE_WAIT_S`.
+            KafkaSourceFatalError: a non-retriable error.
+
+        """
+        return self._settle("looking up the latest offsets", dict(expected), with_offsets=True)
+
+    def _settle(self, what: str, expected: Offsets, *, with_offsets: bool) -> Offsets:
+        confirm = _Confirmation(self._gone_confirm_s)
+
+        def attempt() -> Offsets:
+            try:
+                return self._answer(expected, confirm, with_offsets=with_offsets)
+            except KafkaException as exc:
+                if is_transient(exc):
+                    confirm.error(str(exc))
+                raise
+
+        return self._call(what, attempt)
+
+    def _answer(self, expected: Offsets, confirm: _Confirmation, *, with_offsets: bool) -> Offsets:
+        view = self._metadata()
+        if view.not_ready:
+            detail = ", ".join(f"{t} {code}" for t, code in view.not_ready)
+            msg = f"metadata answered with errors for {detail}"
+            raise confirm.error(msg)
+        found = dict.fromkeys(view.partitions, 0)
+        if with_offsets:
+            doubts = [f"partition {t}-{p} is missing" for t, p in expected if (t, p) not in found]
+        else:  # user-named partitions: wait for their topics, not for partitions never made
+            listed = {t for t, _ in found}
+            topics = sorted({t for t, _ in expected} - listed)
+            doubts = [f"topic {t} named in the offsets is missing" for t in topics]
+        doubts += [
+            f"subscribed topic {t} is not in the metadata"
+            for t in view.absent
+            if t not in self._absent
+        ]
+        if view.empty and not self._empty_confirmed:
+            doubts.append("the metadata lists no topic at all")
+        if with_offsets and found:
+            found = self._list_offsets_once(found, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+            doubts += [
+                f"latest offset of {t}-{p} is {o}, below {expected[(t, p)]} already read"
+                for (t, p), o in sorted(found.items())
+                if o < expected.get((t, p), 0)
+            ]
+        confirm.check(doubts)
+        self._absent, self._empty_confirmed = frozenset(view.absent), view.empty
+        return found
+
+    def _metadata(self) -> MetadataView:
         sub = self._options.subscription
         if sub.kind == "assign":
-            return list(sub.partitions)
-
-        def fetch() -> list[TopicPartitionKey]:
-            md = self._client().list_topics(timeout=ADMIN_REQUEST_TIMEOUT_S)
-            found: list[TopicPartitionKey] = []
-            for name, topic in md.topics.items():
-                if topic.error is None and sub.matches(name) and name not in _INTERNAL_TOPICS:
-                    found.extend((name, p) for p in topic.partitions)
-            return sorted(found)
-
-        return self._call("discovering partitions", fetch)
+            return MetadataView(tuple(sorted(set(sub.partitions))), (), (), empty=False)
+        return read_metadata(self._client().list_topics(timeout=ADMIN_REQUEST_TIMEOUT_S), sub)
 
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """Log start offset of each partition."""
@@ -127,20 +257,24 @@ class ClusterView:
         tps = sorted(set(partitions))
         if not tps:
             return {}
+        return self._call(
+            f"listing {label} offsets of {len(tps)} partitions",
+            lambda: self._list_offsets_once(tps, spec),
+        )
+
+    def _list_offsets_once(
+        self, partitions: Iterable[TopicPartitionKey], spec: Any
+    ) -> dict[TopicPartitionKey, int]:
         level = (
             IsolationLevel.READ_COMMITTED
             if self._options.isolation_level == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
-
-        def fetch() -> dict[TopicPartitionKey, int]:
-            request = {TopicPartition(t, p): spec for t, p in tps}
-            futures = self._client().list_offsets(
-                request, isolation_level=level, request_timeout=ADMIN_REQUEST_TIMEOUT_S
-            )
-            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
-
-        return self._call(f"listing {label} offsets of {len(tps)} partitions", fetch)
+        request = {TopicPartition(t, p): spec for t, p in partitions}
+        futures = self._client().list_offsets(
+            request, isolation_level=level, request_timeout=ADMIN_REQUEST_TIMEOUT_S
+        )
+        return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
 
     def commit_group_offsets(self, group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Store ``offsets`` as ``group``'s committed offsets (monitoring only, best effort).
@@ -166,6 +300,6 @@ class ClusterView:
                         raise KafkaException(tp.error)
 
         try:
-            self._call(f"committing offsets to group {group!r}", send)
+            self._call(f"committing offsets to group {group!r}", send, wait_s=MONITOR_COMMIT_WAIT_S)
         except (KafkaUnavailableError, KafkaSourceFatalError) as exc:
             _log.warning("kafka-rc: monitoring commit to group %r failed: %s", group, exc)

@@ -19,7 +19,15 @@ from pyspark.sql.datasource import InputPartition
 from ._errors import DataLossError
 from ._offsets import TopicPartitionKey
 
-__all__ = ["KafkaInputPartition", "OffsetRange", "plan_ranges", "rate_limit", "split_ranges"]
+__all__ = [
+    "KafkaInputPartition",
+    "OffsetRange",
+    "lost_offsets",
+    "plan_ranges",
+    "rate_limit",
+    "report_data_loss",
+    "split_ranges",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -74,24 +82,16 @@ def plan_ranges(
 
     """
     ranges: list[OffsetRange] = []
-    for tp in sorted(set(start) - set(end)):
-        _data_loss(
-            f"partition {_tp(tp)} no longer exists (topic deleted?); offsets from "
-            f"{start[tp]} on were not read",
-            fail_on_data_loss,
-        )
+    lost = lost_offsets(start, end)
+    for message in lost.values():
+        report_data_loss(message, fail_on_data_loss)
     for tp in sorted(end):
         lo, hi = start.get(tp, 0), end[tp]
-        if hi < lo:
-            _data_loss(
-                f"partition {_tp(tp)}: latest offset {hi} is below the planned start {lo} "
-                "(topic recreated or log truncated); offsets were lost",
-                fail_on_data_loss,
-            )
+        if tp in lost:
             continue
         low_water = earliest.get(tp, 0)
         if lo < low_water and hi > lo:
-            _data_loss(
+            report_data_loss(
                 f"partition {_tp(tp)}: offsets [{lo},{min(low_water, hi)}) were deleted "
                 f"(earliest available is {low_water}) before they could be read",
                 fail_on_data_loss,
@@ -100,6 +100,25 @@ def plan_ranges(
         if hi > lo:
             ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
     return ranges
+
+
+def lost_offsets(
+    start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]
+) -> dict[TopicPartitionKey, str]:
+    """Partitions of ``start`` that ``end`` lacks or puts lower, each with what was lost."""
+    lost: dict[TopicPartitionKey, str] = {}
+    for tp in sorted(start):
+        if tp not in end:
+            lost[tp] = (
+                f"partition {_tp(tp)} no longer exists (topic deleted?); offsets from "
+                f"{start[tp]} on were not read"
+            )
+        elif end[tp] < start[tp]:
+            lost[tp] = (
+                f"partition {_tp(tp)}: latest offset {end[tp]} is below the planned start "
+                f"{start[tp]} (topic recreated or log truncated); offsets were lost"
+            )
+    return lost
 
 
 def rate_limit(
@@ -169,7 +188,8 @@ def _tp(tp: TopicPartitionKey) -> str:
     return f"{tp[0]}-{tp[1]}"
 
 
-def _data_loss(message: str, fail: bool) -> None:
+def report_data_loss(message: str, fail: bool) -> None:
+    """Raise :class:`DataLossError` for ``message`` when ``fail``, else log a warning."""
     if fail:
         msg = (
             f"{message}. Set failOnDataLoss=false to skip lost offsets with a warning, "

@@ -5,14 +5,19 @@ Streaming micro-batch protocol (Spark calls these on the driver, in this order):
        partitions that exist now (default: latest = last stable offset).
     2. ``latestOffset(start, limit)`` per trigger: discover partitions (new ones start at
        offset 0), fetch each partition's last stable offset, and cap the total with
-       ``maxOffsetsPerTrigger`` (``ReadMaxRows``); Spark checkpoints the result.
+       ``maxOffsetsPerTrigger`` (``ReadMaxRows``); Spark checkpoints the result. The
+       result never lacks a partition of ``start`` nor moves one backwards unless the
+       cluster confirmed it (``ClusterView.settled_latest``); that is data loss, raised
+       here under ``failOnDataLoss`` before Spark checkpoints anything.
     3. ``partitions(start, end)``: plan one range per partition, apply ``failOnDataLoss``
        for deleted offsets, split to ``minPartitions``; tasks run ``read()`` on executors.
     4. ``commit(end)`` after the batch's sink has committed: optionally store ``end`` in
        the ``commitOffsetsToGroup`` consumer group, for lag monitoring only.
 
 A restarted query skips step 1 and replays from Spark's checkpointed offsets, so the
-checkpoint, not the consumer group, is the source of truth.
+checkpoint, not the consumer group, is the source of truth. Offsets that release 0.1.0
+checkpointed during a broker outage may lack partitions; ``ReadPosition`` reads them as
+"no information" (docs/kafka-source.md, "Broker outages and restarts").
 """
 
 from __future__ import annotations
@@ -41,7 +46,15 @@ from ._errors import OffsetSpecError, SourceOptionError
 from ._fetch import read_range
 from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
 from ._options import OffsetBound, SourceOptions
-from ._ranges import KafkaInputPartition, plan_ranges, rate_limit, split_ranges
+from ._position import ReadPosition, merge_max
+from ._ranges import (
+    KafkaInputPartition,
+    lost_offsets,
+    plan_ranges,
+    rate_limit,
+    report_data_loss,
+    split_ranges,
+)
 
 __all__ = ["SOURCE_NAME", "KafkaBatchReader", "KafkaRcDataSource", "KafkaStreamReader"]
 
@@ -105,11 +118,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cluster = ClusterView(options)
         self._latest: Offsets | None = None
         self._available_now_cap: Offsets | None = None
+        self._position = ReadPosition()
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark API
         """Resolve ``startingOffsets`` now (for a query without a checkpoint)."""
-        partitions = self._cluster.discover()
         bound = self._options.stream_starting()
+        partitions = self._cluster.discover(bound.offsets.partitions())
         offsets = resolve_bound(self._cluster, bound, partitions, "startingOffsets")
         return KafkaOffsets.from_mapping(offsets).to_json_dict()
 
@@ -119,16 +133,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
-        """End offsets of the next micro-batch: last stable offsets, capped by ``limit``."""
-        begin = _parse_offsets(start)
-        latest = self._cluster.latest(self._cluster.discover())
-        if self._available_now_cap is not None:
-            latest = _cap(latest, self._available_now_cap, begin)
+        """End offsets of the next micro-batch: last stable offsets, capped by ``limit``.
+
+        Never lacks a partition of ``start`` nor goes below it, and under
+        ``Trigger.AvailableNow`` never below the target frozen at the start, unless the
+        cluster confirmed the loss (then :class:`DataLossError` under ``failOnDataLoss``).
+        """
+        given = _parse_offsets(start)
+        begin = self._position.begin(given)
+        cap = self._available_now_cap
+        latest = self._cluster.settled_latest(merge_max(begin, cap or {}))
+        self._check_lost(begin, latest)
+        if cap is not None:
+            latest = _cap(latest, cap, begin)
         self._latest = latest
         end = latest
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, latest, limit.max_rows)
+        # A start that lacked partitions: this batch first records where they stood.
+        end = {**end, **{tp: o for tp, o in begin.items() if tp not in given and tp in end}}
+        self._position.seen(end)
         return KafkaOffsets.from_mapping(end).to_json_dict()
+
+    def _check_lost(self, begin: Offsets, latest: Offsets) -> None:
+        lost = lost_offsets(begin, latest)
+        for message in lost.values():
+            report_data_loss(message, self._options.fail_on_data_loss)
+        self._position.forget(tp for tp in lost if tp not in latest)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - Spark API
         """Return the last stable offsets seen by the latest ``latestOffset`` call."""
@@ -138,11 +169,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark API
         """Freeze the target: never read past the last stable offsets of this moment."""
-        self._available_now_cap = self._cluster.latest(self._cluster.discover())
+        self._available_now_cap = self._cluster.settled_latest(self._position.carried)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One task per partition range (more with ``minPartitions``)."""
-        return _plan(self._options, self._cluster, _parse_offsets(start), _parse_offsets(end))
+        """One task per partition range (more with ``minPartitions``).
+
+        A partition of ``start`` that ``end`` lacks (and the reader did not see confirmed
+        gone) is read as "no information": nothing of it is read in this batch.
+        """
+        begin = self._position.begin(_parse_offsets(start))
+        stop = self._position.carry(begin, _parse_offsets(end))
+        return _plan(self._options, self._cluster, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range on an executor (Arrow batches)."""
@@ -171,7 +208,8 @@ class KafkaBatchReader(DataSourceReader):
 
         """
         start_bound, end_bound = self._options.batch_bounds()
-        parts = self._cluster.discover()
+        named = start_bound.offsets.partitions() | end_bound.offsets.partitions()
+        parts = self._cluster.discover(named)
         start = resolve_bound(self._cluster, start_bound, parts, "startingOffsets")
         end = resolve_bound(self._cluster, end_bound, parts, "endingOffsets")
         if end_bound.kind == "specific":

@@ -3,9 +3,11 @@
 ``check_exactly_once`` checks the invariants of docs/architecture.md (section 8) on a topic:
 nothing lost or duplicated, no aborted data visible to ``read_committed``, per-key order
 kept, no transaction left open, the epoch log agreeing with the markers, and no fenced
-(zombie) attempt committed. ``check_table`` checks a PostgreSQL table: every input record
-once (append) or the last change of every key (upsert, changelog), no prepared transaction
-of the sink left, the epoch log agreeing with the idempotency table.
+(zombie) attempt committed. Records are identified by :func:`record_identity` (a JSON
+field path or a function, for the id and for the ordering key). ``check_table`` checks a
+PostgreSQL table: every input record once (append) or the last change of every key
+(upsert, changelog), no prepared transaction of the sink left, the epoch log agreeing with
+the idempotency table.
 """
 
 from connectors.testing.verify._analysis import (
@@ -16,17 +18,25 @@ from connectors.testing.verify._analysis import (
     analyze,
 )
 from connectors.testing.verify._check import check_exactly_once, load_history, read_sink_markers
-from connectors.testing.verify._epochs import check_epoch_log, member_history
+from connectors.testing.verify._epochs import HistoryLike, check_epoch_log, member_history
 from connectors.testing.verify._errors import (
+    IdentityOptionError,
     ReadTimeoutError,
     RecordFormatError,
     VerifyError,
     WireError,
 )
+from connectors.testing.verify._identity import (
+    FieldPath,
+    kafka_key,
+    load_callable,
+    record_identity,
+)
 from connectors.testing.verify._input import produce_input
 from connectors.testing.verify._records import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    IdentityFn,
     Record,
     RecordIdentity,
     end_offsets,
@@ -54,6 +64,10 @@ __all__ = [
     "AnomalyKind",
     "BatchSpan",
     "CheckReport",
+    "FieldPath",
+    "HistoryLike",
+    "IdentityFn",
+    "IdentityOptionError",
     "PartitionScan",
     "ReadTimeoutError",
     "Record",
@@ -70,6 +84,8 @@ __all__ = [
     "check_table",
     "end_offsets",
     "json_identity",
+    "kafka_key",
+    "load_callable",
     "load_history",
     "make_input_value",
     "member_history",
@@ -78,6 +94,7 @@ __all__ = [
     "read_committed_topic",
     "read_sink_markers",
     "read_topic",
+    "record_identity",
     "report_table",
     "scan_topic",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
 from connectors.testing.verify._analysis import Anomaly, CheckReport, analyze
 from connectors.testing.verify._epochs import (
     HistoryLike,
@@ -49,6 +49,7 @@ def check_exactly_once(
     key_fn: IdentityFn = json_identity,
     epoch_log: str | HistoryLike | None = None,
     epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC,
+    marker_topic: str = DEFAULT_MARKER_TOPIC,
     allow_in_doubt: bool = False,
     verify_epoch_log: bool = True,
     progress: Progress | None = None,
@@ -62,10 +63,15 @@ def check_exactly_once(
         sink_id: the sink's id (names its markers and epoch log records).
         parallelism: write partitions whose markers to read; default: the largest
             parallelism the epoch log ever planned.
-        key_fn: maps a record to its id and ordering key (default: JSON ``id``/``key``).
+        key_fn: maps a record to its id and ordering key (default: JSON ``id``/``key``;
+            :func:`~connectors.testing.verify.record_identity` builds one from a field
+            path or a function for each).
         epoch_log: a ``FileEpochLog`` path, an already loaded history, or ``None`` for the
             sink's Kafka epoch log in ``epoch_log_topic``.
-        epoch_log_topic: compacted topic of the Kafka epoch log.
+        epoch_log_topic: compacted topic of the Kafka epoch log (the sink's
+            ``epoch_log_topic`` option).
+        marker_topic: the topic the sink's markers commit offsets to (its ``marker_topic``
+            option).
         allow_in_doubt: do not report epochs planned but never completed.
         verify_epoch_log: ``False`` skips step 4 (for outputs not written by ``KafkaSink``);
             the report then says ``epoch_log_checked=False``.
@@ -92,7 +98,8 @@ def check_exactly_once(
     if verify_epoch_log:
         say("epoch log and markers")
         extra, notes, checked, last = _epoch_checks(
-            bootstrap, sink_id, parallelism, epoch_log, epoch_log_topic, allow_in_doubt
+            bootstrap, sink_id, parallelism, (epoch_log, epoch_log_topic, marker_topic),
+            allow_in_doubt,
         )
     say("analyzing")
     return analyze(
@@ -106,16 +113,17 @@ def _epoch_checks(
     bootstrap: str,
     sink_id: str,
     parallelism: int | None,
-    epoch_log: str | HistoryLike | None,
-    epoch_log_topic: str,
+    names: tuple[str | HistoryLike | None, str, str],
     allow_in_doubt: bool,
 ) -> tuple[list[Anomaly], list[str], bool, int | None]:
+    epoch_log, epoch_log_topic, marker_topic = names
     history = load_history(bootstrap, sink_id, epoch_log, epoch_log_topic)
     width = parallelism if parallelism is not None else history.max_parallelism()
-    markers = read_sink_markers(bootstrap, sink_id, width)
+    markers = read_sink_markers(bootstrap, sink_id, width, marker_topic=marker_topic)
     anomalies = check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
     last = history.last_committed_epoch()
-    note = f"epoch log: last committed epoch {last}, markers of {width} write partitions"
+    note = (f"epoch log: last committed epoch {last}, markers of {width} write partitions "
+            f"in {marker_topic!r}")
     return anomalies, [note], True, last
 
 
@@ -133,10 +141,11 @@ def load_history(
 
 
 def read_sink_markers(
-    bootstrap: str, sink_id: str, parallelism: int
+    bootstrap: str, sink_id: str, parallelism: int, *, marker_topic: str = DEFAULT_MARKER_TOPIC,
 ) -> Mapping[int, MarkerLike | None]:
     """Read the sink's idempotency markers of write partitions ``0..parallelism-1``."""
     from connectors.kafka import read_markers
 
-    markers: Mapping[int, MarkerLike | None] = read_markers(bootstrap, sink_id, parallelism)
+    markers: Mapping[int, MarkerLike | None] = read_markers(
+        bootstrap, sink_id, parallelism, marker_topic=marker_topic)
     return markers

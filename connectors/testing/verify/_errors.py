@@ -17,3 +17,7 @@ class WireError(VerifyError):
 
 class RecordFormatError(VerifyError, ValueError):
     """A record does not carry the id/key/seq fields the checker needs; says which record."""
+
+
+class IdentityOptionError(VerifyError, ValueError):
+    """An identity option is malformed: a bad field path, or an import path naming nothing."""

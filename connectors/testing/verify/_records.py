@@ -78,7 +78,8 @@ def json_identity(record: Record) -> RecordIdentity:
     except (ValueError, KeyError, TypeError) as exc:
         msg = (
             f"record {record.topic}/{record.partition}@{record.offset} is not JSON with 'id' "
-            f"and 'key' fields ({exc}); pass an identity function that fits your records"
+            f"and 'key' fields ({exc}); pass the identity of your records: "
+            "key_fn=record_identity(...), or eos verify --id-field / --id-fn"
         )
         raise RecordFormatError(msg) from None
 

@@ -197,7 +197,7 @@ def test_flags_view_mismatch_and_unknown_ids() -> None:
 
 
 def test_bad_record_format_is_a_typed_error() -> None:
-    with pytest.raises(RecordFormatError, match="identity function"):
+    with pytest.raises(RecordFormatError, match="record_identity"):
         json_identity(Record("out", 0, 0, None, b"not json"))
 
 

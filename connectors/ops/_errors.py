@@ -1,0 +1,17 @@
+"""Why ``eos`` refuses to report on a sink: typed, so the CLI maps them to exit codes."""
+
+from __future__ import annotations
+
+from txn import EpochLogError, TxnError
+
+
+class UnknownSinkError(EpochLogError):
+    """The epoch log holds no record of the sink id (exit code 3): nothing to report on.
+
+    Either the id is wrong, or the sink keeps its log somewhere else (a file, another topic,
+    a PostgreSQL sink's log table); the message says which options point elsewhere.
+    """
+
+
+class UnreadableLogError(TxnError):
+    """The sink's epoch log is of a kind ``eos`` cannot read (exit code 4), e.g. PostgreSQL."""
