@@ -42,6 +42,7 @@ from txn._errors import (
     NonDeterministicReplayError,
     ParticipantError,
     PlanMismatchError,
+    PreparedWorkLostError,
     TxnError,
     can_retry_stage,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "PartitionOutcome",
     "PartitionReport",
     "PlanMismatchError",
+    "PreparedWorkLostError",
     "QueryBinding",
     "RecoveryReport",
     "Resource",

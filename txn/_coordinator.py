@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic
 
-from txn._errors import ConfigError, EpochAbortedError, ParticipantError, PlanMismatchError
+from txn._errors import (
+    ConfigError,
+    EpochAbortedError,
+    ParticipantError,
+    PlanMismatchError,
+    PreparedWorkLostError,
+)
 from txn._history import EpochHistory
 from txn._log import EpochLog
 from txn._model import (
@@ -65,7 +71,7 @@ class RecoveryReport:
 
     committed: tuple[int, ...] = ()  # in-doubt epochs finished by committing prepared work
     rolled_back: tuple[int, ...] = ()  # in-doubt epochs rolled back (no commit decision)
-    awaiting_replay: tuple[int, ...] = ()  # commit-in-task epochs left for the replay to redo
+    awaiting_replay: tuple[int, ...] = ()  # epochs left for the replay to redo (partly)
     lingering_partitions: tuple[int, ...] = ()  # partitions whose lingering work was aborted
 
 
@@ -125,7 +131,10 @@ class Coordinator(Generic[Rows]):
         3. mixed (a composite of both kinds): a logged commit decision is finished as in
            1; without one, the prepared partitions are rolled back (the replay prepares
            them again) and the epoch is left for the replay as in 2;
-        4. ``abort_lingering`` on every partition ever planned (no task runs yet, so any
+        4. a logged commit decision whose prepared work is lost on some partitions
+           (:class:`PreparedWorkLostError`): the rest is committed, the decision stays
+           and the epoch is left for the replay, which redoes those partitions;
+        5. ``abort_lingering`` on every partition ever planned (no task runs yet, so any
            open or prepared work left there belongs to a dead attempt).
         """
         history = self._log.load()
@@ -140,20 +149,25 @@ class Coordinator(Generic[Rows]):
             elif len(completable) < plan.parallelism and not decided:
                 self._deliver(plan, commit=False)
                 waiting.append(plan.epoch)
-            elif self._finish_in_doubt(plan, history):
-                committed.append(plan.epoch)
             else:
-                rolled_back.append(plan.epoch)
+                finished = self._finish_in_doubt(plan, history)
+                out = waiting if finished is None else committed if finished else rolled_back
+                out.append(plan.epoch)
         lingering = tuple(range(history.max_parallelism()))
         if lingering:
             self._resource.abort_lingering(lingering)
         return RecoveryReport(tuple(committed), tuple(rolled_back), tuple(waiting), lingering)
 
-    def _finish_in_doubt(self, plan: EpochPlan, history: EpochHistory) -> bool:
-        """Finish an in-doubt epoch of a coordinator-completable resource; True if committed."""
+    def _finish_in_doubt(self, plan: EpochPlan, history: EpochHistory) -> bool | None:
+        """Finish an in-doubt epoch of a coordinator-completable resource.
+
+        Returns True if committed, False if rolled back, None if a commit decision met lost
+        prepared work (the decision stays logged; the replay redoes those partitions).
+        """
         state = history.state(plan.epoch)
         commit = state is EpochState.COMMIT_DECIDED
-        self._deliver(plan, commit=commit)
+        if self._deliver(plan, commit=commit):
+            return None
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=commit))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         return commit
@@ -166,14 +180,25 @@ class Coordinator(Generic[Rows]):
             self._check_pinned(plan)
             raise
 
-    def _deliver(self, plan: EpochPlan, *, commit: bool) -> None:
+    def _deliver(self, plan: EpochPlan, *, commit: bool) -> tuple[int, ...]:
+        """Commit or roll back every completable partition; return those whose work was lost.
+
+        A commit that meets neither the prepared work nor a marker of the epoch
+        (:class:`PreparedWorkLostError`) does not stop the others: the commit decision
+        holds, and the replay redoes the returned partitions under a redo plan.
+        """
+        lost: list[int] = []
         for partition in self._completable(plan):
             if commit:
-                self._resource.commit_prepared(plan, partition)
+                try:
+                    self._resource.commit_prepared(plan, partition)
+                except PreparedWorkLostError:
+                    lost.append(partition)
             else:
                 self._resource.rollback_prepared(plan, partition)
             self._hook(CoordinatorStep.PARTITION_DELIVERED, plan.epoch)
         self._hook(CoordinatorStep.DELIVERED, plan.epoch)
+        return tuple(lost)
 
     # -- one epoch -----------------------------------------------------------------------
     def run_epoch(self, epoch: int, parallelism: int, execute: Execute) -> EpochResult:
@@ -181,8 +206,10 @@ class Coordinator(Generic[Rows]):
 
         A committed epoch is skipped; an in-doubt one is finished from the log
         (coordinator-completable) or retried with its pinned plan (``parallelism`` is then
-        ignored); the plan is logged before ``execute(plan)`` runs the write stage, and
-        the completion only after every partition's effect is durable.
+        ignored); a commit decision whose prepared work was lost on some partitions is
+        redone under a pinned redo plan that keeps the decision (only commit can follow);
+        the plan is logged before ``execute(plan)`` runs the write stage, and the
+        completion only after every partition's effect is durable.
 
         Raises:
             ConfigError: ``epoch`` or ``parallelism`` is invalid.
@@ -198,16 +225,9 @@ class Coordinator(Generic[Rows]):
             return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
-            completable = self._completable(previous)
-            everywhere = len(completable) == previous.parallelism
-            if completable and (everywhere or history.state(epoch) is EpochState.COMMIT_DECIDED):
-                if self._finish_in_doubt(previous, history):  # nothing stays pinned
-                    return EpochResult(epoch, previous, skipped=True, committed=True)
-                history = self._log.load()
-            else:  # commit-in-task or mixed without a decision: the replay redoes it, pinned
-                self._check_pinned(previous)
-                if completable:
-                    self._deliver(previous, commit=False)
+            if self._resolve_in_doubt(previous, history):
+                return EpochResult(epoch, previous, skipped=True, committed=True)
+            history = self._log.load()
         plan = self._next_plan(epoch, parallelism, history)
         latest = history.latest_plan()
         if latest is not None and latest.parallelism > plan.parallelism:
@@ -217,19 +237,36 @@ class Coordinator(Generic[Rows]):
         if plan.guarantee is Guarantee.AT_MOST_ONCE:
             return self._run_at_most_once(plan, execute)
         completable = self._completable(plan)
+        redo = history.state(epoch) is EpochState.COMMIT_DECIDED
         try:
             reports = self._execute(plan, execute)
         except Exception:
-            if completable:  # no decision: release the prepared work now (recovery would)
+            if completable:  # release the prepared work now, as decided (recovery would)
                 with contextlib.suppress(Exception):  # best effort; never mask the failure
-                    self._deliver(plan, commit=False)
+                    self._deliver(plan, commit=redo)
             raise
         self._hook(CoordinatorStep.REPORTS_RECEIVED, epoch)
+        if redo:
+            return self._complete_redo(plan, reports)
         if len(completable) == plan.parallelism:
             return self._complete_two_phase(plan, reports)
         if completable:
             return self._complete_mixed(plan, reports, completable)
         return self._complete_in_task(plan, reports)
+
+    def _resolve_in_doubt(self, previous: EpochPlan, history: EpochHistory) -> bool:
+        """Step 2 of :meth:`run_epoch`; True if the in-doubt epoch got committed from the log."""
+        completable = self._completable(previous)
+        decided = history.state(previous.epoch) is EpochState.COMMIT_DECIDED
+        if completable and (len(completable) == previous.parallelism or decided):
+            finished = self._finish_in_doubt(previous, history)
+            if finished is None:  # lost prepared work: redone under a pinned redo plan
+                self._check_pinned(previous)
+            return bool(finished)
+        self._check_pinned(previous)  # commit-in-task, or mixed undecided: redone, pinned
+        if completable:
+            self._deliver(previous, commit=False)
+        return False
 
     def _check_pinned(self, previous: EpochPlan) -> None:
         fingerprint = self._resource.fingerprint()
@@ -256,7 +293,7 @@ class Coordinator(Generic[Rows]):
                 self._sink_id, epoch, parallelism, self._resource.fingerprint(),
                 self._guarantee, self._mode,
             )
-        if history.state(epoch) is EpochState.PLANNED:  # in doubt: pinned
+        if history.state(epoch) in (EpochState.PLANNED, EpochState.COMMIT_DECIDED):  # pinned
             return dataclasses.replace(previous, attempt=previous.attempt + 1)
         return EpochPlan(  # aborted: nothing of it is visible, so it may be re-planned freely
             self._sink_id, epoch, parallelism, self._resource.fingerprint(), self._guarantee,
@@ -299,7 +336,9 @@ class Coordinator(Generic[Rows]):
         reason = "" if commit else _blame(reports)
         self._log.append(EpochDecision(self._sink_id, plan.epoch, commit=commit, reason=reason))
         self._hook(CoordinatorStep.DECISION_LOGGED, plan.epoch)
-        self._deliver(plan, commit=commit)
+        lost = self._deliver(plan, commit=commit)
+        if lost:
+            raise _lost_error(plan, lost)
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=commit))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         if not commit:
@@ -329,6 +368,17 @@ class Coordinator(Generic[Rows]):
             raise EpochAbortedError(msg)
         return self._decide(plan, reports, commit=True)
 
+    def _complete_redo(self, plan: EpochPlan, reports: tuple[PartitionReport, ...]) -> EpochResult:
+        """Commit a redo plan's prepared work (decided already); complete unless some is missing."""
+        lost = self._deliver(plan, commit=True)
+        failed = [r for r in reports if r.outcome not in _READY and r.outcome not in _DONE]
+        if lost or failed:
+            why = _blame(failed) if failed else ""
+            raise _lost_error(plan, tuple(sorted({*lost, *(r.partition for r in failed)})), why)
+        self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
+        self._hook(CoordinatorStep.COMPLETED, plan.epoch)
+        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+
     def _complete_in_task(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
     ) -> EpochResult:
@@ -341,6 +391,16 @@ class Coordinator(Generic[Rows]):
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+
+
+def _lost_error(plan: EpochPlan, partitions: tuple[int, ...], why: str = "") -> EpochAbortedError:
+    detail = f" ({why})" if why else ""
+    msg = (
+        f"epoch {plan.epoch} was decided commit, but partitions {list(partitions)} are not "
+        f"committed (their prepared work was lost, or its redo failed{detail}); the decision "
+        "stays logged and the replay of the epoch redoes them (replay it: restart the query)"
+    )
+    return EpochAbortedError(msg)
 
 
 def _blame(reports: Sequence[PartitionReport]) -> str:

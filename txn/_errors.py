@@ -14,6 +14,7 @@ errors derive from these classes and keep that attribute. The tree::
     +-- NonDeterministicReplayError          a replayed batch differs from the committed one
     +-- EpochAbortedError                    the epoch could not commit; it stays in doubt
     +-- ParticipantError                     a write partition failed
+        +-- PreparedWorkLostError            a decided commit met neither work nor marker
 """
 
 from __future__ import annotations
@@ -108,3 +109,27 @@ class EpochAbortedError(TxnError):
 
 class ParticipantError(TxnError):
     """A write partition (participant) failed; the message names the partition."""
+
+
+class PreparedWorkLostError(ParticipantError):
+    """A logged commit decision met a partition with neither its prepared work nor a marker.
+
+    Raised by ``Resource.commit_prepared``; ``partition`` names the partition. The
+    coordinator keeps the commit decision and leaves the partition for the replay, which
+    redoes it under a pinned retry plan (docs/architecture.md, "Lost prepared work").
+    """
+
+    retry_stage = False
+
+    def __init__(self, message: str, *, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.partition = partition
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_lost, (type(self), str(self), self.partition))
+
+
+def _rebuild_lost(
+    cls: type[PreparedWorkLostError], message: str, partition: int | None
+) -> PreparedWorkLostError:
+    return cls(message, partition=partition)

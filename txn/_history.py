@@ -14,7 +14,9 @@ Rules for a record of epoch ``e`` (beyond the state machine of :class:`~txn.Epoc
    still in-doubt epoch (state ``PLANNED``) keeps parallelism, fingerprint, guarantee and
    mode (rows must land in the same partitions);
 4. decisions and completions follow the state machine; a logged commit decision can only
-   be completed as committed;
+   be completed as committed; a plan of a ``COMMIT_DECIDED`` epoch is a redo (pinned like
+   rule 3) that keeps the epoch ``COMMIT_DECIDED`` and its decision: it redoes partitions
+   whose prepared work was lost, and no abort decision can follow;
 5. a query binding (:class:`~txn.QueryBinding`) of another query than the bound one needs
    every epoch finished and committed, and an offset above every epoch in the log (the new
    query's batches are new epochs); filling in the query id of an open binding ("") keeps
@@ -115,7 +117,8 @@ class EpochHistory:
         old = self._entries.get(record.epoch)
         entry: EpochEntry
         if isinstance(record, EpochPlan):
-            entry = EpochEntry(plan=record, state=new_state)
+            decision = old.decision if new_state is EpochState.COMMIT_DECIDED and old else None
+            entry = EpochEntry(plan=record, state=new_state, decision=decision)
         else:
             assert old is not None  # noqa: S101 - check_next_record guarantees a plan exists
             if isinstance(record, EpochDecision):
@@ -148,7 +151,7 @@ class EpochHistory:
         return entry.plan if entry else None
 
     def decision(self, epoch: int) -> EpochDecision | None:
-        """Return the decision of the latest attempt of ``epoch``, if one was logged."""
+        """Return the decision of ``epoch``'s latest attempt (kept by a redo plan), if logged."""
         entry = self._entries.get(epoch)
         return entry.decision if entry else None
 
@@ -289,6 +292,8 @@ def check_next_record(history: EpochHistory, record: LogRecord) -> EpochState:
     entry = history.entry(record.epoch)
     if isinstance(record, EpochPlan):
         _check_plan(history, record, current, entry)
+        if current is EpochState.COMMIT_DECIDED:  # a redo keeps the commit decision
+            return current.transition(EpochState.COMMIT_DECIDED, epoch=record.epoch)
         return current.transition(EpochState.PLANNED, epoch=record.epoch)
     if entry is None:
         raise _illegal(record, f"the epoch has no plan in the log (state {current.value})")
@@ -325,7 +330,7 @@ def _check_plan(
     prev = entry.plan
     if plan.attempt != prev.attempt + 1:
         raise _illegal(plan, f"a retry must have attempt {prev.attempt + 1}, not {plan.attempt}")
-    if current is EpochState.PLANNED:
+    if current in (EpochState.PLANNED, EpochState.COMMIT_DECIDED):
         same = (prev.parallelism, prev.fingerprint, prev.guarantee, prev.mode) == (
             plan.parallelism, plan.fingerprint, plan.guarantee, plan.mode
         )

@@ -9,9 +9,12 @@ States and the records that move an epoch between them::
                   |  +------------------------plan (new attempt, attempt+1)-------+
                   +--completion(committed)--> COMMITTED   (commit-in-task, at-least/most-once)
                   +--completion(aborted)----> ABORTED     (rolled back without a decision)
+    COMMIT_DECIDED --plan (redo, attempt+1, same parallelism)--> COMMIT_DECIDED
 
-``COMMITTED`` is final. ``COMMIT_DECIDED`` can only move to ``COMMITTED``: a logged
-commit decision is never rolled back (the core rule of two-phase commit).
+``COMMITTED`` is final. ``COMMIT_DECIDED`` can only move to ``COMMITTED``, or stay
+``COMMIT_DECIDED`` under a redo plan (a pinned retry, attempt+1, that redoes partitions
+whose prepared work was lost; the decision stays logged): a logged commit decision is
+never rolled back (the core rule of two-phase commit).
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ _TRANSITIONS: dict[EpochState, frozenset[EpochState]] = {
     _S.PLANNED: frozenset(
         {_S.PLANNED, _S.COMMIT_DECIDED, _S.ABORT_DECIDED, _S.COMMITTED, _S.ABORTED}
     ),
-    _S.COMMIT_DECIDED: frozenset({_S.COMMITTED}),
+    _S.COMMIT_DECIDED: frozenset({_S.COMMIT_DECIDED, _S.COMMITTED}),
     _S.ABORT_DECIDED: frozenset({_S.ABORTED}),
     _S.ABORTED: frozenset({_S.PLANNED}),
     _S.COMMITTED: frozenset(),

@@ -17,7 +17,7 @@ the ones here are specific to PostgreSQL. The tree::
     |   +-- InvalidValueError                          the server rejected a value (22xxx)
     |   +-- PostgresFatalError                         authentication, privileges, server I/O
     +-- PartitionConflictError                         another instance committed this epoch
-    +-- PreparedTransactionLostError                   a commit was decided, the work is gone
+    +-- PreparedTransactionLostError (txn.PreparedWorkLostError)  decided commit, work gone
     +-- EpochLogFencedError (txn.EpochLogLockedError)  another coordinator owns the log
 
 Each class says whether re-running the write stage can help (``retry_stage``, see
@@ -32,7 +32,7 @@ from connectors.stage import InputError as StageInputError
 from connectors.stage import InputSchemaError as StageInputSchemaError
 from connectors.stage import RecordError as StageRecordError
 from connectors.stage._errors import rebuild_error
-from txn import ConfigError, EpochLogLockedError, ErrorAction, TxnError
+from txn import ConfigError, EpochLogLockedError, ErrorAction, PreparedWorkLostError, TxnError
 
 
 class PostgresSinkError(TxnError):
@@ -110,8 +110,12 @@ class PartitionConflictError(PostgresSinkError):
     """The idempotency marker shows another instance committed this partition's epoch."""
 
 
-class PreparedTransactionLostError(PostgresSinkError):
-    """A commit decision was logged but neither the prepared transaction nor its marker exists."""
+class PreparedTransactionLostError(PostgresSinkError, PreparedWorkLostError):
+    """A commit decision was logged but neither the prepared transaction nor its marker exists.
+
+    The coordinator keeps the decision and the replay redoes the partition (see
+    :class:`txn.PreparedWorkLostError`).
+    """
 
     retry_stage = False
 

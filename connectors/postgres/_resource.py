@@ -11,7 +11,8 @@ its coordinator-side methods finish prepared transactions by gid, idempotently:
 
 * ``commit_prepared``: COMMIT PREPARED; if the gid is gone, the partition's marker must
   cover the epoch (it was committed before, e.g. by an earlier delivery whose reply was
-  lost), else :class:`PreparedTransactionLostError` (never a silent loss);
+  lost), else :class:`PreparedTransactionLostError` (never a silent loss: the coordinator
+  keeps the commit decision and the replay redoes the partition);
 * ``rollback_prepared``: ROLLBACK PREPARED; a missing gid is already rolled back;
 * ``abort_lingering``: terminate live sessions of the listed partitions (zombie tasks of
   an earlier driver) and roll back their prepared transactions (no task runs then, and
@@ -141,10 +142,10 @@ class PostgresResource(Resource[ArrowPartition]):
                 msg = (
                     f"epoch {plan.epoch} of sink {self.cfg.sink_id!r} was decided commit, but "
                     f"partition {partition} has neither its prepared transaction {gid} nor a "
-                    f"marker of the epoch (marker: {marker}); someone rolled it back by hand. "
-                    "Its rows are lost for this sink: restore them, then resolve the epoch"
+                    f"marker of the epoch (marker: {marker}); the replay of the epoch redoes "
+                    "the partition"
                 )
-                raise PreparedTransactionLostError(msg)
+                raise PreparedTransactionLostError(msg, partition=partition)
 
         call_with_retry(f"COMMIT PREPARED {gid}", commit)
 

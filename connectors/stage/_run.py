@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any
 from connectors.stage._errors import StagePartitioningError
 from connectors.stage._metrics import TaskStats
 from connectors.stage._task import RESULT_SCHEMA, TaskResult, TaskSpec, write_task
-from txn import PartitionOutcome, PartitionReport
+from txn import PartitionReport
 
 
 def run_write_stage(
@@ -20,6 +21,12 @@ def run_write_stage(
 
     Returns the reports (one per partition) and what each task measured.
 
+    When Spark runs no task at all (an empty batch optimized away to no partitions), the
+    stage runs again over ``spec.task_count`` placeholder partitions with
+    ``spec.empty_input``: every partition still opens, pre-commits an empty transaction and
+    votes, in the same vote round (docs/architecture.md, "Empty epochs"). No report is
+    ever made up for a partition whose task did not run.
+
     ``on_task_retry`` is called when a result came from a Spark task retry (attempt > 0):
     that attempt's fresh clients may have fenced clients pooled elsewhere.
 
@@ -28,8 +35,11 @@ def run_write_stage(
         StagePartitioningError: Spark ran another number of tasks than planned.
 
     """
-    fn = functools.partial(write_task, spec)
-    rows = df.mapInArrow(fn, RESULT_SCHEMA, barrier=spec.aligned).collect()
+    rows = _collect(df, spec)
+    if not rows:
+        count = spec.task_count
+        placeholders = df.sparkSession.range(0, count, 1, count)
+        rows = _collect(placeholders, dataclasses.replace(spec, empty_input=True))
     results: list[TaskResult] = sorted(
         (pickle.loads(bytes(r["payload"])) for r in rows),  # noqa: S301 - our own task results
         key=lambda r: r.partition,
@@ -43,12 +53,6 @@ def run_write_stage(
     reports = [r.report for r in results if r.report is not None]
     stats = [r.stats for r in results if r.stats is not None]
     mine = range(spec.offset, spec.offset + spec.task_count)
-    if not reports:
-        # Spark ran no task at all: the input was empty and was optimized away. Nothing
-        # was written; a coordinator-completable resource's commit of nothing is a no-op.
-        return [PartitionReport(plan.epoch, p, PartitionOutcome.PREPARED
-                                if spec.resource.completes(p) else PartitionOutcome.COMMITTED)
-                for p in mine], []
     if [r.partition for r in reports] != list(mine):
         msg = (
             f"epoch {plan.epoch}: the write stage returned {len(reports)} reports for "
@@ -57,3 +61,9 @@ def run_write_stage(
         )
         raise StagePartitioningError(msg)
     return reports, stats
+
+
+def _collect(df: Any, spec: TaskSpec) -> list[Any]:
+    """Run the write tasks of ``spec`` over ``df``'s partitions; return their result rows."""
+    fn = functools.partial(write_task, spec)
+    return list(df.mapInArrow(fn, RESULT_SCHEMA, barrier=spec.aligned).collect())

@@ -397,8 +397,11 @@ def _width(options: StageOptions, frame: Any, sc: Any) -> int:
 
 
 def _check_kept(frame: Any, width: int, plan: EpochPlan) -> None:
-    """``keep_partitioning``: the input must have the partitions the plan was made for."""
-    actual = int(frame.rdd.getNumPartitions())
+    """``keep_partitioning``: the input must have the partitions the plan was made for.
+
+    An input without partitions (an empty batch) counts as one, as in :func:`_width`.
+    """
+    actual = max(1, int(frame.rdd.getNumPartitions()))
     if actual != width:
         msg = (
             f"epoch {plan.epoch} was planned with {width} write partitions (keep_partitioning), "

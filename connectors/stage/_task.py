@@ -89,7 +89,10 @@ class TaskSpec:
     driver's at-most-once claims (None: only a task's first attempt may write).
     ``offset`` / ``partitions``: this stage's share of the plan's partitions (one member
     of a composite sink: its task ``i`` is the plan's partition ``offset + i``); by
-    default the whole plan.
+    default the whole plan. ``empty_input``: the stage's input had no partition at all
+    (Spark optimized an empty batch away), so the tasks run over placeholder partitions
+    and write no rows: each still opens, pre-commits and votes (docs/architecture.md,
+    "Empty epochs").
     """
 
     resource: Resource[ArrowPartition]
@@ -102,6 +105,7 @@ class TaskSpec:
     claims: VoteTicket | None = None
     offset: int = 0
     partitions: int | None = None
+    empty_input: bool = False
 
     @property
     def task_count(self) -> int:
@@ -229,6 +233,10 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})
         return
     resource = bind(spec.resource, TaskInfo(partition, task_attempt, spec.reuse, spec.hooks))
+    if spec.empty_input:
+        for _ in batches:  # the placeholder rows of an empty input: read, never written
+            pass
+        batches = iter(())
     rows = ArrowPartition(batches, ordered=spec.ordered, interrupt=_mid_write(spec, partition))
     try:
         report = run_partition(

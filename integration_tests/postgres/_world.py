@@ -8,6 +8,7 @@ coordinator, the channel. The driver and the crash points are ``txn.testing``'s
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from connectors.postgres._control import qualified
 from connectors.stage import ArrowPartition
 from integration_tests.postgres.conftest import with_hash
 from txn import CoordinatorStep, EpochLog, EpochPlan, TaskStep
-from txn.testing import KAFKA_LIKE, PG_LIKE, Crash, CrashWorld
+from txn.testing import FULL, KAFKA_LIKE, PG_LIKE, Crash, CrashWorld, epoch_size
 
 ROWS_PER_EPOCH = 12
 PROTOCOL = {KAFKA_LIKE: "idempotency-table", PG_LIKE: "two-phase"}
@@ -40,13 +41,17 @@ PROTOCOL = {KAFKA_LIKE: "idempotency-table", PG_LIKE: "two-phase"}
 __all__ = ["KAFKA_LIKE", "PG_LIKE", "Crash", "PgWorld"]
 
 
-def epoch_ids(epoch: int) -> list[int]:
-    return [epoch * 1000 + i for i in range(ROWS_PER_EPOCH)]
+def epoch_ids(epoch: int, shape: str = FULL) -> list[int]:
+    """The ids of ``epoch``'s rows; ``shape`` one of ``txn.testing.SHAPES``."""
+    return [epoch * 1000 + i for i in range(epoch_size(epoch, shape, ROWS_PER_EPOCH))]
 
 
-def partition_batch(epoch: int, parallelism: int, partition: int) -> pa.RecordBatch:
+def partition_batch(
+    epoch: int, parallelism: int, partition: int, shape: str = FULL
+) -> pa.RecordBatch:
     """The rows of ``partition``: routed by content, so a replay meets the same partition."""
-    ids = [i for i in epoch_ids(epoch) if zlib.crc32(str(i).encode()) % parallelism == partition]
+    ids = [i for i in epoch_ids(epoch, shape)
+           if zlib.crc32(str(i).encode()) % parallelism == partition]
     return with_hash({
         "id": pa.array(ids, pa.int64()),
         "epoch": pa.array([epoch] * len(ids), pa.int32()),
@@ -66,9 +71,12 @@ class PgWorld(CrashWorld[ArrowPartition]):
     on_task: Callable[[TaskStep, EpochPlan, int], None] | None = field(default=None, kw_only=True)
     batch_for: Callable[[int, int, int], pa.RecordBatch] = field(
         default=partition_batch, kw_only=True)
+    shape: str = field(default=FULL, kw_only=True)  # of the epochs (txn.testing.SHAPES)
 
     def __post_init__(self) -> None:
         self.sink_id = f"{self.schema}-sink"
+        if self.shape != FULL and self.batch_for is partition_batch:
+            self.batch_for = functools.partial(partition_batch, shape=self.shape)
 
     def cfg(self) -> PostgresSinkConfig:
         return PostgresSinkConfig.build(
@@ -122,14 +130,15 @@ class PgWorld(CrashWorld[ArrowPartition]):
         if self.kind != PG_LIKE:
             return ""
         per_epoch = Counter(epoch for _, epoch in self.ids())
-        partial = {e: n for e, n in per_epoch.items() if n != ROWS_PER_EPOCH}
+        partial = {e: n for e, n in per_epoch.items() if n != len(epoch_ids(e, self.shape))}
         return f"partly committed epochs after recovery: {partial}" if partial else ""
 
     def check_exactly_once(self, epochs: int) -> None:
         rows = self.ids()
         counts = Counter(i for i, _ in rows)
         assert not [i for i, c in counts.items() if c > 1], "duplicated rows"
-        assert sorted(counts) == [i for e in range(epochs) for i in epoch_ids(e)], "lost rows"
+        want = [i for e in range(epochs) for i in epoch_ids(e, self.shape)]
+        assert sorted(counts) == want, "lost rows"
         cfg = self.cfg()
         with self.conn() as conn:
             assert list_prepared(conn, cfg.sink_id) == [], "prepared transactions left"

@@ -7,7 +7,8 @@ idempotency table. Each case crashes during epoch 1 of 3, restarts the driver (n
 log handle, new resource, recover()) and replays; then every row is in the table exactly
 once, nothing of the sink is left in pg_prepared_xacts, every partition's marker and the
 log say every epoch committed, and (two-phase) no epoch was ever partly visible after a
-recovery.
+recovery. Every case also runs with an empty epoch 1 (every write partition prepares or
+commits an empty transaction with its marker).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import pytest
 
 from integration_tests.postgres._world import PgWorld
 from txn import CommitMode
-from txn.testing import KAFKA_LIKE, PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing import EMPTY, FULL, KAFKA_LIKE, PG_LIKE, Crash, crash_params, run_crash_case
 
 
+@pytest.mark.parametrize("shape", [FULL, EMPTY])
 @pytest.mark.parametrize(("kind", "mode", "crash"), crash_params((KAFKA_LIKE, PG_LIKE)))
 def test_crash_recover_replay_is_exactly_once(
-    postgres_dsn: str, schema: str, kind: str, mode: CommitMode, crash: Crash
+    postgres_dsn: str, schema: str, kind: str, mode: CommitMode, crash: Crash, shape: str
 ) -> None:
-    world = PgWorld(lambda: postgres_dsn, schema, kind, mode=mode)
+    world = PgWorld(lambda: postgres_dsn, schema, kind, mode=mode, shape=shape)
     world.create_table()
     run_crash_case(world, crash)

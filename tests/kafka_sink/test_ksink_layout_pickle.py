@@ -108,6 +108,8 @@ def test_task_payloads_pickle_round_trip():
     ticket = VoteTicket("127.0.0.1", 4242, "s", 3, 0, 1, 2, "ab" * 16)
     with_votes = TaskSpec(spec.resource, plan, aligned=True, reuse=spec.reuse, votes=ticket)
     assert pickle.loads(pickle.dumps(with_votes)) == with_votes
+    placeholders = TaskSpec(spec.resource, plan, aligned=True, reuse=spec.reuse, empty_input=True)
+    assert pickle.loads(pickle.dumps(placeholders)).empty_input
     vote = Vote(3, 1, VoteKind.YES, 10, "u1")
     report = PartitionReport(3, 1, PartitionOutcome.COMMITTED, 10, "u1", None, (vote,))
     result = TaskResult(1, report=report)

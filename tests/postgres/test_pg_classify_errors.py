@@ -26,7 +26,7 @@ from connectors.postgres import (
 )
 from connectors.stage import InputError as StageInputError
 from connectors.stage import InputSchemaError as StageInputSchemaError
-from txn import EpochLogLockedError, ErrorAction, can_retry_stage
+from txn import EpochLogLockedError, ErrorAction, PreparedWorkLostError, can_retry_stage
 
 
 def err(sqlstate: str) -> psycopg.Error:
@@ -130,6 +130,7 @@ ERRORS = [
     TableNotFoundError("t"),
     EpochLogFencedError("f"),
     PreparedTransactionLostError("l"),
+    PreparedTransactionLostError("l", partition=3),
 ]
 
 
@@ -148,3 +149,9 @@ def test_error_families() -> None:
     assert not can_retry_stage(schema_error)
     assert isinstance(EpochLogFencedError("f"), EpochLogLockedError)
     assert not can_retry_stage(EpochLogFencedError("f"))
+
+
+def test_a_lost_prepared_transaction_is_txn_lost_work() -> None:
+    lost = PreparedTransactionLostError("l", partition=2)
+    assert isinstance(lost, PreparedWorkLostError) and lost.partition == 2
+    assert not can_retry_stage(lost)  # the replay redoes it, not a stage re-run

@@ -33,6 +33,7 @@ LEGAL = {
     (S.PLANNED, S.COMMITTED),
     (S.PLANNED, S.ABORTED),
     (S.COMMIT_DECIDED, S.COMMITTED),
+    (S.COMMIT_DECIDED, S.COMMIT_DECIDED),  # a redo plan keeps the commit decision
     (S.ABORT_DECIDED, S.ABORTED),
     (S.ABORTED, S.PLANNED),
 }

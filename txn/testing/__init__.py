@@ -10,7 +10,9 @@ does:
   :func:`crash_params` / :func:`crash_cases` (every protocol step, both commit modes, per
   participant kind), :class:`CrashWorld` (a connector's durable state and a driver that
   crashes and restarts over it; subclass it for your resource) and :func:`run_crash_case`
-  (run one case, assert exactly-once); :class:`MemoryWorld` is the core's own world.
+  (run one case, assert exactly-once); :class:`MemoryWorld` is the core's own world;
+* epoch shapes (:data:`SHAPES`: full, every other epoch empty, one row per epoch) and
+  :class:`Loss` (prepared work rolled back by hand after the commit decision).
 
 How a database connector runs the matrix: docs/writing-a-db-connector.md. Nothing in
 ``txn`` outside this package imports it; pytest is needed by :func:`crash_params` only.
@@ -19,20 +21,32 @@ How a database connector runs the matrix: docs/writing-a-db-connector.md. Nothin
 from txn.testing._crash import (
     CASE_EPOCHS,
     CASES,
+    EMPTY,
+    FULL,
     KAFKA_LIKE,
     KINDS,
     MAX_RESTARTS,
     MIXED,
+    ONE_ROW,
     PG_LIKE,
+    SHAPES,
     Crash,
     CrashCase,
     CrashWorld,
     SimulatedCrash,
     crash_cases,
     crash_params,
+    epoch_size,
     run_crash_case,
 )
-from txn.testing._memworld import MIXED_SPLIT, ROWS_PER_EPOCH, SINK, MemoryWorld, epoch_rows
+from txn.testing._memworld import (
+    MIXED_SPLIT,
+    ROWS_PER_EPOCH,
+    SINK,
+    Loss,
+    MemoryWorld,
+    epoch_rows,
+)
 from txn.testing._participants import (
     CommitInTaskResource,
     Decode,
@@ -51,13 +65,17 @@ from txn.testing._store import Commit, FencedError, MemoryStore
 __all__ = [
     "CASES",
     "CASE_EPOCHS",
+    "EMPTY",
+    "FULL",
     "KAFKA_LIKE",
     "KINDS",
     "MAX_RESTARTS",
     "MIXED",
     "MIXED_SPLIT",
+    "ONE_ROW",
     "PG_LIKE",
     "ROWS_PER_EPOCH",
+    "SHAPES",
     "SINK",
     "Commit",
     "CommitInTaskResource",
@@ -66,6 +84,7 @@ __all__ = [
     "CrashWorld",
     "Decode",
     "FencedError",
+    "Loss",
     "MemRows",
     "MemoryStore",
     "MemoryWorld",
@@ -77,6 +96,7 @@ __all__ = [
     "crash_cases",
     "crash_params",
     "epoch_rows",
+    "epoch_size",
     "gid",
     "partition_rows",
     "read_rows",

@@ -45,6 +45,20 @@ KINDS = (KAFKA_LIKE, PG_LIKE, MIXED)
 MAX_RESTARTS = 20
 # Epochs a crash case runs; the crash fires in epoch 1, so there is one before and after.
 CASE_EPOCHS = 3
+# Shapes of the epochs a world writes: ordinary ones, every odd epoch empty (no row in any
+# write partition; a case's crash fires in such an epoch), one row per epoch (every other
+# partition empty). Empty partitions still prepare or commit an empty transaction.
+FULL = "full"
+EMPTY = "empty"
+ONE_ROW = "one-row"
+SHAPES = (FULL, EMPTY, ONE_ROW)
+
+
+def epoch_size(epoch: int, shape: str, full: int) -> int:
+    """Return how many rows ``epoch`` holds in ``shape`` (``full`` for an ordinary epoch)."""
+    if shape == EMPTY and epoch % 2 == 1:
+        return 0
+    return 1 if shape == ONE_ROW else full
 
 
 @dataclass

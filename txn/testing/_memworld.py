@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txn._composite import CompositeResource, Member
+from txn._coordinator import CoordinatorStep
 from txn._log import EpochLog, FileEpochLog
-from txn._model import EpochPlan, Resource
-from txn.testing._crash import KAFKA_LIKE, MIXED, CrashWorld, _require
+from txn._model import EpochPlan, Guarantee, Resource
+from txn.testing._crash import FULL, KAFKA_LIKE, MIXED, CrashWorld, _require, epoch_size
 from txn.testing._participants import (
     CommitInTaskResource,
     MemRows,
@@ -30,9 +31,19 @@ SINK = "sink-a"
 ROWS_PER_EPOCH = 12
 
 
-def epoch_rows(epoch: int) -> list[str]:
+def epoch_rows(epoch: int, shape: str = FULL) -> list[str]:
     """Return the rows every partition of ``epoch`` writes together (distinct across epochs)."""
-    return [f"e{epoch}-r{i}" for i in range(ROWS_PER_EPOCH)]
+    return [f"e{epoch}-r{i}" for i in range(epoch_size(epoch, shape, ROWS_PER_EPOCH))]
+
+
+@dataclass
+class Loss:
+    """Prepared work of write ``partition`` of ``epoch`` rolled back by hand at ``step``."""
+
+    epoch: int = 1
+    partition: int = 0
+    step: CoordinatorStep = CoordinatorStep.DECISION_LOGGED
+    fired: bool = False
 
 
 @dataclass
@@ -44,6 +55,8 @@ class MemoryWorld(CrashWorld[MemRows]):
     store: MemoryStore = field(default_factory=MemoryStore, kw_only=True)
     pg_store: MemoryStore = field(  # MIXED: the PG-like member
         default_factory=MemoryStore, kw_only=True)
+    shape: str = field(default=FULL, kw_only=True)  # of the epochs (txn.testing.SHAPES)
+    losses: list[Loss] = field(default_factory=list, kw_only=True)
 
     @property
     def log_path(self) -> Path:
@@ -74,8 +87,30 @@ class MemoryWorld(CrashWorld[MemRows]):
         if self.kind == MIXED:
             member, local = (0, partition) if partition < MIXED_SPLIT[0] else (
                 1, partition - MIXED_SPLIT[0])
-            return OnePassRows(partition_rows(epoch_rows(plan.epoch), MIXED_SPLIT[member])[local])
-        return OnePassRows(partition_rows(epoch_rows(plan.epoch), plan.parallelism)[partition])
+            rows = partition_rows(self.rows_of(plan.epoch), MIXED_SPLIT[member])
+            return OnePassRows(rows[local])
+        return OnePassRows(partition_rows(self.rows_of(plan.epoch), plan.parallelism)[partition])
+
+    def rows_of(self, epoch: int) -> list[str]:
+        """Return every row of ``epoch`` (each member of a mixed resource writes all)."""
+        return epoch_rows(epoch, self.shape)
+
+    def on_coordinator_step(self, step: CoordinatorStep, epoch: int) -> None:
+        """Fire the :class:`Loss` es planned for this step."""
+        for loss in self.losses:
+            if not loss.fired and (loss.step, loss.epoch) == (step, epoch):
+                loss.fired = True
+                self.lose_prepared(epoch, loss.partition)
+
+    def lose_prepared(self, epoch: int, partition: int) -> None:
+        """Roll back the prepared work of write ``partition`` of ``epoch`` by hand."""
+        store, local = self.store, partition
+        if self.kind == MIXED:
+            store, local = self.pg_store, partition - MIXED_SPLIT[0]
+        with store.lock:
+            for key in [k for k, t in store.prepared.items()
+                        if (t.epoch, t.partition) == (epoch, local)]:
+                del store.prepared[key]
 
     def check_atomic(self) -> str:
         """Return what a recovery left partly committed ("" if nothing).
@@ -91,14 +126,17 @@ class MemoryWorld(CrashWorld[MemRows]):
             by_epoch.setdefault(commit.epoch, set()).add(commit.partition)
         history = self.history()
         bad = []
+        lost = {loss.epoch for loss in self.losses if loss.fired}  # partly visible until redone
         for epoch, parts in by_epoch.items():
+            if epoch in lost:
+                continue
             plan = history.plan(epoch)
             width = MIXED_SPLIT[1] if self.kind == MIXED else (plan.parallelism if plan else -1)
             if parts != set(range(width)):
                 bad.append(epoch)
         if self.kind == MIXED:
             kafka = self.store.rows_by_epoch()
-            bad += [e for e in by_epoch if sorted(kafka.get(e, [])) != sorted(epoch_rows(e))]
+            bad += [e for e in by_epoch if sorted(kafka.get(e, [])) != sorted(self.rows_of(e))]
         return f"partly committed epochs after recovery: {bad}" if bad else ""
 
     def check_exactly_once(self, epochs: int) -> None:
@@ -110,9 +148,21 @@ class MemoryWorld(CrashWorld[MemRows]):
             _require(not twice, f"partitions committed more than once: {twice}")
             got = store.rows_by_epoch()
             for epoch in range(epochs):
-                _require(sorted(got.get(epoch, [])) == sorted(epoch_rows(epoch)),
+                _require(sorted(got.get(epoch, [])) == sorted(self.rows_of(epoch)),
                          f"epoch {epoch} holds {sorted(got.get(epoch, []))}")
             extra = set(got) - set(range(epochs))
             _require(not extra, f"unexpected epochs {extra}")
             _require(store.dangling() == [], f"open or prepared work left: {store.dangling()}")
         self.check_log(epochs)
+        if self.guarantee is Guarantee.EXACTLY_ONCE:
+            self._check_every_partition_committed(stores, epochs)
+
+    def _check_every_partition_committed(self, stores: list[MemoryStore], epochs: int) -> None:
+        """Every write partition of every epoch committed its transaction, empty or not."""
+        history = self.history()
+        for index, store in enumerate(stores):
+            want = {(e, p) for e in range(epochs) if (plan := history.plan(e)) is not None
+                    for p in range(MIXED_SPLIT[index] if self.kind == MIXED
+                                   else plan.parallelism)}
+            got = {(c.epoch, c.partition) for c in store.commits if c.epoch < epochs}
+            _require(got == want, f"partitions committed or not: {sorted(got ^ want)}")

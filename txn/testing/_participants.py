@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from txn._errors import ParticipantError
+from txn._errors import ParticipantError, PreparedWorkLostError
 from txn._model import EpochPlan, Marker, Participant, Resource, RowSummary
 
 
@@ -84,7 +84,8 @@ class Store(Protocol):
     def commit(self, partition: int, token: int) -> None: ...
     def abort_own(self, partition: int, token: int) -> None: ...
     def prepare(self, partition: int, gid: str, marker: Marker, token: int) -> None: ...
-    def commit_prepared(self, gid: str) -> None: ...
+    def commit_prepared(self, gid: str) -> bool: ...
+    def peek_marker(self, partition: int) -> Marker | None: ...
     def rollback_prepared(self, gid: str) -> None: ...
     def prepared_gids(self) -> list[str]: ...
     def abort_partitions(self, partitions: list[int]) -> None: ...
@@ -176,8 +177,20 @@ class PreparedResource(_MemoryResource):
         return _PreparedParticipant(self.store, plan, partition, self._decode)
 
     def commit_prepared(self, plan: EpochPlan, partition: int) -> None:
-        """COMMIT PREPARED; a no-op if already committed or never prepared."""
-        self.store.commit_prepared(gid(plan, partition))
+        """COMMIT PREPARED; a no-op if the partition's marker covers the epoch already.
+
+        Raises:
+            PreparedWorkLostError: neither the prepared work nor a marker of the epoch
+                exists (like PostgreSQL after a ROLLBACK PREPARED by hand).
+
+        """
+        if self.store.commit_prepared(gid(plan, partition)):
+            return
+        marker = self.store.peek_marker(partition)
+        if marker is None or marker.epoch < plan.epoch:
+            msg = (f"epoch {plan.epoch} partition {partition}: neither prepared work "
+                   f"{gid(plan, partition)} nor a marker of the epoch (marker: {marker})")
+            raise PreparedWorkLostError(msg, partition=partition)
 
     def rollback_prepared(self, plan: EpochPlan, partition: int) -> None:
         """ROLLBACK PREPARED; a no-op if absent."""

@@ -129,12 +129,18 @@ class MemoryStore:
             txn.marker = marker
             self.prepared[gid] = txn
 
-    def commit_prepared(self, gid: str) -> None:
-        """COMMIT PREPARED: a no-op if already committed or never prepared."""
+    def commit_prepared(self, gid: str) -> bool:
+        """COMMIT PREPARED; False (and nothing done) if no transaction is prepared as ``gid``."""
         with self.lock:
             txn = self.prepared.pop(gid, None)
             if txn is not None:
                 self._apply(txn)
+            return txn is not None
+
+    def peek_marker(self, partition: int) -> Marker | None:
+        """Return the partition's committed marker without an instance (the coordinator's read)."""
+        with self.lock:
+            return self.markers.get(partition)
 
     def rollback_prepared(self, gid: str) -> None:
         """ROLLBACK PREPARED: a no-op if absent."""
