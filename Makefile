@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test test-fast lint typecheck layering unit integration bench soak clean venv
+.PHONY: demo test test-fast lint typecheck layering unit integration bench soak model-long clean venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,7 @@ TEST_JAVA_OPTIONS := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 test: lint typecheck
 	@export JAVA_TOOL_OPTIONS="$(TEST_JAVA_OPTIONS)"; log=$$(mktemp); \
 	$(PY) -m pytest -q -m "$(SHARED_SERVER_TESTS)" --durations=10 >$$log 2>&1 & shared=$$!; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not ($(SHARED_SERVER_TESTS))" --durations=25; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not ($(SHARED_SERVER_TESTS)) and not model_long" --durations=25; \
 	rest=$$?; wait $$shared; status=$$?; \
 	echo "=== tests marked $(SHARED_SERVER_TESTS) (one process) ==="; cat $$log; rm -f $$log; \
 	echo "make test: main run exit $$rest, shared-server run exit $$status"; \
@@ -59,6 +59,11 @@ test-fast: lint typecheck
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The model-based test of ordinary use with many more examples (hours; EOS_MODEL_EXAMPLES and
+# EOS_MODEL_STEPS override the counts).
+model-long: $(STAMP)
+	$(PY) -m pytest -q -m model_long integration_tests/model
 
 soak: $(STAMP)
 	$(PY) -m connectors.testing.soak
