@@ -10,7 +10,8 @@
    ``x.md, "Title"`` at a heading of ``x.md``, every relative link at a file and anchor;
 4. every option of every sink and operator config appears in its doc's options table;
 5. every exported error class has its troubleshooting entry, and every error class the
-   troubleshooting page names exists in the package its section (or row) names.
+   troubleshooting page names exists in the package its section (or row) names;
+6. every option of the demo's and the ``eos`` command line is in its doc's section.
 
 Generated paths (``benchmarks/results/``) and the "before" column of docs/upgrading.md's
 table (names that moved away) are not required to exist. Each failure names the doc, the
@@ -370,19 +371,24 @@ def test_every_relative_link_points_at_a_file_and_anchor() -> None:
 
 
 # -- 4. options tables -------------------------------------------------------------------
-def table_options(doc: str, heading: str) -> tuple[int, set[str]]:
-    """(line of the heading, names in the first column of the tables of that section)."""
+def section_lines(doc: str, heading: str) -> tuple[int, list[Line]]:
+    """(line of the heading, the lines of its section up to the next heading of its level)."""
     section = [h for h in headings(doc) if heading in (h.text, h.title)]
     assert section, f"{doc} has no heading {heading!r}"
     start = section[0]
     later = [h.line for h in headings(doc) if h.line > start.line and h.level <= start.level]
     end = later[0] if later else 10**9
+    return start.line, [x for x in doc_lines(ROOT / doc) if start.line < x.number < end]
+
+
+def table_options(doc: str, heading: str) -> tuple[int, set[str]]:
+    """(line of the heading, names in the first column of the tables of that section)."""
+    first_line, lines = section_lines(doc, heading)
     names: set[str] = set()
-    for line in doc_lines(ROOT / doc):
-        if start.line < line.number < end and not line.fenced and line.text.startswith("|"):
-            first = line.text.split("|")[1]
-            names.update(re.findall(r"`([^`]+)`", first))
-    return start.line, names
+    for line in lines:
+        if not line.fenced and line.text.startswith("|"):
+            names.update(re.findall(r"`([^`]+)`", line.text.split("|")[1]))
+    return first_line, names
 
 
 def _fields(path: str) -> list[str]:
@@ -507,3 +513,21 @@ def test_the_checks_see_what_they_check() -> None:
     assert "connectors.stage.TransactionalSink" in names
     assert ("docs/kafka-sink.md", "docs/architecture.md", "9") in {
         (d, t, n) for d, _, t, n in sections}
+
+
+# command-line tool -> (doc, heading of the section that lists its options)
+CLI_SECTIONS = {
+    "connectors/demo/__main__.py": ("docs/demo.md", "Options"),
+    "connectors/ops/_cli.py": ("docs/operations.md", "The `eos` command"),
+}
+
+
+@pytest.mark.parametrize("cli", sorted(CLI_SECTIONS))
+def test_every_command_line_option_is_documented(cli: str) -> None:
+    doc, heading = CLI_SECTIONS[cli]
+    flags = sorted(set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", (ROOT / cli).read_text())))
+    assert flags, f"{cli}: no options found: the parser of this test broke"
+    line, lines = section_lines(doc, heading)
+    text = "\n".join(x.text for x in lines)
+    missing = [f for f in flags if not re.search(rf"{re.escape(f)}(?![\w-])", text)]
+    assert not missing, f"{doc}:{line} ({heading}): {cli} option(s) {missing} are not documented"
