@@ -29,6 +29,7 @@ from connectors.postgres import (
     prepare_resource,
     read_markers,
 )
+from connectors.postgres._connect import release_driver_connection
 from connectors.postgres._control import qualified
 from connectors.stage import ArrowPartition
 from integration_tests.postgres.conftest import with_hash
@@ -108,6 +109,16 @@ class PgWorld(CrashWorld[ArrowPartition]):
 
     def rows_for(self, plan: EpochPlan, partition: int) -> ArrowPartition:
         return ArrowPartition([self.batch_for(plan.epoch, plan.parallelism, partition)])
+
+    def close(self) -> None:
+        """End the case: also close the process-wide driver connection of this sink.
+
+        A sink's ``close()`` does this in production; each case has a sink id of its own, so
+        without it every case would leave one server connection open until the run ends
+        (a whole file of cases then exhausts ``max_connections``).
+        """
+        super().close()
+        release_driver_connection(self.cfg())
 
     def on_coordinator_step(self, step: CoordinatorStep, epoch: int) -> None:
         action = self.on_step.pop(step, None) if epoch == 1 else None
