@@ -9,8 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ["txn", "connectors.stage", "connectors.kafka", "connectors.postgres",
-          "connectors.async_io", "connectors.testing", "connectors.testing.verify",
-          "connectors.testing.app", "connectors.examples.sqlite"]
+          "connectors.async_io", "connectors.testing", "connectors.verify",
+          "connectors.demo.app", "connectors.examples.sqlite"]
 
 
 def exported_errors() -> list[tuple[str, str]]:
