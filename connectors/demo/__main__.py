@@ -10,7 +10,7 @@ Steps:
 3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
    ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
    with ``--source files`` the input is first staged as chunk files, one micro-batch each
-   (see ``connectors.demo.app._staging``);
+   (see ``connectors.demo.app.stage_input``);
 4. run the streaming query as a Spark application (local mode, or on the cluster that
    ``--master spark://host:port`` names) writing through ``KafkaSink``
    (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with

@@ -8,6 +8,9 @@ field path or a function, for the id and for the ordering key). ``check_table`` 
 PostgreSQL table: every input record once (append) or the last change of every key
 (upsert, changelog), no prepared transaction of the sink left, the epoch log agreeing with
 the idempotency table.
+
+Part of the product: the shipped ``eos verify`` (``connectors.ops``) runs it, and users call
+it from their own tests. ``connectors.testing.verify`` is an alias of this package.
 """
 
 from connectors.verify._analysis import (

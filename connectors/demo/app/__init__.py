@@ -1,6 +1,6 @@
-"""The application harness: the kit's streaming query, runnable as its own Spark app.
+"""The demo's application harness: the kit's streaming query, runnable as its own Spark app.
 
-Used by the demo (``python -m connectors.demo``), the end-to-end chaos tests, the soak run
+Part of the demo (an application, not a testing helper). Used by the demo (``python -m connectors.demo``), the end-to-end chaos tests, the soak run
 and the benchmarks: staging input topics as chunk files, the query itself
 (input -> ``KafkaSink``, ``PostgresSink``, or both in one epoch), the PostgreSQL table it
 writes, and running it as a separate Spark application
