@@ -35,9 +35,9 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
+from benchmarks._broker import broker
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
-from benchmarks.bench_sink import _broker
 from integration_tests.support.spark_cluster import StandaloneCluster
 
 RESULTS = Path(__file__).parent / "results"
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, \
-            _broker(args.bootstrap_servers) as bootstrap:
+            broker(args.bootstrap_servers) as bootstrap:
         for workers in WORKER_COUNTS:
             results += _measure(workers, args, bootstrap, Path(tmp), console)
     _report(results, console)
