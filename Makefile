@@ -66,7 +66,7 @@ model-long: $(STAMP)
 	$(PY) -m pytest -q -m model_long integration_tests/model
 
 soak: $(STAMP)
-	$(PY) -m connectors.testing.soak
+	$(PY) -m integration_tests.support.soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """The SparkSession of the sink benchmarks: ``local[2]``, settings of the demo's session.
 
-Same settings as ``connectors.testing.app.make_spark`` (Arrow on, Python worker reuse, two
+Same settings as ``connectors.demo.app.make_spark`` (Arrow on, Python worker reuse, two
 shuffle partitions), except that the web UI, whose REST API the epoch profile reads
 task metrics from, can be switched on.
 """

@@ -3,7 +3,7 @@
 Run ``python -m benchmarks.bench_cluster`` (``--help`` for options). It starts a minikafka
 broker (or uses ``--bootstrap-servers`` / ``KAFKA_BOOTSTRAP_SERVERS``), then for each cluster
 size (one worker, then two; one core each, started on loopback with pyspark's own
-``bin/spark-class`` by ``connectors.testing.spark_cluster``) runs the same job from this
+``bin/spark-class`` by ``integration_tests.support.spark_cluster``) runs the same job from this
 process as driver: ``--epochs`` epochs of ``--rows`` rows of ``--size`` bytes, a cached
 DataFrame handed to the sink's ``foreachBatch`` function with consecutive batch ids, with
 
@@ -35,10 +35,10 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
+from benchmarks._broker import broker
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
-from benchmarks.bench_sink import _broker
-from connectors.testing.spark_cluster import StandaloneCluster
+from integration_tests.support.spark_cluster import StandaloneCluster
 
 RESULTS = Path(__file__).parent / "results"
 # Seconds for topic creation.
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, \
-            _broker(args.bootstrap_servers) as bootstrap:
+            broker(args.bootstrap_servers) as bootstrap:
         for workers in WORKER_COUNTS:
             results += _measure(workers, args, bootstrap, Path(tmp), console)
     _report(results, console)

@@ -1,12 +1,14 @@
-"""The kit's layering, checked: testing -> connectors -> txn, never back.
+"""The kit's layering, checked: applications -> checker, testing -> connectors -> txn, never back.
 
 Layers (an importer's layer must be >= the imported module's layer):
 
 0. ``txn`` (the engine-agnostic core);
 1. the connectors (``connectors.*`` except the two below) and ``minikafka`` (the broker,
    which imports neither ``txn`` nor ``connectors``);
-2. testing helpers: ``txn.testing``, ``connectors.testing``;
-3. applications: ``txn.demo``, ``connectors.demo``, ``connectors.ops`` (the CLI).
+2. tools over the connectors: the exactly-once checker ``connectors.verify`` and the
+   testing helpers ``txn.testing``, ``connectors.testing``;
+3. applications: ``txn.demo``, ``connectors.demo`` (with its harness ``connectors.demo.app``),
+   ``connectors.ops`` (the CLI).
 
 Connectors never import ``minikafka``: they talk to any Kafka through a bootstrap address.
 """
@@ -30,7 +32,7 @@ def layer(module: str) -> int:
         return 1
     if len(parts) > 1 and parts[1] in ("demo", "ops"):
         return 3
-    if len(parts) > 1 and parts[1] == "testing":
+    if len(parts) > 1 and parts[1] in ("testing", "verify"):
         return 2
     return 0 if parts[0] == "txn" else 1
 

@@ -22,9 +22,9 @@ BLOCKED = ("psycopg", "psycopg_binary", "testcontainers", "docker", "embedded_po
 # Every public module of the kit that must import without the extras.
 PUBLIC = ("txn", "txn.testing", "minikafka", "connectors", "connectors.kafka",
           "connectors.kafka_source", "connectors.stage", "connectors.async_io",
-          "connectors.ops", "connectors.testing", "connectors.testing.verify",
-          "connectors.testing.app", "connectors.testing.postgres", "connectors.testing.faults",
-          "connectors.testing.soak", "connectors.demo.__main__")
+          "connectors.ops", "connectors.testing", "connectors.verify", "connectors.testing.verify",
+          "connectors.demo.app", "connectors.testing.postgres", "connectors.testing.faults",
+          "integration_tests.support.soak", "connectors.demo.__main__")
 BLOCKER = f"""
 import importlib.abc, sys
 BLOCKED = {BLOCKED!r}

@@ -10,7 +10,7 @@ Steps:
 3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
    ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
    with ``--source files`` the input is first staged as chunk files, one micro-batch each
-   (see ``connectors.testing.app._staging``);
+   (see ``connectors.demo.app.stage_input``);
 4. run the streaming query as a Spark application (local mode, or on the cluster that
    ``--master spark://host:port`` names) writing through ``KafkaSink``
    (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with
@@ -20,7 +20,7 @@ Steps:
 5. with ``--chaos``: Python workers are killed mid-write, an exception hits a task between
    pre-commit and commit, and the whole application is SIGKILLed mid-run; each time the
    query is restarted from its checkpoint;
-6. verify the output with ``connectors.testing.verify.check_exactly_once`` (the topic) and
+6. verify the output with ``connectors.verify.check_exactly_once`` (the topic) and
    ``check_table`` (the table) and print the reports; exit 1 if any invariant is violated.
 """
 
@@ -39,8 +39,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, _clients
-from connectors.testing.app import (
+from connectors.demo.app import (
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
     SINK_BOTH,
@@ -57,7 +56,8 @@ from connectors.testing.app import (
     record_op,
     stage_input,
 )
-from connectors.testing.verify import (
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, _clients
+from connectors.verify import (
     check_exactly_once,
     check_table,
     load_history,

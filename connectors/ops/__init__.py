@@ -22,7 +22,8 @@ the epoch log could not be read, or the log holds no record of the sink id
 log kind eos cannot read, :class:`UnreadableLogError`). A command never reports health or
 success for a log it did not read.
 
-An application of the kit (it uses the testing checker), not a connector.
+An application of the kit (``verify`` runs the checker, :mod:`connectors.verify`), not a
+connector.
 """
 
 from connectors.ops._cli import EXIT_CODES, main

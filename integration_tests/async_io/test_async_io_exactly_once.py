@@ -36,7 +36,7 @@ from pyspark import cloudpickle
 from connectors.async_io import AsyncConfig, async_map
 from connectors.kafka import KafkaSink, register
 from connectors.testing import FaultPlan
-from connectors.testing.verify import (
+from connectors.verify import (
     check_exactly_once,
     print_report,
     produce_input,

@@ -1,4 +1,4 @@
-"""Running the end-to-end query (``connectors.testing.app``) as an application on the cluster.
+"""Running the end-to-end query (``connectors.demo.app``) as an application on the cluster.
 
 The query, its input and its checks are the end-to-end tests' (``integration_tests.e2e``);
 only the master and the driver's environment differ: ``PipelineConfig.master`` is the
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from connectors.testing.app import AppProcess, PipelineConfig
-from connectors.testing.spark_cluster import ExecutorProcess, StandaloneCluster
+from connectors.demo.app import AppProcess, PipelineConfig
 from integration_tests.cluster.conftest import ClusterTarget
 from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, Scenario
+from integration_tests.support.spark_cluster import ExecutorProcess, StandaloneCluster
 
 # Seconds to wait for a fault to fire (a task reaching its step) on a busy machine.
 FAULT_WAIT_S = 240.0

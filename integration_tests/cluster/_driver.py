@@ -33,9 +33,9 @@ ANSWER_TIMEOUT_S = 120.0
 
 
 def _write(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
+    from connectors.demo.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
     from connectors.kafka import KafkaSink
-    from connectors.testing.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
-    from connectors.testing.verify import read_committed_topic
+    from connectors.verify import read_committed_topic
 
     rows = [(r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
             for r in read_committed_topic(job["bootstrap"], job["input_topic"])]

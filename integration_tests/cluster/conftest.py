@@ -3,7 +3,7 @@
 ``SPARK_MASTER_URL`` selects an existing cluster instead (like ``KAFKA_BOOTSTRAP_SERVERS``
 for Kafka); tests that kill executors or workers need processes of their own and skip
 then. Otherwise a master and two one-core workers start on 127.0.0.1 from pyspark's own
-``bin/spark-class`` (``connectors.testing.spark_cluster``) and are stopped at the end.
+``bin/spark-class`` (``integration_tests.support.spark_cluster``) and are stopped at the end.
 Every test module here is marked ``cluster`` (``pytest -m "not cluster"`` leaves them out).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from connectors.testing.spark_cluster import StandaloneCluster, cluster_master_url
+from integration_tests.support.spark_cluster import StandaloneCluster, cluster_master_url
 
 WORKERS = 2
 

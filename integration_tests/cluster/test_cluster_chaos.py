@@ -1,7 +1,7 @@
 """End-to-end chaos on a standalone cluster: executor JVMs and workers die, the driver restarts.
 
 Same query, input and checks as ``integration_tests/e2e`` (100 records per epoch, 12 keys,
-verified by ``connectors.testing.verify``), run as a Spark application on the session's
+verified by ``connectors.verify``), run as a Spark application on the session's
 cluster: two workers of one core, so write tasks run in two executor JVMs. Every epoch goes
 to both sinks at once (``sink="kafka+postgres"``, one ``TransactionalSinks`` epoch): the topic
 through ``KafkaSink`` and a table through ``PostgresSink`` (two-phase commit when aligned, the
@@ -38,10 +38,9 @@ from typing import Any
 
 import pytest
 
+from connectors.demo.app import AppProcess, member_ids
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
-from connectors.testing.app import AppProcess, member_ids
-from connectors.testing.spark_cluster import StandaloneCluster
-from connectors.testing.verify import load_history, member_history
+from connectors.verify import load_history, member_history
 from integration_tests.cluster._apps import (
     claim_pid,
     cluster_config,
@@ -53,6 +52,7 @@ from integration_tests.cluster._apps import (
 from integration_tests.cluster.conftest import ClusterTarget
 from integration_tests.e2e._scenario import CHUNK, Scenario, assert_exact, fired
 from integration_tests.e2e._table_side import TableSide
+from integration_tests.support.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 

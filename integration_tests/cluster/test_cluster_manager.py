@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.spark_cluster import StandaloneCluster
 from integration_tests.cluster._apps import wait_until
 from integration_tests.cluster._driver import DriverProcess
 from integration_tests.cluster.conftest import WORKERS, ClusterTarget
+from integration_tests.support.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
 

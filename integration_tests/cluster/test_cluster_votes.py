@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from connectors.testing.spark_cluster import LOOPBACK, free_port
-from connectors.testing.verify import AnomalyKind, check_exactly_once, produce_input
+from connectors.verify import AnomalyKind, check_exactly_once, produce_input
 from integration_tests.cluster._driver import DriverProcess
 from integration_tests.cluster._forward import PortForward
 from integration_tests.cluster.conftest import ClusterTarget
+from integration_tests.support.spark_cluster import LOOPBACK, free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -5,13 +5,13 @@ creates a Connect session on URL (``sc://...``), runs the scenario and prints on
 ``RESULT {json}``: ``{"ok": true, ...}`` or ``{"ok": false, "error_type", "error"}``.
 
 A process of its own per client, because a Connect session switches its whole process
-into Connect mode (see ``connectors.testing.spark_connect``). Functions defined here run
+into Connect mode (see ``integration_tests.support.spark_connect``). Functions defined here run
 as ``__main__`` and so travel to the server's Python workers by value.
 
 Scenarios:
 
 * ``range``: a trivial query (the smoke test);
-* ``pipeline``: ``connectors.testing.app.run_query`` with ``PipelineConfig(**args)``: the streaming
+* ``pipeline``: ``connectors.demo.app.run_query`` with ``PipelineConfig(**args)``: the streaming
   query, its source (files or ``kafka-rc``) and ``KafkaSink`` in ``foreachBatch``;
 * ``sink_batch``: ``KafkaSink(**args["sink"])(df, 0)`` called from the client on a batch
   DataFrame of the input topic;
@@ -33,16 +33,16 @@ def _range(spark: Any, _: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pipeline(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from connectors.testing.app import PipelineConfig, run_query
+    from connectors.demo.app import PipelineConfig, run_query
 
     run_query(spark, PipelineConfig(**args))
     return {}
 
 
 def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    from connectors.demo.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
     from connectors.kafka import KafkaSink
-    from connectors.testing.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
-    from connectors.testing.verify import read_committed_topic
+    from connectors.verify import read_committed_topic
 
     rows = [(r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
             for r in read_committed_topic(args["bootstrap"], args["input_topic"])]

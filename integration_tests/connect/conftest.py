@@ -2,7 +2,7 @@
 
 ``SPARK_CONNECT_URL`` (``sc://host:port``) selects an existing server instead. Otherwise
 the server starts on 127.0.0.1 from the pyspark package's own jars
-(``connectors.testing.spark_connect``), its application on ``local[2]``, and is stopped at
+(``integration_tests.support.spark_connect``), its application on ``local[2]``, and is stopped at
 the end. Clients run in processes of their own (``_client``): a Connect session switches
 its whole process into Connect mode, which would break the classic sessions of the other
 tests.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from connectors.testing.spark_connect import ConnectServer, connect_server_url
+from integration_tests.support.spark_connect import ConnectServer, connect_server_url
 
 # Seconds one client scenario may take (a streaming query of a few epochs, busy machine).
 CLIENT_TIMEOUT_S = 600.0

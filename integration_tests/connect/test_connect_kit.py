@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.verify import check_exactly_once, produce_input
+from connectors.verify import check_exactly_once, produce_input
 from integration_tests.connect.conftest import run_client
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.timeout(900)]

@@ -1,6 +1,6 @@
 """Shared set-up of the end-to-end chaos tests: topics, input, chunk files, app runs, checks.
 
-Every query runs as its own Spark application in a subprocess (``connectors.testing.app``):
+Every query runs as its own Spark application in a subprocess (``connectors.demo.app``):
 that gives task retries (``local[N,4]``) without touching the session-wide ``spark``
 fixture, and lets a test kill the whole application for real.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from connectors.testing.app import AppProcess, PipelineConfig, write_chunks
-from connectors.testing.verify import (
+from connectors.demo.app import AppProcess, PipelineConfig, write_chunks
+from connectors.verify import (
     CheckReport,
     Record,
     check_exactly_once,

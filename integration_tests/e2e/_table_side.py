@@ -18,9 +18,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from connectors.demo.app import create_table, record_op
 from connectors.postgres import list_prepared
-from connectors.testing.app import create_table, record_op
-from connectors.testing.verify import Record, TableReport, check_table, print_report
+from connectors.verify import Record, TableReport, check_table, print_report
 
 TABLE = "t"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.app import AppProcess
+from connectors.demo.app import AppProcess
 from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
     Scenario,

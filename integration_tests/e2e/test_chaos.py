@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from connectors.demo.app import AppProcess
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, read_markers
 from connectors.ops import main as eos_main
-from connectors.testing.app import AppProcess
-from connectors.testing.verify import AnomalyKind, load_history
+from connectors.verify import AnomalyKind, load_history
 from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
     Scenario,

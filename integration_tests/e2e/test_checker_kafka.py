@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.testing.verify import (
+from connectors.verify import (
     AnomalyKind,
     Record,
     check_exactly_once,

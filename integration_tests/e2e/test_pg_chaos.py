@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from connectors.testing.app import AppProcess
+from connectors.demo.app import AppProcess
 from connectors.testing.postgres import start_postgres_server
-from connectors.testing.verify import AnomalyKind, TableReport
+from connectors.verify import AnomalyKind, TableReport
 from integration_tests.e2e._scenario import CHUNK, N_RECORDS, Scenario, fired, wait_until
 from integration_tests.e2e._table_side import TableSide, epochs_of, record_ids
 

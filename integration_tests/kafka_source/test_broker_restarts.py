@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.kafka import KafkaOffsets, KafkaSink
-from connectors.testing.verify import (
+from connectors.verify import (
     AnomalyKind,
     CheckReport,
     check_exactly_once,

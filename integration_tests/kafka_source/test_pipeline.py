@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import KafkaSink
-from connectors.testing.verify import (
+from connectors.verify import (
     check_exactly_once,
     make_input_value,
     print_report,

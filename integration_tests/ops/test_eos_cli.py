@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from connectors.kafka import DEFAULT_MARKER_TOPIC, KafkaEpochLog
 from connectors.ops import main
-from connectors.testing.verify import end_offsets, produce_input, read_committed_topic
+from connectors.verify import end_offsets, produce_input, read_committed_topic
 from txn import EpochCompletion, EpochPlan, FileEpochLog, QueryBinding
 
 # Seconds for the hand-made transaction's calls.

@@ -1,6 +1,6 @@
-"""The table check (``connectors.testing.verify.check_table``) on tables a real PostgresSink wrote.
+"""The table check (``connectors.verify.check_table``) on tables a real PostgresSink wrote.
 
-Spark writes the pipeline's rows (``connectors.testing.app.table_rows``) through
+Spark writes the pipeline's rows (``connectors.demo.app.table_rows``) through
 ``PostgresSink`` in each write mode; the check passes; then the table, the idempotency table
 or ``pg_prepared_xacts`` is damaged by hand, one invariant at a time, and the check must say
 which. The changelog case also pins the Spark SQL op rule to the Python one the check uses.
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from psycopg import sql
 
+from connectors.demo.app import ORDER_COLUMNS, create_table, record_op, table_rows
 from connectors.postgres import PostgresSink
-from connectors.testing.app import ORDER_COLUMNS, create_table, record_op, table_rows
-from connectors.testing.verify import (
+from connectors.verify import (
     AnomalyKind,
     Record,
     TableReport,

@@ -1,11 +1,11 @@
-"""Unit tests of connectors.testing._cluster_status: the master's JSON and executor command lines."""
+"""Unit tests of integration_tests.support._cluster_status: the master's JSON and executor command lines."""
 
 from __future__ import annotations
 
 import os
 import pickle
 
-from connectors.testing._cluster_status import (
+from integration_tests.support._cluster_status import (
     EXECUTOR_CLASS,
     ExecutorProcess,
     MasterStatus,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from connectors.stage import TASK_STEPS
-from connectors.testing.soak import SOAK_DRIVER_STEPS, TASK_ACTIONS, draw_faults
+from integration_tests.support.soak import SOAK_DRIVER_STEPS, TASK_ACTIONS, draw_faults
 
 
 def test_soak_draws_every_fault_type() -> None:

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from connectors.testing.spark_cluster import (
+from integration_tests.support.spark_cluster import (
     ClusterStartError,
     StandaloneCluster,
     cluster_master_url,
     spark_home,
 )
-from connectors.testing.spark_connect import SERVER_CLASS, ConnectServer, connect_server_url
+from integration_tests.support.spark_connect import SERVER_CLASS, ConnectServer, connect_server_url
 
 
 def test_spark_home_is_the_pyspark_package() -> None:

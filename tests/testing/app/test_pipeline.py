@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from connectors.testing.app import EpochLine, PipelineConfig, write_chunks
-from connectors.testing.verify import Record, json_identity, make_input_value
+from connectors.demo.app import EpochLine, PipelineConfig, write_chunks
+from connectors.verify import Record, json_identity, make_input_value
 
 
 def test_pipeline_config_round_trips_through_json_and_pickle() -> None:
@@ -48,7 +48,7 @@ def test_write_chunks_keeps_input_order_and_file_age_order(tmp_path: Path) -> No
 def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
     import pytest
 
-    from connectors.testing.app import PipelineConfigError
+    from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka",
                          input_topic="in", max_offsets_per_trigger=100)
@@ -69,7 +69,7 @@ PG = {"postgres_dsn": "host=db dbname=app", "postgres_table": "t"}
 def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
     import pytest
 
-    from connectors.testing.app import PipelineConfigError
+    from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig("h:1", "/in", "/ck", "", "sink", sink="postgres",
                          postgres_write_mode="changelog", postgres_protocol="two-phase", **PG)
@@ -91,10 +91,10 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
 
 
 def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
+    from connectors.demo.app import build_sink, member_ids
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
     from connectors.stage import TransactionalSinks
-    from connectors.testing.app import build_sink, member_ids
 
     kafka = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s1"))
     assert isinstance(kafka, KafkaSink)
@@ -114,7 +114,7 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
 
 
 def test_changelog_op_rule() -> None:
-    from connectors.testing.app import changelog_op, record_op
+    from connectors.demo.app import changelog_op, record_op
 
     assert [changelog_op(i, 0) for i in range(5)] == ["insert"] * 4 + ["delete"]
     assert changelog_op(6, 3) == "update_after"

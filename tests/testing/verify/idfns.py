@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectors.testing.verify import Record
+from connectors.verify import Record
 
 
 def csv_id(record: Record) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from connectors.testing.verify import (
+from connectors.verify import (
     AnomalyKind,
     BatchSpan,
     CheckReport,

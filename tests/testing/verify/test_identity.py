@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from connectors.testing.verify import (
+from connectors.verify import (
     AnomalyKind,
     FieldPath,
     IdentityOptionError,

@@ -12,7 +12,7 @@ import pickle
 import pytest
 from rich.console import Console
 
-from connectors.testing.verify import (
+from connectors.verify import (
     TABLE_KINDS,
     Anomaly,
     AnomalyKind,

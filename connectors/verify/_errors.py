@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class VerifyError(Exception):
-    """Base class of every error raised by ``connectors.testing.verify``."""
+    """Base class of every error raised by ``connectors.verify``."""
 
 
 class ReadTimeoutError(VerifyError):

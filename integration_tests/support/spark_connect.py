@@ -35,7 +35,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from connectors.testing.spark_cluster import LOOPBACK, ClusterStartError, free_port, spark_home
+from integration_tests.support.spark_cluster import (
+    LOOPBACK,
+    ClusterStartError,
+    free_port,
+    spark_home,
+)
 
 # Environment variable naming an existing Connect server (``sc://host:port``) to use instead.
 CONNECT_URL_ENV = "SPARK_CONNECT_URL"

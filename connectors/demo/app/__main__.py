@@ -1,4 +1,4 @@
-"""Subprocess entry of the streaming query: ``python -m connectors.testing.app CONFIG_JSON_FILE``.
+"""Subprocess entry of the streaming query: ``python -m connectors.demo.app CONFIG_JSON_FILE``.
 
 Exit codes: 0 when the whole input was written (every staged file, or the input topic up to
 the offsets it had when the query started), or when SIGTERM stopped the query gracefully
@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from connectors.testing.app._pipeline import EpochLine, PipelineConfig, make_spark, run_query
+from connectors.demo.app._pipeline import EpochLine, PipelineConfig, make_spark, run_query
 
 EXIT_QUERY_FAILED = 3
 _stopped = threading.Event()
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the query described by the JSON config file named in ``argv``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m connectors.testing.app CONFIG_JSON_FILE", file=sys.stderr)
+        print("usage: python -m connectors.demo.app CONFIG_JSON_FILE", file=sys.stderr)
         return 2
     cfg = PipelineConfig.from_json(Path(args[0]).read_text())
     spark = make_spark(cfg.master, app_name=f"eos-{cfg.sink_id}")

@@ -23,8 +23,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from connectors.testing.verify._records import IdentityFn, Record, RecordIdentity
-from connectors.testing.verify._wire import BatchSpan, PartitionScan
+from connectors.verify._records import IdentityFn, Record, RecordIdentity
+from connectors.verify._wire import BatchSpan, PartitionScan
 
 # Anomalies kept per kind in a report (the counts always cover all of them).
 MAX_EXAMPLES_PER_KIND = 20

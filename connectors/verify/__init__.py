@@ -8,32 +8,35 @@ field path or a function, for the id and for the ordering key). ``check_table`` 
 PostgreSQL table: every input record once (append) or the last change of every key
 (upsert, changelog), no prepared transaction of the sink left, the epoch log agreeing with
 the idempotency table.
+
+Part of the product: the shipped ``eos verify`` (``connectors.ops``) runs it, and users call
+it from their own tests. ``connectors.testing.verify`` is an alias of this package.
 """
 
-from connectors.testing.verify._analysis import (
+from connectors.verify._analysis import (
     TOPIC_KINDS,
     Anomaly,
     AnomalyKind,
     CheckReport,
     analyze,
 )
-from connectors.testing.verify._check import check_exactly_once, load_history, read_sink_markers
-from connectors.testing.verify._epochs import HistoryLike, check_epoch_log, member_history
-from connectors.testing.verify._errors import (
+from connectors.verify._check import check_exactly_once, load_history, read_sink_markers
+from connectors.verify._epochs import HistoryLike, check_epoch_log, member_history
+from connectors.verify._errors import (
     IdentityOptionError,
     ReadTimeoutError,
     RecordFormatError,
     VerifyError,
     WireError,
 )
-from connectors.testing.verify._identity import (
+from connectors.verify._identity import (
     FieldPath,
     kafka_key,
     load_callable,
     record_identity,
 )
-from connectors.testing.verify._input import produce_input
-from connectors.testing.verify._records import (
+from connectors.verify._input import produce_input
+from connectors.verify._records import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     IdentityFn,
@@ -45,15 +48,15 @@ from connectors.testing.verify._records import (
     read_committed_topic,
     read_topic,
 )
-from connectors.testing.verify._render import print_report, report_table
-from connectors.testing.verify._table import (
+from connectors.verify._render import print_report, report_table
+from connectors.verify._table import (
     TABLE_KINDS,
     TableReport,
     TableRow,
     analyze_table,
 )
-from connectors.testing.verify._table_check import check_table
-from connectors.testing.verify._wire import BatchSpan, PartitionScan, scan_topic
+from connectors.verify._table_check import check_table
+from connectors.verify._wire import BatchSpan, PartitionScan, scan_topic
 
 __all__ = [
     "READ_COMMITTED",

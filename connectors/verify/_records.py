@@ -28,7 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from connectors.kafka import _clients
-from connectors.testing.verify._errors import ReadTimeoutError, RecordFormatError
+from connectors.verify._errors import ReadTimeoutError, RecordFormatError
 
 # Seconds to wait for topic metadata and ListOffsets answers on a busy shared machine.
 ADMIN_TIMEOUT_S = 30.0

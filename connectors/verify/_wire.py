@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass, field
 
 from connectors.kafka import _clients
-from connectors.testing.verify._errors import WireError
+from connectors.verify._errors import WireError
 
 # Seconds one request/response round trip may take on a busy machine.
 SOCKET_TIMEOUT_S = 30.0

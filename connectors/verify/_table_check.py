@@ -8,8 +8,8 @@ Steps:
    database);
 4. the sink's epoch log (a ``FileEpochLog`` path, a loaded history, or the
    ``PostgresEpochLog`` table in the control schema) and its markers (the idempotency
-   table), compared by :func:`connectors.testing.verify.check_epoch_log`;
-5. :func:`connectors.testing.verify._table.analyze_table` lists the anomalies.
+   table), compared by :func:`connectors.verify.check_epoch_log`;
+5. :func:`connectors.verify._table.analyze_table` lists the anomalies.
 
 Run it when the query is stopped: nothing is written to the table or the markers, but
 opening the ``PostgresEpochLog`` takes the log over the way a restarted coordinator would
@@ -21,15 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from connectors.testing.verify._analysis import Anomaly
-from connectors.testing.verify._epochs import (
+from connectors.verify._analysis import Anomaly
+from connectors.verify._epochs import (
     HistoryLike,
     MarkerLike,
     check_epoch_log,
     open_history,
 )
-from connectors.testing.verify._records import IdentityFn, Record, json_identity, read_topic
-from connectors.testing.verify._table import OpFn, TableReport, TableRow, analyze_table
+from connectors.verify._records import IdentityFn, Record, json_identity, read_topic
+from connectors.verify._table import OpFn, TableReport, TableRow, analyze_table
 
 Progress = Callable[[str], None]
 

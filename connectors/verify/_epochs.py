@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from connectors.testing.verify._analysis import Anomaly, AnomalyKind
+from connectors.verify._analysis import Anomaly, AnomalyKind
 
 
 class MarkerLike(Protocol):

@@ -8,7 +8,7 @@ Steps:
    and the output again with ``read_uncommitted``;
 3. scan the raw output log (Fetch v4) for committed, aborted and open transactional batches;
 4. load the sink's epoch log and its idempotency markers and compare them;
-5. :func:`connectors.testing.verify._analysis.analyze` lists the anomalies.
+5. :func:`connectors.verify._analysis.analyze` lists the anomalies.
 
 Nothing is written to Kafka; the consumers use throw-away group ids and never commit.
 """
@@ -19,14 +19,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
-from connectors.testing.verify._analysis import Anomaly, CheckReport, analyze
-from connectors.testing.verify._epochs import (
+from connectors.verify._analysis import Anomaly, CheckReport, analyze
+from connectors.verify._epochs import (
     HistoryLike,
     MarkerLike,
     check_epoch_log,
     open_history,
 )
-from connectors.testing.verify._records import (
+from connectors.verify._records import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     IdentityFn,
@@ -34,7 +34,7 @@ from connectors.testing.verify._records import (
     json_identity,
     read_topic,
 )
-from connectors.testing.verify._wire import scan_topic
+from connectors.verify._wire import scan_topic
 
 Progress = Callable[[str], None]
 
@@ -64,7 +64,7 @@ def check_exactly_once(
         parallelism: write partitions whose markers to read; default: the largest
             parallelism the epoch log ever planned.
         key_fn: maps a record to its id and ordering key (default: JSON ``id``/``key``;
-            :func:`~connectors.testing.verify.record_identity` builds one from a field
+            :func:`~connectors.verify.record_identity` builds one from a field
             path or a function for each).
         epoch_log: a ``FileEpochLog`` path, an already loaded history, or ``None`` for the
             sink's Kafka epoch log in ``epoch_log_topic``.

@@ -45,7 +45,7 @@ from types import TracebackType
 
 import pyspark
 
-from connectors.testing._cluster_status import (
+from integration_tests.support._cluster_status import (
     AppStatus,
     ExecutorProcess,
     MasterStatus,
@@ -185,7 +185,7 @@ class StandaloneCluster:
         """Environment for a pyspark driver process on this cluster.
 
         ``SPARK_CONF_DIR`` points at a ``spark-defaults.conf`` holding :meth:`app_conf`, so
-        a driver that sets only the master (``connectors.testing.app`` with ``master=...``) still
+        a driver that sets only the master (``connectors.demo.app`` with ``master=...``) still
         gets small executors and a loopback driver address.
         """
         return {"SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOCAL_IP": LOOPBACK,

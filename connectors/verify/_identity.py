@@ -20,8 +20,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from connectors.testing.verify._errors import IdentityOptionError, RecordFormatError
-from connectors.testing.verify._records import IdentityFn, Record, RecordIdentity
+from connectors.verify._errors import IdentityOptionError, RecordFormatError
+from connectors.verify._records import IdentityFn, Record, RecordIdentity
 
 Part = Callable[[Record], object]
 
@@ -132,7 +132,7 @@ def record_identity(id_of: Part | str = "id", order_key_of: Part | str | None = 
 
     ``id_of`` / ``order_key_of``: a field path (a string) or a callable ``Record ->
     value``; ``order_key_of=None`` checks no order. The default is the format of
-    :func:`connectors.testing.verify.make_input_value` (JSON ``id`` and ``key`` fields).
+    :func:`connectors.verify.make_input_value` (JSON ``id`` and ``key`` fields).
     """
     def part(spec: Part | str) -> Part:
         return FieldPath(spec) if isinstance(spec, str) else spec

@@ -3,7 +3,7 @@
 Contract:
 
 1. :meth:`AppProcess.start` writes the config to a file and starts
-   ``python -m connectors.testing.app`` in a new session (its own process group), with stderr
+   ``python -m connectors.demo.app`` in a new session (its own process group), with stderr
    going to a log file so a full pipe can never block it;
 2. a reader thread parses ``EPOCH`` lines from stdout into :attr:`AppProcess.epochs`;
 3. :meth:`wait` returns the exit code (negative: killed by that signal);
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from connectors.testing.app._pipeline import EpochLine, PipelineConfig
+from connectors.demo.app._pipeline import EpochLine, PipelineConfig
 from connectors.testing.faults import KILL_APP_ENV
 
 # Seconds an app run may take before the runner gives up on it (busy 2-core machine).
@@ -68,7 +68,7 @@ class AppProcess:
         self._on_epoch = on_epoch
         with self.stderr_path.open("w") as err:
             self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "connectors.testing.app", str(config_path)],
+                [sys.executable, "-m", "connectors.demo.app", str(config_path)],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env,
                 start_new_session=True,
             )

@@ -1,4 +1,4 @@
-"""Soak run: ``python -m connectors.testing.soak [--records 1000000] [--faults 20]``.
+"""Soak run: ``python -m integration_tests.support.soak [--records 1000000] [--faults 20]``.
 
 A longer randomized chaos run of the exactly-once pipeline (not part of ``make test``):
 
@@ -10,7 +10,7 @@ A longer randomized chaos run of the exactly-once pipeline (not part of ``make t
    from outside, and a new write parallelism on each restart;
 4. run the query as Spark applications, restarting from the checkpoint after every failure,
    until every epoch is written (rich progress bar on records committed);
-5. check every invariant with ``connectors.testing.verify.check_exactly_once`` and print a summary
+5. check every invariant with ``connectors.verify.check_exactly_once`` and print a summary
    table: records checked, faults injected by type, anomalies by type. Exit 1 on any anomaly.
 """
 
@@ -33,10 +33,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from connectors.demo.app import AppProcess, EpochLine, PipelineConfig, stage_input
 from connectors.kafka import _clients
 from connectors.stage import DRIVER_STEPS, TASK_STEPS
-from connectors.testing.app import AppProcess, EpochLine, PipelineConfig, stage_input
-from connectors.testing.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
+from connectors.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
 
 # kill_app: the task SIGKILLs the whole application (it runs in a session of its own).
 TASK_ACTIONS = ("kill", "raise", "kill_app")
@@ -84,7 +84,7 @@ def fired_faults(plan_path: Path, faults: list[dict[str, Any]]) -> Counter[str]:
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m connectors.testing.soak", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m integration_tests.support.soak", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--faults", type=int, default=20)

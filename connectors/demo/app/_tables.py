@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connectors.testing.verify import Record
+from connectors.verify import Record
 
 # Columns of the pipeline's table, in order.
 TABLE_COLUMNS = ("id", "key", "seq", "in_partition", "in_offset")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from connectors.kafka import _clients
-from connectors.testing.verify._records import make_input_value
+from connectors.verify._records import make_input_value
 
 # Seconds to wait for every input record to be acknowledged.
 PRODUCE_FLUSH_TIMEOUT_S = 120.0

@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.testing.verify import Record, read_topic
+from connectors.verify import Record, read_topic
 
 SCHEMA = pa.schema([
     ("key", pa.string()),

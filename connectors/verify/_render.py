@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console, Group
 from rich.table import Table
 
-from connectors.testing.verify._analysis import TOPIC_KINDS, Anomaly, AnomalyKind, CheckReport
-from connectors.testing.verify._table import TABLE_KINDS, TableReport
+from connectors.verify._analysis import TOPIC_KINDS, Anomaly, AnomalyKind, CheckReport
+from connectors.verify._table import TABLE_KINDS, TableReport
 
 # Example anomalies shown per kind in the rendered report.
 EXAMPLES_SHOWN = 5

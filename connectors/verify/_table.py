@@ -24,8 +24,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from connectors.testing.verify._analysis import Anomaly, AnomalyKind, _Collector, _Counted
-from connectors.testing.verify._records import IdentityFn, Record
+from connectors.verify._analysis import Anomaly, AnomalyKind, _Collector, _Counted
+from connectors.verify._records import IdentityFn, Record
 
 # Write modes of the table check (those of ``connectors.postgres.WriteMode``).
 APPEND = "append"

@@ -3,7 +3,7 @@
 Two inputs (``PipelineConfig.source``), both giving the columns ``key STRING, value BINARY,
 in_partition INT, in_offset BIGINT`` (:data:`SPARK_SCHEMA_DDL`):
 
-* ``"files"`` (the default): staged chunk files (``connectors.testing.app._staging``) read with
+* ``"files"`` (the default): staged chunk files (``connectors.demo.app._staging``) read with
   Spark's file source, one file per micro-batch (``maxFilesPerTrigger=1``);
 * ``"kafka"``: the input topic itself, read with the kit's ``read_committed`` source
   (format ``kafka-rc``) from the earliest offsets, at most ``max_offsets_per_trigger``
@@ -16,7 +16,7 @@ Three sinks (``PipelineConfig.sink``, built by :func:`build_sink`):
 
 * ``"kafka"`` (the default): ``KafkaSink`` into ``output_topic``;
 * ``"postgres"``: ``PostgresSink`` into ``postgres_table`` (the rows of
-  ``connectors.testing.app._tables``: the table is created by the caller, with
+  ``connectors.demo.app._tables``: the table is created by the caller, with
   :func:`create_table`); ``output_topic`` is not used;
 * ``"kafka+postgres"``: both in one epoch (``connectors.stage.TransactionalSinks``, sink id
   ``sink_id``; the members are ``{sink_id}-kafka`` and ``{sink_id}-pg``, see
@@ -45,8 +45,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from connectors.testing.app._staging import SPARK_SCHEMA_DDL
-from connectors.testing.app._tables import table_rows
+from connectors.demo.app._staging import SPARK_SCHEMA_DDL
+from connectors.demo.app._tables import table_rows
 
 # Seconds Spark waits for a python worker to connect back; generous on a busy machine.
 PYTHON_WORKER_TIMEOUT_S = 120

@@ -1,13 +1,13 @@
-"""The application harness: the kit's streaming query, runnable as its own Spark app.
+"""The demo's application harness: the kit's streaming query, runnable as its own Spark app.
 
-Used by the demo (``python -m connectors.demo``), the end-to-end chaos tests, the soak run
+Part of the demo (an application, not a testing helper). Used by the demo (``python -m connectors.demo``), the end-to-end chaos tests, the soak run
 and the benchmarks: staging input topics as chunk files, the query itself
 (input -> ``KafkaSink``, ``PostgresSink``, or both in one epoch), the PostgreSQL table it
 writes, and running it as a separate Spark application
-(``python -m connectors.testing.app CONFIG``) that a test can kill.
+(``python -m connectors.demo.app CONFIG``) that a test can kill.
 """
 
-from connectors.testing.app._pipeline import (
+from connectors.demo.app._pipeline import (
     ORDER_COLUMNS,
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
@@ -27,9 +27,9 @@ from connectors.testing.app._pipeline import (
     member_ids,
     run_query,
 )
-from connectors.testing.app._runner import AppProcess
-from connectors.testing.app._staging import SCHEMA, SPARK_SCHEMA_DDL, stage_input, write_chunks
-from connectors.testing.app._tables import (
+from connectors.demo.app._runner import AppProcess
+from connectors.demo.app._staging import SCHEMA, SPARK_SCHEMA_DDL, stage_input, write_chunks
+from connectors.demo.app._tables import (
     CHANGELOG_OP_SQL,
     TABLE_COLUMNS,
     changelog_op,
