@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(PY) -m connectors.demo
 
 # ruff and mypy are pinned in pyproject.toml's dev extra; .pre-commit-config.yaml runs the same.
-LINT_PATHS := txn connectors minikafka tests integration_tests benchmarks
+LINT_PATHS := txn connectors minikafka tests integration_tests benchmarks conftest.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
@@ -63,7 +63,7 @@ test: lint typecheck
 # The developer's loop: lint, types, unit tests and the integration tests that need
 # neither Spark nor whole applications (well under two minutes).
 test-fast: lint typecheck
-	$(PY) -m pytest -q -m "not spark and not e2e and not soak"
+	$(PY) -m pytest -q -m "not spark and not e2e"
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
