@@ -9,8 +9,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 
 
 def bar_plot(

@@ -62,7 +62,7 @@ def parse_time(text: str | None) -> float:
 
 
 def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=REST_TIMEOUT_S) as answer:  # noqa: S310 - local UI
+    with urllib.request.urlopen(url, timeout=REST_TIMEOUT_S) as answer:
         return json.load(answer)
 
 

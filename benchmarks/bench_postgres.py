@@ -89,7 +89,7 @@ def table_frame(spark: Any, rows: int) -> Any:
 
 
 def _baseline(dsn: str, table: str) -> Callable[[Any, int], None]:
-    query = f"INSERT INTO {table} (id, name, amount, ts) VALUES (%s, %s, %s, %s)"  # noqa: S608
+    query = f"INSERT INTO {table} (id, name, amount, ts) VALUES (%s, %s, %s, %s)"
 
     def write_partition(rows: Iterator[Any]) -> None:
         import psycopg  # in the worker
@@ -150,7 +150,7 @@ class Writers:
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return {v: int(conn.execute(f"SELECT count(*) FROM {self._table(v)}")  # noqa: S608
+            return {v: int(conn.execute(f"SELECT count(*) FROM {self._table(v)}")
                            .fetchone()[0]) for v in self._write}  # type: ignore[index]
 
     def close(self) -> None:

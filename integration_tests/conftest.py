@@ -16,13 +16,14 @@ Tests must not special-case the server behind the address.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import KafkaException
@@ -36,6 +37,8 @@ from connectors.testing.postgres import postgres_dsn as select_postgres_dsn
 TOPIC_READY_TIMEOUT_S = 30.0
 # Seconds for an AdminClient request (create/delete topics) to complete.
 ADMIN_REQUEST_TIMEOUT_S = 30.0
+
+_Closable = TypeVar("_Closable")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,6 +63,18 @@ def kafka_bootstrap() -> Iterator[str]:
 
     with BrokerProcess() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[_Closable], _Closable]]:
+    """Register an object with a ``close()`` (a sink, a client): closed when the test ends.
+
+    A sink holds Kafka clients on the driver (its epoch log's producer), and Spark's gateway
+    keeps the ``foreachBatch`` function, so the sink, alive after its query: unclosed, they
+    would outlive the test and then the broker, logging connection errors to the end.
+    """
+    with contextlib.ExitStack() as stack:
+        yield lambda thing: stack.enter_context(contextlib.closing(thing))
 
 
 @pytest.fixture(scope="session")
@@ -99,14 +114,36 @@ def schema(pg: Any) -> Iterator[str]:
     pg.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
+class ClosableAdmin:
+    """An AdminClient that ``close()`` destroys (confluent-kafka's AdminClient has no close()).
+
+    A client lives until its last reference goes, and pytest (fixture values, tracebacks)
+    keeps references past the session's teardown, so an AdminClient fixture value would
+    outlive the broker, logging connection errors after the summary. The suite holds this
+    handle instead, and closing it drops the only reference to the client.
+    """
+
+    def __init__(self, config: dict[str, str]) -> None:
+        self._client: AdminClient | None = AdminClient(config)
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            raise RuntimeError("the test's AdminClient is closed")
+        return getattr(self._client, name)
+
+    def close(self) -> None:
+        self._client = None
+
+
 @pytest.fixture(scope="session")
-def kafka_admin(kafka_bootstrap: str) -> AdminClient:
-    """An AdminClient on the session's cluster."""
-    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+def kafka_admin(kafka_bootstrap: str) -> Iterator[ClosableAdmin]:
+    """An AdminClient on the session's cluster, destroyed before the cluster stops."""
+    with contextlib.closing(ClosableAdmin({"bootstrap.servers": kafka_bootstrap})) as admin:
+        yield admin
 
 
 @pytest.fixture
-def new_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
+def new_topic(kafka_admin: ClosableAdmin) -> Iterator[Callable[..., str]]:
     """Factory: create a uniquely named topic and wait until its metadata shows it."""
     created: list[str] = []
 
@@ -130,7 +167,7 @@ def new_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
             pass  # best effort: topic names are unique, a leftover harms no other test
 
 
-def wait_for_topic(admin: AdminClient, name: str, partitions: int) -> None:
+def wait_for_topic(admin: AdminClient | ClosableAdmin, name: str, partitions: int) -> None:
     """Block until the topic's metadata lists ``partitions`` partitions with leaders."""
     deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
     while time.monotonic() < deadline:

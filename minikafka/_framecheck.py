@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
 
-from kio.serial._introspect import (  # noqa: SLF001 - kio's public field introspection
+from kio.serial._introspect import (  # kio's public field introspection
     EntityField,
     EntityTupleField,
     PrimitiveTupleField,

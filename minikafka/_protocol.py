@@ -23,7 +23,7 @@ from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0 import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1 import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import (  # noqa: SLF001 - kio's public field introspection
+from kio.serial._introspect import (  # kio's public field introspection
     EntityField,
     EntityTupleField,
     classify_field,

@@ -247,7 +247,7 @@ class Participant(abc.ABC, Generic[Rows]):
     def abort(self) -> None:
         """Discard the open transaction, if any. Idempotent."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+    def close(self) -> None:  # optional hook, nothing to release by default
         """Release resources (connections, producers)."""
 
 
@@ -279,7 +279,7 @@ class Resource(abc.ABC, Generic[Rows]):
     def fingerprint(self) -> str:
         """Stable digest of the sink configuration that affects where rows land."""
 
-    def abort_lingering(self, partitions: Iterable[int]) -> None:  # noqa: B027
+    def abort_lingering(self, partitions: Iterable[int]) -> None:
         """Abort open work left by earlier runs on ``partitions`` (start-up, shrink)."""
 
     def commit_prepared(self, plan: EpochPlan, partition: int) -> None:

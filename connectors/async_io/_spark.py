@@ -26,7 +26,7 @@ class _MetricsParam(AccumulatorParam[AsyncMetrics]):
     def zero(self, value: AsyncMetrics) -> AsyncMetrics:
         return AsyncMetrics()
 
-    def addInPlace(self, value1: AsyncMetrics, value2: AsyncMetrics) -> AsyncMetrics:
+    def addInPlace(self, value1: AsyncMetrics, value2: AsyncMetrics) -> AsyncMetrics:  # noqa: N802
         return value1.merge(value2)
 
 

@@ -103,7 +103,8 @@ def connect_admin(settings: Mapping[str, Any], *, setting: str) -> AdminClient:
 def _unreachable(
     address: str, setting: str, seen: collections.deque[KafkaError], last: KafkaException
 ) -> str:
-    conn = [e for e in seen if e.code() in CONNECTION_CODES and e.code() != KafkaError._ALL_BROKERS_DOWN]  # noqa: SLF001
+    all_down = KafkaError._ALL_BROKERS_DOWN  # noqa: SLF001 - librdkafka's local code
+    conn = [e for e in seen if e.code() in CONNECTION_CODES and e.code() != all_down]
     why = (
         f"last connection error: {conn[-1].str()}"
         if conn

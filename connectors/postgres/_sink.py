@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
@@ -15,10 +15,15 @@ from connectors.postgres._schema import Layout, TableInfo, check_input, describe
 from connectors.stage import InputPlan, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
 log = logging.getLogger("connectors.postgres")
 
 
-def _arrow_schema(schema: Any) -> Any:
+def _arrow_schema(schema: StructType) -> pa.Schema:
     """Return the Arrow schema Spark's ``mapInArrow`` delivers for a Spark ``schema``.
 
     Timestamps carry the session time zone there, so they do here (the write tasks compare
@@ -60,7 +65,7 @@ class PostgresConnector(SinkConnector):
         with connect(self.cfg, "coordinator", autocommit=True) as conn:
             return describe_table(conn, self.cfg.schema, self.cfg.table)
 
-    def check_input(self, schema: Any) -> InputPlan:
+    def check_input(self, schema: StructType) -> InputPlan:
         """Check the DataFrame against the table (errors name the column).
 
         ``order_by`` columns that the table does not have only order the rows; the others
@@ -80,7 +85,7 @@ class PostgresConnector(SinkConnector):
             columns=shipped, route_by=layout.keys, order_by=self.cfg.order_by, layout=layout
         )
 
-    def transform(self, df: Any, plan: InputPlan) -> Any:
+    def transform(self, df: DataFrame, plan: InputPlan) -> DataFrame:
         """Changelog input: drop ``update_before`` rows (the after-image carries the change)."""
         layout: Layout = plan.layout
         if self.cfg.write_mode is not WriteMode.CHANGELOG or layout.op_column is None:

@@ -65,7 +65,7 @@ class FaultPlanError(ConfigError):
     """A fault plan file is unreadable or holds an invalid fault; the message says which."""
 
 
-class InjectedFault(TxnError):  # noqa: N818 - the name is part of the FaultPlan API
+class InjectedFault(TxnError):
     """Raised by a fault with action "raise" (testing only)."""
 
 

@@ -22,32 +22,32 @@ class MarkerLike(Protocol):
     """What the check reads from a marker (``txn.Marker`` fits)."""
 
     @property
-    def epoch(self) -> int: ...  # noqa: D102
+    def epoch(self) -> int: ...
 
     @property
-    def rows(self) -> int: ...  # noqa: D102
+    def rows(self) -> int: ...
 
 
 class PlanLike(Protocol):
     """What the check reads from an epoch plan (``txn.EpochPlan`` fits)."""
 
     @property
-    def epoch(self) -> int: ...  # noqa: D102
+    def epoch(self) -> int: ...
 
     @property
-    def parallelism(self) -> int: ...  # noqa: D102
+    def parallelism(self) -> int: ...
 
 
 class HistoryLike(Protocol):
     """What the check reads from an epoch history (``txn.EpochHistory`` fits)."""
 
-    def plan(self, epoch: int) -> PlanLike | None: ...  # noqa: D102
+    def plan(self, epoch: int) -> PlanLike | None: ...
 
-    def in_doubt(self) -> Sequence[PlanLike]: ...  # noqa: D102
+    def in_doubt(self) -> Sequence[PlanLike]: ...
 
-    def last_committed_epoch(self) -> int | None: ...  # noqa: D102
+    def last_committed_epoch(self) -> int | None: ...
 
-    def max_parallelism(self) -> int: ...  # noqa: D102
+    def max_parallelism(self) -> int: ...
 
 
 def check_epoch_log(

@@ -41,7 +41,7 @@ class ServiceState:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass  # keep test output clean
 
     def do_GET(self) -> None:

@@ -122,6 +122,7 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     new_topic: Callable[..., str],
     http_service: Any,
     tmp_path: Path,
+    closing: Callable[[KafkaSink], KafkaSink],
     mode: str,
 ) -> None:
     register(spark)
@@ -134,11 +135,11 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     ck = tmp_path / "ck"
 
     def sink(stage_retries: int) -> KafkaSink:  # a fresh instance per run, as after a restart
-        return KafkaSink(
+        return closing(KafkaSink(
             kafka_bootstrap, out, sink_id, guarantee="exactly-once", mode=mode, parallelism=2,
             order_by=("in_offset",), stage_retries=stage_retries,
             fault_plan=FaultPlan(str(plan_path)),
-        )
+        ))
 
     # No stage retries: a re-run inside the call would call the service again and get past
     # the failure, which then would not reach the query.

@@ -87,7 +87,7 @@ class DriverProcess:
     def __init__(self, conf: dict[str, str], env: dict[str, str], log: Path) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with mock.patch.dict(os.environ, env), log.open("w") as err:
-            self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            self._proc = subprocess.Popen(
                 [sys.executable, "-m", "integration_tests.cluster._driver", json.dumps(conf)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                 env=dict(os.environ), start_new_session=True,

@@ -26,7 +26,7 @@ DEMO_TIMEOUT_S = 780.0
 def test_demo_runs_exactly_once_on_the_cluster(spark_cluster: ClusterTarget,
                                                kafka_bootstrap: str, tmp_path: Path) -> None:
     env = {**os.environ, **spark_cluster.env}
-    proc = subprocess.run(  # noqa: S603 - our own interpreter and module
+    proc = subprocess.run(
         [sys.executable, "-m", "connectors.demo", "--master", spark_cluster.master_url,
          "--bootstrap-servers", kafka_bootstrap, "--records", "1200", "--epochs", "3",
          "--work-dir", str(tmp_path / "demo")],

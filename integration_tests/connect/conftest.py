@@ -39,7 +39,7 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def run_client(url: str, scenario: str, args: dict[str, Any], log: Path) -> dict[str, Any]:
     """Run one ``_client`` scenario against ``url``; return its RESULT document."""
-    proc = subprocess.run(  # noqa: S603 - our own interpreter and module
+    proc = subprocess.run(
         [sys.executable, "-m", "integration_tests.connect._client", scenario, url,
          json.dumps(args)],
         capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, cwd=REPO, check=False,

@@ -167,5 +167,5 @@ def test_the_guides_runnable_blocks_run(spark: Any, tmp_path: Path,
     assert blocks, "the guide lost its runnable example"
     monkeypatch.chdir(tmp_path)  # the blocks use relative paths, as a reader would
     for index, code in enumerate(blocks):
-        exec(compile(code, f"{guide.name}[run {index}]", "exec"), {"spark": spark})  # noqa: S102
+        exec(compile(code, f"{guide.name}[run {index}]", "exec"), {"spark": spark})
     assert (tmp_path / "orders.db").exists()

@@ -85,7 +85,7 @@ def test_streaming_source_on_a_wrong_address_fails_with_the_typed_error(spark: A
           .option("subscribe", "t").load())
     query = df.writeStream.format("noop").start()
     started = time.monotonic()
-    with pytest.raises(Exception) as info:  # noqa: PT011 - Spark wraps the Python error
+    with pytest.raises(Exception) as info:  # Spark wraps the Python error
         query.awaitTermination(120)
     assert time.monotonic() - started < CONNECT_WAIT_S + 2 * SLACK_S
     assert "KafkaConnectError" in str(info.value) and address in str(info.value)

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from confluent_kafka.admin import NewTopic
-from pyspark.sql import functions as F
+from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.kafka import (
     BrokerUnavailableError,

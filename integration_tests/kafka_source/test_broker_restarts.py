@@ -125,7 +125,7 @@ def world(tmp_path: Path) -> Iterator[World]:
                 for fut in futures.values():
                     fut.result(timeout=CLIENT_TIMEOUT_S)
                 break
-            except Exception:  # noqa: BLE001 - retried until the deadline, then raised
+            except Exception:  # retried until the deadline, then raised
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(POLL_S)

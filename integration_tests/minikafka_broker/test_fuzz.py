@@ -4,8 +4,8 @@ and versions, from several connections at once, while a well-behaved client keep
 The broker may answer a frame (then with a well-formed response of that API and version, in
 order) or close that connection; it must never log an internal error, never stop serving, and
 the well-behaved client must never notice. ``test_fuzz_bounded`` runs in the default suite for
-a few seconds; ``test_fuzz_long`` runs for ``MINIKAFKA_FUZZ_SECONDS`` (default 120) when selected
-with ``-m fuzz``. A failure message names the seed that reproduces it.
+a few seconds; ``test_fuzz_long`` runs for ``MINIKAFKA_FUZZ_SECONDS`` (default 120) when
+selected with ``--fuzz``. A failure message names the seed that reproduces it.
 """
 
 from __future__ import annotations
@@ -258,13 +258,8 @@ def test_fuzz_bounded(fuzz_broker: EmbeddedKafka, caplog: pytest.LogCaptureFixtu
 
 
 @pytest.mark.fuzz
-def test_fuzz_long(
-    request: pytest.FixtureRequest, fuzz_broker: EmbeddedKafka, caplog: pytest.LogCaptureFixture
-) -> None:
-    if "fuzz" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip(
-            "long fuzz run: select it with -m fuzz (MINIKAFKA_FUZZ_SECONDS sets its length)"
-        )
+def test_fuzz_long(fuzz_broker: EmbeddedKafka, caplog: pytest.LogCaptureFixture) -> None:
+    # Runs only with --fuzz (the root conftest skips it otherwise).
     seconds = float(os.environ.get("MINIKAFKA_FUZZ_SECONDS", LONG_SECONDS))
     seed = int(os.environ.get("MINIKAFKA_FUZZ_SEED", random.randrange(1_000_000)))
     tally = _run(fuzz_broker, seconds, seed, caplog)

@@ -50,7 +50,7 @@ def _transaction(producer: Producer, topic: str, marker_topic: str, group_md: ob
                 [TopicPartition(marker_topic, 0, n + 1)], group_md, SEND_OFFSETS_TIMEOUT_S
             )
             outcome.append(None)
-        except BaseException as exc:  # reported to the test thread below
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread below
             outcome.append(exc)
 
     worker = threading.Thread(target=send, name="send-offsets", daemon=True)

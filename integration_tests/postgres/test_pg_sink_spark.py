@@ -116,7 +116,7 @@ def test_violated_constraint_aborts_the_epoch_with_nothing_visible(
     table(pg, schema, "id bigint PRIMARY KEY, name text CHECK (name <> 'bad')")
     s = sink(postgres_dsn, schema, stage_retries=0)
     try:
-        df: Callable[[str], Any] = lambda bad: spark.range(40).selectExpr(  # noqa: E731
+        df: Callable[[str], Any] = lambda bad: spark.range(40).selectExpr(
             "id", f"CASE WHEN id = 7 THEN '{bad}' ELSE 'ok' END AS name")
         with pytest.raises(Exception, match="(?i)constraint|check"):
             s(df("bad"), 0)

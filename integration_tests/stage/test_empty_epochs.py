@@ -168,7 +168,7 @@ def test_transactional_sinks_commit_when_one_member_gets_no_row(
     kafka = KafkaSink(kafka_bootstrap, topic, f"{name}-k", parallelism=1)
     table = PostgresSink(postgres_dsn, "t", f"{name}-p", schema=schema, control_schema=schema,
                          parallelism=1, commit_protocol="two-phase")
-    small = lambda df: to_table(df.filter("id < 1000"))  # noqa: E731 - a select function
+    small = lambda df: to_table(df.filter("id < 1000"))  # a select function
     sink = TransactionalSinks([(kafka, to_kafka), (table, small)], sink_id=name,
                               epoch_log=tmp_path / "epochs.log", mode=mode)
     try:

@@ -230,8 +230,8 @@ class StandaloneCluster:
 
     def status(self) -> MasterStatus:
         """Return the master's JSON status (workers, running applications)."""
-        with urllib.request.urlopen(f"{self.web_ui_url}/json/",  # noqa: S310 - our own UI
-                                    timeout=HTTP_TIMEOUT_S) as resp:
+        url = f"{self.web_ui_url}/json/"
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - our UI
             return MasterStatus.parse(json.loads(resp.read()))
 
     def wait_registered(self, timeout_s: float = REGISTER_TIMEOUT_S) -> MasterStatus:

@@ -101,11 +101,11 @@ def test_task_result_with_attempt_pickles():
 
 def test_sink_starts_a_new_client_generation_on_demand_and_after_unpickling():
     sink = KafkaSink("127.0.0.1:9", "out", "s")
-    first = sink._reuse.generation  # noqa: SLF001 - the generation is internal state
-    sink._reuse.renew("test")  # noqa: SLF001
-    assert sink._reuse.generation != first  # noqa: SLF001
+    first = sink._reuse.generation  # the generation is internal state
+    sink._reuse.renew("test")
+    assert sink._reuse.generation != first
     again = pickle.loads(pickle.dumps(sink))
-    assert again._reuse.generation not in (first, sink._reuse.generation)  # noqa: SLF001
+    assert again._reuse.generation not in (first, sink._reuse.generation)
 
 
 class FakeProducer:

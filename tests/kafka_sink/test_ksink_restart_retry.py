@@ -28,7 +28,7 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_classify, "BROKER_RESTART_WAIT_S", 2.0)
 
 
-INCONSISTENT = KafkaError._INCONSISTENT  # noqa: SLF001 - librdkafka's local code
+INCONSISTENT = KafkaError._INCONSISTENT  # librdkafka's local code
 
 
 class TxnProducer:

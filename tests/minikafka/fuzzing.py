@@ -31,7 +31,7 @@ from typing import Any
 from kio.schema.request_header.v1 import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
-from kio.serial._introspect import (  # noqa: SLF001 - kio's field introspection
+from kio.serial._introspect import (  # kio's field introspection
     EntityField,
     EntityTupleField,
     PrimitiveTupleField,

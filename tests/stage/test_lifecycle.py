@@ -98,11 +98,11 @@ def test_a_sink_object_holds_its_log_until_closed_also_after_pickling(tmp_path: 
         return KafkaSink("localhost:1", "t", "s", epoch_log=tmp_path / "log")
 
     first = sink()
-    log = first._open_log()  # noqa: SLF001 - the first write does this
+    log = first._open_log()  # the first write does this
     with pytest.raises(EpochLogLockedError):
         FileEpochLog(tmp_path / "log", sink_id="s")  # another process would be refused
     second = sink()
-    assert second._open_log().load().sink_id == "s"  # noqa: SLF001 - took it over
+    assert second._open_log().load().sink_id == "s"  # took it over
     with pytest.raises(EpochLogError, match="closed"):
         log.load()  # the first object's log was closed for the second
     copy = pickle.loads(pickle.dumps(second))
@@ -117,7 +117,7 @@ def test_a_sink_object_holds_its_log_until_closed_also_after_pickling(tmp_path: 
 
 def test_a_collected_sink_object_releases_its_log(tmp_path: Any) -> None:
     sink = KafkaSink("localhost:1", "t", "s", epoch_log=tmp_path / "log")
-    sink._open_log()  # noqa: SLF001 - the first write does this
+    sink._open_log()  # the first write does this
     del sink
     gc.collect()
     FileEpochLog(tmp_path / "log", sink_id="s").close()  # the lock went with the object
@@ -148,8 +148,8 @@ def test_shared_clients_close_only_once_no_live_object_holds_the_log() -> None:
 
 def test_close_without_waiting_leaves_a_sink_that_is_writing_alone(tmp_path: Any) -> None:
     sink = KafkaSink("localhost:1", "t", "s", epoch_log=tmp_path / "log")
-    log = sink._open_log()  # noqa: SLF001 - the first write does this
-    with sink._lock:  # noqa: SLF001 - as while a batch is written
+    log = sink._open_log()  # the first write does this
+    with sink._lock:  # as while a batch is written
         assert not sink.close(wait=False)
         assert log.load().sink_id == "s"  # still open
     assert sink.close(wait=False) and sink.close()

@@ -204,7 +204,7 @@ def test_kill_app_from_a_worker_group_kills_the_whole_session(tmp_path):
     pids_file = tmp_path / "pids"
     env = {**os.environ, KILL_APP_ENV: "1",
            "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")])}
-    leader = subprocess.Popen(  # noqa: S603 - our own interpreter and script
+    leader = subprocess.Popen(
         [sys.executable, "-c", LEADER, plan.path, str(pids_file), WORKER],
         env=env, start_new_session=True,
     )

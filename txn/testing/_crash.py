@@ -26,7 +26,7 @@ from txn._model import CommitMode, EpochPlan, Guarantee, Resource, Rows, Vote
 from txn._task import TaskStep
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - it is a crash, not an error
+class SimulatedCrash(BaseException):
     """Raised by crash hooks: the process "dies" here, no cleanup code runs.
 
     A BaseException (not an Exception) so that ``except Exception`` blocks in the protocol

@@ -69,7 +69,7 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
 def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
     """Return the target table's column names (raise :class:`TableNotFoundError`)."""
     rows = _driver_call(cfg, "reading the table", lambda conn: conn.execute(
-        f"PRAGMA table_info({quote(cfg.table)})").fetchall())  # noqa: S608 - quoted name
+        f"PRAGMA table_info({quote(cfg.table)})").fetchall())  # quoted name
     if not rows:
         msg = f"table {cfg.table!r} does not exist in {cfg.path}; create it first"
         raise TableNotFoundError(msg)

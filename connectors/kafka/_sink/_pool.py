@@ -85,7 +85,7 @@ _owner_pid = os.getpid()
 
 def _check_pid() -> None:
     """Forget entries inherited through fork (never close them: not fork-safe)."""
-    global _owner_pid  # noqa: PLW0603 - process-wide pool
+    global _owner_pid  # process-wide pool
     pid = os.getpid()
     if pid != _owner_pid:
         _entries.clear()

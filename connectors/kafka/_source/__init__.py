@@ -19,7 +19,7 @@ Options and output schema follow Spark's built-in ``kafka`` source; reads use
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._arrow import arrow_schema, spark_schema
 from ._errors import (
@@ -35,6 +35,9 @@ from ._offsets import EARLIEST, LATEST, KafkaOffsets
 from ._options import OffsetBound, SourceOptions, Subscription
 from ._ranges import KafkaInputPartition, OffsetRange
 from ._source import SOURCE_NAME, KafkaBatchReader, KafkaRcDataSource, KafkaStreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "EARLIEST",
@@ -62,7 +65,7 @@ __all__ = [
 ]
 
 
-def register(spark: Any) -> str:
+def register(spark: SparkSession) -> str:
     """Register the ``kafka-rc`` format on ``spark`` and return the format name.
 
     Call once per SparkSession, before ``spark.read/readStream.format("kafka-rc")``.

@@ -1,0 +1,37 @@
+"""Options of the whole suite.
+
+pytest reads ``pytest_addoption`` only from the root conftest (and plugins), so the
+options live here, whichever test directory a run names.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# The long runs that an option turns on: marker -> (option, why the test is skipped without it).
+OPT_IN_RUNS = {
+    "fuzz": (
+        "--fuzz",
+        "long fuzz run of minikafka: select it with --fuzz (MINIKAFKA_FUZZ_SECONDS sets its length)",
+    ),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Declare ``--fuzz``."""
+    parser.addoption(
+        "--fuzz",
+        action="store_true",
+        default=False,
+        help="run the long fuzz run of minikafka's request decoding (tests marked fuzz)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests of each opt-in run unless its option is given."""
+    for marker, (option, reason) in OPT_IN_RUNS.items():
+        if config.getoption(option):
+            continue
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,86 @@
+"""The suite's markers and options: every declared marker used, undeclared ones refused.
+
+The long fuzz run is chosen with ``--fuzz`` (the root conftest), not by a marker expression.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest itself depends on tomli before 3.11
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_DIRS = ("tests", "integration_tests")
+# Seconds a pytest run in a subprocess may take (collection imports Spark's Python side).
+PYTEST_RUN_TIMEOUT_S = 120.0
+FUZZ_TEST = "integration_tests/minikafka_broker/test_fuzz.py::test_fuzz_long"
+
+
+def declared_markers() -> set[str]:
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    lines = ini["tool"]["pytest"]["ini_options"]["markers"]
+    return {re.split(r"[:(]", line, maxsplit=1)[0].strip() for line in lines}
+
+
+def used_markers() -> set[str]:
+    used: set[str] = set()
+    for directory in TEST_DIRS:
+        for path in (ROOT / directory).rglob("*.py"):
+            used.update(re.findall(r"pytest\.mark\.(\w+)", path.read_text(encoding="utf-8")))
+    return used
+
+
+def run_pytest(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=PYTEST_RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_every_declared_marker_is_used_by_a_test() -> None:
+    declared = declared_markers()
+    assert {"spark", "fuzz", "cluster", "connect", "e2e", "model_long"} <= declared
+    assert declared - used_markers() == set()
+
+
+def test_strict_markers_is_on(pytestconfig: pytest.Config) -> None:
+    assert pytestconfig.getoption("strict_markers") is True
+
+
+def test_an_undeclared_marker_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "test_undeclared.py").write_text(
+        "import pytest\n\n@pytest.mark.no_such_marker\ndef test_x():\n    pass\n",
+        encoding="utf-8",
+    )
+    result = run_pytest(
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path), cwd=tmp_path
+    )
+    assert result.returncode != 0, result.stdout
+    assert "'no_such_marker' not found in `markers` configuration option" in result.stdout
+
+
+def test_the_long_fuzz_run_is_skipped_without_the_option() -> None:
+    result = run_pytest(FUZZ_TEST, "-q", "-rs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 skipped" in result.stdout
+    assert "select it with --fuzz" in result.stdout
+
+
+def test_the_long_fuzz_run_runs_with_the_option() -> None:
+    result = run_pytest(FUZZ_TEST, "-q", "--fuzz", MINIKAFKA_FUZZ_SECONDS="3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
