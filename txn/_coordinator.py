@@ -104,15 +104,16 @@ class Coordinator(Generic[Rows]):
         for plan in history.in_doubt():
             completable = self._completable(plan)
             decided = history.state(plan.epoch) is EpochState.COMMIT_DECIDED
-            if not completable:
+            if not completable:  # Step 2: commit-in-task, left for the replay
                 waiting.append(plan.epoch)
-            elif len(completable) < plan.parallelism and not decided:
+            elif len(completable) < plan.parallelism and not decided:  # Step 2: mixed
                 self._deliver(plan, commit=False)
                 waiting.append(plan.epoch)
-            else:
+            else:  # Step 1: finished as the log says (lost prepared work: left for the replay)
                 finished = self._finish_in_doubt(plan, history)
                 out = waiting if finished is None else committed if finished else rolled_back
                 out.append(plan.epoch)
+        # Step 3: no task runs yet, so the work left on any partition ever planned is dead.
         lingering = tuple(range(history.max_parallelism()))
         if lingering:
             self._resource.abort_lingering(lingering)
