@@ -26,10 +26,7 @@ from txn._composite import CompositeResource, Member
 from txn._coordinator import (
     Coordinator,
     CoordinatorHooks,
-    CoordinatorStep,
-    EpochResult,
     Execute,
-    RecoveryReport,
 )
 from txn._errors import (
     ConfigError,
@@ -66,8 +63,10 @@ from txn._model import (
     Vote,
     VoteKind,
 )
+from txn._outcome import EpochResult, RecoveryReport
 from txn._state import EpochState
-from txn._task import Gather, TaskHooks, TaskStep, run_partition
+from txn._steps import CoordinatorStep, TaskStep
+from txn._task import Gather, TaskHooks, run_partition
 
 __all__ = [
     "DEFAULT_RETAIN_EPOCHS",

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Generic
 
 from txn._errors import (
@@ -29,50 +27,12 @@ from txn._model import (
     Resource,
     Rows,
 )
+from txn._outcome import DONE, READY, EpochResult, RecoveryReport, blame, lost_error
 from txn._state import EpochState
-
-
-class CoordinatorStep(str, enum.Enum):
-    """Points of the coordinator where ``hooks`` are called (crash injection)."""
-
-    PLAN_LOGGED = "plan-logged"  # plan durable, write stage not started
-    REPORTS_RECEIVED = "reports-received"  # write stage returned, outcome not logged
-    DECISION_LOGGED = "decision-logged"  # decision durable, not delivered
-    PARTITION_DELIVERED = "partition-delivered"  # one more partition got commit/rollback
-    DELIVERED = "delivered"  # every partition got the decision, completion not logged
-    COMPLETED = "completed"  # completion durable, result not returned
-
+from txn._steps import CoordinatorStep
 
 Execute = Callable[[EpochPlan], Sequence[PartitionReport]]
 CoordinatorHooks = Callable[[CoordinatorStep, int], None]
-_DONE = (PartitionOutcome.COMMITTED, PartitionOutcome.ALREADY_COMMITTED)
-_READY = (PartitionOutcome.PREPARED, PartitionOutcome.ALREADY_COMMITTED)
-
-
-@dataclass(frozen=True)
-class EpochResult:
-    """Outcome of :meth:`Coordinator.run_epoch`.
-
-    ``skipped``: the write stage did not run (the epoch was already committed, or an
-    earlier attempt's logged commit decision was finished). ``committed``: the epoch's
-    effect is applied (for at-most-once: the epoch is given up as done, applied or not).
-    """
-
-    epoch: int
-    plan: EpochPlan | None
-    skipped: bool
-    committed: bool
-    reports: tuple[PartitionReport, ...] = ()
-
-
-@dataclass(frozen=True)
-class RecoveryReport:
-    """What :meth:`Coordinator.recover` did."""
-
-    committed: tuple[int, ...] = ()  # in-doubt epochs finished by committing prepared work
-    rolled_back: tuple[int, ...] = ()  # in-doubt epochs rolled back (no commit decision)
-    awaiting_replay: tuple[int, ...] = ()  # epochs left for the replay to redo (partly)
-    lingering_partitions: tuple[int, ...] = ()  # partitions whose lingering work was aborted
 
 
 class Coordinator(Generic[Rows]):
@@ -144,15 +104,16 @@ class Coordinator(Generic[Rows]):
         for plan in history.in_doubt():
             completable = self._completable(plan)
             decided = history.state(plan.epoch) is EpochState.COMMIT_DECIDED
-            if not completable:
+            if not completable:  # Step 2: commit-in-task, left for the replay
                 waiting.append(plan.epoch)
-            elif len(completable) < plan.parallelism and not decided:
+            elif len(completable) < plan.parallelism and not decided:  # Step 2: mixed
                 self._deliver(plan, commit=False)
                 waiting.append(plan.epoch)
-            else:
+            else:  # Step 1: finished as the log says (lost prepared work: left for the replay)
                 finished = self._finish_in_doubt(plan, history)
                 out = waiting if finished is None else committed if finished else rolled_back
                 out.append(plan.epoch)
+        # Step 3: no task runs yet, so the work left on any partition ever planned is dead.
         lingering = tuple(range(history.max_parallelism()))
         if lingering:
             self._resource.abort_lingering(lingering)
@@ -220,32 +181,30 @@ class Coordinator(Generic[Rows]):
         """
         _check_int("epoch", epoch, 0)
         _check_int("parallelism", parallelism, 1)
+        # Step 1: load the history; a committed epoch is skipped.
         history = self._log.load()
         if history.is_committed(epoch):
             return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
+        # Step 2: an epoch in doubt is finished from the log or re-planned pinned; else a new plan.
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
             if self._resolve_in_doubt(previous, history):
                 return EpochResult(epoch, previous, skipped=True, committed=True)
             history = self._log.load()
         plan = self._next_plan(epoch, parallelism, history)
-        latest = history.latest_plan()
-        if latest is not None and latest.parallelism > plan.parallelism:
-            self._resource.abort_lingering(range(plan.parallelism, history.max_parallelism()))
+        # Step 3: a shrunk parallelism aborts the work lingering on the dropped partitions.
+        self._abort_dropped(plan, history)
+        # Step 4: the plan is logged before any task runs.
         self._log.append(plan)
         self._hook(CoordinatorStep.PLAN_LOGGED, epoch)
+        # Step 5: at-most-once logs the completion first, then runs the write stage.
         if plan.guarantee is Guarantee.AT_MOST_ONCE:
             return self._run_at_most_once(plan, execute)
+        # Step 6: run the write stage: one report per partition.
+        redo = history.state(epoch) is EpochState.COMMIT_DECIDED  # "Lost prepared work"
         completable = self._completable(plan)
-        redo = history.state(epoch) is EpochState.COMMIT_DECIDED
-        try:
-            reports = self._execute(plan, execute)
-        except Exception:
-            if completable:  # release the prepared work now, as decided (recovery would)
-                with contextlib.suppress(Exception):  # best effort; never mask the failure
-                    self._deliver(plan, commit=redo)
-            raise
-        self._hook(CoordinatorStep.REPORTS_RECEIVED, epoch)
+        reports = self._run_stage(plan, execute, completable, redo=redo)
+        # Steps 7 (coordinator-completable) and 8 (commit-in-task): decide and complete.
         if redo:
             return self._complete_redo(plan, reports)
         if len(completable) == plan.parallelism:
@@ -255,7 +214,12 @@ class Coordinator(Generic[Rows]):
         return self._complete_in_task(plan, reports)
 
     def _resolve_in_doubt(self, previous: EpochPlan, history: EpochHistory) -> bool:
-        """Step 2 of :meth:`run_epoch`; True if the in-doubt epoch got committed from the log."""
+        """Step 2 of :meth:`run_epoch`; True if the in-doubt epoch got committed from the log.
+
+        Otherwise the epoch is re-planned pinned: commit-in-task, a mixed epoch without a
+        decision (its prepared partitions are rolled back first), or a commit decision that
+        met lost prepared work (the redo plan of "Lost prepared work").
+        """
         completable = self._completable(previous)
         decided = history.state(previous.epoch) is EpochState.COMMIT_DECIDED
         if completable and (len(completable) == previous.parallelism or decided):
@@ -267,6 +231,30 @@ class Coordinator(Generic[Rows]):
         if completable:
             self._deliver(previous, commit=False)
         return False
+
+    def _abort_dropped(self, plan: EpochPlan, history: EpochHistory) -> None:
+        """Step 3 of :meth:`run_epoch`: abort lingering work beyond a shrunk parallelism."""
+        latest = history.latest_plan()
+        if latest is not None and latest.parallelism > plan.parallelism:
+            self._resource.abort_lingering(range(plan.parallelism, history.max_parallelism()))
+
+    def _run_stage(
+        self, plan: EpochPlan, execute: Execute, completable: tuple[int, ...], *, redo: bool
+    ) -> tuple[PartitionReport, ...]:
+        """Step 6 of :meth:`run_epoch`: ``execute(plan)``; a failure propagates, in doubt.
+
+        Prepared work is released at once as decided (a redo plan commits it, anything else
+        rolls it back), as recovery would.
+        """
+        try:
+            reports = self._execute(plan, execute)
+        except Exception:
+            if completable:
+                with contextlib.suppress(Exception):  # best effort; never mask the failure
+                    self._deliver(plan, commit=redo)
+            raise
+        self._hook(CoordinatorStep.REPORTS_RECEIVED, plan.epoch)
+        return reports
 
     def _check_pinned(self, previous: EpochPlan) -> None:
         fingerprint = self._resource.fingerprint()
@@ -301,7 +289,10 @@ class Coordinator(Generic[Rows]):
         )
 
     def _execute(self, plan: EpochPlan, execute: Execute) -> tuple[PartitionReport, ...]:
-        reports = tuple(sorted(execute(plan), key=lambda r: r.partition))
+        """Run the write stage; return its reports, checked: one per partition, in order."""
+        returned = execute(plan)
+        self._hook(CoordinatorStep.STAGE_RETURNED, plan.epoch)
+        reports = tuple(sorted(returned, key=lambda r: r.partition))
         if [r.partition for r in reports] != list(range(plan.parallelism)) or any(
             r.epoch != plan.epoch for r in reports
         ):
@@ -326,19 +317,19 @@ class Coordinator(Generic[Rows]):
     def _complete_two_phase(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
     ) -> EpochResult:
-        commit = all(r.outcome in _READY for r in reports)
+        commit = all(r.outcome in READY for r in reports)
         return self._decide(plan, reports, commit)
 
     def _decide(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...], commit: bool
     ) -> EpochResult:
         """Log the decision, deliver it to the completable partitions, log the completion."""
-        reason = "" if commit else _blame(reports)
+        reason = "" if commit else blame(reports)
         self._log.append(EpochDecision(self._sink_id, plan.epoch, commit=commit, reason=reason))
         self._hook(CoordinatorStep.DECISION_LOGGED, plan.epoch)
         lost = self._deliver(plan, commit=commit)
         if lost:
-            raise _lost_error(plan, lost)
+            raise lost_error(plan, lost)
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=commit))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         if not commit:
@@ -356,12 +347,12 @@ class Coordinator(Generic[Rows]):
         """
         prepared = set(completable)
         ready = all(
-            r.outcome in (_READY if r.partition in prepared else _DONE) for r in reports
+            r.outcome in (READY if r.partition in prepared else DONE) for r in reports
         )
         if not ready:
             self._deliver(plan, commit=False)
             msg = (
-                f"epoch {plan.epoch} did not commit on every partition ({_blame(reports)}); its "
+                f"epoch {plan.epoch} did not commit on every partition ({blame(reports)}); its "
                 "prepared partitions were rolled back, it stays in doubt and the replay redoes "
                 "the missing partitions"
             )
@@ -371,10 +362,10 @@ class Coordinator(Generic[Rows]):
     def _complete_redo(self, plan: EpochPlan, reports: tuple[PartitionReport, ...]) -> EpochResult:
         """Commit a redo plan's prepared work (decided already); complete unless some is missing."""
         lost = self._deliver(plan, commit=True)
-        failed = [r for r in reports if r.outcome not in _READY and r.outcome not in _DONE]
+        failed = [r for r in reports if r.outcome not in READY and r.outcome not in DONE]
         if lost or failed:
-            why = _blame(failed) if failed else ""
-            raise _lost_error(plan, tuple(sorted({*lost, *(r.partition for r in failed)})), why)
+            why = blame(failed) if failed else ""
+            raise lost_error(plan, tuple(sorted({*lost, *(r.partition for r in failed)})), why)
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
@@ -382,31 +373,15 @@ class Coordinator(Generic[Rows]):
     def _complete_in_task(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
     ) -> EpochResult:
-        if not all(r.outcome in _DONE for r in reports):
+        if not all(r.outcome in DONE for r in reports):
             msg = (
-                f"epoch {plan.epoch} did not commit on every partition ({_blame(reports)}); it "
+                f"epoch {plan.epoch} did not commit on every partition ({blame(reports)}); it "
                 "stays in doubt and the replay redoes the missing partitions"
             )
             raise EpochAbortedError(msg)
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
-
-
-def _lost_error(plan: EpochPlan, partitions: tuple[int, ...], why: str = "") -> EpochAbortedError:
-    detail = f" ({why})" if why else ""
-    msg = (
-        f"epoch {plan.epoch} was decided commit, but partitions {list(partitions)} are not "
-        f"committed (their prepared work was lost, or its redo failed{detail}); the decision "
-        "stays logged and the replay of the epoch redoes them (replay it: restart the query)"
-    )
-    return EpochAbortedError(msg)
-
-
-def _blame(reports: Sequence[PartitionReport]) -> str:
-    bad = [r for r in reports if r.outcome not in _READY and r.outcome not in _DONE]
-    bad = bad or [r for r in reports if r.outcome is PartitionOutcome.PREPARED]
-    return "; ".join(f"partition {r.partition}: {r.outcome.value} {r.error or ''}" for r in bad)
 
 
 def _check_int(name: str, value: int, minimum: int) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 
 from txn._errors import NonDeterministicReplayError, ParticipantError
@@ -18,18 +17,7 @@ from txn._model import (
     Vote,
     VoteKind,
 )
-
-
-class TaskStep(str, enum.Enum):
-    """Points of :func:`run_partition` where ``hooks`` are called (crash injection)."""
-
-    OPENED = "opened"  # participant created (older instances fenced), marker not read
-    WRITTEN = "written"  # write returned inside the open transaction, not pre-committed
-    PRE_COMMITTED = "pre-committed"  # pre_commit returned, the yes vote not sent
-    DECIDED = "decided"  # votes gathered, decision known, nothing committed or aborted
-    COMMITTED = "committed"  # commit returned, report not yet returned (before the ack)
-    ABORTED = "aborted"  # abort after a no decision returned
-
+from txn._steps import TaskStep
 
 Gather = Callable[[Vote], Sequence[Vote]]
 TaskHooks = Callable[[TaskStep, EpochPlan, int], None]

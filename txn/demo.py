@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 from txn._channel import InProcessChannel
-from txn._coordinator import Coordinator, CoordinatorStep
+from txn._coordinator import Coordinator
 from txn._errors import EpochAbortedError, ParticipantError
 from txn._log import FileEpochLog
 from txn._model import CommitMode, EpochPlan, Resource
-from txn._task import TaskStep
+from txn._steps import CoordinatorStep, TaskStep
 from txn.testing import (
     CommitInTaskResource,
     MemoryStore,

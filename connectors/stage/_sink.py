@@ -4,48 +4,35 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from connectors.stage import _hooks
 from connectors.stage._binding import QueryBinder, query_id_of
 from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkStoppedError, SparkConnectError
-from connectors.stage._input import InputPlan, route
-from connectors.stage._jobs import Job, run_jobs
+from connectors.stage._execute import EpochExecution
+from connectors.stage._input import InputPlan
 from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
 from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, MetricsBook
 from connectors.stage._options import StageOptions
 from connectors.stage._reuse import ReusePolicy
 from connectors.stage._slots import check_slots
-from connectors.stage._task import TaskSpec
 from connectors.stage._votes import VoteServer, server_hosts
 from txn import (
-    CommitMode,
     CompositeResource,
     Coordinator,
     CoordinatorStep,
     EpochHistory,
     EpochLog,
-    EpochPlan,
     EpochResult,
     Guarantee,
     Member,
-    PartitionReport,
-    PlanMismatchError,
     Resource,
-    can_retry_stage,
 )
 
 log = logging.getLogger("connectors.stage")
 
-_DRIVER_STEPS = {
-    CoordinatorStep.PLAN_LOGGED: _hooks.DRIVER_AFTER_PLAN,
-    CoordinatorStep.REPORTS_RECEIVED: _hooks.DRIVER_BEFORE_COMPLETE,
-    CoordinatorStep.DECISION_LOGGED: _hooks.DRIVER_AFTER_DECISION,
-}
 # Seconds stop_gracefully waits by default for the epoch in flight to commit.
 STOP_TIMEOUT_S = 300.0
 
@@ -116,7 +103,7 @@ class TransactionalSink(SinkLifecycle):
         return self.write(df, batch_id)
 
     def write(self, df: Any, batch_id: int) -> EpochResult:
-        """Write micro-batch ``batch_id`` of ``df`` (steps in the class docstring).
+        """Write micro-batch ``batch_id`` of ``df`` (docs/architecture.md, section 9, steps 1-5).
 
         Raises:
             SinkStoppedError: :meth:`stop_gracefully` was called; nothing of the batch is
@@ -125,6 +112,7 @@ class TransactionalSink(SinkLifecycle):
         """
         self._refuse_if_stopping(batch_id)
         frames = [m.frame(df) for m in self._members]
+        # Step 1: check the input; a bad schema raises before anything is logged or written.
         plans_in = [m.connector.check_input(f.schema) for m, f in zip(self._members, frames,
                                                                      strict=True)]
         query_id = query_id_of(df)
@@ -133,10 +121,11 @@ class TransactionalSink(SinkLifecycle):
             if query_id is not None:
                 self._query = RunningQuery(query_id, df.sparkSession)
             recorder = EpochRecorder(self._sink_id, batch_id, query_id)
-            appends_before = self._open_log().appends
+            appends_before = self._open_log().appends  # step 2 opens the log on the first call
             try:
                 result = self._write_locked(frames, plans_in, query_id, batch_id, recorder)
             except BaseException as exc:
+                # Step 5: a failed epoch renews the client generation and propagates.
                 self._reuse.renew("a failed epoch: retries may have fenced pooled clients")
                 self._record(recorder.finish(None, self._open_log().appends - appends_before, exc))
                 raise
@@ -153,37 +142,46 @@ class TransactionalSink(SinkLifecycle):
         self, frames: list[Any], plans_in: list[InputPlan], query_id: str | None,
         batch_id: int, recorder: EpochRecorder,
     ) -> EpochResult:
-        opts = self._options
-        if not self._preflight_done:
-            for member in self._members:
-                member.connector.preflight()
-            self._preflight_done = True
+        # Step 2 (first call): the epoch log is open; preflight, then recovery below.
+        self._preflight()
         sc = _spark_context(frames[0])
-        if sc is None and opts.aligned:
-            msg = ("aligned mode needs the SparkContext (the slot check and the driver's vote "
-                   "server), which a Spark Connect session does not have; use "
-                   "mode='unaligned' with an explicit parallelism under Spark Connect")
-            raise SparkConnectError(msg)
+        _refuse_aligned_without_context(sc, self._options)
         widths = [_width(m.connector.options, f, sc) for m, f in zip(self._members, frames,
                                                                   strict=True)]
         resource = self._resource(plans_in, widths)
         coordinator = self._coordinator(resource)
+        self._recover(coordinator)
+        epoch = self._binder.epoch(self._open_log(), query_id, batch_id)  # the query binding
+        recorder.epoch = epoch
+        parallelism = sum(widths)
+        # Step 3: aligned: the plan must fit the free task slots; the vote server starts.
+        self._reserve(sc, parallelism)
+        # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
+        execute = EpochExecution(
+            self._options, [m.connector for m in self._members], frames, plans_in, resource,
+            self._reuse, recorder, sc, self._vote_server,
+        )
+        return coordinator.run_epoch(epoch, parallelism, execute)
+
+    def _preflight(self) -> None:
+        if not self._preflight_done:
+            for member in self._members:
+                member.connector.preflight()
+            self._preflight_done = True
+
+    def _recover(self, coordinator: Coordinator[Any]) -> None:
         if not self._recovered:
             self._reuse.renew("recovery fences every id it touches")
             report = coordinator.recover()
             self._recovered = True
             log.info("sink %s recovered: %s", self._sink_id, report)
-        epoch = self._binder.epoch(self._open_log(), query_id, batch_id)
-        recorder.epoch = epoch
-        parallelism = sum(widths)
+
+    def _reserve(self, sc: Any, parallelism: int) -> None:
+        opts = self._options
         if opts.aligned:
             check_slots(sc, parallelism)
         if sc is not None and (opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE):
             self._vote_server(sc)  # started before the plan is logged: fail early
-        return coordinator.run_epoch(
-            epoch, parallelism,
-            lambda plan: self._execute(frames, plans_in, resource, plan, recorder),
-        )
 
     def _resource(self, plans_in: Sequence[InputPlan], widths: Sequence[int]) -> Resource[Any]:
         """One member's resource, or the composite of every member's (one epoch for all)."""
@@ -221,10 +219,9 @@ class TransactionalSink(SinkLifecycle):
         )
 
     def _driver_hook(self, step: CoordinatorStep, epoch: int) -> None:
-        name = _DRIVER_STEPS.get(step)
         faults = self._options.fault_plan
-        if faults is not None and name is not None:
-            faults.fire(name, epoch)
+        if faults is not None:
+            faults.fire(step, epoch)
 
     def _vote_server(self, sc: Any) -> VoteServer | None:
         """Return the running vote server (started now if needed); None for "barrier".
@@ -239,91 +236,6 @@ class TransactionalSink(SinkLifecycle):
             bind, advertise = server_hosts(str(sc.master), lambda key: conf.get(key, None))
             self._res.votes = VoteServer(bind, advertise).start()
         return self._res.votes
-
-    def _execute(
-        self, frames: list[Any], plans_in: list[InputPlan], resource: Resource[Any],
-        plan: EpochPlan, recorder: EpochRecorder,
-    ) -> list[PartitionReport]:
-        opts = self._options
-        sc = _spark_context(frames[0])
-        aligned = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
-        if aligned:  # again: an in-doubt epoch keeps the parallelism it was planned with
-            check_slots(sc, plan.parallelism)
-        ticket = self._reuse.ticket(plan, 0)
-        jobs: list[Job] = []
-        for index, (member, frame, plan_in) in enumerate(zip(self._members, frames, plans_in,
-                                                             strict=True)):
-            offset, width = _share(resource, plan, index)
-            recorder.add_member(index, member.connector.sink_id, offset, width)
-            keep = member.connector.options.keep_partitioning
-            if keep:
-                _check_kept(frame, width, plan)
-            routed = route(member.connector.transform(frame, plan_in), plan_in,
-                           None if keep else width)
-            hooks = member.connector.options.fault_plan or opts.fault_plan
-            jobs.append((routed, TaskSpec(resource, plan, aligned, ticket, ordered=plan_in.ordered,
-                                          hooks=hooks, offset=offset, partitions=width)))
-        votes = self._vote_server(sc) if aligned else None
-        if plan.guarantee is Guarantee.AT_MOST_ONCE:
-            reports = self._run_at_most_once(sc, jobs, recorder)
-        else:
-            reports = self._run_with_retries(jobs, votes, recorder)
-        if opts.fault_plan is not None:
-            opts.fault_plan.fire(_hooks.DRIVER_AFTER_STAGE, plan.epoch)
-        return reports
-
-    def _run_at_most_once(
-        self, sc: Any, jobs: list[Job], recorder: EpochRecorder
-    ) -> list[PartitionReport]:
-        """One run, never repeated; with the driver channel, one claim per partition."""
-        server = self._vote_server(sc)
-        if server is None:
-            return self._run_once(jobs, 0, None, recorder)
-        with server.claiming(jobs[0][1].plan) as claims:
-            claimed = [(df, replace(spec, claims=claims)) for df, spec in jobs]
-            return self._run_once(claimed, 0, None, recorder)
-
-    def _run_with_retries(
-        self, jobs: list[Job], votes: VoteServer | None, recorder: EpochRecorder
-    ) -> list[PartitionReport]:
-        """Run the write stage; re-run it up to ``stage_retries`` times after a failure.
-
-        Re-running is safe: each task fences the previous attempt's clients and skips
-        by marker what already committed. Spark itself cannot retry a failed barrier
-        result stage, so in aligned mode this is the only retry within one call. Each
-        run is its own vote round (stage attempt ``attempt``, fresh token).
-        """
-        retries = self._options.effective_stage_retries
-        attempt = 0
-        while True:
-            try:
-                return self._run_once(jobs, attempt, votes, recorder)
-            except Exception as exc:
-                if attempt >= retries or not can_retry_stage(exc):
-                    raise
-                attempt += 1
-                self._reuse.renew("a stage re-run fences the failed run's clients")
-                log.warning(
-                    "epoch %d write stage failed (%s: %s); re-running it (retry %d of %d)",
-                    jobs[0][1].plan.epoch, type(exc).__name__, str(exc)[:300], attempt, retries,
-                )
-
-    def _run_once(
-        self, jobs: list[Job], attempt: int, votes: VoteServer | None, recorder: EpochRecorder,
-    ) -> list[PartitionReport]:
-        ticket = self._reuse.ticket(jobs[0][1].plan, attempt)
-        runs = [(df, replace(spec, reuse=ticket)) for df, spec in jobs]
-        started = time.monotonic()
-        try:
-            reports, stats = run_jobs(runs, votes, attempt, self._on_task_retry)
-        except BaseException:
-            recorder.stage_ran(time.monotonic() - started, (), failed=True)
-            raise
-        recorder.stage_ran(time.monotonic() - started, stats, failed=False)
-        return reports
-
-    def _on_task_retry(self) -> None:
-        self._reuse.renew("a Spark task retry fenced the failed attempt's clients")
 
     # -- operations ----------------------------------------------------------------------
     def metrics(self) -> tuple[EpochMetrics, ...]:
@@ -368,13 +280,6 @@ class TransactionalSink(SinkLifecycle):
             return self._open_log().load()
 
 
-def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, int]:
-    """Member ``index``'s partitions of ``plan``: (offset, count)."""
-    if isinstance(resource, CompositeResource):
-        return resource.offsets[index], resource.members[index].parallelism
-    return 0, plan.parallelism
-
-
 def _spark_context(frame: Any) -> Any:
     """Return the SparkContext of ``frame``'s session, or None under Spark Connect."""
     try:
@@ -396,16 +301,9 @@ def _width(options: StageOptions, frame: Any, sc: Any) -> int:
     return max(1, int(sc.defaultParallelism))
 
 
-def _check_kept(frame: Any, width: int, plan: EpochPlan) -> None:
-    """``keep_partitioning``: the input must have the partitions the plan was made for.
-
-    An input without partitions (an empty batch) counts as one, as in :func:`_width`.
-    """
-    actual = max(1, int(frame.rdd.getNumPartitions()))
-    if actual != width:
-        msg = (
-            f"epoch {plan.epoch} was planned with {width} write partitions (keep_partitioning), "
-            f"but the replayed batch has {actual} input partitions; read it with the same "
-            "source settings (e.g. minPartitions) until the epoch has committed"
-        )
-        raise PlanMismatchError(msg)
+def _refuse_aligned_without_context(sc: Any, options: StageOptions) -> None:
+    if sc is None and options.aligned:
+        msg = ("aligned mode needs the SparkContext (the slot check and the driver's vote "
+               "server), which a Spark Connect session does not have; use "
+               "mode='unaligned' with an explicit parallelism under Spark Connect")
+        raise SparkConnectError(msg)

@@ -49,12 +49,6 @@ from txn import (
 log = logging.getLogger("connectors.stage.task")
 
 RESULT_SCHEMA = "payload binary"
-_HOOK_STEPS = {
-    TaskStep.OPENED: _hooks.AFTER_OPEN,
-    TaskStep.PRE_COMMITTED: _hooks.AFTER_PRE_COMMIT,
-    TaskStep.DECIDED: _hooks.BEFORE_COMMIT,
-    TaskStep.COMMITTED: _hooks.AFTER_COMMIT,
-}
 
 
 @dataclass(frozen=True)
@@ -170,9 +164,8 @@ class _Clock:
 
     def __call__(self, step: TaskStep, plan: EpochPlan, partition: int) -> None:
         self.at[step] = time.monotonic()
-        name = _HOOK_STEPS.get(step)
-        if self.hooks is not None and name is not None:
-            self.hooks.fire(name, plan.epoch, partition)
+        if self.hooks is not None:
+            self.hooks.fire(step, plan.epoch, partition)
 
     def ms(self, start: TaskStep | None, end: TaskStep) -> float:
         """Milliseconds from ``start`` (None: the task's start) to ``end`` (0 if not reached)."""

@@ -11,11 +11,13 @@ A :class:`FaultPlan` names a JSON file holding a list of faults::
      {"id": "w1", "step": "before_commit", "partition": 0, "action": "await",
       "waits_for": "s1", "seconds": 60}]
 
-Steps on the task side: ``after_open``, ``mid_write``, ``after_pre_commit``,
-``before_commit``, ``after_commit``; on the driver: ``driver_after_plan``,
-``driver_after_stage``, ``driver_before_complete``, ``driver_after_decision`` (a commit or
-abort decision logged, not yet delivered: only sinks the coordinator completes, such as
-PostgreSQL in two-phase mode, log one). ``epoch``/``partition`` null (or
+A step is named by its value in ``txn.TaskStep`` (the task side: ``after_open``,
+``mid_write``, ``after_write``, ``after_pre_commit``, ``before_commit``, ``after_commit``,
+``after_abort``) or ``txn.CoordinatorStep`` (the driver: ``driver_after_plan``,
+``driver_after_stage``, ``driver_before_complete``, ``driver_after_decision``,
+``driver_after_partition_delivered``, ``driver_after_delivered``,
+``driver_after_complete``; the decision and its delivery only for sinks the coordinator
+completes, such as PostgreSQL in two-phase mode). ``epoch``/``partition`` null (or
 absent) match any. A fault fires at most ``times`` times in total, across processes:
 each firing first claims ``{path}.{id}.{n}`` with ``O_CREAT | O_EXCL``, so a retried
 task does not die forever. Actions:
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from connectors.stage import DRIVER_STEPS, TASK_STEPS
-from txn import ConfigError, TxnError
+from txn import ConfigError, TaskStep, TxnError
 
 ACTIONS = frozenset({"kill", "raise", "sleep", "await", "kill_app"})
 # Actions that take ``seconds``: how long to sleep, or the longest wait of ``await``.
@@ -201,7 +203,7 @@ class FaultPlan:
     def mid_write_threshold(self, epoch: int, partition: int) -> Fault | None:
         """Return the first mid_write fault aimed at this task, if any (without claiming it)."""
         for fault in self.faults():
-            if fault.matches("mid_write", epoch, partition):
+            if fault.matches(TaskStep.MID_WRITE, epoch, partition):
                 return fault
         return None
 

@@ -46,8 +46,9 @@ APP_TIMEOUT_S = 1800.0
 ADMIN_TIMEOUT_S = 30.0
 MAX_PARALLELISM = 3
 # The soak drives a Kafka sink: its tasks commit their own transactions, so the
-# coordinator never logs a decision and a driver_after_decision fault would never fire.
-SOAK_DRIVER_STEPS = tuple(s for s in DRIVER_STEPS if s != "driver_after_decision")
+# coordinator never logs a decision nor delivers one, and those faults would never fire.
+SOAK_DRIVER_STEPS = tuple(s for s in DRIVER_STEPS if s not in (
+    "driver_after_decision", "driver_after_partition_delivered", "driver_after_delivered"))
 
 
 def draw_faults(rng: random.Random, n: int, epochs: int) -> tuple[list[dict[str, Any]], int]:

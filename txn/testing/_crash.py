@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple
 
 from txn._channel import InProcessChannel
-from txn._coordinator import Coordinator, CoordinatorStep, EpochResult
+from txn._coordinator import Coordinator
 from txn._errors import EpochAbortedError, ParticipantError, TxnError
 from txn._history import EpochHistory
 from txn._log import EpochLog
 from txn._model import CommitMode, EpochPlan, Guarantee, Resource, Rows, Vote
-from txn._task import TaskStep
+from txn._outcome import EpochResult
+from txn._steps import CoordinatorStep, TaskStep
 
 
 class SimulatedCrash(BaseException):

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txn._composite import CompositeResource, Member
-from txn._coordinator import CoordinatorStep
 from txn._log import EpochLog, FileEpochLog
 from txn._model import EpochPlan, Guarantee, Resource
+from txn._steps import CoordinatorStep
 from txn.testing._crash import FULL, KAFKA_LIKE, MIXED, CrashWorld, _require, epoch_size
 from txn.testing._participants import (
     CommitInTaskResource,

@@ -1,0 +1,157 @@
+"""Step 4 of one sink call: the ``execute`` callable the coordinator runs the write stage with.
+
+docs/architecture.md, section 9: route each member's rows into its write partitions, run
+the write tasks (``mapInArrow``, one Spark job per member) and re-run a failed stage up to
+``stage_retries`` times; at-most-once runs once, each partition claimed through the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from connectors.stage._connector import SinkConnector
+from connectors.stage._input import InputPlan, route
+from connectors.stage._jobs import Job, run_jobs
+from connectors.stage._metrics import EpochRecorder
+from connectors.stage._options import StageOptions
+from connectors.stage._reuse import ReusePolicy
+from connectors.stage._slots import check_slots
+from connectors.stage._task import TaskSpec
+from connectors.stage._votes import VoteServer
+from txn import (
+    CommitMode,
+    CompositeResource,
+    EpochPlan,
+    Guarantee,
+    PartitionReport,
+    PlanMismatchError,
+    Resource,
+    can_retry_stage,
+)
+
+log = logging.getLogger("connectors.stage")
+
+
+@dataclass(frozen=True)
+class EpochExecution:
+    """The write stage of one epoch, run for the coordinator (``txn.Execute``).
+
+    ``frames`` / ``plans_in``: each member connector's rows and input plan, in member
+    order; ``vote_server`` returns the driver's running vote server (None: none used).
+    """
+
+    options: StageOptions
+    connectors: Sequence[SinkConnector]
+    frames: Sequence[Any]
+    plans_in: Sequence[InputPlan]
+    resource: Resource[Any]
+    reuse: ReusePolicy
+    recorder: EpochRecorder
+    spark_context: Any
+    vote_server: Callable[[Any], VoteServer | None]
+
+    def __call__(self, plan: EpochPlan) -> list[PartitionReport]:
+        """Route, then run the write stage of ``plan``; one report per partition."""
+        aligned = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
+        if aligned:  # again: an in-doubt epoch keeps the parallelism it was planned with
+            check_slots(self.spark_context, plan.parallelism)
+        # Step 4.1: route each member's rows into its write partitions.
+        jobs = self._route(plan, aligned)
+        # Steps 4.2 to 4.4: run the write tasks; re-run a failed stage (not at-most-once).
+        if plan.guarantee is Guarantee.AT_MOST_ONCE:
+            return self._run_at_most_once(jobs)
+        votes = self.vote_server(self.spark_context) if aligned else None
+        return self._run_with_retries(jobs, votes)
+
+    def _route(self, plan: EpochPlan, aligned: bool) -> list[Job]:
+        ticket = self.reuse.ticket(plan, 0)
+        jobs: list[Job] = []
+        for index, (connector, frame, plan_in) in enumerate(
+            zip(self.connectors, self.frames, self.plans_in, strict=True)
+        ):
+            offset, width = _share(self.resource, plan, index)
+            self.recorder.add_member(index, connector.sink_id, offset, width)
+            keep = connector.options.keep_partitioning
+            if keep:
+                _check_kept(frame, width, plan)
+            routed = route(connector.transform(frame, plan_in), plan_in, None if keep else width)
+            hooks = connector.options.fault_plan or self.options.fault_plan
+            jobs.append((routed, TaskSpec(self.resource, plan, aligned, ticket,
+                                          ordered=plan_in.ordered, hooks=hooks, offset=offset,
+                                          partitions=width)))
+        return jobs
+
+    def _run_at_most_once(self, jobs: list[Job]) -> list[PartitionReport]:
+        """One run, never repeated; with the driver channel, one claim per partition."""
+        server = self.vote_server(self.spark_context)
+        if server is None:
+            return self._run_once(jobs, 0, None)
+        with server.claiming(jobs[0][1].plan) as claims:
+            claimed = [(df, replace(spec, claims=claims)) for df, spec in jobs]
+            return self._run_once(claimed, 0, None)
+
+    def _run_with_retries(self, jobs: list[Job], votes: VoteServer | None) -> list[PartitionReport]:
+        """Run the write stage; re-run it up to ``stage_retries`` times after a failure.
+
+        Re-running is safe: each task fences the previous attempt's clients and skips
+        by marker what already committed. Spark itself cannot retry a failed barrier
+        result stage, so in aligned mode this is the only retry within one call. Each
+        run is its own vote round (stage attempt ``attempt``, fresh token).
+        """
+        retries = self.options.effective_stage_retries
+        attempt = 0
+        while True:
+            try:
+                return self._run_once(jobs, attempt, votes)
+            except Exception as exc:
+                if attempt >= retries or not can_retry_stage(exc):
+                    raise
+                attempt += 1
+                self.reuse.renew("a stage re-run fences the failed run's clients")
+                log.warning(
+                    "epoch %d write stage failed (%s: %s); re-running it (retry %d of %d)",
+                    jobs[0][1].plan.epoch, type(exc).__name__, str(exc)[:300], attempt, retries,
+                )
+
+    def _run_once(
+        self, jobs: list[Job], attempt: int, votes: VoteServer | None
+    ) -> list[PartitionReport]:
+        ticket = self.reuse.ticket(jobs[0][1].plan, attempt)
+        runs = [(df, replace(spec, reuse=ticket)) for df, spec in jobs]
+        started = time.monotonic()
+        try:
+            reports, stats = run_jobs(runs, votes, attempt, self._on_task_retry)
+        except BaseException:
+            self.recorder.stage_ran(time.monotonic() - started, (), failed=True)
+            raise
+        self.recorder.stage_ran(time.monotonic() - started, stats, failed=False)
+        return reports
+
+    def _on_task_retry(self) -> None:
+        self.reuse.renew("a Spark task retry fenced the failed attempt's clients")
+
+
+def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, int]:
+    """Member ``index``'s partitions of ``plan``: (offset, count)."""
+    if isinstance(resource, CompositeResource):
+        return resource.offsets[index], resource.members[index].parallelism
+    return 0, plan.parallelism
+
+
+def _check_kept(frame: Any, width: int, plan: EpochPlan) -> None:
+    """``keep_partitioning``: the input must have the partitions the plan was made for.
+
+    An input without partitions (an empty batch) counts as one, as in ``_sink._width``.
+    """
+    actual = max(1, int(frame.rdd.getNumPartitions()))
+    if actual != width:
+        msg = (
+            f"epoch {plan.epoch} was planned with {width} write partitions (keep_partitioning), "
+            f"but the replayed batch has {actual} input partitions; read it with the same "
+            "source settings (e.g. minPartitions) until the epoch has committed"
+        )
+        raise PlanMismatchError(msg)
