@@ -206,12 +206,13 @@ def bind(resource: Resource[Any], task: TaskInfo) -> Resource[Any]:
 
 
 def _mid_write(spec: TaskSpec, partition: int) -> tuple[int, Callable[[], None]] | None:
-    """Return the ``mid_write`` fault of a participant that cannot see the hooks (not TaskBound)."""
-    resource = spec.resource
-    if isinstance(resource, CompositeResource):
-        resource = resource.members[resource.locate(partition)[0]].resource
-    if spec.hooks is None or isinstance(resource, TaskBound):
-        return None  # a TaskBound participant fires its mid_write fault itself
+    """Return the task's ``mid_write`` fault (rows, callback) of the hooks, if any.
+
+    The stage fires it from the rows' iterator (:class:`ArrowPartition`), so every
+    participant gets mid-write faults without seeing the hooks.
+    """
+    if spec.hooks is None:
+        return None
     return spec.hooks.interrupt_write(spec.plan.epoch, partition)
 
 
