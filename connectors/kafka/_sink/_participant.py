@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
+from connectors.kafka import _classify
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
@@ -34,6 +35,7 @@ from connectors.kafka._sink._producers import (
 )
 from connectors.kafka._sink._writer import DeliveryErrors, Layout, RecordWriter
 from connectors.stage import ArrowPartition, TaskInfo
+from connectors.stage._retry import step_budget
 from connectors.stage._states import ParticipantState, ParticipantStates
 from txn import EpochPlan, ErrorAction, Marker, Participant, Resource, RowSummary
 
@@ -59,8 +61,13 @@ _MOVES = {
 _TXN_OPEN = frozenset({_S.IN_TXN, _S.WRITTEN, _S.PRE_COMMITTED})
 
 
+def _budget() -> contextlib.AbstractContextManager[None]:
+    """One time budget for the retried Kafka calls of one epoch step (a broker restart)."""
+    return step_budget(_classify.BROKER_RESTART_WAIT_S)
+
+
 def _failed(start: ParticipantState) -> ParticipantState:
-    """The state after a failed step that began in ``start``."""
+    """Return the state after a failed step that began in ``start``."""
     return _S.FAILED_IN_TXN if start in _TXN_OPEN else _S.FAILED
 
 
@@ -86,7 +93,8 @@ class KafkaParticipant(Participant[ArrowPartition]):
         started = time.perf_counter()
         self._lease = pool.acquire(self._pool_key())
         self._clients = self._lease.clients
-        why = self._open()
+        with _budget():
+            why = self._open()
         self.why_new = "" if self.reused else why
         log.debug(
             "epoch %d partition %d: %s in %.1f ms", plan.epoch, partition,
@@ -119,7 +127,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
         """Return the partition's marker (None in the non-transactional guarantees)."""
         if self._states.state is _S.READY:  # a reused producer's marker was read when deciding
             return self._marker
-        with self._states.step(_S.READY, _failed):
+        with self._states.step(_S.READY, _failed), _budget():
             self._marker = self._read_marker()
         return self._marker
 
@@ -132,7 +140,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
 
     def begin(self, epoch: int) -> None:
         """Begin the epoch (and its Kafka transaction, exactly-once)."""
-        with self._states.step(_S.IN_TXN, _failed):
+        with self._states.step(_S.IN_TXN, _failed), _budget():
             self._begin()
 
     def _begin(self) -> None:
@@ -146,7 +154,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
 
     def pre_commit(self, summary: RowSummary) -> None:
         """Flush, surfacing delivery errors (and stage the marker, exactly-once)."""
-        with self._states.step(_S.PRE_COMMITTED, _failed):
+        with self._states.step(_S.PRE_COMMITTED, _failed), _budget():
             self._writer.flush(self._cfg.transaction_timeout_ms / 1000.0)
             self._stage_marker(summary)
 
@@ -155,7 +163,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
 
     def commit(self) -> None:
         """Commit the epoch (the Kafka transaction, exactly-once)."""
-        with self._states.step(_S.DONE, _failed):
+        with self._states.step(_S.DONE, _failed), _budget():
             self._commit()
 
     def _commit(self) -> None:
@@ -172,7 +180,8 @@ class KafkaParticipant(Participant[ArrowPartition]):
             return
         if state not in _TXN_OPEN and state is not _S.FAILED_IN_TXN:
             return
-        self._abort()
+        with _budget():
+            self._abort()
         self._states.move(_S.FAILED if state is _S.FAILED_IN_TXN else _S.DONE)
 
     def _abort(self) -> None:
