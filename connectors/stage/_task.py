@@ -64,7 +64,6 @@ class TaskInfo:
     partition: int
     task_attempt: int
     reuse: ReuseTicket
-    hooks: _hooks.StepHooks | None = None
 
     @property
     def may_reuse(self) -> bool:
@@ -74,7 +73,7 @@ class TaskInfo:
 
 @runtime_checkable
 class TaskBound(Protocol):
-    """A resource that wants to know its task (client reuse, fault hooks)."""
+    """A resource that wants to know its task (client reuse)."""
 
     def for_task(self, task: TaskInfo) -> Resource[ArrowPartition]:
         """Return the resource to use in the task ``task``."""
@@ -233,7 +232,7 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         result = TaskResult(partition, report=report, task_attempt=task_attempt, stats=stats)
         yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})
         return
-    resource = bind(spec.resource, TaskInfo(partition, task_attempt, spec.reuse, spec.hooks))
+    resource = bind(spec.resource, TaskInfo(partition, task_attempt, spec.reuse))
     if spec.empty_input:
         for _ in batches:  # the placeholder rows of an empty input: read, never written
             pass
