@@ -350,9 +350,9 @@ class TransactionalSink(SinkLifecycle):
            of the same id takes it over then).
 
         Returns False if the epoch in flight did not finish in time (the query is stopped
-        anyway; that epoch stays in doubt and the next start completes it). Nothing of a
-        half-written epoch is ever visible: it is either committed here, or in doubt and
-        finished (exactly once) by the replay.
+        anyway; that epoch stays in doubt and the next start completes it, exactly once).
+        Until then it is partly visible in unaligned mode, as after a plain ``query.stop()``
+        (docs/operations.md, "Stopping a query").
         """
         self.request_stop()
         finished = self._lock.acquire(timeout=timeout_s)
