@@ -189,14 +189,16 @@ def install_task_probes(directory: str | Path) -> EventLog:
 
     directory = Path(directory)
     log = EventLog(directory, "task")
-    participant = _participant.KafkaParticipant
-    _wrap(participant, "__init__", log, "open",
-          lambda self, *_a, **_k: {"reused": bool(getattr(self, "reused", False)),
-                                   "why_new": str(getattr(self, "why_new", ""))})
-    for attr, name in (("committed_marker", "marker read"),
-                       ("begin", "begin"), ("pre_commit", "pre-commit"), ("commit", "commit"),
-                       ("abort", "abort"), ("close", "close"), ("write", "write")):
-        _wrap(participant, attr, log, name)
+    for participant in (_participant.TransactionalKafkaParticipant,
+                        _participant.PlainKafkaParticipant):
+        _wrap(participant, "__init__", log, "open",
+              lambda self, *_a, **_k: {"reused": bool(getattr(self, "reused", False)),
+                                       "why_new": str(getattr(self, "why_new", ""))})
+        for attr, name in (("committed_marker", "marker read"),
+                           ("begin", "begin"), ("pre_commit", "pre-commit"),
+                           ("commit", "commit"), ("abort", "abort"), ("close", "close"),
+                           ("write", "write")):
+            _wrap(participant, attr, log, name)
     _wrap(_writer.RecordWriter, "_validate", log, "validate")
     _wrap(_writer.RecordWriter, "_produce", log, "produce")
     _wrap(_writer.RecordWriter, "flush", log, "flush")

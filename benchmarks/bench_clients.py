@@ -3,7 +3,7 @@
 Run ``python -m benchmarks.bench_clients`` (``--help`` for options). It starts a minikafka
 broker in a subprocess (or uses ``--bootstrap-servers`` / ``KAFKA_BOOTSTRAP_SERVERS``) and
 times, ``--trials`` times each, with the sink's producer settings
-(``connectors.kafka._sink._participant.new_producer``):
+(``connectors.kafka._sink._producers.new_producer``):
 
 * ``new producer``: create a transactional producer and ``init_transactions`` at once
   (what a write task does when its worker has no pooled producer);
@@ -40,7 +40,7 @@ from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
 from connectors.kafka import KafkaSink
 from connectors.kafka._sink._markers import marker_consumer, read_marker
-from connectors.kafka._sink._participant import INIT_TIMEOUT_S, new_producer
+from connectors.kafka._sink._producers import INIT_TIMEOUT_S, new_producer
 from connectors.kafka._sink._writer import DeliveryErrors
 
 RESULTS = Path(__file__).parent / "results"

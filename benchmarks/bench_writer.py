@@ -5,7 +5,7 @@ broker in a subprocess (or uses ``--bootstrap-servers`` / ``KAFKA_BOOTSTRAP_SERV
 in this process, feeds Arrow record batches shaped like the sink benchmark's job (string
 key, ``to_json`` string value of about 45 bytes, the ``_eos_hash`` column; 10,000 rows per
 batch, Spark's ``maxRecordsPerBatch``) to ``connectors.kafka._sink._writer.RecordWriter`` through
-a producer built like a write task's (``_participant.new_producer``, the sink's settings):
+a producer built like a write task's (``_producers.new_producer``, the sink's settings):
 
 * ``txn``: begin a transaction, ``write``, ``flush``, commit (an exactly-once task);
 * ``plain``: an idempotent producer, ``write``, ``flush`` (an at-least-once task).
@@ -41,7 +41,7 @@ from benchmarks._table import print_table
 from connectors.kafka import KafkaSink
 from connectors.kafka._sink import _writer
 from connectors.kafka._sink._config import SinkConfig
-from connectors.kafka._sink._participant import INIT_TIMEOUT_S, new_producer
+from connectors.kafka._sink._producers import INIT_TIMEOUT_S, new_producer
 from connectors.stage import HASH_COLUMN
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ Every Kafka failure maps to exactly one of three actions, :class:`txn.ErrorActio
 by matching message text, only by error code and librdkafka's flags):
 
 1. ``RETRY``: transient (``retriable()``, timeouts, a coordinator moving); repeat the
-   same call a bounded number of times (tenacity), then escalate to ``ABORT``.
+   same call within a bound (``connectors.stage``'s retry engine), then escalate to ``ABORT``.
 2. ``ABORT``: the transaction cannot be committed (``txn_requires_abort()``, a
    rejected record, anything unknown and not retriable); abort it, fail the epoch and
    let Spark retry it (the retry redoes or skips by marker).
@@ -19,10 +19,10 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-import tenacity
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka._errors import KafkaWriteError, ProducerFencedError
+from connectors.stage._retry import RetryPolicy, retry
 from txn import ErrorAction
 
 T = TypeVar("T")
@@ -172,16 +172,19 @@ def to_write_error(exc: BaseException, what: str) -> KafkaWriteError:
     return KafkaWriteError(msg, action=action, code=code)
 
 
-def _should_retry(state: tenacity.RetryCallState) -> bool:
-    outcome = state.outcome
-    if outcome is None or not outcome.failed:
-        return False
-    exc = outcome.exception()
-    return exc is not None and classify(exc) is ErrorAction.RETRY
+def _policy() -> RetryPolicy:
+    """At least ``RETRY_ATTEMPTS`` attempts, and retry until ``BROKER_RESTART_WAIT_S`` passed."""
+    return RetryPolicy(RETRY_ATTEMPTS, BROKER_RESTART_WAIT_S, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+
+
+def _retriable(exc: BaseException) -> bool:
+    return classify(exc) is ErrorAction.RETRY
 
 
 def call_with_retry(what: str, fn: Callable[[], T]) -> T:
-    """Run ``fn``; retry RETRY-class errors a bounded number of times, then raise typed.
+    """Run ``fn``; retry RETRY-class errors (``connectors.stage``'s engine), then raise typed.
+
+    Inside an epoch step (``step_budget``) the step's one time budget bounds the retries.
 
     Raises:
         KafkaWriteError: the call failed with an ABORT-class error, or kept failing
@@ -189,14 +192,8 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
         ProducerFencedError: the producer is fenced or fatal.
 
     """
-    retrying = tenacity.Retrying(
-        stop=_stop(),
-        wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
-        retry=_should_retry,
-        reraise=True,
-    )
     try:
-        return retrying(fn)
+        return retry(fn, policy=_policy(), retriable=_retriable)
     except KafkaException as exc:
         err = to_write_error(exc, what)
         if err.action is ErrorAction.RETRY:
@@ -206,13 +203,6 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
             )
             err = KafkaWriteError(msg, action=ErrorAction.ABORT, code=err.code)
         raise err from exc
-
-
-def _stop() -> tenacity.stop.stop_base:
-    """At least ``RETRY_ATTEMPTS`` attempts, and retry until ``BROKER_RESTART_WAIT_S`` passed."""
-    return tenacity.stop_all(
-        tenacity.stop_after_attempt(RETRY_ATTEMPTS), tenacity.stop_after_delay(BROKER_RESTART_WAIT_S)
-    )
 
 
 def code_of(exc: KafkaError | BaseException) -> int | None:
@@ -258,14 +248,10 @@ def retry_over_restart(what: str, fn: Callable[[], T]) -> T:
     ``fn`` is a whole transaction that aborts itself when it fails (:func:`broker_restart`
     says which errors leave it uncommitted). Every other error, and the last one after the bound, is raised as it is.
     """
-    retrying = tenacity.Retrying(
-        stop=_stop(),
-        wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
-        retry=tenacity.retry_if_exception(broker_restart),
-        before_sleep=lambda state: _log.warning(
+    return retry(
+        fn, policy=_policy(), retriable=broker_restart,
+        on_retry=lambda exc, attempt: _log.warning(
             "%s failed (%s); the broker may be restarting, retrying (attempt %d)",
-            what, state.outcome.exception() if state.outcome else None, state.attempt_number,
+            what, exc, attempt,
         ),
-        reraise=True,
     )
-    return retrying(fn)

@@ -5,7 +5,8 @@ or the full code for the exceptions listed), never by message text:
 
 1. ``RETRY``: transient (connection lost or refused, server shutting down or starting,
    serialization failure, deadlock, lock timeout, too many connections). Repeat the same
-   *idempotent* operation on a new connection a bounded number of times (tenacity), then
+   *idempotent* operation on a new connection a bounded number of times (the retry engine of
+   ``connectors.stage``), then
    escalate to ``ABORT``. Inside a task's data transaction nothing is retried: the
    transaction is gone with the error, so the epoch's partition is voted NO and redone.
 2. ``ABORT``: the transaction cannot commit (bad value, violated constraint, missing
@@ -21,7 +22,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
-import tenacity
 
 from connectors.postgres._errors import (
     ConstraintViolationError,
@@ -31,6 +31,7 @@ from connectors.postgres._errors import (
     PostgresWriteError,
     TableNotFoundError,
 )
+from connectors.stage._retry import RetryPolicy, retry
 from txn import ErrorAction
 
 T = TypeVar("T")
@@ -142,32 +143,24 @@ def to_sink_error(exc: BaseException, what: str) -> PostgresSinkError:
     return PostgresWriteError(text, action=action, sqlstate=code, column=column)
 
 
-def _should_retry(state: tenacity.RetryCallState) -> bool:
-    outcome = state.outcome
-    if outcome is None or not outcome.failed:
-        return False
-    exc = outcome.exception()
-    return exc is not None and classify(exc) is ErrorAction.RETRY
+def _retriable(exc: BaseException) -> bool:
+    return classify(exc) is ErrorAction.RETRY
 
 
 def call_with_retry(what: str, fn: Callable[[], T]) -> T:
     """Run the idempotent operation ``fn``; retry RETRY-class errors, then raise typed.
 
     ``fn`` must open its own connection (a retry after a lost connection needs a new one).
+    The engine is ``connectors.stage``'s (inside an epoch step, the step's budget bounds it).
 
     Raises:
         PostgresSinkError: ``fn`` failed with an ABORT or FATAL error, or kept failing with
             RETRY errors (escalated to abort).
 
     """
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(RETRY_ATTEMPTS),
-        wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
-        retry=_should_retry,
-        reraise=True,
-    )
+    policy = RetryPolicy(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
     try:
-        return retrying(fn)
+        return retry(fn, policy=policy, retriable=_retriable)
     except psycopg.Error as exc:
         err = to_sink_error(exc, what)
         if classify(exc) is ErrorAction.RETRY:

@@ -21,7 +21,6 @@ row lock (``_markers``) is the second line of defence. The call order is the one
 from __future__ import annotations
 
 import contextlib
-import enum
 from collections.abc import Iterator
 
 import psycopg
@@ -37,6 +36,7 @@ from connectors.postgres._schema import Layout
 from connectors.postgres._twophase import Gid
 from connectors.postgres._writer import BulkWriter, ensure_stage_table
 from connectors.stage import ArrowPartition
+from connectors.stage._states import ParticipantState, ParticipantStates
 from txn import EpochPlan, Marker, Participant, RowSummary
 
 # Milliseconds pg_terminate_backend waits for a fenced session to be gone.
@@ -61,14 +61,19 @@ def terminate_holders(conn: Conn, key: int) -> int:
     return len(rows)
 
 
-class _State(str, enum.Enum):
-    OPENED = "opened"  # fenced, marker not read
-    READY = "ready"  # marker read
-    IN_TXN = "in-transaction"  # begun (and rows possibly written)
-    PREPARED = "prepared"  # two-phase: PREPARE TRANSACTION done
-    PRE_COMMITTED = "pre-committed"  # idempotency table: marker written, not committed
-    DONE = "done"  # committed or aborted
-    FAILED = "failed"  # a call failed inside the transaction
+_S = ParticipantState
+_MOVES = {
+    _S.OPENED: frozenset({_S.READY, _S.DONE}),
+    _S.READY: frozenset({_S.IN_TXN, _S.DONE}),
+    _S.IN_TXN: frozenset({_S.WRITTEN, _S.DONE}),
+    _S.WRITTEN: frozenset({_S.PRE_COMMITTED, _S.PREPARED, _S.DONE}),
+    _S.PRE_COMMITTED: frozenset({_S.DONE}),  # idempotency table: marker written
+    _S.PREPARED: frozenset({_S.DONE}),  # two-phase: PREPARE TRANSACTION done
+    _S.DONE: frozenset(),
+    _S.FAILED_IN_TXN: frozenset({_S.DONE}),  # a call failed inside the transaction
+    _S.FAILED: frozenset({_S.DONE}),  # reading the marker failed
+}
+_ROLLBACK = frozenset({_S.IN_TXN, _S.WRITTEN, _S.PRE_COMMITTED, _S.FAILED_IN_TXN})
 
 
 class PostgresParticipant(Participant[ArrowPartition]):
@@ -85,7 +90,8 @@ class PostgresParticipant(Participant[ArrowPartition]):
         self._partition = partition
         self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
         self._stage: sql.Composed | None = None
-        self._state = _State.OPENED
+        self._states = ParticipantStates(
+            _MOVES, f"partition {partition}", error=PostgresSinkError)
         self._conn = connect(cfg, f"p{partition}", autocommit=True)
         try:
             with self._errors("opening"):
@@ -118,63 +124,47 @@ class PostgresParticipant(Participant[ArrowPartition]):
             ensure_stage_table(conn, self._layout, cfg.control_schema, name)
             self._stage = qualified(cfg.control_schema, name)
 
-    def _expect(self, *states: _State) -> None:
-        if self._state not in states:
-            msg = (
-                f"partition {self._partition}: call out of order in state {self._state.value} "
-                f"(expected {', '.join(s.value for s in states)})"
-            )
-            raise PostgresSinkError(msg)
-
     def committed_marker(self) -> Marker | None:
         """Return the partition's committed marker (None without exactly-once)."""
-        self._expect(_State.OPENED)
         marker = None
-        if self._cfg.transactional:
-            with self._errors("reading the marker of"):
+        with self._states.step(_S.READY, _S.FAILED), self._errors("reading the marker of"):
+            if self._cfg.transactional:
                 marker = _markers.read_marker(
                     self._conn, self._cfg.control_schema, self._cfg.sink_id, self._partition
                 )
-        self._state = _State.READY
         return marker
 
     def summarize(self, rows: ArrowPartition) -> RowSummary:
         """Read the rows without writing (a replay compared with the marker)."""
         return rows.summary()
 
+    @contextlib.contextmanager
+    def _step(self, to: ParticipantState, what: str) -> Iterator[None]:
+        """One step inside the transaction: a failure leaves it to roll back."""
+        with self._states.step(to, _S.FAILED_IN_TXN), self._errors(what):
+            yield
+
     def begin(self, epoch: int) -> None:
         """Open the local transaction and lock the marker row (exactly-once)."""
-        self._expect(_State.READY)
+        self._states.check(_S.IN_TXN)
         self._conn.autocommit = False
-        self._state = _State.IN_TXN
-        if self._cfg.transactional:
-            with self._failing("locking the marker of"):
+        with self._step(_S.IN_TXN, "locking the marker of"):
+            if self._cfg.transactional:
                 _markers.lock_marker(
                     self._conn, self._cfg.control_schema, self._cfg.sink_id, self._partition,
                     epoch,
                 )
 
-    @contextlib.contextmanager
-    def _failing(self, what: str) -> Iterator[None]:
-        try:
-            with self._errors(what):
-                yield
-        except BaseException:
-            self._state = _State.FAILED
-            raise
-
     def write(self, rows: ArrowPartition) -> RowSummary:
         """Bulk-write the rows in the open transaction; return their summary."""
-        self._expect(_State.IN_TXN)
-        with self._failing("writing"):
+        with self._step(_S.WRITTEN, "writing"):
             BulkWriter(self._conn, self._layout, self._stage).write(rows.batches())
         return rows.summary()
 
     def pre_commit(self, summary: RowSummary) -> None:
         """Record the marker; two-phase: PREPARE TRANSACTION (durable, invisible)."""
-        self._expect(_State.IN_TXN)
         cfg = self._cfg
-        with self._failing("pre-committing"):
+        with self._step(_S.PREPARED if self._two_phase else _S.PRE_COMMITTED, "pre-committing"):
             if cfg.transactional:
                 marker = Marker(self._plan.epoch, summary.rows, summary.checksum)
                 _markers.write_marker(
@@ -183,20 +173,16 @@ class PostgresParticipant(Participant[ArrowPartition]):
                 )
             if self._two_phase:
                 _twophase.prepare(self._conn, self._gid)
-                self._state = _State.PREPARED
-                return
-        self._state = _State.PRE_COMMITTED
 
     def commit(self) -> None:
         """Commit: the local transaction, or (two-phase) COMMIT PREPARED of our gid."""
-        self._expect(_State.PRE_COMMITTED, _State.PREPARED)
-        with self._failing("committing"):
-            if self._state is _State.PREPARED:
+        prepared = self._states.state is _S.PREPARED
+        with self._step(_S.DONE, "committing"):
+            if prepared:
                 self._conn.autocommit = True
                 _twophase.commit_prepared(self._conn, self._gid)
             else:
                 self._conn.commit()
-        self._state = _State.DONE
 
     def abort(self) -> None:
         """Roll back the open or prepared transaction. Idempotent; never raises.
@@ -205,11 +191,14 @@ class PostgresParticipant(Participant[ArrowPartition]):
         call cannot roll back (the session is gone) is rolled back by the coordinator
         (its abort decision) or by ``abort_lingering`` / the next ``open`` of the partition.
         """
-        state, self._state = self._state, _State.DONE
+        state = self._states.state
+        if state is _S.DONE:
+            return
+        self._states.move(_S.DONE)
         with contextlib.suppress(psycopg.Error):
-            if state in (_State.IN_TXN, _State.PRE_COMMITTED, _State.FAILED):
+            if state in _ROLLBACK:
                 self._conn.rollback()
-            elif state is _State.PREPARED:
+            elif state is _S.PREPARED:
                 self._conn.autocommit = True
                 _twophase.rollback_prepared(self._conn, self._gid)
 

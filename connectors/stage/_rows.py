@@ -57,10 +57,10 @@ class ArrowPartition:
 
     Contract: exactly one of :meth:`batches` (iterated to the end) or :meth:`summary`
     reads the rows; :meth:`summary` afterwards returns the same summary; a second read
-    raises :class:`RowsConsumedError`. ``interrupt=(rows, callback)`` (fault injection):
-    :meth:`batches` calls ``callback`` when the writer asks for more once ``rows`` rows were
-    handed over, so the writer has them in flight (a ``mid_write`` fault, for participants
-    that do not see the fault hooks themselves).
+    raises :class:`RowsConsumedError`. ``interrupt=(rows, callback)`` (fault injection, the
+    stage's ``mid_write`` step for every participant): :meth:`batches` hands over exactly
+    ``rows`` rows (splitting a batch if needed), then calls ``callback`` when the writer
+    asks for more (or when the rows end), so the writer has them in flight.
     """
 
     def __init__(
@@ -111,11 +111,21 @@ class ArrowPartition:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Yield the non-empty batches in the order Spark delivered them (once)."""
         for batch in self._take_source():
-            if batch.num_rows:
-                self._account(batch)
-                yield batch
+            for part in self._split(batch) if batch.num_rows else ():
                 self._maybe_interrupt()
+                self._account(part)
+                yield part
+        self._maybe_interrupt()
         self._finish()
+
+    def _split(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """``batch``, cut where the interrupt's row count falls inside it."""
+        if self._interrupt is None:
+            return [batch]
+        cut = self._interrupt[0] - self._rows
+        if not 0 < cut < batch.num_rows:
+            return [batch]
+        return [batch.slice(0, cut), batch.slice(cut)]
 
     def _maybe_interrupt(self) -> None:
         if self._interrupt is not None and self._rows >= self._interrupt[0]:

@@ -58,7 +58,6 @@ class TaskInfo:
     partition: int
     task_attempt: int
     reuse: ReuseTicket
-    hooks: _hooks.StepHooks | None = None
 
     @property
     def may_reuse(self) -> bool:
@@ -68,7 +67,7 @@ class TaskInfo:
 
 @runtime_checkable
 class TaskBound(Protocol):
-    """A resource that wants to know its task (client reuse, fault hooks)."""
+    """A resource that wants to know its task (client reuse)."""
 
     def for_task(self, task: TaskInfo) -> Resource[ArrowPartition]:
         """Return the resource to use in the task ``task``."""
@@ -199,12 +198,13 @@ def bind(resource: Resource[Any], task: TaskInfo) -> Resource[Any]:
 
 
 def _mid_write(spec: TaskSpec, partition: int) -> tuple[int, Callable[[], None]] | None:
-    """Return the ``mid_write`` fault of a participant that cannot see the hooks (not TaskBound)."""
-    resource = spec.resource
-    if isinstance(resource, CompositeResource):
-        resource = resource.members[resource.locate(partition)[0]].resource
-    if spec.hooks is None or isinstance(resource, TaskBound):
-        return None  # a TaskBound participant fires its mid_write fault itself
+    """Return the task's ``mid_write`` fault (rows, callback) of the hooks, if any.
+
+    The stage fires it from the rows' iterator (:class:`ArrowPartition`), so every
+    participant gets mid-write faults without seeing the hooks.
+    """
+    if spec.hooks is None:
+        return None
     return spec.hooks.interrupt_write(spec.plan.epoch, partition)
 
 
@@ -225,7 +225,7 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         result = TaskResult(partition, report=report, task_attempt=task_attempt, stats=stats)
         yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})
         return
-    resource = bind(spec.resource, TaskInfo(partition, task_attempt, spec.reuse, spec.hooks))
+    resource = bind(spec.resource, TaskInfo(partition, task_attempt, spec.reuse))
     if spec.empty_input:
         for _ in batches:  # the placeholder rows of an empty input: read, never written
             pass

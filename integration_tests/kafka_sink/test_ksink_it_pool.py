@@ -45,9 +45,9 @@ class RecordingResource(KafkaResource):
 
 @pytest.fixture(autouse=True)
 def empty_pool():
-    _pool.clear()
+    _pool.POOL.clear()
     yield
-    _pool.clear()
+    _pool.POOL.clear()
 
 
 @pytest.fixture
@@ -110,9 +110,9 @@ def test_retry_attempt_creates_a_new_producer_that_aborts_the_dead_attempt(sink)
         run(sink, 1, reuse=True, hooks=die_after_pre_commit)
     cfg = sink.config
     assert not lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)  # left open
-    entry = _pool.take(pool_key(cfg, 0))
+    entry = _pool.POOL.take(pool_key(cfg, 0))
     assert entry is not None and entry.producer is None  # never pooled with an open txn
-    _pool.give_back(pool_key(cfg, 0), entry)
+    _pool.POOL.give_back(pool_key(cfg, 0), entry)
     # The retry (reuse not allowed) inits a new producer: the open transaction is aborted.
     report, participant = run(sink, 1, reuse=False)
     assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
@@ -133,9 +133,9 @@ def test_fenced_pooled_producer_fails_and_is_discarded(sink):
     KafkaResource(sink.config, Layout()).abort_lingering([0])
     with pytest.raises(KafkaWriteError):
         run(sink, 1, reuse=True)
-    entry = _pool.take(pool_key(sink.config, 0))
+    entry = _pool.POOL.take(pool_key(sink.config, 0))
     assert entry is not None and entry.producer is None
-    _pool.give_back(pool_key(sink.config, 0), entry)
+    _pool.POOL.give_back(pool_key(sink.config, 0), entry)
     report, participant = run(sink, 1, reuse=False)  # the retry commits
     assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
     check_exact(sink, 2)
@@ -145,9 +145,9 @@ def test_error_discards_the_producer(sink):
     run(sink, 0, reuse=True)
     with pytest.raises(RecordError):
         run(sink, 1, reuse=True, null_value=True)
-    entry = _pool.take(pool_key(sink.config, 0))
+    entry = _pool.POOL.take(pool_key(sink.config, 0))
     assert entry is not None and entry.producer is None and entry.consumer is not None
-    _pool.give_back(pool_key(sink.config, 0), entry)
+    _pool.POOL.give_back(pool_key(sink.config, 0), entry)
     report, participant = run(sink, 1, reuse=True)
     assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
     check_exact(sink, 2)
@@ -156,12 +156,12 @@ def test_error_discards_the_producer(sink):
 def test_partition_committed_by_another_instance_gets_a_new_producer(sink):
     cfg = sink.config
     run(sink, 0, reuse=True)
-    mine = _pool.take(pool_key(cfg, 0))  # this worker's clients, committed epoch 0
+    mine = _pool.POOL.take(pool_key(cfg, 0))  # this worker's clients, committed epoch 0
     run(sink, 1, reuse=True)  # "another worker" writes epoch 1 (fresh: fences mine)
-    other = _pool.take(pool_key(cfg, 0))
+    other = _pool.POOL.take(pool_key(cfg, 0))
     assert mine is not None and other is not None
     _pool.discard(other)
-    _pool.give_back(pool_key(cfg, 0), mine)
+    _pool.POOL.give_back(pool_key(cfg, 0), mine)
     report, participant = run(sink, 2, reuse=True)  # marker 1 != my commit 0: new producer
     assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
     check_exact(sink, 3)
@@ -210,9 +210,9 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     first = RecordingResource(cfg, Layout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
     run_partition(first, two, 0, epoch_rows(0))
     deadline = time.monotonic() + 30
-    while _pool.spares() < 1 and time.monotonic() < deadline:
+    while _pool.POOL.spares() < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _pool.take(pool_key(cfg, 1)) is None and _pool.spares() >= 1
+    assert _pool.POOL.take(pool_key(cfg, 1)) is None and _pool.POOL.spares() >= 1
     second = RecordingResource(cfg, Layout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
     report = run_partition(second, two, 1, epoch_rows(1))
     assert report.outcome is PartitionOutcome.COMMITTED

@@ -30,41 +30,58 @@ def entry(producer: object = "producer") -> _pool.PoolEntry:
 
 @pytest.fixture(autouse=True)
 def empty_pool():
-    _pool.clear()
+    _pool.POOL.clear()
     yield
-    _pool.clear()
+    _pool.POOL.clear()
 
 
 def test_take_returns_what_was_given_back_once():
     e = entry()
-    _pool.give_back(("a",), e)
-    assert _pool.size() == 1
-    assert _pool.take(("a",)) is e
-    assert _pool.take(("a",)) is None  # an entry is never shared
+    _pool.POOL.give_back(("a",), e)
+    assert _pool.POOL.size() == 1
+    assert _pool.POOL.take(("a",)) is e
+    assert _pool.POOL.take(("a",)) is None  # an entry is never shared
     assert not e.consumer.closed
 
 
 def test_give_back_replaces_and_releases_the_older_entry():
     old, new = entry(), entry()
-    _pool.give_back(("a",), old)
-    _pool.give_back(("a",), new)
-    assert _pool.take(("a",)) is new
+    _pool.POOL.give_back(("a",), old)
+    _pool.POOL.give_back(("a",), new)
+    assert _pool.POOL.take(("a",)) is new
     assert old.consumer is None and old.producer is None
 
 
 def test_pool_is_bounded():
     entries = [entry() for _ in range(_pool.MAX_ENTRIES + 3)]
     for i, e in enumerate(entries):
-        _pool.give_back((str(i),), e)
-    assert _pool.size() == _pool.MAX_ENTRIES
+        _pool.POOL.give_back((str(i),), e)
+    assert _pool.POOL.size() == _pool.MAX_ENTRIES
     assert entries[0].producer is None  # oldest evicted and released
-    assert _pool.take((str(_pool.MAX_ENTRIES + 2),)) is entries[-1]
+    assert _pool.POOL.take((str(_pool.MAX_ENTRIES + 2),)) is entries[-1]
+
+
+def test_a_lease_keeps_the_clients_only_when_released_clean():
+    pool = _pool.ClientPool()
+    pool.give_back(("a",), entry())
+    lease = pool.acquire(("a",))
+    assert lease.pooled_producer and pool.size() == 0  # leased: out of the pool
+    lease.release(clean=True)
+    assert pool.size() == 1
+    dirty = pool.acquire(("a",))
+    dirty.release(clean=False)
+    kept = pool.take(("a",))
+    assert kept is not None and kept.producer is None and kept.consumer is not None
+    plain = pool.acquire(("plain",))
+    assert not plain.pooled_producer
+    plain.release(clean=False)  # nothing to keep
+    assert pool.size() == 0
 
 
 def test_entries_inherited_through_fork_are_forgotten(monkeypatch):
-    _pool.give_back(("a",), entry())
+    _pool.POOL.give_back(("a",), entry())
     monkeypatch.setattr(os, "getpid", lambda: -1)
-    assert _pool.take(("a",)) is None
+    assert _pool.POOL.take(("a",)) is None
 
 
 def test_discard_closes_the_consumer_and_drops_the_producer():
@@ -120,17 +137,17 @@ def wait_for_spares(n: int) -> None:
     import time
 
     deadline = time.monotonic() + 10
-    while _pool.spares() < n and time.monotonic() < deadline:
+    while _pool.POOL.spares() < n and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
 def test_spares_are_filled_in_the_background_for_keys_without_clients():
-    _pool.give_back(("pooled",), entry())
-    _pool.fill_spares({("pooled",): spare, ("a",): spare, ("b",): spare})
+    _pool.POOL.give_back(("pooled",), entry())
+    _pool.POOL.fill_spares({("pooled",): spare, ("a",): spare, ("b",): spare})
     wait_for_spares(2)
-    assert _pool.spares() == 2  # the key with a pooled entry gets none
-    taken = _pool.take_spare(("a",))
-    assert taken is not None and _pool.take_spare(("a",)) is None  # a spare is used once
+    assert _pool.POOL.spares() == 2  # the key with a pooled entry gets none
+    taken = _pool.POOL.take_spare(("a",))
+    assert taken is not None and _pool.POOL.take_spare(("a",)) is None  # a spare is used once
 
 
 def test_spares_are_bounded_and_a_failing_factory_is_skipped():
@@ -139,14 +156,14 @@ def test_spares_are_bounded_and_a_failing_factory_is_skipped():
 
     wanted = {(str(i),): spare for i in range(_pool.MAX_SPARES + 4)}
     wanted[("broken",)] = broken
-    _pool.fill_spares(wanted)
+    _pool.POOL.fill_spares(wanted)
     wait_for_spares(_pool.MAX_SPARES)
-    assert _pool.spares() == _pool.MAX_SPARES
-    assert _pool.take_spare(("broken",)) is None
+    assert _pool.POOL.spares() == _pool.MAX_SPARES
+    assert _pool.POOL.take_spare(("broken",)) is None
 
 
 def test_spares_inherited_through_fork_are_forgotten(monkeypatch):
-    _pool.fill_spares({("a",): spare})
+    _pool.POOL.fill_spares({("a",): spare})
     wait_for_spares(1)
     monkeypatch.setattr(os, "getpid", lambda: -1)
-    assert _pool.take_spare(("a",)) is None
+    assert _pool.POOL.take_spare(("a",)) is None

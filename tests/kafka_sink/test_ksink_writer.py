@@ -6,7 +6,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka import KafkaWriteError, RecordError, RecordTooLargeError
 from connectors.kafka._sink._writer import DeliveryErrors, Layout, RecordWriter
-from connectors.stage._rows import HASH_COLUMN
+from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from connectors.testing import InjectedFault
 
 
@@ -116,7 +116,7 @@ def test_oversized_record_names_the_column_and_the_fix():
     assert info.value.column == "value"
 
 
-def test_mid_write_stop_fires_after_exactly_n_rows():
+def test_mid_write_stop_of_the_stage_fires_after_exactly_n_rows_produced():
     p = FakeProducer()
     seen = []
 
@@ -127,8 +127,9 @@ def test_mid_write_stop_fires_after_exactly_n_rows():
     w = writer(p)
     vals = [str(i) for i in range(10)]
     with pytest.raises(InjectedFault):
-        w.write([batch(key=vals[:4], value=vals[:4]), batch(key=vals[4:], value=vals[4:])],
-                stop_after=7, on_stop=stop)
+        rows = ArrowPartition([batch(key=vals[:4], value=vals[:4]),
+                               batch(key=vals[4:], value=vals[4:])], interrupt=(7, stop))
+        w.write(rows.batches())
     assert seen == [7]
 
 

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import tenacity
-
 from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._errors import TableNotFoundError, classify, to_sink_error
+from connectors.stage._retry import RetryPolicy, retry
 from txn import ErrorAction, Marker
 
 T = TypeVar("T")
@@ -50,15 +49,10 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
         with contextlib.closing(connect(cfg)) as conn:
             return call(conn)
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(RETRY_ATTEMPTS),
-        wait=tenacity.wait_exponential(min=RETRY_WAIT_MIN_S, max=RETRY_WAIT_MAX_S),
-        retry=tenacity.retry_if_exception(
-            lambda e: isinstance(e, sqlite3.Error) and classify(e) is ErrorAction.RETRY),
-        reraise=True,
-    )
+    policy = RetryPolicy(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
     try:
-        return retrying(once)
+        return retry(once, policy=policy, retriable=lambda e: (
+            isinstance(e, sqlite3.Error) and classify(e) is ErrorAction.RETRY))
     except sqlite3.Error as exc:
         if not os.path.exists(cfg.path):
             msg = f"the database file {cfg.path} does not exist; create it and table {cfg.table!r}"

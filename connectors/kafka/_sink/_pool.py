@@ -6,14 +6,14 @@ and InitProducerId) and a fresh marker consumer a coordinator look-up before its
 reuses Python workers (``spark.python.worker.reuse``), so a worker that wrote partition
 ``p`` in epoch ``N`` can keep its clients for ``N + 1``.
 
-Contract:
+Contract (:class:`ClientPool`; the process's one pool is :data:`POOL`):
 
-1. :func:`take` removes and returns the entry of ``key`` (or None): an entry is used by
-   one participant at a time, never shared;
-2. :func:`give_back` returns an entry after its last transaction ended cleanly
-   (committed, or aborted without error, or never begun) with no delivery error;
-   anything else must be :func:`discard`-ed (a fenced or fatal producer is never used
-   again);
+1. :meth:`ClientPool.acquire` removes the entry of a key and hands it out as a
+   :class:`Lease`: an entry is used by one participant at a time, never shared;
+2. :meth:`Lease.release` with ``clean=True`` keeps the clients for the next lease of the
+   key; only after the last transaction ended cleanly (committed, or aborted without
+   error, or never begun) with no delivery error. ``clean=False`` drops the producer (a
+   fenced or fatal producer is never used again) and keeps only the marker consumer;
 3. the pool is tied to the process that filled it: after a fork it is empty (librdkafka
    handles are not fork-safe; inherited ones are never touched).
 
@@ -26,7 +26,7 @@ initialized. Creating a client fences nothing (only ``init_transactions`` does),
 is just a new producer created earlier; a task whose pooled producer cannot serve takes
 the spare and runs ``init_transactions`` on it with warm connections (a few ms instead of
 tens to hundreds: librdkafka's coordinator-query timer, docs/perf-notes.md). Spares are
-filled in the background after a task (``fill_spares``), at most ``MAX_SPARES`` per process.
+filled in the background after a task (:meth:`ClientPool.fill_spares`), at most ``MAX_SPARES`` per process.
 """
 
 from __future__ import annotations
@@ -76,78 +76,7 @@ class Spare:
     consumer: Consumer
 
 
-_lock = threading.Lock()
-_entries: dict[tuple[str, ...], PoolEntry] = {}
-_spares: dict[tuple[str, ...], Spare] = {}
-_filling: set[tuple[str, ...]] = set()
-_owner_pid = os.getpid()
-
-
-def _check_pid() -> None:
-    """Forget entries inherited through fork (never close them: not fork-safe)."""
-    global _owner_pid  # process-wide pool
-    pid = os.getpid()
-    if pid != _owner_pid:
-        _entries.clear()
-        _spares.clear()
-        _filling.clear()
-        _owner_pid = pid
-
-
-def take_spare(key: tuple[str, ...]) -> Spare | None:
-    """Remove and return the spare clients of ``key``, or None."""
-    with _lock:
-        _check_pid()
-        return _spares.pop(key, None)
-
-
-def fill_spares(wanted: dict[tuple[str, ...], Callable[[], Spare]]) -> None:
-    """Create, in a background thread, the spares of ``wanted`` this process lacks.
-
-    ``wanted`` maps a pool key to a factory of its spare. Keys with a pooled entry or a
-    spare already are skipped; at most ``MAX_SPARES`` spares are kept.
-    """
-    with _lock:
-        _check_pid()
-        missing = [k for k in wanted
-                   if k not in _entries and k not in _spares and k not in _filling]
-        missing = missing[: max(0, MAX_SPARES - len(_spares) - len(_filling))]
-        _filling.update(missing)
-    if not missing:
-        return
-
-    def create() -> None:
-        for key in missing:
-            try:
-                spare = wanted[key]()
-            except Exception:  # noqa: BLE001 - a spare is an optimization; a task makes its own
-                spare = None
-            with _lock:
-                _filling.discard(key)
-                if spare is not None and os.getpid() == _owner_pid:
-                    _spares[key] = spare
-
-    threading.Thread(target=create, name="kafka-sink-spares", daemon=True).start()
-
-
-def take(key: tuple[str, ...]) -> PoolEntry | None:
-    """Remove and return the entry of ``key``, or None."""
-    with _lock:
-        _check_pid()
-        return _entries.pop(key, None)
-
-
-def give_back(key: tuple[str, ...], entry: PoolEntry) -> None:
-    """Keep ``entry`` for the next participant of ``key`` (see the contract)."""
-    with _lock:
-        _check_pid()
-        old = _entries.pop(key, None)
-        _entries[key] = entry
-        evicted = [] if old is None else [old]
-        while len(_entries) > MAX_ENTRIES:
-            evicted.append(_entries.pop(next(iter(_entries))))
-    for e in evicted:
-        discard(e)
+Key = tuple[str, ...]
 
 
 def discard(entry: PoolEntry) -> None:
@@ -159,30 +88,146 @@ def discard(entry: PoolEntry) -> None:
     entry.producer = None
 
 
-def size() -> int:
-    """Return the number of pooled entries of this process (tests, diagnostics)."""
-    with _lock:
-        _check_pid()
-        return len(_entries)
+class Lease:
+    """The clients of one pool key, held by one participant from acquire to release.
+
+    ``clients`` holds what the participant uses: the pooled entry when there was one,
+    else an empty entry it fills (``producer``, ``errors``, ``consumer``, ``committed``,
+    ``generation``). ``pooled_producer`` says whether a pooled producer came with it.
+    """
+
+    def __init__(self, pool: ClientPool, key: Key, pooled: PoolEntry | None) -> None:
+        self._pool = pool
+        self.key = key
+        self.pooled_producer = pooled is not None and pooled.producer is not None
+        self.clients = pooled if pooled is not None else PoolEntry(None, DeliveryErrors(), None)
+        self._released = False
+
+    def take_spare(self) -> Spare | None:
+        """Remove and return the spare clients of this lease's key, or None."""
+        return self._pool.take_spare(self.key)
+
+    def release(self, *, clean: bool) -> None:
+        """End the lease: keep the clients if ``clean``, else only the marker consumer.
+
+        Idempotent. Nothing is kept when no client is left to keep.
+        """
+        if self._released:
+            return
+        self._released = True
+        entry = self.clients
+        if not clean:
+            entry.producer = None
+        if entry.producer is None and entry.consumer is None:
+            return
+        self._pool.give_back(self.key, entry)
 
 
-def spares() -> int:
-    """Return the number of spare client pairs of this process (tests, diagnostics)."""
-    with _lock:
-        _check_pid()
-        return len(_spares)
+class ClientPool:
+    """Write-task clients of one process by pool key (see the module docstring)."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_spares: int = MAX_SPARES) -> None:
+        self._max_entries = max_entries
+        self._max_spares = max_spares
+        self._lock = threading.Lock()
+        self._entries: dict[Key, PoolEntry] = {}
+        self._spares: dict[Key, Spare] = {}
+        self._filling: set[Key] = set()
+        self._owner_pid = os.getpid()
+
+    def _check_pid(self) -> None:
+        """Forget entries inherited through fork (never close them: not fork-safe)."""
+        pid = os.getpid()
+        if pid != self._owner_pid:
+            self._entries.clear()
+            self._spares.clear()
+            self._filling.clear()
+            self._owner_pid = pid
+
+    def acquire(self, key: Key) -> Lease:
+        """Take the clients of ``key`` (if pooled) into a lease; release it when done."""
+        return Lease(self, key, self.take(key))
+
+    def take(self, key: Key) -> PoolEntry | None:
+        """Remove and return the entry of ``key``, or None."""
+        with self._lock:
+            self._check_pid()
+            return self._entries.pop(key, None)
+
+    def give_back(self, key: Key, entry: PoolEntry) -> None:
+        """Keep ``entry`` for the next lease of ``key`` (see the contract)."""
+        with self._lock:
+            self._check_pid()
+            old = self._entries.pop(key, None)
+            self._entries[key] = entry
+            evicted = [] if old is None else [old]
+            while len(self._entries) > self._max_entries:
+                evicted.append(self._entries.pop(next(iter(self._entries))))
+        for e in evicted:
+            discard(e)
+
+    def take_spare(self, key: Key) -> Spare | None:
+        """Remove and return the spare clients of ``key``, or None."""
+        with self._lock:
+            self._check_pid()
+            return self._spares.pop(key, None)
+
+    def fill_spares(self, wanted: dict[Key, Callable[[], Spare]]) -> None:
+        """Create, in a background thread, the spares of ``wanted`` this process lacks.
+
+        ``wanted`` maps a pool key to a factory of its spare. Keys with a pooled entry or a
+        spare already are skipped; at most ``max_spares`` spares are kept.
+        """
+        with self._lock:
+            self._check_pid()
+            missing = [k for k in wanted if k not in self._entries
+                       and k not in self._spares and k not in self._filling]
+            room = self._max_spares - len(self._spares) - len(self._filling)
+            missing = missing[: max(0, room)]
+            self._filling.update(missing)
+            owner = self._owner_pid
+        if missing:
+            threading.Thread(target=self._create, args=(missing, wanted, owner),
+                             name="kafka-sink-spares", daemon=True).start()
+
+    def _create(self, keys: list[Key], wanted: dict[Key, Callable[[], Spare]], owner: int) -> None:
+        for key in keys:
+            try:
+                spare = wanted[key]()
+            except Exception:  # noqa: BLE001 - a spare is an optimization; a task makes its own
+                spare = None
+            with self._lock:
+                self._filling.discard(key)
+                if spare is not None and os.getpid() == owner == self._owner_pid:
+                    self._spares[key] = spare
+
+    def size(self) -> int:
+        """Return the number of pooled entries of this process (tests, diagnostics)."""
+        with self._lock:
+            self._check_pid()
+            return len(self._entries)
+
+    def spares(self) -> int:
+        """Return the number of spare client pairs of this process (tests, diagnostics)."""
+        with self._lock:
+            self._check_pid()
+            return len(self._spares)
+
+    def clear(self) -> None:
+        """Release every pooled entry and spare of this process."""
+        with self._lock:
+            self._check_pid()
+            entries = list(self._entries.values())
+            spare = list(self._spares.values())
+            self._entries.clear()
+            self._spares.clear()
+        for e in entries:
+            discard(e)
+        for s in spare:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                s.consumer.close()
 
 
-def clear() -> None:
-    """Release every pooled entry and spare of this process."""
-    with _lock:
-        _check_pid()
-        entries = list(_entries.values())
-        spare = list(_spares.values())
-        _entries.clear()
-        _spares.clear()
-    for e in entries:
-        discard(e)
-    for s in spare:
-        with contextlib.suppress(KafkaException, RuntimeError):
-            s.consumer.close()
+# The pool of this process: Spark reuses Python workers, so the clients of one epoch's
+# task serve the next task of the same worker. The only process-wide state of the sink.
+POOL = ClientPool()

@@ -155,24 +155,11 @@ class RecordWriter:
                 raise RecordError(msg, column="topic")
 
     # -- producing ----------------------------------------------------------------
-    def write(
-        self, batches: Iterable[pa.RecordBatch], *, stop_after: int | None = None,
-        on_stop: Callable[[], None] | None = None,
-    ) -> int:
-        """Produce every row; call ``on_stop`` once ``stop_after`` rows were produced."""
+    def write(self, batches: Iterable[pa.RecordBatch]) -> int:
+        """Produce every row; return the number of rows produced so far."""
         for batch in batches:
             self._validate(batch)
-            n = batch.num_rows
-            if stop_after is not None and on_stop is not None and self.rows + n >= stop_after:
-                cut = max(0, stop_after - self.rows)
-                self._produce(batch.slice(0, cut))
-                on_stop()
-                stop_after = None
-                self._produce(batch.slice(cut))
-            else:
-                self._produce(batch)
-        if stop_after is not None and on_stop is not None and self.rows >= stop_after:
-            on_stop()
+            self._produce(batch)
         return self.rows
 
     def _column(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:

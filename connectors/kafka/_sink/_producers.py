@@ -1,0 +1,63 @@
+"""The write task's Kafka clients: how they are created, keyed in the pool and fenced."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from confluent_kafka import Producer
+
+from connectors.kafka import _clients
+from connectors.kafka._classify import call_with_retry
+from connectors.kafka._sink import _pool
+from connectors.kafka._sink._config import SinkConfig
+from connectors.kafka._sink._markers import marker_consumer
+from connectors.kafka._sink._writer import DeliveryErrors
+
+# Seconds for init_transactions: it may wait for an older instance's transaction to
+# be aborted by the broker, which takes a few round trips on a busy machine.
+INIT_TIMEOUT_S = 60.0
+
+
+def new_producer(cfg: SinkConfig, transactional_id: str | None, errors: DeliveryErrors) -> Producer:
+    """Return a producer with the sink's settings; only failed deliveries are reported."""
+    settings: dict[str, object] = dict(cfg.producer_settings(transactional_id))
+    settings["on_delivery"] = errors
+    settings["delivery.report.only.error"] = True
+    return _clients.producer(settings)
+
+
+def init_transactions(producer: Producer, transactional_id: str) -> None:
+    """Fence older instances of ``transactional_id`` and abort their open transaction."""
+    call_with_retry(
+        f"init_transactions({transactional_id})",
+        lambda: producer.init_transactions(INIT_TIMEOUT_S),
+    )
+
+
+def plain_pool_key(cfg: SinkConfig) -> _pool.Key:
+    """Pool key of the non-transactional producer of a worker: every producer setting."""
+    return ("plain", repr(sorted(cfg.producer_settings(None).items())))
+
+
+def pool_key(cfg: SinkConfig, partition: int) -> _pool.Key:
+    """Pool key of a write task's clients: id, marker group and every producer setting."""
+    txn_id = cfg.transactional_id(partition)
+    settings = sorted(cfg.producer_settings(txn_id).items())
+    return (txn_id, cfg.marker_group(partition), cfg.marker_topic, repr(settings))
+
+
+def spare_factory(cfg: SinkConfig, partition: int) -> Callable[[], _pool.Spare]:
+    """Return a factory of partition ``partition``'s spare clients (created, not initialized)."""
+
+    def make() -> _pool.Spare:
+        errors = DeliveryErrors()
+        producer = new_producer(cfg, cfg.transactional_id(partition), errors)
+        consumer = marker_consumer(cfg.bootstrap_servers, cfg.marker_group(partition))
+        return _pool.Spare(producer, errors, consumer)
+
+    return make
+
+
+def fill_spares(pool: _pool.ClientPool, cfg: SinkConfig, parallelism: int) -> None:
+    """Have ``pool`` create in the background the spares of every partition of the sink."""
+    pool.fill_spares({pool_key(cfg, p): spare_factory(cfg, p) for p in range(parallelism)})
