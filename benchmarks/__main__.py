@@ -12,8 +12,15 @@ import sys
 from rich.console import Console
 
 BENCHMARKS = (
-    "bench_minikafka", "bench_sink", "bench_writer", "bench_clients", "bench_source",
-    "bench_async_io", "bench_postgres", "bench_pg_write", "bench_cluster",
+    "bench_minikafka",
+    "bench_sink",
+    "bench_writer",
+    "bench_clients",
+    "bench_source",
+    "bench_async_io",
+    "bench_postgres",
+    "bench_pg_write",
+    "bench_cluster",
 )
 
 

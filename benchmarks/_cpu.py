@@ -28,7 +28,7 @@ def _stat(pid: int) -> tuple[int, float] | None:
         raw = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
+    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
     ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
     return ppid, (utime + stime) / _TICK
 

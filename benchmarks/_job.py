@@ -133,8 +133,9 @@ def _rows_drop(df: Any, _batch_id: int) -> None:
 class Writers:
     """One writer per variant, each with its own output topic (and sink id)."""
 
-    def __init__(self, bootstrap: str, variants: Sequence[str], *,
-                 vote_channel: str = DEFAULT_VOTE_CHANNEL) -> None:
+    def __init__(
+        self, bootstrap: str, variants: Sequence[str], *, vote_channel: str = DEFAULT_VOTE_CHANNEL
+    ) -> None:
         self.bootstrap = bootstrap
         self.topics: dict[str, str] = {}
         self._sinks: list[Any] = []
@@ -143,10 +144,12 @@ class Writers:
         self._admin: Any = AdminClient({"bootstrap.servers": bootstrap})
         for variant in variants:
             if variant in SINK_VARIANTS:
-                self.add_sink(variant, guarantee="at-least-once" if variant == "alo-sink"
-                              else "exactly-once",
-                              mode="unaligned" if variant == "eos-unaligned" else "aligned",
-                              vote_channel=vote_channel)
+                self.add_sink(
+                    variant,
+                    guarantee="at-least-once" if variant == "alo-sink" else "exactly-once",
+                    mode="unaligned" if variant == "eos-unaligned" else "aligned",
+                    vote_channel=vote_channel,
+                )
             elif variant == "baseline":
                 self._write[variant] = _baseline(bootstrap, self._new_topic(variant))
             elif variant == "noop":
@@ -160,19 +163,33 @@ class Writers:
     def _new_topic(self, variant: str) -> str:
         topic = f"bench-{variant}-{self._run}"
         self._admin.create_topics([NewTopic(topic, OUTPUT_PARTITIONS, 1)])[topic].result(
-            timeout=ADMIN_TIMEOUT_S)
+            timeout=ADMIN_TIMEOUT_S
+        )
         self.topics[variant] = topic
         return topic
 
-    def add_sink(self, name: str, *, guarantee: str, mode: str,
-                 vote_channel: str = DEFAULT_VOTE_CHANNEL, parallelism: int = WRITE_TASKS) -> Any:
+    def add_sink(
+        self,
+        name: str,
+        *,
+        guarantee: str,
+        mode: str,
+        vote_channel: str = DEFAULT_VOTE_CHANNEL,
+        parallelism: int = WRITE_TASKS,
+    ) -> Any:
         """Add a KafkaSink variant ``name`` with its own topic and sink id; return the sink."""
         from connectors.kafka import KafkaSink
 
         topic = self._new_topic(name)
-        sink = KafkaSink(self.bootstrap, topic, f"{topic}-sink",
-                         guarantee=guarantee, mode=mode, parallelism=parallelism,
-                         vote_channel=vote_channel)
+        sink = KafkaSink(
+            self.bootstrap,
+            topic,
+            f"{topic}-sink",
+            guarantee=guarantee,
+            mode=mode,
+            parallelism=parallelism,
+            vote_channel=vote_channel,
+        )
         self._sinks.append(sink)
         self._write[name] = sink
         return sink
@@ -185,10 +202,13 @@ class Writers:
         """Sum of the high watermarks of each Kafka variant's topic (records + txn markers)."""
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-watermarks"})
         try:
-            return {v: sum(consumer.get_watermark_offsets(TopicPartition(t, p),
-                                                          timeout=ADMIN_TIMEOUT_S)[1]
-                           for p in range(OUTPUT_PARTITIONS))
-                    for v, t in self.topics.items()}
+            return {
+                v: sum(
+                    consumer.get_watermark_offsets(TopicPartition(t, p), timeout=ADMIN_TIMEOUT_S)[1]
+                    for p in range(OUTPUT_PARTITIONS)
+                )
+                for v, t in self.topics.items()
+            }
         finally:
             consumer.close()
 
@@ -215,8 +235,15 @@ class VariantWriters(Protocol):
 
 
 def run_interleaved(
-    spark: Any, writers: VariantWriters, variants: Sequence[str], rows: int, batches: int, *,
-    pad: int = 0, on_epoch: Callable[[EpochTime], None] | None = None, frame: Any = None,
+    spark: Any,
+    writers: VariantWriters,
+    variants: Sequence[str],
+    rows: int,
+    batches: int,
+    *,
+    pad: int = 0,
+    on_epoch: Callable[[EpochTime], None] | None = None,
+    frame: Any = None,
 ) -> list[EpochTime]:
     """Run the job for ``batches`` micro-batches; every variant writes every batch.
 
@@ -234,14 +261,22 @@ def run_interleaved(
             seconds = time.perf_counter() - t0
             end = time.time()
             cpu = _cpu.used(cpu_before, _cpu.snapshot()) if cpu_before else {}
-            epoch = EpochTime(rows, variant, batch_id, position, seconds, start, end,
-                              cpu.get("spark", float("nan")), cpu.get("broker", float("nan")))
+            epoch = EpochTime(
+                rows,
+                variant,
+                batch_id,
+                position,
+                seconds,
+                start,
+                end,
+                cpu.get("spark", float("nan")),
+                cpu.get("broker", float("nan")),
+            )
             times.append(epoch)
             if on_epoch is not None:
                 on_epoch(epoch)
 
-    run_stream(spark, source_frame(spark, rows, pad=pad) if frame is None else frame, each,
-               batches)
+    run_stream(spark, source_frame(spark, rows, pad=pad) if frame is None else frame, each, batches)
     return times
 
 
@@ -266,8 +301,9 @@ def run_stream(spark: Any, df: Any, each: Callable[[Any, int], None], batches: i
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def paired(times: Sequence[EpochTime], variant: str, other: str, how: str,
-           field: str = "seconds") -> float | None:
+def paired(
+    times: Sequence[EpochTime], variant: str, other: str, how: str, field: str = "seconds"
+) -> float | None:
     """Median over the batches both wrote of ``variant`` vs ``other``: a ratio or a difference.
 
     ``how="ratio"``: ``other``'s value over ``variant``'s (a throughput ratio for times);

@@ -55,15 +55,20 @@ def grouped_bar_plot(
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     widest = max(len(groups) * max(1, len(series)) for _y, groups, series, _t in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 0.55 * widest) * len(panels), 4.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(max(7.0, 0.55 * widest) * len(panels), 4.8), squeeze=False
+    )
     for ax, (ylabel, groups, series, target) in zip(axes[0], panels, strict=True):
         width = 0.8 / max(1, len(series))
         for i, (label, values) in enumerate(series.items()):
             xs = [g + i * width for g in range(len(groups))]
             bars = ax.bar(xs, values, width, label=label)
-            ax.bar_label(bars, labels=[f"{v:,.2f}" if abs(v) < 10 else f"{v:,.0f}"
-                                       for v in values], padding=2, fontsize=7)
+            ax.bar_label(
+                bars,
+                labels=[f"{v:,.2f}" if abs(v) < 10 else f"{v:,.0f}" for v in values],
+                padding=2,
+                fontsize=7,
+            )
         ax.set_xticks([g + width * (len(series) - 1) / 2 for g in range(len(groups))])
         ax.set_xticklabels(groups)
         if target is not None:

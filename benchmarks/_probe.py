@@ -51,8 +51,15 @@ class EventLog:
 
     def record(self, name: str, t0: float, t1: float, **extra: Any) -> None:
         """Append one event (with the task context of this process, if any)."""
-        doc = {"name": name, "t0": t0, "t1": t1, "pid": os.getpid(), "side": self._side,
-               **_context, **extra}
+        doc = {
+            "name": name,
+            "t0": t0,
+            "t1": t1,
+            "pid": os.getpid(),
+            "side": self._side,
+            **_context,
+            **extra,
+        }
         line = json.dumps(doc, separators=(",", ":")) + "\n"
         with self._lock:
             if self._file is None or self._pid != os.getpid():  # forked: own file
@@ -109,8 +116,13 @@ def py4j_stack() -> list[list[Any]]:
     return _PY4J.stack()
 
 
-def _wrap(owner: Any, attr: str, log: EventLog, name: str | Callable[..., str],
-          extra: Callable[..., dict[str, Any]] | None = None) -> None:
+def _wrap(
+    owner: Any,
+    attr: str,
+    log: EventLog,
+    name: str | Callable[..., str],
+    extra: Callable[..., dict[str, Any]] | None = None,
+) -> None:
     original = getattr(owner, attr)
 
     @functools.wraps(original)
@@ -189,15 +201,29 @@ def install_task_probes(directory: str | Path) -> EventLog:
 
     directory = Path(directory)
     log = EventLog(directory, "task")
-    for participant in (_participant.TransactionalKafkaParticipant,
-                        _participant.PlainKafkaParticipant):
-        _wrap(participant, "__init__", log, "open",
-              lambda self, *_a, **_k: {"reused": bool(getattr(self, "reused", False)),
-                                       "why_new": str(getattr(self, "why_new", ""))})
-        for attr, name in (("committed_marker", "marker read"),
-                           ("begin", "begin"), ("pre_commit", "pre-commit"),
-                           ("commit", "commit"), ("abort", "abort"), ("close", "close"),
-                           ("write", "write")):
+    for participant in (
+        _participant.TransactionalKafkaParticipant,
+        _participant.PlainKafkaParticipant,
+    ):
+        _wrap(
+            participant,
+            "__init__",
+            log,
+            "open",
+            lambda self, *_a, **_k: {
+                "reused": bool(getattr(self, "reused", False)),
+                "why_new": str(getattr(self, "why_new", "")),
+            },
+        )
+        for attr, name in (
+            ("committed_marker", "marker read"),
+            ("begin", "begin"),
+            ("pre_commit", "pre-commit"),
+            ("commit", "commit"),
+            ("abort", "abort"),
+            ("close", "close"),
+            ("write", "write"),
+        ):
             _wrap(participant, attr, log, name)
     _wrap(_writer.RecordWriter, "_validate", log, "validate")
     _wrap(_writer.RecordWriter, "_produce", log, "produce")
@@ -212,10 +238,15 @@ def install_task_probes(directory: str | Path) -> EventLog:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        _context.update(epoch=spec.plan.epoch, sink=spec.plan.sink_id,
-                        partition=int(ctx.partitionId()) if ctx is not None else -1)
+        _context.update(
+            epoch=spec.plan.epoch,
+            sink=spec.plan.sink_id,
+            partition=int(ctx.partitionId()) if ctx is not None else -1,
+        )
         profiler = cProfile.Profile() if _profile_epoch(directory) == spec.plan.epoch else None
-        path = directory / f"task-{spec.plan.sink_id}-{spec.plan.epoch}-{_context['partition']}.pstats"
+        path = (
+            directory / f"task-{spec.plan.sink_id}-{spec.plan.epoch}-{_context['partition']}.pstats"
+        )
         t0 = time.time()
         if profiler is not None:
             profiler.enable()

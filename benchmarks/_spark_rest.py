@@ -89,18 +89,21 @@ def _stage(doc: Mapping[str, Any]) -> StageMetrics:
         run_ms=total(lambda m: m.get("executorRunTime", 0)),
         cpu_ms=total(lambda m: m.get("executorCpuTime", 0)) / 1e6,
         gc_ms=total(lambda m: m.get("jvmGcTime", 0)),
-        shuffle_write_ms=total(lambda m: m.get("shuffleWriteMetrics", {}).get("writeTime", 0)) / 1e6,
+        shuffle_write_ms=total(lambda m: m.get("shuffleWriteMetrics", {}).get("writeTime", 0))
+        / 1e6,
         shuffle_write_bytes=int(doc.get("shuffleWriteBytes", 0)),
         shuffle_fetch_wait_ms=total(
-            lambda m: m.get("shuffleReadMetrics", {}).get("fetchWaitTime", 0)),
+            lambda m: m.get("shuffleReadMetrics", {}).get("fetchWaitTime", 0)
+        ),
         shuffle_read_bytes=int(doc.get("shuffleReadBytes", 0)),
         result_serialize_ms=total(lambda m: m.get("resultSerializationTime", 0)),
         getting_result_ms=float(sum(t.get("gettingResultTime", 0) for t in tasks)),
     )
 
 
-def jobs_in_windows(ui_url: str, windows: Mapping[Any, tuple[float, float]]
-                    ) -> dict[Any, list[JobMetrics]]:
+def jobs_in_windows(
+    ui_url: str, windows: Mapping[Any, tuple[float, float]]
+) -> dict[Any, list[JobMetrics]]:
     """Return the jobs submitted inside each ``(start, end)`` window, with stage metrics."""
     base = f"{ui_url.rstrip('/')}/api/v1/applications"
     app = _get(base)[0]["id"]
@@ -116,6 +119,9 @@ def jobs_in_windows(ui_url: str, windows: Mapping[Any, tuple[float, float]]
             for attempt in _get(f"{base}/{app}/stages/{stage_id}?details=true"):
                 if attempt.get("status") == "COMPLETE":
                     stages.append(_stage(attempt))
-        out[key].append(JobMetrics(int(job["jobId"]), submitted,
-                                   parse_time(job.get("completionTime")), tuple(stages)))
+        out[key].append(
+            JobMetrics(
+                int(job["jobId"]), submitted, parse_time(job.get("completionTime")), tuple(stages)
+            )
+        )
     return out

@@ -187,8 +187,16 @@ def run_async(
     if m.requests != rows or m.rows_out != rows:
         msg = f"capacity {capacity}: {m.requests} requests / {m.rows_out} rows for {rows} rows"
         raise RuntimeError(msg)
-    return RunResult(f"async_map cap={capacity}", capacity, rows, seconds,
-                     PARTITIONS * capacity / latency_s, m.p50_ms, m.p99_ms, m.max_in_flight)
+    return RunResult(
+        f"async_map cap={capacity}",
+        capacity,
+        rows,
+        seconds,
+        PARTITIONS * capacity / latency_s,
+        m.p50_ms,
+        m.p99_ms,
+        m.max_in_flight,
+    )
 
 
 def start_spark() -> SparkSession:
@@ -214,8 +222,12 @@ def run_all(args: argparse.Namespace, console: Console) -> list[RunResult]:
         return min(MAX_ROWS, max(PARTITIONS * 10, int(ideal_rows_per_s * args.run_s)))
 
     results: list[RunResult] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with LatencyService(latency_s) as service, Progress(*columns, console=console) as progress:
         task = progress.add_task("starting Spark", total=len(capacities) + 2)
         spark = start_spark()
@@ -224,14 +236,14 @@ def run_all(args: argparse.Namespace, console: Console) -> list[RunResult]:
             run_sync(spark, service.port, PARTITIONS * 4, latency_s)
             run_async(spark, service.port, PARTITIONS * 4, 2, latency_s)
             progress.update(task, description="sync map")
-            results.append(run_sync(spark, service.port, rows_for(PARTITIONS / latency_s),
-                                    latency_s))
+            results.append(
+                run_sync(spark, service.port, rows_for(PARTITIONS / latency_s), latency_s)
+            )
             progress.advance(task)
             for capacity in capacities:
                 progress.update(task, description=f"async_map capacity {capacity}")
                 ideal = PARTITIONS * capacity / latency_s
-                results.append(run_async(spark, service.port, rows_for(ideal), capacity,
-                                         latency_s))
+                results.append(run_async(spark, service.port, rows_for(ideal), capacity, latency_s))
                 progress.advance(task)
         finally:
             spark.stop()
@@ -242,20 +254,37 @@ def report(results: list[RunResult], args: argparse.Namespace, console: Console)
     base = results[0].rows_per_s
     print_table(
         f"async_map vs blocking map: {args.latency_ms:g} ms service, Spark local[{PARTITIONS}]",
-        ["run", "rows", "seconds", "rows/s", "ideal rows/s", "speed-up", "p50 ms", "p99 ms",
-         "max in flight"],
         [
-            [r.name, r.rows, r.seconds, r.rows_per_s, r.ideal_rows_per_s, r.rows_per_s / base,
-             "-" if r.p50_ms is None else r.p50_ms, "-" if r.p99_ms is None else r.p99_ms,
-             r.max_in_flight]
+            "run",
+            "rows",
+            "seconds",
+            "rows/s",
+            "ideal rows/s",
+            "speed-up",
+            "p50 ms",
+            "p99 ms",
+            "max in flight",
+        ],
+        [
+            [
+                r.name,
+                r.rows,
+                r.seconds,
+                r.rows_per_s,
+                r.ideal_rows_per_s,
+                r.rows_per_s / base,
+                "-" if r.p50_ms is None else r.p50_ms,
+                "-" if r.p99_ms is None else r.p99_ms,
+                r.max_in_flight,
+            ]
             for r in results
         ],
         console,
     )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "async-io.json").write_text(json.dumps(
-        [asdict(r) | {"rows_per_s": r.rows_per_s} for r in results], indent=2
-    ))
+    (RESULTS_DIR / "async-io.json").write_text(
+        json.dumps([asdict(r) | {"rows_per_s": r.rows_per_s} for r in results], indent=2)
+    )
     return bar_plot(
         RESULTS_DIR / "async-io.png",
         f"{args.latency_ms:g} ms service; dashed: ideal partitions x capacity / latency",
@@ -270,8 +299,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="service latency")
     parser.add_argument("--capacities", default="1,10,100", help="comma-separated capacities")
-    parser.add_argument("--run-s", type=float, default=DEFAULT_RUN_S,
-                        help="target seconds per configuration at ideal throughput")
+    parser.add_argument(
+        "--run-s",
+        type=float,
+        default=DEFAULT_RUN_S,
+        help="target seconds per configuration at ideal throughput",
+    )
     args = parser.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # keep the table readable when the output is piped

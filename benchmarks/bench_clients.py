@@ -55,55 +55,99 @@ def _timed(call: Callable[[], object]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=12)
-    parser.add_argument("--idle", type=float, default=1.0,
-                        help="seconds a pre-created producer waits before init_transactions")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=1.0,
+        help="seconds a pre-created producer waits before init_transactions",
+    )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     args = parser.parse_args(argv)
     console = Console()
-    times: dict[str, list[float]] = {"new producer": [], "new producer after list_topics": [],
-                                     "pre-created producer": [],
-                                     "new marker consumer": [], "warm marker consumer": []}
+    times: dict[str, list[float]] = {
+        "new producer": [],
+        "new producer after list_topics": [],
+        "pre-created producer": [],
+        "new marker consumer": [],
+        "warm marker consumer": [],
+    }
     load = os.getloadavg()[0]
-    with broker(args.bootstrap_servers) as bootstrap, Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console) as progress:
+    with (
+        broker(args.bootstrap_servers) as bootstrap,
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
         run = uuid.uuid4().hex[:8]
         cfg = KafkaSink(bootstrap, f"clients-{run}", f"clients-{run}").config
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(cfg.marker_topic, 1, 1)])[cfg.marker_topic].exception(
-            ADMIN_TIMEOUT_S)  # None, or "already exists": either is fine
+            ADMIN_TIMEOUT_S
+        )  # None, or "already exists": either is fine
         bar = progress.add_task("trials", total=args.trials)
         for i in range(args.trials):
             txn = cfg.transactional_id(i)
             fresh = new_producer(cfg, f"{txn}-new", DeliveryErrors())
-            times["new producer"].append(_timed(lambda p=fresh: p.init_transactions(INIT_TIMEOUT_S)))
+            times["new producer"].append(
+                _timed(lambda p=fresh: p.init_transactions(INIT_TIMEOUT_S))
+            )
             listed = new_producer(cfg, f"{txn}-listed", DeliveryErrors())
-            times["new producer after list_topics"].append(_timed(
-                lambda p=listed: (p.list_topics(cfg.marker_topic, timeout=INIT_TIMEOUT_S),
-                                  p.init_transactions(INIT_TIMEOUT_S))))
+            times["new producer after list_topics"].append(
+                _timed(
+                    lambda p=listed: (
+                        p.list_topics(cfg.marker_topic, timeout=INIT_TIMEOUT_S),
+                        p.init_transactions(INIT_TIMEOUT_S),
+                    )
+                )
+            )
             spare = new_producer(cfg, f"{txn}-spare", DeliveryErrors())
             time.sleep(args.idle)
             times["pre-created producer"].append(
-                _timed(lambda p=spare: p.init_transactions(INIT_TIMEOUT_S)))
+                _timed(lambda p=spare: p.init_transactions(INIT_TIMEOUT_S))
+            )
             consumer = marker_consumer(bootstrap, cfg.marker_group(i))
             times["new marker consumer"].append(
-                _timed(lambda c=consumer: read_marker(c, cfg.marker_topic)))
+                _timed(lambda c=consumer: read_marker(c, cfg.marker_topic))
+            )
             times["warm marker consumer"].append(
-                _timed(lambda c=consumer: read_marker(c, cfg.marker_topic)))
+                _timed(lambda c=consumer: read_marker(c, cfg.marker_topic))
+            )
             consumer.close()
             progress.advance(bar)
-    rows = [[name, round(1000 * statistics.median(v), 1), round(1000 * max(v), 1),
-             sum(1 for x in v if x > 0.4)] for name, v in times.items()]
-    print_table(f"Opening write-task clients, {args.trials} trials (load average {load:.1f})",
-                ["client", "median ms", "max ms", "trials over 400 ms"], rows, console)
+    rows = [
+        [
+            name,
+            round(1000 * statistics.median(v), 1),
+            round(1000 * max(v), 1),
+            sum(1 for x in v if x > 0.4),
+        ]
+        for name, v in times.items()
+    ]
+    print_table(
+        f"Opening write-task clients, {args.trials} trials (load average {load:.1f})",
+        ["client", "median ms", "max ms", "trials over 400 ms"],
+        rows,
+        console,
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_clients.json").write_text(json.dumps(
-        {"load_average": load, "idle_s": args.idle, "seconds": times}, indent=1))
-    png = bar_plot(RESULTS / "bench_clients.png", "Opening write-task clients (median ms)",
-                   list(times), [1000 * statistics.median(v) for v in times.values()], "ms")
+    (RESULTS / "bench_clients.json").write_text(
+        json.dumps({"load_average": load, "idle_s": args.idle, "seconds": times}, indent=1)
+    )
+    png = bar_plot(
+        RESULTS / "bench_clients.png",
+        "Opening write-task clients (median ms)",
+        list(times),
+        [1000 * statistics.median(v) for v in times.values()],
+        "ms",
+    )
     console.print(f"saved {png}")
     return 0
 

@@ -70,24 +70,39 @@ def _session(cluster: StandaloneCluster) -> Any:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(f"bench-cluster-{cluster.worker_count}w")
-    for key, value in {**cluster.app_conf(), "spark.ui.enabled": "false",
-                       "spark.sql.shuffle.partitions": "2"}.items():
+    for key, value in {
+        **cluster.app_conf(),
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+    }.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _run(spark: Any, bootstrap: str, workdir: Path, variant: str, parallelism: int,
-         frame: Any, epochs: int) -> list[float]:
+def _run(
+    spark: Any,
+    bootstrap: str,
+    workdir: Path,
+    variant: str,
+    parallelism: int,
+    frame: Any,
+    epochs: int,
+) -> list[float]:
     from connectors.kafka import KafkaSink
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench-cl-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=ADMIN_TIMEOUT_S)
-    sink = KafkaSink(bootstrap, topic, f"bench-{uuid.uuid4().hex[:8]}",
-                     mode=variant.removeprefix("eos-"), parallelism=parallelism,
-                     epoch_log=workdir / f"{topic}.log")
+    sink = KafkaSink(
+        bootstrap,
+        topic,
+        f"bench-{uuid.uuid4().hex[:8]}",
+        mode=variant.removeprefix("eos-"),
+        parallelism=parallelism,
+        epoch_log=workdir / f"{topic}.log",
+    )
     seconds = []
     try:
         for batch in range(epochs + 1):  # batch 0 warms up producers and Python workers
@@ -100,8 +115,9 @@ def _run(spark: Any, bootstrap: str, workdir: Path, variant: str, parallelism: i
     return seconds
 
 
-def _measure(workers: int, args: argparse.Namespace, bootstrap: str, workdir: Path,
-             console: Console) -> list[Result]:
+def _measure(
+    workers: int, args: argparse.Namespace, bootstrap: str, workdir: Path, console: Console
+) -> list[Result]:
     with StandaloneCluster(workdir / f"cluster-{workers}", workers) as cluster:
         os.environ.update(cluster.app_env())
         spark = _session(cluster)
@@ -110,20 +126,27 @@ def _measure(workers: int, args: argparse.Namespace, bootstrap: str, workdir: Pa
 
             slots = wait_for_task_slots(spark, workers)
             console.print(f"{workers} worker(s): {slots.total} task slot(s) registered")
-            frame = spark.range(args.rows).selectExpr(
-                "cast(id % 1000 as string) as key",
-                f"cast(rpad(lpad(cast(id as string), 12, '0'), {args.size}, 'x') as binary) "
-                "as value",
-            ).repartition(workers).cache()
+            frame = (
+                spark.range(args.rows)
+                .selectExpr(
+                    "cast(id % 1000 as string) as key",
+                    f"cast(rpad(lpad(cast(id as string), 12, '0'), {args.size}, 'x') as binary) "
+                    "as value",
+                )
+                .repartition(workers)
+                .cache()
+            )
             frame.count()
             results = []
-            for variant, parallelism in (("eos-unaligned", UNALIGNED_TASKS),
-                                         ("eos-aligned", workers)):
+            for variant, parallelism in (
+                ("eos-unaligned", UNALIGNED_TASKS),
+                ("eos-aligned", workers),
+            ):
                 console.print(f"  {variant}, {parallelism} write partition(s) ...")
-                seconds = _run(spark, bootstrap, workdir, variant, parallelism, frame,
-                               args.epochs)
-                results.append(Result(workers, variant, parallelism, args.rows, args.size,
-                                      tuple(seconds)))
+                seconds = _run(spark, bootstrap, workdir, variant, parallelism, frame, args.epochs)
+                results.append(
+                    Result(workers, variant, parallelism, args.rows, args.size, tuple(seconds))
+                )
         finally:
             spark.stop()
     return results
@@ -134,24 +157,38 @@ def _report(results: list[Result], console: Console) -> None:
     print_table(
         "KafkaSink on a standalone cluster (median epoch)",
         ["workers", "variant", "write partitions", "rows/s", "MB/s", "vs 1 worker"],
-        [[r.workers, r.variant, r.parallelism, r.rows_per_s, r.mb_per_s,
-          f"{r.rows_per_s / base[r.variant]:.2f}x"] for r in results],
+        [
+            [
+                r.workers,
+                r.variant,
+                r.parallelism,
+                r.rows_per_s,
+                r.mb_per_s,
+                f"{r.rows_per_s / base[r.variant]:.2f}x",
+            ]
+            for r in results
+        ],
         console,
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cluster.json").write_text(json.dumps(
-        [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results], indent=2))
-    path = bar_plot(RESULTS / "cluster.png",
-                    f"KafkaSink on a standalone cluster ({results[0].rows:,} rows x "
-                    f"{results[0].record_bytes} B per epoch)",
-                    [f"{r.variant}\n{r.workers} worker(s)" for r in results],
-                    [r.rows_per_s for r in results], "rows/s (median epoch)")
+    (RESULTS / "cluster.json").write_text(
+        json.dumps([{**asdict(r), "rows_per_s": r.rows_per_s} for r in results], indent=2)
+    )
+    path = bar_plot(
+        RESULTS / "cluster.png",
+        f"KafkaSink on a standalone cluster ({results[0].rows:,} rows x "
+        f"{results[0].record_bytes} B per epoch)",
+        [f"{r.variant}\n{r.workers} worker(s)" for r in results],
+        [r.rows_per_s for r in results],
+        "rows/s (median epoch)",
+    )
     console.print(f"plot: {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=100_000, help="rows per epoch")
     parser.add_argument("--size", type=int, default=100, help="record size in bytes")
     parser.add_argument("--epochs", type=int, default=3, help="measured epochs per case")
@@ -159,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, \
-            broker(args.bootstrap_servers) as bootstrap:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp,
+        broker(args.bootstrap_servers) as bootstrap,
+    ):
         for workers in WORKER_COUNTS:
             results += _measure(workers, args, bootstrap, Path(tmp), console)
     _report(results, console)

@@ -59,8 +59,14 @@ RESULTS = Path(__file__).parent / "results"
 BATCH_ROWS = 10_000  # rows per Arrow batch, like a Spark Arrow batch
 PARTITIONS = 3
 SCHEMA = "bench"
-VARIANTS = ("copy-append", "copy-upsert", "executemany-append", "executemany-upsert",
-            "epoch-two-phase", "epoch-idempotency")
+VARIANTS = (
+    "copy-append",
+    "copy-upsert",
+    "executemany-append",
+    "executemany-upsert",
+    "epoch-two-phase",
+    "epoch-idempotency",
+)
 BASELINE = "executemany-append"
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -71,13 +77,19 @@ def make_batches(rows: int, start: int = 0) -> list[pa.RecordBatch]:
     out = []
     for lo in range(start, start + rows, BATCH_ROWS):
         ids = np.arange(lo, min(lo + BATCH_ROWS, start + rows), dtype=np.int64)
-        out.append(pa.record_batch({
-            "id": pa.array(ids),
-            "name": pa.array([f"name-{i}" for i in ids]),
-            "amount": pa.array(rng.random(len(ids))),
-            "ts": pa.array(ids * 1000 + 1_700_000_000_000_000, pa.timestamp("us", tz="UTC")),
-            HASH_COLUMN: pa.array(ids * 2654435761),
-        }))
+        out.append(
+            pa.record_batch(
+                {
+                    "id": pa.array(ids),
+                    "name": pa.array([f"name-{i}" for i in ids]),
+                    "amount": pa.array(rng.random(len(ids))),
+                    "ts": pa.array(
+                        ids * 1000 + 1_700_000_000_000_000, pa.timestamp("us", tz="UTC")
+                    ),
+                    HASH_COLUMN: pa.array(ids * 2654435761),
+                }
+            )
+        )
     return out
 
 
@@ -85,18 +97,28 @@ def reset(conn: Conn, prefill: int) -> None:
     """Recreate the table (optionally with ``prefill`` existing keys) and checkpoint."""
     conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
     conn.execute(f"CREATE SCHEMA {SCHEMA}")
-    conn.execute(f"CREATE TABLE {SCHEMA}.t (id bigint PRIMARY KEY, name text, "
-                 "amount double precision, ts timestamptz)")
+    conn.execute(
+        f"CREATE TABLE {SCHEMA}.t (id bigint PRIMARY KEY, name text, "
+        "amount double precision, ts timestamptz)"
+    )
     if prefill:
-        conn.execute(f"INSERT INTO {SCHEMA}.t SELECT g, 'old', 0, now() "
-                     "FROM generate_series(0, %s) g", (prefill - 1,))
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.t SELECT g, 'old', 0, now() FROM generate_series(0, %s) g",
+            (prefill - 1,),
+        )
     conn.execute("CHECKPOINT")
 
 
 def cfg_for(dsn: str, mode: str, protocol: str = "auto") -> PostgresSinkConfig:
-    return PostgresSinkConfig.build(dsn=dsn, table="t", schema=SCHEMA, sink_id=f"bench-{mode}",
-                                    write_mode=mode, control_schema=SCHEMA,
-                                    commit_protocol=protocol)
+    return PostgresSinkConfig.build(
+        dsn=dsn,
+        table="t",
+        schema=SCHEMA,
+        sink_id=f"bench-{mode}",
+        write_mode=mode,
+        control_schema=SCHEMA,
+        commit_protocol=protocol,
+    )
 
 
 def run_copy(conn: Conn, dsn: str, mode: str, batches: list[pa.RecordBatch]) -> None:
@@ -115,12 +137,15 @@ def run_copy(conn: Conn, dsn: str, mode: str, batches: list[pa.RecordBatch]) -> 
 def run_executemany(conn: Conn, upsert: bool, batches: list[pa.RecordBatch]) -> None:
     query = f"INSERT INTO {SCHEMA}.t VALUES (%s, %s, %s, %s)"
     if upsert:
-        query += (" ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, "
-                  "amount = EXCLUDED.amount, ts = EXCLUDED.ts")
+        query += (
+            " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, "
+            "amount = EXCLUDED.amount, ts = EXCLUDED.ts"
+        )
     with conn.transaction(), conn.cursor() as cur:
         for b in batches:
-            cur.executemany(query, list(zip(*[b.column(i).to_pylist() for i in range(4)],
-                                            strict=True)))
+            cur.executemany(
+                query, list(zip(*[b.column(i).to_pylist() for i in range(4)], strict=True))
+            )
 
 
 def run_epoch(dsn: str, protocol: str, batches: list[pa.RecordBatch]) -> None:
@@ -135,8 +160,9 @@ def run_epoch(dsn: str, protocol: str, batches: list[pa.RecordBatch]) -> None:
         resource = resource.with_layout(layout)
         coordinator = Coordinator(log, resource, sink_id=cfg.sink_id)
         coordinator.recover()
-        channel = InProcessChannel(resource, lambda plan, p: ArrowPartition(
-            parts[p].to_batches(max_chunksize=BATCH_ROWS)))
+        channel = InProcessChannel(
+            resource, lambda plan, p: ArrowPartition(parts[p].to_batches(max_chunksize=BATCH_ROWS))
+        )
         history = log.load()
         epoch = (history.max_epoch() or -1) + 1
         coordinator.run_epoch(epoch, PARTITIONS, channel)
@@ -154,8 +180,9 @@ def measure(dsn: str, variant: str, rows: int) -> float:
         elif variant.startswith("executemany-"):
             run_executemany(conn, upsert, batches)
         else:
-            run_epoch(dsn, "two-phase" if variant == "epoch-two-phase" else
-                      "idempotency-table", batches)
+            run_epoch(
+                dsn, "two-phase" if variant == "epoch-two-phase" else "idempotency-table", batches
+            )
         return time.perf_counter() - started
 
 
@@ -169,10 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [10_000, 100_000] + ([1_000_000] if args.full else [])
     console = Console()
     results: dict[tuple[str, int], list[float]] = {}
-    with server(args.dsn) as (dsn, _log), Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with (
+        server(args.dsn) as (dsn, _log),
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
         task = progress.add_task("postgres", total=len(sizes) * len(args.variants) * args.repeats)
         for rows in sizes:
             for variant in args.variants:
@@ -186,15 +219,26 @@ def main(argv: list[str] | None = None) -> int:
         for variant in args.variants:
             rate = rows / statistics.median(results[(variant, rows)])
             table_rows.append([variant, rows, rate, rate / base])
-    print_table("PostgreSQL write path (median of repeats)",
-                ["variant", "rows", "rows/s", f"x {BASELINE}"], table_rows, console)
+    print_table(
+        "PostgreSQL write path (median of repeats)",
+        ["variant", "rows", "rows/s", f"x {BASELINE}"],
+        table_rows,
+        console,
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_pg_write.json").write_text(json.dumps(
-        [{"variant": v, "rows": r, "seconds": s} for (v, r), s in results.items()], indent=2))
+    (RESULTS / "bench_pg_write.json").write_text(
+        json.dumps(
+            [{"variant": v, "rows": r, "seconds": s} for (v, r), s in results.items()], indent=2
+        )
+    )
     largest = sizes[-1]
-    bar_plot(RESULTS / "bench_pg_write.png", f"PostgreSQL write path, {largest:,} rows",
-             [v.replace("-", "\n", 1) for v in args.variants],
-             [row[2] for row in table_rows if row[1] == largest], "rows/s")
+    bar_plot(
+        RESULTS / "bench_pg_write.png",
+        f"PostgreSQL write path, {largest:,} rows",
+        [v.replace("-", "\n", 1) for v in args.variants],
+        [row[2] for row in table_rows if row[1] == largest],
+        "rows/s",
+    )
     console.print(f"saved {RESULTS / 'bench_pg_write.json'} and {RESULTS / 'bench_pg_write.png'}")
     return 0
 

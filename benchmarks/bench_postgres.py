@@ -78,8 +78,12 @@ def table_frame(spark: Any, rows: int) -> Any:
     """The job's streaming DataFrame: ``rows`` rows per micro-batch, the table's columns."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 
-    raw = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows)
-           .option("numPartitions", INPUT_PARTITIONS).load())
+    raw = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows)
+        .option("numPartitions", INPUT_PARTITIONS)
+        .load()
+    )
     return raw.select(
         F.col("value").alias("id"),
         F.concat(F.lit("name-"), F.col("value").cast("string")).alias("name"),
@@ -130,12 +134,22 @@ class Writers:
             if variant == "baseline":
                 self._write[variant] = _baseline(dsn, self._table(variant))
                 continue
-            options = ({"guarantee": "at-least-once"} if variant == "pg-alo" else
-                       {"commit_protocol": "two-phase" if variant == "pg-2pc"
-                        else "idempotency-table"})
-            sink = PostgresSink(dsn, variant.replace("-", "_"), f"{self.schema}-{variant}",
-                                schema=self.schema, control_schema=self.schema,
-                                parallelism=WRITE_TASKS, **options)
+            options = (
+                {"guarantee": "at-least-once"}
+                if variant == "pg-alo"
+                else {
+                    "commit_protocol": "two-phase" if variant == "pg-2pc" else "idempotency-table"
+                }
+            )
+            sink = PostgresSink(
+                dsn,
+                variant.replace("-", "_"),
+                f"{self.schema}-{variant}",
+                schema=self.schema,
+                control_schema=self.schema,
+                parallelism=WRITE_TASKS,
+                **options,
+            )
             self.sinks[variant] = self._write[variant] = sink
 
     def _table(self, variant: str) -> str:
@@ -150,8 +164,10 @@ class Writers:
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return {v: int(conn.execute(f"SELECT count(*) FROM {self._table(v)}")
-                           .fetchone()[0]) for v in self._write}  # type: ignore[index]
+            return {
+                v: int(conn.execute(f"SELECT count(*) FROM {self._table(v)}").fetchone()[0])
+                for v in self._write
+            }  # type: ignore[index]
 
     def close(self) -> None:
         """Close the sinks and drop the run's schema."""
@@ -172,9 +188,17 @@ def summarize(times: Sequence[EpochTime], variants: Sequence[str], rows: int) ->
         cpu = [t.cpu_s for t in mine if t.cpu_s == t.cpu_s]
         x_base = paired(times, variant, "baseline", "ratio")
         added = paired(times, variant, "pg-alo", "diff") if variant in EXACTLY_ONCE else None
-        out.append([variant, len(mine), 1000.0 * median_s, rows / median_s,
-                    "" if x_base is None else x_base, "" if added is None else added,
-                    1000.0 * statistics.median(cpu) if cpu else ""])
+        out.append(
+            [
+                variant,
+                len(mine),
+                1000.0 * median_s,
+                rows / median_s,
+                "" if x_base is None else x_base,
+                "" if added is None else added,
+                1000.0 * statistics.median(cpu) if cpu else "",
+            ]
+        )
     return out
 
 
@@ -182,8 +206,10 @@ def two_phase_ms(log: Path, sink_id: str, warmup: int) -> tuple[list[float], lis
     """Per measured epoch of ``sink_id``: slowest PREPARE TRANSACTION, sum of COMMIT PREPARED."""
     prepare: dict[int, float] = {}
     commit: dict[int, float] = {}
-    for prefix, into, combine in (("PREPARE TRANSACTION", prepare, max),
-                                  ("COMMIT PREPARED", commit, operator.add)):
+    for prefix, into, combine in (
+        ("PREPARE TRANSACTION", prepare, max),
+        ("COMMIT PREPARED", commit, operator.add),
+    ):
         for statement, ms in statement_ms(log, prefix):
             gid = parse_gid(statement.split("'")[1]) if "'" in statement else None
             if gid is not None and gid.sink_id == sink_id and gid.epoch >= warmup:
@@ -192,8 +218,15 @@ def two_phase_ms(log: Path, sink_id: str, warmup: int) -> tuple[list[float], lis
     return [prepare[e] for e in epochs], [commit[e] for e in epochs]
 
 
-COLUMNS = ["variant", "epochs", "median ms/epoch", "rows/s", "x baseline",
-           "added ms vs pg-alo", "CPU ms/epoch"]
+COLUMNS = [
+    "variant",
+    "epochs",
+    "median ms/epoch",
+    "rows/s",
+    "x baseline",
+    "added ms vs pg-alo",
+    "CPU ms/epoch",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,10 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     batches = args.warmup + args.epochs
     load_before = os.getloadavg()
-    with server(args.dsn, log_min_duration_statement="0") as (dsn, server_log), Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with (
+        server(args.dsn, log_min_duration_statement="0") as (dsn, server_log),
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
         task = progress.add_task("postgres", total=batches * len(args.variants))
 
         def on_epoch(t: EpochTime) -> None:
@@ -223,23 +262,39 @@ def main(argv: list[str] | None = None) -> int:
         spark = bench_session("bench-postgres")
         writers = Writers(dsn, args.variants)
         try:
-            times = run_interleaved(spark, writers, args.variants, args.rows, batches,
-                                    on_epoch=on_epoch, frame=table_frame(spark, args.rows))
+            times = run_interleaved(
+                spark,
+                writers,
+                args.variants,
+                args.rows,
+                batches,
+                on_epoch=on_epoch,
+                frame=table_frame(spark, args.rows),
+            )
             written = writers.rows_written()
-            two_phase = (two_phase_ms(server_log, writers.sinks["pg-2pc"].sink_id, args.warmup)
-                         if server_log is not None and "pg-2pc" in writers.sinks else None)
+            two_phase = (
+                two_phase_ms(server_log, writers.sinks["pg-2pc"].sink_id, args.warmup)
+                if server_log is not None and "pg-2pc" in writers.sinks
+                else None
+            )
         finally:
             writers.close()
             spark.stop()
     load = f"load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
     measured = [t for t in times if t.batch_id >= args.warmup]
     report = summarize(measured, args.variants, args.rows)
-    print_table(f"PostgreSQL sinks, {args.rows:,}-row epochs ({MASTER}, {WRITE_TASKS} write "
-                f"tasks, {load})", COLUMNS, report, console)
+    print_table(
+        f"PostgreSQL sinks, {args.rows:,}-row epochs ({MASTER}, {WRITE_TASKS} write tasks, {load})",
+        COLUMNS,
+        report,
+        console,
+    )
     two_pc = next((r for r in report if r[0] == "pg-2pc"), None)
     if two_pc is not None and two_pc[4] != "":
         verdict = "met" if two_pc[4] >= TARGET_X_BASELINE else "NOT met"
-        console.print(f"target pg-2pc >= {TARGET_X_BASELINE}x baseline: {two_pc[4]:.2f}x, {verdict}")
+        console.print(
+            f"target pg-2pc >= {TARGET_X_BASELINE}x baseline: {two_pc[4]:.2f}x, {verdict}"
+        )
     if two_phase is not None:
         prepare, commit = two_phase
         console.print(
@@ -247,16 +302,30 @@ def main(argv: list[str] | None = None) -> int:
             f"(slowest task) median {statistics.median(prepare):,.1f} ms, COMMIT PREPARED "
             f"({WRITE_TASKS} partitions, serial) median {statistics.median(commit):,.1f} ms; "
             "the two per epoch: median "
-            f"{statistics.median(p + c for p, c in zip(prepare, commit, strict=True)):,.1f} ms")
+            f"{statistics.median(p + c for p, c in zip(prepare, commit, strict=True)):,.1f} ms"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_postgres.json").write_text(json.dumps(
-        {"rows": args.rows, "load": load, "written": written,
-         "two_phase_ms": two_phase, "epochs": [asdict(t) for t in times]}, indent=2))
+    (RESULTS / "bench_postgres.json").write_text(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "load": load,
+                "written": written,
+                "two_phase_ms": two_phase,
+                "epochs": [asdict(t) for t in times],
+            },
+            indent=2,
+        )
+    )
     base = next((r[3] for r in report if r[0] == "baseline"), None)
-    bar_plot(RESULTS / "bench_postgres.png", f"PostgresSink vs hand-written, {args.rows:,}-row epochs",
-             [r[0] for r in report], [r[3] for r in report], "rows/s",
-             targets=[TARGET_X_BASELINE * base if r[0] == "pg-2pc" and base else None
-                      for r in report])
+    bar_plot(
+        RESULTS / "bench_postgres.png",
+        f"PostgresSink vs hand-written, {args.rows:,}-row epochs",
+        [r[0] for r in report],
+        [r[3] for r in report],
+        "rows/s",
+        targets=[TARGET_X_BASELINE * base if r[0] == "pg-2pc" and base else None for r in report],
+    )
     console.print(f"saved {RESULTS / 'bench_postgres.json'} and {RESULTS / 'bench_postgres.png'}")
     lost = {v: n for v, n in written.items() if n != batches * args.rows}
     if lost:

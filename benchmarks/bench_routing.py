@@ -65,8 +65,11 @@ def _sql_parts(plan_in: Any) -> tuple[list[str], str, str]:
     layout = plan_in.layout
     names = list(plan_in.columns)
     row_hash = "xxhash64(" + ", ".join(f"isnull({n}), {n}" for n in names) + ")"
-    route = ("CASE WHEN key IS NOT NULL THEN xxhash64(key) ELSE xxhash64(1, value) END"
-             if layout.key else "xxhash64(1, value)")
+    route = (
+        "CASE WHEN key IS NOT NULL THEN xxhash64(key) ELSE xxhash64(1, value) END"
+        if layout.key
+        else "xxhash64(1, value)"
+    )
     return names, row_hash, route
 
 
@@ -80,8 +83,7 @@ def prepare_sql(df: Any, plan_in: Any, parallelism: int) -> Any:
     """The sink's plan (same hash, same routing), built with a few py4j calls."""
     _check(plan_in)
     names, row_hash, route = _sql_parts(plan_in)
-    routed = df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}",
-                           f"{route} AS {ROUTE_COLUMN}")
+    routed = df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}", f"{route} AS {ROUTE_COLUMN}")
     return routed.repartition(parallelism, ROUTE_COLUMN).select(*names, HASH_COLUMN)
 
 
@@ -89,16 +91,18 @@ def prepare_key_hash(df: Any, plan_in: Any, parallelism: int) -> Any:
     """Spark's hash partitioning of ``key``; row hash before the exchange."""
     _check(plan_in)
     names, row_hash, _ = _sql_parts(plan_in)
-    return df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}").repartition(
-        parallelism, "key")
+    return df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}").repartition(parallelism, "key")
 
 
 def prepare_hash_after(df: Any, plan_in: Any, parallelism: int) -> Any:
     """Spark's hash partitioning of ``key``; row hash after the exchange."""
     _check(plan_in)
     names, row_hash, _ = _sql_parts(plan_in)
-    return df.selectExpr(*names).repartition(parallelism, "key").selectExpr(
-        *names, f"{row_hash} AS {HASH_COLUMN}")
+    return (
+        df.selectExpr(*names)
+        .repartition(parallelism, "key")
+        .selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}")
+    )
 
 
 def prepare_no_exchange(df: Any, plan_in: Any, parallelism: int) -> Any:
@@ -123,8 +127,9 @@ class WhatIfWriters(Writers):
         super().__init__(bootstrap, variants)
         for name in what_if:
             if name == "no-exchange":
-                self.add_sink(name, guarantee="exactly-once", mode="unaligned",
-                              parallelism=INPUT_PARTITIONS)
+                self.add_sink(
+                    name, guarantee="exactly-once", mode="unaligned", parallelism=INPUT_PARTITIONS
+                )
             else:
                 self.add_sink(name, guarantee="exactly-once", mode="aligned")
         self.plan_calls: dict[str, list[tuple[int, float]]] = {}
@@ -156,28 +161,37 @@ class WhatIfWriters(Writers):
             super().write(variant, df, batch_id)
 
 
-def paired(times: Sequence[EpochTime], variant: str, other: str,
-           field: str = "seconds") -> tuple[float, float] | None:
+def paired(
+    times: Sequence[EpochTime], variant: str, other: str, field: str = "seconds"
+) -> tuple[float, float] | None:
     """Median paired (ratio, ms difference) of ``variant`` against ``other`` in ``field``."""
     mine = {t.batch_id: getattr(t, field) for t in times if t.variant == variant}
     theirs = {t.batch_id: getattr(t, field) for t in times if t.variant == other}
     common = sorted(b for b in set(mine) & set(theirs) if mine[b] > 0 and theirs[b] > 0)
     if not common:
         return None
-    return (statistics.median(theirs[b] / mine[b] for b in common),
-            statistics.median(1000 * (mine[b] - theirs[b]) for b in common))
+    return (
+        statistics.median(theirs[b] / mine[b] for b in common),
+        statistics.median(1000 * (mine[b] - theirs[b]) for b in common),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", default="10000,200000", help="epoch sizes, comma-separated")
     parser.add_argument("--epochs", type=int, default=6, help="measured epochs per size")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--what-if", default=",".join(WHAT_IF), help="subset of: " + ", ".join(WHAT_IF))
+    parser.add_argument(
+        "--what-if", default=",".join(WHAT_IF), help="subset of: " + ", ".join(WHAT_IF)
+    )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
-    parser.add_argument("--writer-ref", default=None,
-                        help="git revision whose RecordWriter the 'writer-ref' sink uses")
+    parser.add_argument(
+        "--writer-ref",
+        default=None,
+        help="git revision whose RecordWriter the 'writer-ref' sink uses",
+    )
     parser.add_argument("--out", default="bench_routing")
     args = parser.parse_args(argv)
     what_if = [w for w in args.what_if.split(",") if w]
@@ -194,20 +208,34 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     times: list[EpochTime] = []
     calls: dict[str, list[tuple[int, float]]] = {}
-    with broker(args.bootstrap_servers) as bootstrap, Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console) as progress:
+    with (
+        broker(args.bootstrap_servers) as bootstrap,
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
         spark = bench_session("bench-routing")
         try:
-            bar = progress.add_task("epochs", total=len(sizes) * len(variants)
-                                    * (args.warmup + args.epochs))
+            bar = progress.add_task(
+                "epochs", total=len(sizes) * len(variants) * (args.warmup + args.epochs)
+            )
             for rows in sizes:
                 writers = WhatIfWriters(bootstrap, BASE_VARIANTS, what_if)
                 try:
                     sized = run_interleaved(
-                        spark, writers, variants, rows, args.warmup + args.epochs,
+                        spark,
+                        writers,
+                        variants,
+                        rows,
+                        args.warmup + args.epochs,
                         on_epoch=lambda t: progress.update(
-                            bar, advance=1, description=f"{t.rows:,} {t.variant} {t.seconds:.2f}s"))
+                            bar, advance=1, description=f"{t.rows:,} {t.variant} {t.seconds:.2f}s"
+                        ),
+                    )
                 finally:
                     writers.close()
                 times += [t for t in sized if t.batch_id >= args.warmup]
@@ -218,9 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     return report(times, calls, variants, sizes, console, load, args.out)
 
 
-def report(times: Sequence[EpochTime], calls: dict[str, list[tuple[int, float]]],
-           variants: Sequence[str], sizes: Sequence[int], console: Console, load: float,
-           out: str) -> int:
+def report(
+    times: Sequence[EpochTime],
+    calls: dict[str, list[tuple[int, float]]],
+    variants: Sequence[str],
+    sizes: Sequence[int],
+    console: Console,
+    load: float,
+    out: str,
+) -> int:
     """Print the table; save JSON and a plot."""
     rows: list[list[Any]] = []
     series: dict[str, list[float]] = {v: [] for v in variants if v != "baseline"}
@@ -235,31 +269,64 @@ def report(times: Sequence[EpochTime], calls: dict[str, list[tuple[int, float]]]
             cpu_base = paired(sized, v, "baseline", "cpu_s")
             cpu = [t.cpu_s for t in sized if t.variant == v and t.cpu_s == t.cpu_s]
             plan = calls.get(v, [])
-            rows.append([size, v, round(1000 * statistics.median(mine)),
-                         "" if vs_ref is None else round(vs_ref[0], 2),
-                         "" if vs_ref is None else round(vs_ref[1]),
-                         "" if vs_unaligned is None else round(vs_unaligned[0], 2),
-                         "" if vs_base is None else round(vs_base[0], 2),
-                         round(statistics.median(c for c, _ in plan)) if plan else "",
-                         round(1000 * statistics.median(s for _, s in plan), 1) if plan else "",
-                         round(1000 * statistics.median(cpu)) if cpu else "",
-                         "" if cpu_ref is None else round(cpu_ref[0], 2),
-                         "" if cpu_ref is None else round(cpu_ref[1]),
-                         "" if cpu_base is None else round(cpu_base[0], 2)])
+            rows.append(
+                [
+                    size,
+                    v,
+                    round(1000 * statistics.median(mine)),
+                    "" if vs_ref is None else round(vs_ref[0], 2),
+                    "" if vs_ref is None else round(vs_ref[1]),
+                    "" if vs_unaligned is None else round(vs_unaligned[0], 2),
+                    "" if vs_base is None else round(vs_base[0], 2),
+                    round(statistics.median(c for c, _ in plan)) if plan else "",
+                    round(1000 * statistics.median(s for _, s in plan), 1) if plan else "",
+                    round(1000 * statistics.median(cpu)) if cpu else "",
+                    "" if cpu_ref is None else round(cpu_ref[0], 2),
+                    "" if cpu_ref is None else round(cpu_ref[1]),
+                    "" if cpu_base is None else round(cpu_base[0], 2),
+                ]
+            )
             if v in series:
                 series[v].append(vs_base[0] if vs_base else float("nan"))
-    print_table(f"Routing what-ifs, variants interleaved per epoch (load average {load:.1f})",
-                ["epoch rows", "variant", "median ms", f"x {REFERENCE}", f"ms vs {REFERENCE}",
-                 "x eos-unaligned", "x baseline", "plan py4j calls", "plan ms", "CPU ms",
-                 f"x {REFERENCE} (CPU)", f"CPU ms vs {REFERENCE}", "x baseline (CPU)"],
-                rows, console)
+    print_table(
+        f"Routing what-ifs, variants interleaved per epoch (load average {load:.1f})",
+        [
+            "epoch rows",
+            "variant",
+            "median ms",
+            f"x {REFERENCE}",
+            f"ms vs {REFERENCE}",
+            "x eos-unaligned",
+            "x baseline",
+            "plan py4j calls",
+            "plan ms",
+            "CPU ms",
+            f"x {REFERENCE} (CPU)",
+            f"CPU ms vs {REFERENCE}",
+            "x baseline (CPU)",
+        ],
+        rows,
+        console,
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{out}.json").write_text(json.dumps(
-        {"load_average": load, "epochs": [asdict(t) for t in times],
-         "plan_calls": calls}, indent=1))
-    png = grouped_bar_plot(RESULTS / f"{out}.png", f"Routing what-ifs (load average {load:.1f})",
-                           [("throughput / hand-written sink (median paired ratio)",
-                             [f"{n // 1000}k rows" for n in sizes], series, 1.5)])
+    (RESULTS / f"{out}.json").write_text(
+        json.dumps(
+            {"load_average": load, "epochs": [asdict(t) for t in times], "plan_calls": calls},
+            indent=1,
+        )
+    )
+    png = grouped_bar_plot(
+        RESULTS / f"{out}.png",
+        f"Routing what-ifs (load average {load:.1f})",
+        [
+            (
+                "throughput / hand-written sink (median paired ratio)",
+                [f"{n // 1000}k rows" for n in sizes],
+                series,
+                1.5,
+            )
+        ],
+    )
     console.print(f"saved {png}")
     return 0
 

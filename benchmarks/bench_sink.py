@@ -101,7 +101,9 @@ def default_epochs(rows: int) -> int:
     return max(7, min(15, 1_000_000 // rows))
 
 
-def _requests_per_epoch(per_epoch: Sequence[list[_requests.Request]]) -> dict[str, dict[str, float]]:
+def _requests_per_epoch(
+    per_epoch: Sequence[list[_requests.Request]],
+) -> dict[str, dict[str, float]]:
     out: dict[str, Counter[str]] = {DRIVER: Counter(), TASKS: Counter()}
     for reqs in per_epoch:
         out[DRIVER].update(_requests.by_api(reqs, _requests.DRIVER_ROLES))
@@ -110,8 +112,9 @@ def _requests_per_epoch(per_epoch: Sequence[list[_requests.Request]]) -> dict[st
     return {side: {api: c / n for api, c in sorted(counts.items())} for side, counts in out.items()}
 
 
-def summarize(times: Sequence[EpochTime], requests: dict[tuple[int, str, int], list[Any]] | None
-              ) -> list[Summary]:
+def summarize(
+    times: Sequence[EpochTime], requests: dict[tuple[int, str, int], list[Any]] | None
+) -> list[Summary]:
     """Summaries per (epoch size, variant) of the measured epochs ``times``."""
     out = []
     for rows in sorted({t.rows for t in times}):
@@ -119,19 +122,29 @@ def summarize(times: Sequence[EpochTime], requests: dict[tuple[int, str, int], l
         for variant in [v for v in VARIANTS if any(t.variant == v for t in sized)]:
             mine = [t for t in sized if t.variant == variant]
             median_s = statistics.median(t.seconds for t in mine)
-            per_epoch = ([requests.get((rows, variant, t.batch_id), []) for t in mine]
-                         if requests is not None else [])
-            out.append(Summary(
-                rows, variant, len(mine), 1000.0 * median_s, rows / median_s,
-                paired(sized, variant, "baseline", "ratio"),
-                paired(sized, variant, "alo-sink", "ratio"),
-                paired(sized, variant, "noop", "ratio"),
-                paired(sized, variant, "alo-sink", "diff") if variant in EOS else None,
-                _requests_per_epoch(per_epoch) if per_epoch else {},
-                _median_ms(t.cpu_s for t in mine), _median_ms(t.broker_cpu_s for t in mine),
-                paired(sized, variant, "baseline", "ratio", "cpu_s"),
-                paired(sized, variant, "alo-sink", "ratio", "cpu_s"),
-            ))
+            per_epoch = (
+                [requests.get((rows, variant, t.batch_id), []) for t in mine]
+                if requests is not None
+                else []
+            )
+            out.append(
+                Summary(
+                    rows,
+                    variant,
+                    len(mine),
+                    1000.0 * median_s,
+                    rows / median_s,
+                    paired(sized, variant, "baseline", "ratio"),
+                    paired(sized, variant, "alo-sink", "ratio"),
+                    paired(sized, variant, "noop", "ratio"),
+                    paired(sized, variant, "alo-sink", "diff") if variant in EOS else None,
+                    _requests_per_epoch(per_epoch) if per_epoch else {},
+                    _median_ms(t.cpu_s for t in mine),
+                    _median_ms(t.broker_cpu_s for t in mine),
+                    paired(sized, variant, "baseline", "ratio", "cpu_s"),
+                    paired(sized, variant, "alo-sink", "ratio", "cpu_s"),
+                )
+            )
     return out
 
 
@@ -146,14 +159,43 @@ def _fmt(x: float | None, digits: int = 2) -> str | float:
 
 def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
     """Print the throughput table and the requests table."""
-    print_table(title, ["epoch rows", "variant", "epochs", "median ms", "rows/s", "x baseline",
-                        "x alo-sink", "x noop", "added ms vs alo", "CPU ms", "broker CPU ms",
-                        "x baseline (CPU)", "x alo-sink (CPU)"],
-                [[s.rows, s.variant, s.epochs, round(s.median_ms), round(s.rows_per_s),
-                  _fmt(s.x_baseline), _fmt(s.x_alo), _fmt(s.x_noop), _fmt(s.added_ms, 0),
-                  _fmt(s.cpu_ms, 0), _fmt(s.broker_cpu_ms, 0), _fmt(s.x_baseline_cpu),
-                  _fmt(s.x_alo_cpu)]
-                 for s in summaries], console)
+    print_table(
+        title,
+        [
+            "epoch rows",
+            "variant",
+            "epochs",
+            "median ms",
+            "rows/s",
+            "x baseline",
+            "x alo-sink",
+            "x noop",
+            "added ms vs alo",
+            "CPU ms",
+            "broker CPU ms",
+            "x baseline (CPU)",
+            "x alo-sink (CPU)",
+        ],
+        [
+            [
+                s.rows,
+                s.variant,
+                s.epochs,
+                round(s.median_ms),
+                round(s.rows_per_s),
+                _fmt(s.x_baseline),
+                _fmt(s.x_alo),
+                _fmt(s.x_noop),
+                _fmt(s.added_ms, 0),
+                _fmt(s.cpu_ms, 0),
+                _fmt(s.broker_cpu_ms, 0),
+                _fmt(s.x_baseline_cpu),
+                _fmt(s.x_alo_cpu),
+            ]
+            for s in summaries
+        ],
+        console,
+    )
     with_requests = [s for s in summaries if s.requests]
     if not with_requests:
         return
@@ -165,11 +207,23 @@ def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
                 continue
             fixed = sum(c for api, c in counts.items() if api != "Produce")
             listing = ", ".join(f"{api} {c:.3g}" for api, c in counts.items() if api != "Produce")
-            rows.append([s.rows, s.variant, side, round(fixed, 1),
-                         round(counts.get("Produce", 0.0), 1), listing])
-    print_table("Broker requests per epoch (mean over the measured epochs; tasks: all write "
-                "tasks together)", ["epoch rows", "variant", "side", "all but Produce", "Produce",
-                                    "by API (all but Produce)"], rows, console)
+            rows.append(
+                [
+                    s.rows,
+                    s.variant,
+                    side,
+                    round(fixed, 1),
+                    round(counts.get("Produce", 0.0), 1),
+                    listing,
+                ]
+            )
+    print_table(
+        "Broker requests per epoch (mean over the measured epochs; tasks: all write "
+        "tasks together)",
+        ["epoch rows", "variant", "side", "all but Produce", "Produce", "by API (all but Produce)"],
+        rows,
+        console,
+    )
 
 
 def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
@@ -181,59 +235,89 @@ def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
         found = {s.rows: getattr(s, field) for s in summaries if s.variant == variant}
         return [float("nan") if found.get(n) is None else float(found[n]) for n in sizes]
 
-    ratio = {v: values(v, "x_baseline") for v in VARIANTS if v != "baseline"
-             and any(s.variant == v for s in summaries)}
+    ratio = {
+        v: values(v, "x_baseline")
+        for v in VARIANTS
+        if v != "baseline" and any(s.variant == v for s in summaries)
+    }
     added = {v: values(v, "added_ms") for v in EOS if any(s.variant == v for s in summaries)}
     panels: list[tuple[str, Sequence[str], dict[str, Sequence[float]], float | None]] = [
-        ("throughput / hand-written sink (median paired ratio)", groups, ratio, TARGET_X_BASELINE)]
+        ("throughput / hand-written sink (median paired ratio)", groups, ratio, TARGET_X_BASELINE)
+    ]
     if added:
-        panels.append(("added ms per epoch vs the sink's at-least-once", groups, added,
-                       TARGET_ADDED_MS))
+        panels.append(
+            ("added ms per epoch vs the sink's at-least-once", groups, added, TARGET_ADDED_MS)
+        )
     return grouped_bar_plot(path, f"KafkaSink vs hand-written at-least-once ({subtitle})", panels)
 
 
 def targets(summaries: Sequence[Summary], console: Console) -> None:
     """Print each issue-13 target with met / MISSED."""
+
     def verdict(ok: bool) -> str:
         return "met" if ok else "MISSED"
 
     for s in summaries:
         if s.variant == "eos-aligned" and s.rows >= 200_000 and s.x_baseline is not None:
-            console.print(f"eos-aligned x{s.x_baseline:.2f} of the hand-written sink at "
-                          f"{s.rows:,} rows (target >= {TARGET_X_BASELINE}: "
-                          f"{verdict(s.x_baseline >= TARGET_X_BASELINE)})")
+            console.print(
+                f"eos-aligned x{s.x_baseline:.2f} of the hand-written sink at "
+                f"{s.rows:,} rows (target >= {TARGET_X_BASELINE}: "
+                f"{verdict(s.x_baseline >= TARGET_X_BASELINE)})"
+            )
         if s.variant in EOS and s.x_alo is not None:
-            console.print(f"{s.variant} x{s.x_alo:.2f} of the sink's at-least-once at {s.rows:,} "
-                          f"rows (target >= {TARGET_X_ALO}: {verdict(s.x_alo >= TARGET_X_ALO)})")
+            console.print(
+                f"{s.variant} x{s.x_alo:.2f} of the sink's at-least-once at {s.rows:,} "
+                f"rows (target >= {TARGET_X_ALO}: {verdict(s.x_alo >= TARGET_X_ALO)})"
+            )
         if s.variant in EOS and s.rows <= 10_000 and s.added_ms is not None:
-            console.print(f"{s.variant} adds {s.added_ms:.0f} ms per {s.rows:,}-row epoch "
-                          f"(target <= {TARGET_ADDED_MS:.0f} ms: "
-                          f"{verdict(s.added_ms <= TARGET_ADDED_MS)})")
+            console.print(
+                f"{s.variant} adds {s.added_ms:.0f} ms per {s.rows:,}-row epoch "
+                f"(target <= {TARGET_ADDED_MS:.0f} ms: "
+                f"{verdict(s.added_ms <= TARGET_ADDED_MS)})"
+            )
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 10k and 50k rows, 2 measured epochs each")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 10k and 50k rows, 2 measured epochs each"
+    )
     parser.add_argument("--full", action="store_true", help="add 1M-row epochs")
-    parser.add_argument("--rows", default=None,
-                        help="epoch sizes, comma-separated (default 10000,200000)")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="measured epochs per size (default: 15 at 10k down to 7 at 200k+)")
+    parser.add_argument(
+        "--rows", default=None, help="epoch sizes, comma-separated (default 10000,200000)"
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="measured epochs per size (default: 15 at 10k down to 7 at 200k+)",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first batches")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated subset of: " + ", ".join(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated subset of: " + ", ".join(VARIANTS),
+    )
     parser.add_argument("--pad", type=int, default=0, help="extra bytes in each JSON value")
-    parser.add_argument("--no-requests", action="store_true",
-                        help="do not log and count broker requests")
+    parser.add_argument(
+        "--no-requests", action="store_true", help="do not log and count broker requests"
+    )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
-    parser.add_argument("--vote-channel", choices=VOTE_CHANNELS, default=DEFAULT_VOTE_CHANNEL,
-                        help="how aligned mode gathers votes (default %(default)s)")
+    parser.add_argument(
+        "--vote-channel",
+        choices=VOTE_CHANNELS,
+        default=DEFAULT_VOTE_CHANNEL,
+        help="how aligned mode gathers votes (default %(default)s)",
+    )
     parser.add_argument("--out", default="bench_sink", help="file stem under benchmarks/results")
     args = parser.parse_args(argv)
-    sizes = ([int(r) for r in args.rows.split(",")] if args.rows
-             else list(QUICK_ROWS if args.quick else DEFAULT_ROWS))
+    sizes = (
+        [int(r) for r in args.rows.split(",")]
+        if args.rows
+        else list(QUICK_ROWS if args.quick else DEFAULT_ROWS)
+    )
     args.sizes = sizes + ([1_000_000] if args.full else [])
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(args.variant_list) - set(VARIANTS)
@@ -248,8 +332,9 @@ def _epochs_for(args: argparse.Namespace, rows: int) -> int:
     return 2 if args.quick else default_epochs(rows)
 
 
-def run(args: argparse.Namespace, console: Console, log_path: Path
-        ) -> tuple[list[EpochTime], dict[str, dict[str, int]]]:
+def run(
+    args: argparse.Namespace, console: Console, log_path: Path
+) -> tuple[list[EpochTime], dict[str, dict[str, int]]]:
     """Run every epoch size; return all epoch times and the records written per variant."""
     from benchmarks._spark import bench_session
 
@@ -264,20 +349,33 @@ def run(args: argparse.Namespace, console: Console, log_path: Path
         bootstrap = stack.enter_context(broker(args.bootstrap_servers))
         spark = bench_session("bench-sink")
         stack.callback(spark.stop)
-        progress = stack.enter_context(Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console))
+        progress = stack.enter_context(
+            Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            )
+        )
         task = progress.add_task("epochs", total=total)
         for rows in args.sizes:
             batches = args.warmup + _epochs_for(args, rows)
             writers = Writers(bootstrap, args.variant_list, vote_channel=args.vote_channel)
             try:
-                def seen(t: EpochTime, rows: int = rows) -> None:
-                    progress.update(task, advance=1, description=(
-                        f"{rows:,} rows: batch {t.batch_id} {t.variant} {t.seconds:.2f}s"))
 
-                sized = run_interleaved(spark, writers, args.variant_list, rows, batches,
-                                        pad=args.pad, on_epoch=seen)
+                def seen(t: EpochTime, rows: int = rows) -> None:
+                    progress.update(
+                        task,
+                        advance=1,
+                        description=(
+                            f"{rows:,} rows: batch {t.batch_id} {t.variant} {t.seconds:.2f}s"
+                        ),
+                    )
+
+                sized = run_interleaved(
+                    spark, writers, args.variant_list, rows, batches, pad=args.pad, on_epoch=seen
+                )
                 written[str(rows)] = writers.records_written()
             finally:
                 writers.close()
@@ -285,15 +383,18 @@ def run(args: argparse.Namespace, console: Console, log_path: Path
     return times, written
 
 
-def _check_written(written: dict[str, dict[str, int]], times: Sequence[EpochTime],
-                   warmup: int) -> list[str]:
+def _check_written(
+    written: dict[str, dict[str, int]], times: Sequence[EpochTime], warmup: int
+) -> list[str]:
     problems = []
     for size, per_variant in written.items():
         batches = warmup + len({t.batch_id for t in times if t.rows == int(size)})
         for variant, records in per_variant.items():
             if records < int(size) * batches:
-                problems.append(f"{variant} at {size} rows wrote {records} records, "
-                                f"expected at least {int(size) * batches}")
+                problems.append(
+                    f"{variant} at {size} rows wrote {records} records, "
+                    f"expected at least {int(size) * batches}"
+                )
     return problems
 
 
@@ -317,14 +418,21 @@ def main(argv: list[str] | None = None) -> int:
     problems = _check_written(written, times, args.warmup)
     for p in problems:
         console.print(f"[red]{p}")
-    (RESULTS / f"{args.out}.json").write_text(json.dumps({
-        "args": {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, bool))},
-        "load_average": {"before": load_before, "after": load_after},
-        "summaries": [asdict(s) for s in summaries],
-        "epochs": [asdict(t) for t in times],
-        "records_written": written,
-        "kafka_variants": [v for v in args.variant_list if v in KAFKA_VARIANTS],
-    }, indent=1))
+    (RESULTS / f"{args.out}.json").write_text(
+        json.dumps(
+            {
+                "args": {
+                    k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, bool))
+                },
+                "load_average": {"before": load_before, "after": load_after},
+                "summaries": [asdict(s) for s in summaries],
+                "epochs": [asdict(t) for t in times],
+                "records_written": written,
+                "kafka_variants": [v for v in args.variant_list if v in KAFKA_VARIANTS],
+            },
+            indent=1,
+        )
+    )
     png = plot(summaries, RESULTS / f"{args.out}.png", subtitle)
     console.print(f"saved {png} and {RESULTS / f'{args.out}.json'}")
     return 1 if problems else 0

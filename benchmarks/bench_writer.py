@@ -58,12 +58,18 @@ def make_batches(rows: int, pad: int = 0) -> list[pa.RecordBatch]:
     out = []
     for start in range(0, rows, BATCH_ROWS):
         ids = range(start, min(rows, start + BATCH_ROWS))
-        out.append(pa.record_batch({
-            "key": pa.array([str(i) for i in ids], pa.string()),
-            "value": pa.array([f'{{"id":{i},"ts":"2026-01-01T00:00:00.000Z"{"x" * pad}}}'
-                               for i in ids], pa.string()),
-            HASH_COLUMN: pa.array([i * 2654435761 % (1 << 62) for i in ids], pa.int64()),
-        }))
+        out.append(
+            pa.record_batch(
+                {
+                    "key": pa.array([str(i) for i in ids], pa.string()),
+                    "value": pa.array(
+                        [f'{{"id":{i},"ts":"2026-01-01T00:00:00.000Z"{"x" * pad}}}' for i in ids],
+                        pa.string(),
+                    ),
+                    HASH_COLUMN: pa.array([i * 2654435761 % (1 << 62) for i in ids], pa.int64()),
+                }
+            )
+        )
     return out
 
 
@@ -73,8 +79,9 @@ WRITER_PATHS = ("connectors/kafka/_sink/_writer.py", "connectors/kafka/_writer.p
 def load_reference(ref: str) -> types.ModuleType:
     """Load the Kafka sink's ``_writer.py`` as of git revision ``ref`` as a module."""
     for path in WRITER_PATHS:
-        shown = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=REPO,
-                               check=False, capture_output=True, text=True)
+        shown = subprocess.run(
+            ["git", "show", f"{ref}:{path}"], cwd=REPO, check=False, capture_output=True, text=True
+        )
         if shown.returncode == 0:
             break
     else:
@@ -88,8 +95,9 @@ def load_reference(ref: str) -> types.ModuleType:
     return module
 
 
-def run_once(impl: types.ModuleType, cfg: SinkConfig, mode: str,
-             batches: list[pa.RecordBatch]) -> tuple[float, float, float]:
+def run_once(
+    impl: types.ModuleType, cfg: SinkConfig, mode: str, batches: list[pa.RecordBatch]
+) -> tuple[float, float, float]:
     """Seconds of ``write``, of ``write + flush``, and CPU seconds of this thread in both.
 
     The CPU time of the calling thread is the per-row cost proper: it does not count
@@ -116,8 +124,9 @@ def run_once(impl: types.ModuleType, cfg: SinkConfig, mode: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=200_000, help="rows per round")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per implementation")
     parser.add_argument("--ref", default=None, help="git revision to compare with (e.g. HEAD)")
@@ -139,8 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(KAFKA_TIMEOUT_S)
         cfg = KafkaSink(bootstrap, topic, topic).config  # validated, no network I/O
         cases = [(m, name) for _ in range(args.rounds + 1) for m in modes for name in impls]
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as progress:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
             task = progress.add_task("rounds", total=len(cases))
             for i, (mode, name) in enumerate(cases):
                 progress.update(task, description=f"{mode} {name}")
@@ -151,8 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     return report(results, args, console, load)
 
 
-def report(results: dict[tuple[str, str], list[tuple[float, float, float]]], args: argparse.Namespace,
-           console: Console, load: float) -> int:
+def report(
+    results: dict[tuple[str, str], list[tuple[float, float, float]]],
+    args: argparse.Namespace,
+    console: Console,
+    load: float,
+) -> int:
     """Print the table, save JSON and the plot."""
     rows: list[list[Any]] = []
     labels, values = [], []
@@ -163,21 +181,48 @@ def report(results: dict[tuple[str, str], list[tuple[float, float, float]]], arg
         ref = next((v for (m, n), v in results.items() if m == mode and n.startswith("ref")), None)
         ratio = cpu_ratio = ""
         if ref is not None:  # paired by round: the implementations took turns
-            ratio = round(statistics.median(r[1] / t[1] for r, t in zip(ref, timings, strict=True)), 2)
-            cpu_ratio = round(statistics.median(r[2] / t[2] for r, t in zip(ref, timings, strict=True)), 2)
+            ratio = round(
+                statistics.median(r[1] / t[1] for r, t in zip(ref, timings, strict=True)), 2
+            )
+            cpu_ratio = round(
+                statistics.median(r[2] / t[2] for r, t in zip(ref, timings, strict=True)), 2
+            )
         rows.append([mode, name, round(write), round(total), ratio, round(cpu_ns), cpu_ratio])
         labels.append(f"{mode}\n{name}")
         values.append(total)
-    print_table(f"RecordWriter, {args.rows:,} rows per round, median of {args.rounds} rounds "
-                f"(load average {load:.1f})",
-                ["mode", "writer", "write rows/s", "write+flush rows/s", "x ref (write+flush)",
-                 "CPU ns/row (this thread)", "x ref (CPU)"], rows, console)
+    print_table(
+        f"RecordWriter, {args.rows:,} rows per round, median of {args.rounds} rounds "
+        f"(load average {load:.1f})",
+        [
+            "mode",
+            "writer",
+            "write rows/s",
+            "write+flush rows/s",
+            "x ref (write+flush)",
+            "CPU ns/row (this thread)",
+            "x ref (CPU)",
+        ],
+        rows,
+        console,
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_writer.json").write_text(json.dumps(
-        {"rows": args.rows, "load_average": load,
-         "results": {f"{m}/{n}": v for (m, n), v in results.items()}}, indent=1))
-    png = bar_plot(RESULTS / "bench_writer.png", "RecordWriter write+flush (median round)",
-                   labels, values, "rows/s")
+    (RESULTS / "bench_writer.json").write_text(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "load_average": load,
+                "results": {f"{m}/{n}": v for (m, n), v in results.items()},
+            },
+            indent=1,
+        )
+    )
+    png = bar_plot(
+        RESULTS / "bench_writer.png",
+        "RecordWriter write+flush (median round)",
+        labels,
+        values,
+        "rows/s",
+    )
     console.print(f"saved {png}")
     return 0
 

@@ -52,9 +52,21 @@ from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 RESULTS = Path(__file__).parent / "results"
 TOP_FUNCTIONS = 15
 # Task-side steps, in protocol order, for the breakdown table.
-TASK_STEPS = ("open", "marker read", "first batch wait", "later batch waits", "validate",
-              "produce", "poll (between batches, back-pressure)", "checksum", "flush",
-              "send offsets (pre-commit - flush)", "vote round", "commit", "close")
+TASK_STEPS = (
+    "open",
+    "marker read",
+    "first batch wait",
+    "later batch waits",
+    "validate",
+    "produce",
+    "poll (between batches, back-pressure)",
+    "checksum",
+    "flush",
+    "send offsets (pre-commit - flush)",
+    "vote round",
+    "commit",
+    "close",
+)
 
 
 class ProfiledWriters(Writers):
@@ -93,14 +105,28 @@ def task_breakdown(events: Sequence[dict[str, Any]]) -> dict[str, float]:
     waits = [e for e in events if e["name"] == "batch wait"]
     for e in events:
         total[e["name"]] += e["t1"] - e["t0"]
-    out = {name: total.get(name, 0.0) for name in ("open", "marker read", "validate", "produce",
-                                                    "checksum", "flush", "vote round", "commit",
-                                                    "close")}
+    out = {
+        name: total.get(name, 0.0)
+        for name in (
+            "open",
+            "marker read",
+            "validate",
+            "produce",
+            "checksum",
+            "flush",
+            "vote round",
+            "commit",
+            "close",
+        )
+    }
     out["first batch wait"] = (waits[0]["t1"] - waits[0]["t0"]) if waits else 0.0
     out["later batch waits"] = sum(e["t1"] - e["t0"] for e in waits[1:])
-    out["send offsets (pre-commit - flush)"] = total.get("pre-commit", 0.0) - total.get("flush", 0.0)
-    out["poll (between batches, back-pressure)"] = (total.get("serve (poll or flush)", 0.0)
-                                                    - total.get("flush", 0.0))
+    out["send offsets (pre-commit - flush)"] = total.get("pre-commit", 0.0) - total.get(
+        "flush", 0.0
+    )
+    out["poll (between batches, back-pressure)"] = total.get(
+        "serve (poll or flush)", 0.0
+    ) - total.get("flush", 0.0)
     out["task"] = total.get("task", 0.0)
     out["other (in task, not above)"] = out["task"] - sum(out[s] for s in TASK_STEPS)
     return out
@@ -110,13 +136,25 @@ def _sink_id(writers: Writers, variant: str) -> str:
     return f"{writers.topics[variant]}-sink"
 
 
-_QUIET = {"batch wait", "validate", "produce", "checksum", "serve (poll or flush)", "begin",
-          "vote server check", "parallelism", "input check", "log load", "vote round open",
-          "vote round close"}
+_QUIET = {
+    "batch wait",
+    "validate",
+    "produce",
+    "checksum",
+    "serve (poll or flush)",
+    "begin",
+    "vote server check",
+    "parallelism",
+    "input check",
+    "log load",
+    "vote round open",
+    "vote round close",
+}
 
 
-def timeline(epoch: EpochTime, events: Sequence[dict[str, Any]], jobs: Sequence[JobMetrics],
-             sink_id: str) -> list[list[Any]]:
+def timeline(
+    epoch: EpochTime, events: Sequence[dict[str, Any]], jobs: Sequence[JobMetrics], sink_id: str
+) -> list[list[Any]]:
     """Every step of one epoch: ``[start ms, end ms, side, task, step]`` from its start."""
     w0 = epoch.start
     rows: list[list[Any]] = []
@@ -143,45 +181,73 @@ def timeline(epoch: EpochTime, events: Sequence[dict[str, Any]], jobs: Sequence[
     for job in jobs:
         add(job.submitted, job.completed, "jvm", "", f"Spark job {job.job_id}")
         for st in job.stages:
-            add(st.submitted, st.completed, "jvm", "",
+            add(
+                st.submitted,
+                st.completed,
+                "jvm",
+                "",
                 f"stage {st.stage_id}: {st.kind}, {st.tasks} tasks, first launched at "
-                f"{_ms(st.first_launch - w0)} ms")
+                f"{_ms(st.first_launch - w0)} ms",
+            )
     add(epoch.start + epoch.seconds, epoch.start + epoch.seconds, "driver", "", "sink call returns")
     return sorted(rows, key=lambda r: (r[0], r[1]))
 
 
-def driver_table(events: Sequence[dict[str, Any]], epochs: Sequence[EpochTime]
-                 ) -> list[list[Any]]:
+def driver_table(events: Sequence[dict[str, Any]], epochs: Sequence[EpochTime]) -> list[list[Any]]:
     """Per driver step: calls, duration and py4j round trips per epoch (medians)."""
     per: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
     for t in epochs:
-        mine = [e for e in events
-                if e["side"] == "driver" and t.start <= e["t0"] <= t.end]
+        mine = [e for e in events if e["side"] == "driver" and t.start <= e["t0"] <= t.end]
         for name in {e["name"] for e in mine}:
             of = [e for e in mine if e["name"] == name]
-            per[name].append((len(of), sum(e["t1"] - e["t0"] for e in of),
-                              sum(e.get("py4j_calls", 0) for e in of),
-                              sum(e.get("py4j_s", 0.0) for e in of)))
-    rows = [[name, round(_median(v[0] for v in vals), 1), _ms(_median(v[1] for v in vals)),
-             round(_median(v[2] for v in vals)), _ms(_median(v[3] for v in vals))]
-            for name, vals in per.items()]
+            per[name].append(
+                (
+                    len(of),
+                    sum(e["t1"] - e["t0"] for e in of),
+                    sum(e.get("py4j_calls", 0) for e in of),
+                    sum(e.get("py4j_s", 0.0) for e in of),
+                )
+            )
+    rows = [
+        [
+            name,
+            round(_median(v[0] for v in vals), 1),
+            _ms(_median(v[1] for v in vals)),
+            round(_median(v[2] for v in vals)),
+            _ms(_median(v[3] for v in vals)),
+        ]
+        for name, vals in per.items()
+    ]
     return sorted(rows, key=lambda r: -r[2])
 
 
-def pool_table(events: Sequence[dict[str, Any]], sink_id: str,
-               epochs: Sequence[EpochTime]) -> list[list[Any]]:
+def pool_table(
+    events: Sequence[dict[str, Any]], sink_id: str, epochs: Sequence[EpochTime]
+) -> list[list[Any]]:
     """How often a write task reused its worker's pooled producer, and what opening cost."""
     batch_ids = {t.batch_id for t in epochs}
-    opens = [e for e in events if e["name"] == "open" and e.get("sink") == sink_id
-             and e.get("epoch") in batch_ids]
+    opens = [
+        e
+        for e in events
+        if e["name"] == "open" and e.get("sink") == sink_id and e.get("epoch") in batch_ids
+    ]
     rows = []
     for reused in (True, False):
         mine = [e for e in opens if e.get("reused") is reused]
-        why = sorted({str(e.get("why_new", "")).split(" (")[0][:60] for e in mine}) if not reused else []
-        rows.append(["pooled producer reused" if reused else "new producer", len(mine),
-                     _ms(_median(e["t1"] - e["t0"] for e in mine)),
-                     _ms(max((e["t1"] - e["t0"] for e in mine), default=float("nan"))),
-                     "; ".join(why)])
+        why = (
+            sorted({str(e.get("why_new", "")).split(" (")[0][:60] for e in mine})
+            if not reused
+            else []
+        )
+        rows.append(
+            [
+                "pooled producer reused" if reused else "new producer",
+                len(mine),
+                _ms(_median(e["t1"] - e["t0"] for e in mine)),
+                _ms(max((e["t1"] - e["t0"] for e in mine), default=float("nan"))),
+                "; ".join(why),
+            ]
+        )
     return rows
 
 
@@ -197,26 +263,51 @@ def jvm_table(jobs: dict[Any, list[JobMetrics]], epochs: Sequence[EpochTime]) ->
                 grouped[(t.variant, st.kind)].append(st)
     rows = []
     for (variant, kind), stages in sorted(grouped.items()):
+
         def med(get: Any, stages: list[Any] = stages) -> float:
             return round(_median(get(s) for s in stages), 1)
 
-        rows.append([variant, kind, med(lambda s: s.tasks),
-                     med(lambda s: 1000 * (s.completed - s.submitted)),
-                     med(lambda s: 1000 * (s.first_launch - s.submitted)),
-                     med(lambda s: s.task_ms_median), med(lambda s: s.scheduler_delay_ms_median),
-                     med(lambda s: s.deserialize_ms), med(lambda s: s.run_ms),
-                     med(lambda s: s.cpu_ms), med(lambda s: s.gc_ms),
-                     med(lambda s: s.shuffle_write_ms), med(lambda s: s.shuffle_write_bytes / 1024),
-                     med(lambda s: s.shuffle_fetch_wait_ms),
-                     med(lambda s: s.result_serialize_ms + s.getting_result_ms),
-                     round(1000 * _median(outside[variant]), 1)])
+        rows.append(
+            [
+                variant,
+                kind,
+                med(lambda s: s.tasks),
+                med(lambda s: 1000 * (s.completed - s.submitted)),
+                med(lambda s: 1000 * (s.first_launch - s.submitted)),
+                med(lambda s: s.task_ms_median),
+                med(lambda s: s.scheduler_delay_ms_median),
+                med(lambda s: s.deserialize_ms),
+                med(lambda s: s.run_ms),
+                med(lambda s: s.cpu_ms),
+                med(lambda s: s.gc_ms),
+                med(lambda s: s.shuffle_write_ms),
+                med(lambda s: s.shuffle_write_bytes / 1024),
+                med(lambda s: s.shuffle_fetch_wait_ms),
+                med(lambda s: s.result_serialize_ms + s.getting_result_ms),
+                round(1000 * _median(outside[variant]), 1),
+            ]
+        )
     return rows
 
 
-JVM_COLUMNS = ["variant", "stage", "tasks", "stage wall ms", "submit->first launch ms",
-               "task ms (median)", "scheduler delay ms", "deserialize ms (sum)", "run ms (sum)",
-               "cpu ms (sum)", "GC ms (sum)", "shuffle write ms (sum)", "shuffle write KiB",
-               "fetch wait ms (sum)", "result ser.+get ms", "epoch ms outside Spark jobs"]
+JVM_COLUMNS = [
+    "variant",
+    "stage",
+    "tasks",
+    "stage wall ms",
+    "submit->first launch ms",
+    "task ms (median)",
+    "scheduler delay ms",
+    "deserialize ms (sum)",
+    "run ms (sum)",
+    "cpu ms (sum)",
+    "GC ms (sum)",
+    "shuffle write ms (sum)",
+    "shuffle write KiB",
+    "fetch wait ms (sum)",
+    "result ser.+get ms",
+    "epoch ms outside Spark jobs",
+]
 
 
 def top_functions(paths: Sequence[Path], n: int = TOP_FUNCTIONS) -> list[list[Any]]:
@@ -228,13 +319,21 @@ def top_functions(paths: Sequence[Path], n: int = TOP_FUNCTIONS) -> list[list[An
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     entries = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:n]
     total = sum(v[2] for v in raw.values())
-    return [[f"{Path(f).name}:{line}({func})", nc, round(1000 * tt, 1), round(1000 * ct, 1),
-             round(100 * tt / total, 1) if total else 0.0]
-            for (f, line, func), (_cc, nc, tt, ct, _callers) in entries]
+    return [
+        [
+            f"{Path(f).name}:{line}({func})",
+            nc,
+            round(1000 * tt, 1),
+            round(1000 * ct, 1),
+            round(100 * tt / total, 1) if total else 0.0,
+        ]
+        for (f, line, func), (_cc, nc, tt, ct, _callers) in entries
+    ]
 
 
-def request_table(requests: dict[Any, list[_requests.Request]], epochs: Sequence[EpochTime],
-                  variant: str) -> list[list[Any]]:
+def request_table(
+    requests: dict[Any, list[_requests.Request]], epochs: Sequence[EpochTime], variant: str
+) -> list[list[Any]]:
     """Mean requests per epoch of ``variant`` by role and API, with the mean summed RTT."""
     mine = [t for t in epochs if t.variant == variant]
     counts: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -244,36 +343,41 @@ def request_table(requests: dict[Any, list[_requests.Request]], epochs: Sequence
             entry[0] += 1
             entry[1] += r.rtt_ms or 0.0
     n = max(1, len(mine))
-    return [[role, api, round(c / n, 2), round(rtt / n, 1)]
-            for (role, api), (c, rtt) in sorted(counts.items())]
+    return [
+        [role, api, round(c / n, 2), round(rtt / n, 1)]
+        for (role, api), (c, rtt) in sorted(counts.items())
+    ]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=10_000, help="rows per epoch")
     parser.add_argument("--epochs", type=int, default=6, help="measured epochs")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first batches")
     parser.add_argument("--variant", default="eos-aligned", choices=SINK_VARIANTS)
-    parser.add_argument("--compare", default="eos-unaligned,alo-sink,baseline,noop",
-                        help="variants written alongside (JVM metrics for comparison)")
+    parser.add_argument(
+        "--compare",
+        default="eos-unaligned,alo-sink,baseline,noop",
+        help="variants written alongside (JVM metrics for comparison)",
+    )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--vote-channel", choices=VOTE_CHANNELS, default=DEFAULT_VOTE_CHANNEL)
     parser.add_argument("--out", default="profile_epoch", help="file stem under results/")
     args = parser.parse_args(argv)
-    args.variants = [args.variant, *[v for v in args.compare.split(",")
-                                     if v and v != args.variant]]
+    args.variants = [args.variant, *[v for v in args.compare.split(",") if v and v != args.variant]]
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}")
     return args
 
 
-def _print(console: Console, md: list[str], title: str, columns: list[str],
-           rows: list[list[Any]]) -> None:
+def _print(
+    console: Console, md: list[str], title: str, columns: list[str], rows: list[list[Any]]
+) -> None:
     print_table(title, columns, rows, console)
-    md += [f"### {title}", "", "| " + " | ".join(columns) + " |",
-           "|" + "---|" * len(columns)]
+    md += [f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     md.append("")
 
@@ -300,18 +404,35 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = stack.enter_context(broker(args.bootstrap_servers))
         spark = bench_session("profile-epoch", ui=True)
         stack.callback(spark.stop)
-        writers = ProfiledWriters(bootstrap, args.variants, vote_channel=args.vote_channel,
-                                  target=args.variant, epoch=cprofile_epoch,
-                                  out=probe_dir / "driver.pstats")
+        writers = ProfiledWriters(
+            bootstrap,
+            args.variants,
+            vote_channel=args.vote_channel,
+            target=args.variant,
+            epoch=cprofile_epoch,
+            out=probe_dir / "driver.pstats",
+        )
         stack.callback(writers.close)
-        progress = stack.enter_context(Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console))
+        progress = stack.enter_context(
+            Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            )
+        )
         bar = progress.add_task("epochs", total=batches * len(args.variants))
         times = run_interleaved(
-            spark, writers, args.variants, args.rows, batches,
-            on_epoch=lambda t: progress.update(bar, advance=1,
-                                               description=f"batch {t.batch_id} {t.variant}"))
+            spark,
+            writers,
+            args.variants,
+            args.rows,
+            batches,
+            on_epoch=lambda t: progress.update(
+                bar, advance=1, description=f"batch {t.batch_id} {t.variant}"
+            ),
+        )
         measured = [t for t in times if args.warmup <= t.batch_id < cprofile_epoch]
         windows = {(t.variant, t.batch_id): (t.start, t.end) for t in measured}
         jobs = jobs_in_windows(spark.sparkContext.uiWebUrl, windows)
@@ -319,58 +440,126 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     events = _probe.read_events(probe_dir)
     requests = _requests.split_by_window(_requests.read_log(log_path), windows)
-    report(args, console, measured, events, jobs, requests, sink_id, probe_dir,
-           (load_before[0], load_after[0]), cprofile_epoch)
+    report(
+        args,
+        console,
+        measured,
+        events,
+        jobs,
+        requests,
+        sink_id,
+        probe_dir,
+        (load_before[0], load_after[0]),
+        cprofile_epoch,
+    )
     return 0
 
 
-def report(args: argparse.Namespace, console: Console, measured: Sequence[EpochTime],
-           events: Sequence[dict[str, Any]], jobs: dict[Any, list[JobMetrics]],
-           requests: dict[Any, list[_requests.Request]], sink_id: str, probe_dir: Path,
-           load: tuple[float, float], cprofile_epoch: int) -> None:
+def report(
+    args: argparse.Namespace,
+    console: Console,
+    measured: Sequence[EpochTime],
+    events: Sequence[dict[str, Any]],
+    jobs: dict[Any, list[JobMetrics]],
+    requests: dict[Any, list[_requests.Request]],
+    sink_id: str,
+    probe_dir: Path,
+    load: tuple[float, float],
+    cprofile_epoch: int,
+) -> None:
     """Print and save every table (see the module docstring)."""
-    md: list[str] = [f"Profile of `{args.variant}` at {args.rows:,} rows per epoch, "
-                     f"{args.epochs} measured epochs, load average {load[0]:.1f} -> {load[1]:.1f}",
-                     ""]
+    md: list[str] = [
+        f"Profile of `{args.variant}` at {args.rows:,} rows per epoch, "
+        f"{args.epochs} measured epochs, load average {load[0]:.1f} -> {load[1]:.1f}",
+        "",
+    ]
     target = [t for t in measured if t.variant == args.variant]
-    _print(console, md, "Epoch wall time by variant (median ms)", ["variant", "median ms"],
-           [[v, _ms(_median(t.seconds for t in measured if t.variant == v))]
-            for v in args.variants])
+    _print(
+        console,
+        md,
+        "Epoch wall time by variant (median ms)",
+        ["variant", "median ms"],
+        [[v, _ms(_median(t.seconds for t in measured if t.variant == v))] for v in args.variants],
+    )
     middle = sorted(target, key=lambda t: t.seconds)[len(target) // 2]
-    _print(console, md, f"Timeline of the median {args.variant} epoch (batch {middle.batch_id}, "
-           f"{_ms(middle.seconds)} ms)", ["from ms", "to ms", "side", "task", "step"],
-           timeline(middle, events, jobs.get((middle.variant, middle.batch_id), []), sink_id))
+    _print(
+        console,
+        md,
+        f"Timeline of the median {args.variant} epoch (batch {middle.batch_id}, "
+        f"{_ms(middle.seconds)} ms)",
+        ["from ms", "to ms", "side", "task", "step"],
+        timeline(middle, events, jobs.get((middle.variant, middle.batch_id), []), sink_id),
+    )
     per_task = []
     for t in target:
         mine = [e for e in events if e.get("sink") == sink_id and e.get("epoch") == t.batch_id]
         for p in sorted({e["partition"] for e in mine}):
             per_task.append(task_breakdown([e for e in mine if e["partition"] == p]))
     steps = [*TASK_STEPS, "other (in task, not above)", "task"]
-    _print(console, md, "Write task breakdown (ms, median over tasks)", ["step", "ms"],
-           [[s, _ms(_median(b[s] for b in per_task))] for s in steps])
-    _print(console, md, f"Driver steps of one {args.variant} epoch (median per epoch; py4j round "
-           "trips exclusive of nested steps)", ["step", "calls", "ms", "py4j calls", "py4j ms"],
-           driver_table(events, target))
-    _print(console, md, "Write-task clients: pooled producer reused or not (per task)",
-           ["opening", "tasks", "median ms", "max ms", "why new"], pool_table(events, sink_id, target))
-    _print(console, md, "JVM stages (median over epochs; from Spark's REST API)", JVM_COLUMNS,
-           jvm_table(jobs, measured))
-    _print(console, md, f"Broker requests per {args.variant} epoch (mean) and summed RTT",
-           ["role", "API", "requests", "RTT ms (sum)"], request_table(requests, measured, args.variant))
+    _print(
+        console,
+        md,
+        "Write task breakdown (ms, median over tasks)",
+        ["step", "ms"],
+        [[s, _ms(_median(b[s] for b in per_task))] for s in steps],
+    )
+    _print(
+        console,
+        md,
+        f"Driver steps of one {args.variant} epoch (median per epoch; py4j round "
+        "trips exclusive of nested steps)",
+        ["step", "calls", "ms", "py4j calls", "py4j ms"],
+        driver_table(events, target),
+    )
+    _print(
+        console,
+        md,
+        "Write-task clients: pooled producer reused or not (per task)",
+        ["opening", "tasks", "median ms", "max ms", "why new"],
+        pool_table(events, sink_id, target),
+    )
+    _print(
+        console,
+        md,
+        "JVM stages (median over epochs; from Spark's REST API)",
+        JVM_COLUMNS,
+        jvm_table(jobs, measured),
+    )
+    _print(
+        console,
+        md,
+        f"Broker requests per {args.variant} epoch (mean) and summed RTT",
+        ["role", "API", "requests", "RTT ms (sum)"],
+        request_table(requests, measured, args.variant),
+    )
     task_profiles = sorted(probe_dir.glob(f"task-{sink_id}-{cprofile_epoch}-*.pstats"))
-    _print(console, md, f"Write tasks under cProfile (epoch {cprofile_epoch}, all tasks): top own time",
-           ["function", "calls", "own ms", "cumulative ms", "% own"], top_functions(task_profiles))
-    _print(console, md, f"Driver sink call under cProfile (epoch {cprofile_epoch}): top own time",
-           ["function", "calls", "own ms", "cumulative ms", "% own"],
-           top_functions([probe_dir / "driver.pstats"]))
+    _print(
+        console,
+        md,
+        f"Write tasks under cProfile (epoch {cprofile_epoch}, all tasks): top own time",
+        ["function", "calls", "own ms", "cumulative ms", "% own"],
+        top_functions(task_profiles),
+    )
+    _print(
+        console,
+        md,
+        f"Driver sink call under cProfile (epoch {cprofile_epoch}): top own time",
+        ["function", "calls", "own ms", "cumulative ms", "% own"],
+        top_functions([probe_dir / "driver.pstats"]),
+    )
     (RESULTS / f"{args.out}.md").write_text("\n".join(md))
-    (RESULTS / f"{args.out}.json").write_text(json.dumps({
-        "args": {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list))},
-        "load_average": load,
-        "epochs": [asdict(t) for t in measured],
-        "jobs": {f"{k[0]}/{k[1]}": [asdict(j) for j in v] for k, v in jobs.items()},
-        "task_breakdowns": per_task,
-    }, indent=1))
+    (RESULTS / f"{args.out}.json").write_text(
+        json.dumps(
+            {
+                "args": {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list))},
+                "load_average": load,
+                "epochs": [asdict(t) for t in measured],
+                "jobs": {f"{k[0]}/{k[1]}": [asdict(j) for j in v] for k, v in jobs.items()},
+                "task_breakdowns": per_task,
+            },
+            indent=1,
+        )
+    )
     console.print(f"saved {RESULTS / f'{args.out}.md'} and {RESULTS / f'{args.out}.json'}")
 
 

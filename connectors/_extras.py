@@ -25,6 +25,8 @@ def require(module: str, *, extra: str, needed_for: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        msg = (f"the Python package {module!r} is not installed (needed for {needed_for}); "
-               f"install the extra: pip install '{DISTRIBUTION}[{extra}]'")
+        msg = (
+            f"the Python package {module!r} is not installed (needed for {needed_for}); "
+            f"install the extra: pip install '{DISTRIBUTION}[{extra}]'"
+        )
         raise MissingExtraError(msg, name=module) from exc

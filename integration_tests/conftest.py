@@ -44,7 +44,10 @@ _Closable = TypeVar("_Closable")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the ``spark`` fixture ``spark`` (``make test-fast`` skips them)."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
+        if (
+            "spark" in getattr(item, "fixturenames", ())
+            and item.get_closest_marker("spark") is None
+        ):
             item.add_marker(pytest.mark.spark)
 
 

@@ -44,12 +44,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--fsync-policy", choices=FSYNC_POLICIES, default=d.fsync_policy)
     p.add_argument("--no-auto-create-topics", action="store_true")
-    p.add_argument("--topic-load-delay-ms", type=int, default=d.topic_load_delay_ms,
-                   help="answer Metadata as if topics were not loaded for this long after the "
-                        "start (tests)")
-    p.add_argument("--topic-load-mode", choices=TOPIC_LOAD_MODES, default=d.topic_load_mode,
-                   help="meanwhile: hide topics, answer them with LEADER_NOT_AVAILABLE, or "
-                        "answer no topic at all")
+    p.add_argument(
+        "--topic-load-delay-ms",
+        type=int,
+        default=d.topic_load_delay_ms,
+        help="answer Metadata as if topics were not loaded for this long after the start (tests)",
+    )
+    p.add_argument(
+        "--topic-load-mode",
+        choices=TOPIC_LOAD_MODES,
+        default=d.topic_load_mode,
+        help="meanwhile: hide topics, answer them with LEADER_NOT_AVAILABLE, or "
+        "answer no topic at all",
+    )
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 

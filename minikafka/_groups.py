@@ -379,4 +379,3 @@ class GroupCoordinator:
                     log.info("group %s: member %s session expired", g.group_id, mid)
                     self._remove(g, mid)
             self._maybe_complete_join(g)
-

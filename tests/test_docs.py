@@ -124,9 +124,14 @@ def paragraphs(doc: str) -> Iterator[tuple[int, str]]:
 
 # -- 1. repository paths -----------------------------------------------------------------
 def _top_dirs() -> list[str]:
-    return sorted(p.name for p in ROOT.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and p.name not in _SKIP_DIRS
-                  and not p.name.endswith(".egg-info"))
+    return sorted(
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and p.name not in _SKIP_DIRS
+        and not p.name.endswith(".egg-info")
+    )
 
 
 @cache
@@ -147,8 +152,11 @@ def _expand(token: str) -> list[str]:
     m = re.search(r"\{([^{}]*,[^{}]*)\}", token)
     if not m:
         return [token]
-    return [x for part in m.group(1).split(",")
-            for x in _expand(token[: m.start()] + part + token[m.end():])]
+    return [
+        x
+        for part in m.group(1).split(",")
+        for x in _expand(token[: m.start()] + part + token[m.end() :])
+    ]
 
 
 def repo_paths(line: Line) -> Iterator[str]:
@@ -167,8 +175,12 @@ def _exists(path: str) -> bool:
 
 
 def test_every_repository_path_in_the_docs_exists() -> None:
-    missing = [f"{line.doc}:{line.number}: {path}" for line in all_lines()
-               for path in repo_paths(line) if not _exists(path)]
+    missing = [
+        f"{line.doc}:{line.number}: {path}"
+        for line in all_lines()
+        for path in repo_paths(line)
+        if not _exists(path)
+    ]
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
 
@@ -295,7 +307,7 @@ def section_references() -> Iterator[tuple[str, int, str, str]]:
             for m in _SECTION.finditer(text):
                 before = text[: m.start()]
                 ends = list(_SENTENCE_END.finditer(before))
-                sentence = before[ends[-1].end():] if ends else before
+                sentence = before[ends[-1].end() :] if ends else before
                 named = list(_DOC.finditer(sentence))
                 target = _doc_path(named[-1].group(1), doc) if named else doc
                 line = first + text[: m.start()].count("\n")
@@ -309,12 +321,16 @@ def test_every_section_reference_points_at_a_heading() -> None:
         if not (ROOT / target).exists():
             failures.append(f"{doc}:{line}: section {number} of {target}: no such doc")
         elif not any(h.number == number for h in headings(target)):
-            failures.append(f"{doc}:{line}: section {number} of {target}: no heading numbered "
-                            f"{number} (numbered: {[h.number for h in headings(target) if h.number]})")
+            failures.append(
+                f"{doc}:{line}: section {number} of {target}: no heading numbered "
+                f"{number} (numbered: {[h.number for h in headings(target) if h.number]})"
+            )
     assert not failures, "section references without their section:\n" + "\n".join(failures)
 
 
-_TITLED = re.compile(r"(?<![\w/-])(?:docs/)?([\w-]+)\.md,?\s+(?:sections?\s+[\d.]+,\s+)?\"([^\"]+)\"")
+_TITLED = re.compile(
+    r"(?<![\w/-])(?:docs/)?([\w-]+)\.md,?\s+(?:sections?\s+[\d.]+,\s+)?\"([^\"]+)\""
+)
 
 
 def _has_title(doc: str, title: str) -> bool:
@@ -335,7 +351,7 @@ def test_every_titled_reference_points_at_a_heading() -> None:
                 target = _doc_path(m.group(1), doc)
                 line = first + text[: m.start()].count("\n")
                 if not (ROOT / target).exists() or not _has_title(target, m.group(2)):
-                    failures.append(f"{doc}:{line}: {target} has no heading \"{m.group(2)}\"")
+                    failures.append(f'{doc}:{line}: {target} has no heading "{m.group(2)}"')
     assert not failures, "references to headings that do not exist:\n" + "\n".join(failures)
 
 
@@ -365,8 +381,9 @@ def test_every_relative_link_points_at_a_file_and_anchor() -> None:
             elif anchor and dest.suffix == ".md":
                 doc = dest.relative_to(ROOT).as_posix()
                 if anchor not in {_slug(h.text) for h in headings(doc)}:
-                    failures.append(f"{line.doc}:{line.number}: link {target}: no heading "
-                                    f"#{anchor} in {doc}")
+                    failures.append(
+                        f"{line.doc}:{line.number}: link {target}: no heading #{anchor} in {doc}"
+                    )
     assert not failures, "broken links:\n" + "\n".join(failures)
 
 
@@ -406,8 +423,10 @@ def _source_options() -> list[str]:
 OPTION_TABLES = {
     "connectors.kafka.SinkConfig": ("docs/kafka-sink.md", "Options"),
     "connectors.postgres.PostgresSinkConfig": ("docs/postgres-sink.md", "Options"),
-    "connectors.examples.sqlite.SqliteSinkConfig": ("docs/writing-a-db-connector.md",
-                                                    "1. The configuration"),
+    "connectors.examples.sqlite.SqliteSinkConfig": (
+        "docs/writing-a-db-connector.md",
+        "1. The configuration",
+    ),
     "connectors.async_io.AsyncConfig": ("docs/async-io.md", "Options"),
     "connectors.async_io.RetryPolicy": ("docs/async-io.md", "Options"),
     "kafka-rc": ("docs/kafka-source.md", "Options"),
@@ -424,8 +443,9 @@ def test_every_option_is_in_its_options_table(config: str) -> None:
         missing = [o for o in _source_options() if o.lower() not in documented]
     else:
         missing = [f for f in _fields(config) if f not in names]
-    assert not missing, (f"{doc}:{line} ({heading}): {config} option(s) {missing} missing from "
-                         "the options table")
+    assert not missing, (
+        f"{doc}:{line} ({heading}): {config} option(s) {missing} missing from the options table"
+    )
 
 
 def test_the_stage_options_are_in_every_sink_table() -> None:
@@ -481,8 +501,9 @@ def troubleshooting_rows() -> Iterator[tuple[int, str, list[str], list[str]]]:
 def _row_modules(named: list[str], section: list[str]) -> list[str]:
     """Where a row's error is defined: the modules the row names, else its section's
     package and that package's public subpackages."""
-    return named or [p for p in public_packages()
-                     if any(p == s or p.startswith(f"{s}.") for s in section)]
+    return named or [
+        p for p in public_packages() if any(p == s or p.startswith(f"{s}.") for s in section)
+    ]
 
 
 def _error_class(module: str, name: str) -> type[Exception] | None:
@@ -493,9 +514,12 @@ def _error_class(module: str, name: str) -> type[Exception] | None:
 @cache
 def documented_errors() -> frozenset[type[Exception]]:
     """The classes troubleshooting.md's rows name, resolved where each row says."""
-    return frozenset(cls for _, error, named, section in troubleshooting_rows()
-                     for m in _row_modules(named, section)
-                     if (cls := _error_class(m, error)) is not None)
+    return frozenset(
+        cls
+        for _, error, named, section in troubleshooting_rows()
+        for m in _row_modules(named, section)
+        if (cls := _error_class(m, error)) is not None
+    )
 
 
 @pytest.mark.parametrize(("module", "error"), exported_errors())
@@ -505,7 +529,8 @@ def test_every_exported_error_is_in_troubleshooting(module: str, error: str) -> 
     cls = _error_class(module, error)
     assert cls in documented_errors(), (
         f"{module}.{error} has no entry in docs/troubleshooting.md (a table row in the section "
-        f"of its package, or a row naming the module it comes from)")
+        f"of its package, or a row naming the module it comes from)"
+    )
 
 
 def test_every_error_in_troubleshooting_exists() -> None:
@@ -516,8 +541,10 @@ def test_every_error_in_troubleshooting_exists() -> None:
             continue  # "(an `ImportError`)": what the kit's class derives from
         modules = _row_modules(named, section)
         if not any(_error_class(m, error) for m in modules):
-            failures.append(f"docs/troubleshooting.md:{number}: {error} is no exception class "
-                            f"of {modules or 'any module named in its row or heading'}")
+            failures.append(
+                f"docs/troubleshooting.md:{number}: {error} is no exception class "
+                f"of {modules or 'any module named in its row or heading'}"
+            )
     assert seen > 40, f"only {seen} errors found in the tables: the parser broke"
     assert not failures, "errors in troubleshooting.md that do not exist:\n" + "\n".join(failures)
 
@@ -532,7 +559,8 @@ def test_the_checks_see_what_they_check() -> None:
     assert len(sections) > 20, len(sections)
     assert "connectors.stage.TransactionalSink" in names
     assert ("docs/kafka-sink.md", "docs/architecture.md", "9") in {
-        (d, t, n) for d, _, t, n in sections}
+        (d, t, n) for d, _, t, n in sections
+    }
 
 
 # command-line tool -> (doc, heading of the section that lists its options)

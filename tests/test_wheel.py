@@ -54,13 +54,27 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, src / pkg,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
     out = tmp_path_factory.mktemp("dist")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--quiet", "--wheel-dir", str(out), str(src)],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--wheel-dir",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
     )
     assert build.returncode == 0, f"the wheel build failed:\n{build.stdout}\n{build.stderr}"
     (built,) = out.glob("*.whl")
@@ -77,7 +91,8 @@ def shipped(wheel: Path) -> dict[str, str]:
 def test_the_wheel_holds_exactly_the_kits_packages(shipped: dict[str, str]) -> None:
     in_tree = {
         module_name(p.relative_to(ROOT).as_posix())
-        for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
     }
     assert set(shipped) == in_tree
     assert {name.split(".")[0] for name in shipped} == set(PACKAGES)
@@ -85,7 +100,8 @@ def test_the_wheel_holds_exactly_the_kits_packages(shipped: dict[str, str]) -> N
 
 def test_the_wheel_holds_no_suite_infrastructure(shipped: dict[str, str]) -> None:
     infrastructure = sorted(
-        name for name in shipped
+        name
+        for name in shipped
         if name.split(".")[-1] in SUITE_INFRASTRUCTURE or name.split(".")[0] in NOT_SHIPPED
     )
     assert infrastructure == []
@@ -109,8 +125,7 @@ def test_no_shipped_module_imports_the_tests(shipped: dict[str, str]) -> None:
                 imported = [node.module]
             else:
                 continue
-            offenders += [f"{name} imports {m}" for m in imported
-                          if m.split(".")[0] in NOT_SHIPPED]
+            offenders += [f"{name} imports {m}" for m in imported if m.split(".")[0] in NOT_SHIPPED]
     assert offenders == []
 
 

@@ -160,7 +160,9 @@ def record_from_body(body: dict[str, Any], *, source: str) -> LogRecord:
         raise corrupt_error(source, f"unknown record type {kind!r}")
     expected = _FIELDS[kind]
     if set(body) != set(expected):
-        raise corrupt_error(source, f"{kind} record has fields {sorted(body)}, want {sorted(expected)}")
+        raise corrupt_error(
+            source, f"{kind} record has fields {sorted(body)}, want {sorted(expected)}"
+        )
     for name, typ in expected.items():
         value = body[name]
         if type(value) is not typ:
@@ -180,11 +182,15 @@ def record_from_body(body: dict[str, Any], *, source: str) -> LogRecord:
             raise corrupt_error(source, f"plan record has a bad enum value ({exc})") from None
     if kind == "decision":
         return EpochDecision(
-            sink_id=body["sink_id"], epoch=body["epoch"], commit=body["commit"],
+            sink_id=body["sink_id"],
+            epoch=body["epoch"],
+            commit=body["commit"],
             reason=body["reason"],
         )
     if kind == "binding":
         return QueryBinding(
             sink_id=body["sink_id"], query_id=body["query_id"], epoch_offset=body["epoch_offset"]
         )
-    return EpochCompletion(sink_id=body["sink_id"], epoch=body["epoch"], committed=body["committed"])
+    return EpochCompletion(
+        sink_id=body["sink_id"], epoch=body["epoch"], committed=body["committed"]
+    )

@@ -278,14 +278,23 @@ class Coordinator(Generic[Rows]):
         previous = history.plan(epoch)
         if previous is None:
             return EpochPlan(
-                self._sink_id, epoch, parallelism, self._resource.fingerprint(),
-                self._guarantee, self._mode,
+                self._sink_id,
+                epoch,
+                parallelism,
+                self._resource.fingerprint(),
+                self._guarantee,
+                self._mode,
             )
         if history.state(epoch) in (EpochState.PLANNED, EpochState.COMMIT_DECIDED):  # pinned
             return dataclasses.replace(previous, attempt=previous.attempt + 1)
         return EpochPlan(  # aborted: nothing of it is visible, so it may be re-planned freely
-            self._sink_id, epoch, parallelism, self._resource.fingerprint(), self._guarantee,
-            self._mode, attempt=previous.attempt + 1,
+            self._sink_id,
+            epoch,
+            parallelism,
+            self._resource.fingerprint(),
+            self._guarantee,
+            self._mode,
+            attempt=previous.attempt + 1,
         )
 
     def _execute(self, plan: EpochPlan, execute: Execute) -> tuple[PartitionReport, ...]:
@@ -346,9 +355,7 @@ class Coordinator(Generic[Rows]):
         in doubt, pinned, for the replay (which skips what committed in the tasks).
         """
         prepared = set(completable)
-        ready = all(
-            r.outcome in (READY if r.partition in prepared else DONE) for r in reports
-        )
+        ready = all(r.outcome in (READY if r.partition in prepared else DONE) for r in reports)
         if not ready:
             self._deliver(plan, commit=False)
             msg = (

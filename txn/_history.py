@@ -57,7 +57,12 @@ class EpochHistory:
     """
 
     __slots__ = (
-        "_entries", "_records", "binding", "committed_through", "parallelism_floor", "sink_id",
+        "_entries",
+        "_records",
+        "binding",
+        "committed_through",
+        "parallelism_floor",
+        "sink_id",
     )
 
     def __init__(
@@ -214,7 +219,8 @@ class EpochHistory:
             return self
         horizon = last - retain_epochs - 1
         drop = {
-            ep for ep, e in self._entries.items()
+            ep
+            for ep, e in self._entries.items()
             if ep <= horizon and e.state is EpochState.COMMITTED
         }
         if not drop:
@@ -222,9 +228,7 @@ class EpochHistory:
         through = max(drop)
         if self.committed_through is not None:
             through = max(through, self.committed_through)
-        floor = max(
-            [self.parallelism_floor, *(self._entries[ep].plan.parallelism for ep in drop)]
-        )
+        floor = max([self.parallelism_floor, *(self._entries[ep].plan.parallelism for ep in drop)])
         out = EpochHistory(self.sink_id, committed_through=through, parallelism_floor=floor)
         out.binding = self.binding
         out._records = tuple(
@@ -248,27 +252,34 @@ class EpochHistory:
 def _check_binding(history: EpochHistory, binding: QueryBinding) -> None:
     """Rule 5 of the module docstring; raise IllegalTransitionError."""
     if binding.sink_id != history.sink_id:
-        raise _illegal(binding, f"the binding belongs to sink {binding.sink_id!r}, not "
-                                f"{history.sink_id!r}")
+        raise _illegal(
+            binding, f"the binding belongs to sink {binding.sink_id!r}, not {history.sink_id!r}"
+        )
     current = history.binding
     if binding.epoch_offset < 0:
         raise _illegal(binding, "the epoch offset must be >= 0")
     if current is not None and current.query_id == "" and binding.query_id:
         if binding.epoch_offset != current.epoch_offset:
-            raise _illegal(binding, "binding the next query keeps the reset's epoch offset "
-                                    f"{current.epoch_offset}")
+            raise _illegal(
+                binding,
+                f"binding the next query keeps the reset's epoch offset {current.epoch_offset}",
+            )
         return
     adopting = current is None and binding.epoch_offset == 0
     if adopting:
         return
     pending = history.unfinished()
     if pending:
-        raise _illegal(binding, f"epoch {pending[0]} is not committed; finish it with the query "
-                                "that planned it (its checkpoint) before binding another query")
+        raise _illegal(
+            binding,
+            f"epoch {pending[0]} is not committed; finish it with the query "
+            "that planned it (its checkpoint) before binding another query",
+        )
     top = history.max_epoch()
     if top is not None and binding.epoch_offset <= top:
-        raise _illegal(binding, f"a new query's epochs start above epoch {top}, not at "
-                                f"{binding.epoch_offset}")
+        raise _illegal(
+            binding, f"a new query's epochs start above epoch {top}, not at {binding.epoch_offset}"
+        )
 
 
 def check_next_record(history: EpochHistory, record: LogRecord) -> EpochState:
@@ -332,7 +343,10 @@ def _check_plan(
         raise _illegal(plan, f"a retry must have attempt {prev.attempt + 1}, not {plan.attempt}")
     if current in (EpochState.PLANNED, EpochState.COMMIT_DECIDED):
         same = (prev.parallelism, prev.fingerprint, prev.guarantee, prev.mode) == (
-            plan.parallelism, plan.fingerprint, plan.guarantee, plan.mode
+            plan.parallelism,
+            plan.fingerprint,
+            plan.guarantee,
+            plan.mode,
         )
         if not same:
             raise _illegal(

@@ -251,9 +251,11 @@ class FileEpochLog(EpochLog):
         if header.get("type") != "header" or header.get("format") != FORMAT_VERSION:
             raise corrupt_error(where, f"bad header {header}")
         through = header.get("committed_through")
-        if not isinstance(header.get("generation"), int) or not isinstance(
-            header.get("parallelism_floor"), int
-        ) or not (through is None or isinstance(through, int)):
+        if (
+            not isinstance(header.get("generation"), int)
+            or not isinstance(header.get("parallelism_floor"), int)
+            or not (through is None or isinstance(through, int))
+        ):
             raise corrupt_error(where, f"bad header {header}")
         if header.get("sink_id") != self._sink_id:
             msg = (

@@ -67,7 +67,10 @@ def run_partition(
 
 
 def _prepare(
-    participant: Participant[Rows], plan: EpochPlan, partition: int, rows: Rows,
+    participant: Participant[Rows],
+    plan: EpochPlan,
+    partition: int,
+    rows: Rows,
     hook: Callable[[TaskStep], None],
 ) -> tuple[Vote, RowSummary, Exception | None]:
     """Run steps 2-4 of :func:`run_partition`: read the marker, then skip, compare or write."""

@@ -48,13 +48,19 @@ MAX_RESTARTS_PER_EPOCH = 10  # more restarts than this means recovery does not c
 
 _COORDINATOR_POINTS = {
     "commit-in-task": [
-        CoordinatorStep.PLAN_LOGGED, CoordinatorStep.REPORTS_RECEIVED, CoordinatorStep.COMPLETED,
+        CoordinatorStep.PLAN_LOGGED,
+        CoordinatorStep.REPORTS_RECEIVED,
+        CoordinatorStep.COMPLETED,
     ],
     "prepared": list(CoordinatorStep),
 }
 _TASK_POINTS = {
-    "commit-in-task": [TaskStep.OPENED, TaskStep.PRE_COMMITTED, TaskStep.DECIDED,
-                       TaskStep.COMMITTED],
+    "commit-in-task": [
+        TaskStep.OPENED,
+        TaskStep.PRE_COMMITTED,
+        TaskStep.DECIDED,
+        TaskStep.COMMITTED,
+    ],
     "prepared": [TaskStep.OPENED, TaskStep.PRE_COMMITTED, TaskStep.DECIDED],
 }
 
@@ -75,16 +81,20 @@ class _Injector:
     fired: bool = False
 
     def coordinator(self, step: CoordinatorStep, epoch: int) -> None:
-        if not self.fired and self.where == "coordinator" and (epoch, step) == (
-            self.epoch, self.step
+        if (
+            not self.fired
+            and self.where == "coordinator"
+            and (epoch, step) == (self.epoch, self.step)
         ):
             self.fired = True
             msg = f"driver killed at {step.value}"
             raise SimulatedCrash(msg)
 
     def task(self, step: TaskStep, plan: EpochPlan, partition: int) -> None:
-        if not self.fired and self.where == "task" and (plan.epoch, step, partition) == (
-            self.epoch, self.step, self.partition
+        if (
+            not self.fired
+            and self.where == "task"
+            and (plan.epoch, step, partition) == (self.epoch, self.step, self.partition)
         ):
             self.fired = True
             msg = f"task p{partition} killed at {step.value}"
@@ -114,20 +124,25 @@ def _run_kind(kind: str, mode: CommitMode, epochs: int, rng: random.Random) -> l
         for epoch in range(epochs):
             where = rng.choice(["coordinator", "task", "none"])
             step: CoordinatorStep | TaskStep = (
-                rng.choice(_COORDINATOR_POINTS[kind]) if where == "coordinator"
+                rng.choice(_COORDINATOR_POINTS[kind])
+                if where == "coordinator"
                 else rng.choice(_TASK_POINTS[kind])
             )
             injector = _Injector(epoch, where, step, rng.randrange(PARALLELISM))
             restarts, attempt = 0, 0
             while True:
                 resource: Resource[MemRows] = (
-                    CommitInTaskResource(store) if kind == "commit-in-task"
+                    CommitInTaskResource(store)
+                    if kind == "commit-in-task"
                     else PreparedResource(store)
                 )
                 log = FileEpochLog(log_path, sink_id=f"demo-{kind}")
                 try:
                     coordinator = Coordinator(
-                        log, resource, sink_id=f"demo-{kind}", mode=mode,
+                        log,
+                        resource,
+                        sink_id=f"demo-{kind}",
+                        mode=mode,
                         hooks=injector.coordinator,
                     )
                     coordinator.recover()
@@ -190,8 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             all_ok &= row.ok
             verdict = "[green]yes[/]" if row.ok else f"[red]NO[/] {'; '.join(row.notes)}"
             table.add_row(
-                str(row.epoch), row.crash, str(row.restarts), str(row.attempts),
-                f"{row.rows}/{ROWS_PER_EPOCH}", verdict,
+                str(row.epoch),
+                row.crash,
+                str(row.restarts),
+                str(row.attempts),
+                f"{row.rows}/{ROWS_PER_EPOCH}",
+                verdict,
             )
         console.print(table)
     console.print("exactly once: [green]OK[/]" if all_ok else "exactly once: [red]FAILED[/]")

@@ -84,18 +84,25 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         _positive_int(self.max_attempts, "RetryPolicy.max_attempts", 100)
-        _check(isinstance(self.retry_on, tuple),
-               f"RetryPolicy.retry_on must be a tuple of exception types, got {self.retry_on!r}")
+        _check(
+            isinstance(self.retry_on, tuple),
+            f"RetryPolicy.retry_on must be a tuple of exception types, got {self.retry_on!r}",
+        )
         for exc_type in self.retry_on:
-            _check(isinstance(exc_type, type) and issubclass(exc_type, Exception),
-                   f"RetryPolicy.retry_on may hold only Exception subclasses, got {exc_type!r}")
+            _check(
+                isinstance(exc_type, type) and issubclass(exc_type, Exception),
+                f"RetryPolicy.retry_on may hold only Exception subclasses, got {exc_type!r}",
+            )
         _positive_finite(self.initial_backoff_s, "RetryPolicy.initial_backoff_s")
         _positive_finite(self.max_backoff_s, "RetryPolicy.max_backoff_s")
-        _check(self.max_backoff_s >= self.initial_backoff_s,
-               "RetryPolicy.max_backoff_s must be >= initial_backoff_s")
+        _check(
+            self.max_backoff_s >= self.initial_backoff_s,
+            "RetryPolicy.max_backoff_s must be >= initial_backoff_s",
+        )
         _positive_finite(self.multiplier, "RetryPolicy.multiplier")
-        _check(self.multiplier >= 1.0,
-               f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}")
+        _check(
+            self.multiplier >= 1.0, f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -136,13 +143,19 @@ class AsyncConfig:
             msg = f"on_timeout must be one of {choices}, got {self.on_timeout!r}"
             raise AsyncConfigError(msg) from None
         if self.timeout_default is not None:
-            _check(self.on_timeout is OnTimeout.DEFAULT,
-                   "timeout_default is only used with on_timeout='default'; remove it or "
-                   "set on_timeout='default'")
-            _check(isinstance(self.timeout_default, Mapping),
-                   f"timeout_default must be a mapping column -> value, "
-                   f"got {type(self.timeout_default).__name__}")
-        _check(isinstance(self.retry, RetryPolicy),
-               f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
+            _check(
+                self.on_timeout is OnTimeout.DEFAULT,
+                "timeout_default is only used with on_timeout='default'; remove it or "
+                "set on_timeout='default'",
+            )
+            _check(
+                isinstance(self.timeout_default, Mapping),
+                f"timeout_default must be a mapping column -> value, "
+                f"got {type(self.timeout_default).__name__}",
+            )
+        _check(
+            isinstance(self.retry, RetryPolicy),
+            f"retry must be a RetryPolicy, got {type(self.retry).__name__}",
+        )
         if self.batch_size is not None:
             _positive_int(self.batch_size, "batch_size", 1_000_000)

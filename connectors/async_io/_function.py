@@ -128,9 +128,9 @@ def _callback(on_retry: Callable[[], None]) -> Callable[[RetryCallState], None]:
     return before_sleep
 
 
-def validate_result(result: object, n_rows: int, batch_mode: bool, names: frozenset[str]) -> (
-    list[Enrichment] | str
-):
+def validate_result(
+    result: object, n_rows: int, batch_mode: bool, names: frozenset[str]
+) -> list[Enrichment] | str:
     """Turn the user function's result into one enrichment per row.
 
     Returns the list, or a string saying what is wrong (the caller adds the position).
@@ -162,4 +162,3 @@ def _check_enrichment(value: object, names: frozenset[str]) -> str:
     if unknown:
         return f"result has columns {unknown!r} not in the enrichment schema {sorted(names)!r}"
     return ""
-

@@ -82,9 +82,16 @@ class HealthWarnings:
             "the last): %d timed out (on_timeout=%s: %d rows dropped, %d rows given the "
             "default), %d needed retries; is the service down or overloaded? (at most one "
             "such warning per %.0f s)",
-            total.timed_out + total.retried, total.requests, batches, partition,
-            total.timed_out, on_timeout, total.dropped_rows, total.defaulted_rows,
-            total.retried, self.interval_s,
+            total.timed_out + total.retried,
+            total.requests,
+            batches,
+            partition,
+            total.timed_out,
+            on_timeout,
+            total.dropped_rows,
+            total.defaulted_rows,
+            total.retried,
+            self.interval_s,
         )
         return True
 

@@ -199,7 +199,9 @@ class AsyncOperator:
             try:
                 result = await _with_timeout(
                     call_with_retries(
-                        self._fn, self._payload(entry), self._config.retry,
+                        self._fn,
+                        self._payload(entry),
+                        self._config.retry,
                         functools.partial(self._count_retry, entry),
                     ),
                     self._config.timeout_s,
@@ -214,9 +216,7 @@ class AsyncOperator:
             finished = True
             entry.values = self._validated(entry, result)
         finally:
-            self._recorder.request_finished(
-                (loop.time() - started) * 1000.0 if finished else None
-            )
+            self._recorder.request_finished((loop.time() - started) * 1000.0 if finished else None)
 
     def _payload(self, entry: _Entry) -> Any:
         return entry.rows if self._config.batch_size is not None else entry.rows[0]
@@ -281,8 +281,13 @@ class AsyncOperator:
             for cell, pos in zip(cells, positions, strict=True):
                 try:
                     pa.array([cell], type=f.type)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError,
-                        ValueError) as exc:
+                except (
+                    pa.ArrowInvalid,
+                    pa.ArrowTypeError,
+                    OverflowError,
+                    TypeError,
+                    ValueError,
+                ) as exc:
                     detail = f"column {f.name!r} ({f.type}) cannot hold {cell!r}: {exc}"
                     raise EnrichmentResultError(
                         self._partition, self._rows_seen + pos, detail

@@ -55,8 +55,10 @@ class MetricsAccumulator:
         try:
             sc = spark.sparkContext
         except (AttributeError, NotImplementedError) as exc:  # Connect: PySparkAttributeError
-            msg = ("MetricsAccumulator needs Spark accumulators, which a Spark Connect session "
-                   "does not have; run async_map without metrics= under Spark Connect")
+            msg = (
+                "MetricsAccumulator needs Spark accumulators, which a Spark Connect session "
+                "does not have; run async_map without metrics= under Spark Connect"
+            )
             raise AsyncConfigError(msg) from exc
         self._accumulator: Accumulator[AsyncMetrics] = sc.accumulator(
             AsyncMetrics(), _MetricsParam()

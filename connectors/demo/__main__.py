@@ -77,35 +77,69 @@ DEFAULT_EPOCHS = 15
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m connectors.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=DEFAULT_RECORDS,
-                        help=f"input records (default {DEFAULT_RECORDS:,})")
-    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS,
-                        help=f"micro-batches the input is cut into (default {DEFAULT_EPOCHS})")
-    parser.add_argument("--source", choices=SOURCES, default=SOURCE_KAFKA,
-                        help="read the input topic with the kafka-rc source (default), or "
-                             "from staged Parquet chunk files")
-    parser.add_argument("--chaos", action="store_true",
-                        help="kill workers, inject a failure, kill and restart the application")
-    parser.add_argument("--bootstrap-servers", default=None,
-                        help="use this Kafka cluster instead of an embedded minikafka")
-    parser.add_argument("--sink", choices=SINKS, default=SINK_KAFKA,
-                        help="write the output topic (default), a PostgreSQL table, or both in "
-                             "one epoch")
-    parser.add_argument("--write-mode", choices=POSTGRES_WRITE_MODES, default="append",
-                        help="how the PostgreSQL sink writes the table (default append)")
-    parser.add_argument("--commit-protocol", choices=POSTGRES_PROTOCOLS, default="auto",
-                        help="the PostgreSQL sink's commit protocol (default auto: two-phase "
-                             "when the server allows prepared transactions)")
+    parser = argparse.ArgumentParser(
+        prog="python -m connectors.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=DEFAULT_RECORDS,
+        help=f"input records (default {DEFAULT_RECORDS:,})",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=DEFAULT_EPOCHS,
+        help=f"micro-batches the input is cut into (default {DEFAULT_EPOCHS})",
+    )
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default=SOURCE_KAFKA,
+        help="read the input topic with the kafka-rc source (default), or "
+        "from staged Parquet chunk files",
+    )
+    parser.add_argument(
+        "--chaos",
+        action="store_true",
+        help="kill workers, inject a failure, kill and restart the application",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="use this Kafka cluster instead of an embedded minikafka",
+    )
+    parser.add_argument(
+        "--sink",
+        choices=SINKS,
+        default=SINK_KAFKA,
+        help="write the output topic (default), a PostgreSQL table, or both in one epoch",
+    )
+    parser.add_argument(
+        "--write-mode",
+        choices=POSTGRES_WRITE_MODES,
+        default="append",
+        help="how the PostgreSQL sink writes the table (default append)",
+    )
+    parser.add_argument(
+        "--commit-protocol",
+        choices=POSTGRES_PROTOCOLS,
+        default="auto",
+        help="the PostgreSQL sink's commit protocol (default auto: two-phase "
+        "when the server allows prepared transactions)",
+    )
     parser.add_argument("--mode", choices=("aligned", "unaligned"), default="aligned")
     parser.add_argument("--parallelism", type=int, default=2, help="write tasks per epoch")
     parser.add_argument("--work-dir", default=None, help="keep files here (default: temporary)")
     parser.add_argument(
-        "--master", default=None,
+        "--master",
+        default=None,
         help="Spark master URL, e.g. spark://host:7077 (default: local mode with a slot per "
-             "write task); the executors must reach --bootstrap-servers, import this kit "
-             "(docs/deploying.md) and, with --source files, read --work-dir")
+        "write task); the executors must reach --bootstrap-servers, import this kit "
+        "(docs/deploying.md) and, with --source files, read --work-dir",
+    )
     args = parser.parse_args(argv)
     if args.records <= 0 or args.epochs <= 0 or args.parallelism <= 0:
         parser.error("--records, --epochs and --parallelism must be positive")
@@ -116,8 +150,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def _create_topics(bootstrap: str, names: dict[str, int]) -> None:
     admin = _clients.admin({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, p, 1) for n, p in names.items()],
-                                  request_timeout=ADMIN_TIMEOUT_S)
+    futures = admin.create_topics(
+        [NewTopic(n, p, 1) for n, p in names.items()], request_timeout=ADMIN_TIMEOUT_S
+    )
     for fut in futures.values():
         fut.result(timeout=ADMIN_TIMEOUT_S)
 
@@ -125,12 +160,31 @@ def _create_topics(bootstrap: str, names: dict[str, int]) -> None:
 def _chaos_faults(epochs: int, parallelism: int) -> list[dict[str, object]]:
     last_p = parallelism - 1
     return [
-        {"id": "kill-worker-a", "step": "mid_write", "epoch": max(1, epochs // 5),
-         "partition": 0, "action": "kill", "after_rows": 50, "times": 1},
-        {"id": "fail-before-commit", "step": "after_pre_commit", "epoch": max(2, epochs // 3),
-         "partition": last_p, "action": "raise", "times": 1},
-        {"id": "kill-worker-b", "step": "before_commit", "epoch": max(3, (2 * epochs) // 3),
-         "partition": last_p, "action": "kill", "times": 1},
+        {
+            "id": "kill-worker-a",
+            "step": "mid_write",
+            "epoch": max(1, epochs // 5),
+            "partition": 0,
+            "action": "kill",
+            "after_rows": 50,
+            "times": 1,
+        },
+        {
+            "id": "fail-before-commit",
+            "step": "after_pre_commit",
+            "epoch": max(2, epochs // 3),
+            "partition": last_p,
+            "action": "raise",
+            "times": 1,
+        },
+        {
+            "id": "kill-worker-b",
+            "step": "before_commit",
+            "epoch": max(3, (2 * epochs) // 3),
+            "partition": last_p,
+            "action": "kill",
+            "times": 1,
+        },
     ]
 
 
@@ -139,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     console = Console()
     with ExitStack() as stack:
-        work = Path(args.work_dir) if args.work_dir else Path(
-            stack.enter_context(tempfile.TemporaryDirectory(prefix="eos-demo-")))
+        work = (
+            Path(args.work_dir)
+            if args.work_dir
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eos-demo-")))
+        )
         work.mkdir(parents=True, exist_ok=True)
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
@@ -171,40 +228,61 @@ def _run(
     suffix = uuid.uuid4().hex[:8]
     input_topic, output_topic = f"demo-in-{suffix}", f"demo-out-{suffix}"
     sink_id, table = f"demo-{suffix}", f"demo_{suffix}"
-    _create_topics(bootstrap, {input_topic: 2, **({output_topic: 3} if args.sink != "postgres"
-                                                  else {})})
+    _create_topics(
+        bootstrap, {input_topic: 2, **({output_topic: 3} if args.sink != "postgres" else {})}
+    )
     if dsn is not None:
         create_table(dsn, table, write_mode=args.write_mode)
-        console.print(f"table: public.{table} ({args.write_mode}), commit protocol "
-                      f"{args.commit_protocol}")
+        console.print(
+            f"table: public.{table} ({args.write_mode}), commit protocol {args.commit_protocol}"
+        )
     with _progress(console) as progress:
         task = progress.add_task("producing input", total=args.records)
-        produce_input(bootstrap, input_topic, args.records,
-                      on_progress=lambda n: progress.update(task, completed=n))
+        produce_input(
+            bootstrap,
+            input_topic,
+            args.records,
+            on_progress=lambda n: progress.update(task, completed=n),
+        )
     chunk = -(-args.records // args.epochs)
     if args.source == SOURCE_FILES:
         epochs = stage_input(bootstrap, input_topic, work / "input", chunk)
-        console.print(f"input: {args.records:,} records in {input_topic}, staged as {epochs} "
-                      f"micro-batches of up to {chunk:,}")
+        console.print(
+            f"input: {args.records:,} records in {input_topic}, staged as {epochs} "
+            f"micro-batches of up to {chunk:,}"
+        )
     else:
         # The input is produced without transactions: one offset per record, no markers.
         epochs = -(-args.records // chunk)
-        console.print(f"input: {args.records:,} records in {input_topic}, read by the kafka-rc "
-                      f"source in about {epochs} micro-batches of up to {chunk:,} offsets")
+        console.print(
+            f"input: {args.records:,} records in {input_topic}, read by the kafka-rc "
+            f"source in about {epochs} micro-batches of up to {chunk:,} offsets"
+        )
     faults = work / "faults.json"
     faults.write_text(json.dumps(_chaos_faults(epochs, args.parallelism) if args.chaos else []))
     # Aligned epochs run every write task at once: P per sink, both sinks for kafka+postgres.
     slots = args.parallelism * (2 if args.sink == SINK_BOTH else 1)
     if args.master:
-        console.print(f"Spark master: {args.master} (aligned mode needs {slots} free task "
-                      f"slots there)")
+        console.print(
+            f"Spark master: {args.master} (aligned mode needs {slots} free task slots there)"
+        )
     cfg = PipelineConfig(
-        bootstrap=bootstrap, input_dir=str(work / "input"), checkpoint=str(work / "checkpoint"),
-        output_topic=output_topic, sink_id=sink_id, mode=args.mode,
-        parallelism=args.parallelism, fault_plan=str(faults) if args.chaos else None,
-        source=args.source, input_topic=input_topic, max_offsets_per_trigger=chunk,
-        master=args.master or f"local[{max(2, slots)},4]", sink=args.sink, postgres_dsn=dsn,
-        postgres_table=table if dsn else None, postgres_write_mode=args.write_mode,
+        bootstrap=bootstrap,
+        input_dir=str(work / "input"),
+        checkpoint=str(work / "checkpoint"),
+        output_topic=output_topic,
+        sink_id=sink_id,
+        mode=args.mode,
+        parallelism=args.parallelism,
+        fault_plan=str(faults) if args.chaos else None,
+        source=args.source,
+        input_topic=input_topic,
+        max_offsets_per_trigger=chunk,
+        master=args.master or f"local[{max(2, slots)},4]",
+        sink=args.sink,
+        postgres_dsn=dsn,
+        postgres_table=table if dsn else None,
+        postgres_write_mode=args.write_mode,
         postgres_protocol=args.commit_protocol,
     )
     if not _run_to_end(cfg, console, work, args.records, epochs, chaos=args.chaos):
@@ -218,23 +296,33 @@ def _verify(cfg: PipelineConfig, console: Console) -> bool:
     kafka_id, pg_id = member_ids(cfg.sink_id) if cfg.sink == SINK_BOTH else (cfg.sink_id,) * 2
     shared = None
     if cfg.sink == SINK_BOTH:  # one epoch log for both members: each sees its share
-        shared = member_history(load_history(cfg.bootstrap, cfg.sink_id, None,
-                                             DEFAULT_EPOCH_LOG_TOPIC), members=2)
+        shared = member_history(
+            load_history(cfg.bootstrap, cfg.sink_id, None, DEFAULT_EPOCH_LOG_TOPIC), members=2
+        )
     ok = True
     if cfg.writes_kafka:
         console.print("verifying the topic with read_committed and read_uncommitted readers ...")
-        report = check_exactly_once(cfg.bootstrap, input_topic=cfg.input_topic,
-                                    output_topic=cfg.output_topic, sink_id=kafka_id,
-                                    epoch_log=shared)
+        report = check_exactly_once(
+            cfg.bootstrap,
+            input_topic=cfg.input_topic,
+            output_topic=cfg.output_topic,
+            sink_id=kafka_id,
+            epoch_log=shared,
+        )
         print_report(report, console)
         ok = report.ok
     if cfg.writes_postgres:
         assert cfg.postgres_dsn and cfg.postgres_table  # noqa: S101 - validated by the config
         console.print(f"verifying table {cfg.postgres_table} ...")
         table = check_table(
-            cfg.postgres_dsn, table=cfg.postgres_table, sink_id=pg_id, bootstrap=cfg.bootstrap,
-            input_topic=cfg.input_topic, write_mode=cfg.postgres_write_mode,
-            op_fn=record_op if cfg.postgres_write_mode == "changelog" else None, epoch_log=shared,
+            cfg.postgres_dsn,
+            table=cfg.postgres_table,
+            sink_id=pg_id,
+            bootstrap=cfg.bootstrap,
+            input_topic=cfg.input_topic,
+            write_mode=cfg.postgres_write_mode,
+            op_fn=record_op if cfg.postgres_write_mode == "changelog" else None,
+            epoch_log=shared,
         )
         print_report(table, console)
         ok = ok and table.ok
@@ -242,8 +330,13 @@ def _verify(cfg: PipelineConfig, console: Console) -> bool:
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
 
 
 def _epochs_reached(epoch: int) -> Callable[[AppProcess], bool]:
@@ -268,27 +361,37 @@ def _run_to_end(
             progress.update(task, completed=sum(committed.values()))
             if not resumed[0]:
                 resumed[0] = True
-                how = ("already committed before the stop: skipped" if line.skipped
-                       else f"{line.rows:,} rows written")
-                progress.console.print(f"[dim]restart resumed from the checkpoint at epoch "
-                                       f"{line.epoch} ({how})[/]")
+                how = (
+                    "already committed before the stop: skipped"
+                    if line.skipped
+                    else f"{line.rows:,} rows written"
+                )
+                progress.console.print(
+                    f"[dim]restart resumed from the checkpoint at epoch {line.epoch} ({how})[/]"
+                )
 
         for run in range(MAX_RESTARTS + 1):
             resumed[0] = run == 0
             app = AppProcess(cfg, work / "apps", name=f"run{run}").start(on_epoch)
-            if kill_after is not None and app.wait_for(
-                _epochs_reached(kill_after), APP_TIMEOUT_S
-            ) and not app.done:
+            if (
+                kill_after is not None
+                and app.wait_for(_epochs_reached(kill_after), APP_TIMEOUT_S)
+                and not app.done
+            ):
                 app.kill()
-                progress.console.print(f"[yellow]chaos:[/] killed the whole application "
-                                       f"after epoch {app.epochs[-1].epoch}; restarting")
+                progress.console.print(
+                    f"[yellow]chaos:[/] killed the whole application "
+                    f"after epoch {app.epochs[-1].epoch}; restarting"
+                )
                 kill_after = None
                 continue
             code = app.wait(APP_TIMEOUT_S)
             if code == 0 and app.done:
                 return True
-            progress.console.print(f"[yellow]query stopped (exit {code}); restarting from "
-                                   f"the checkpoint[/]\n[dim]{app.short_failure()}[/]")
+            progress.console.print(
+                f"[yellow]query stopped (exit {code}); restarting from "
+                f"the checkpoint[/]\n[dim]{app.short_failure()}[/]"
+            )
     console.print(f"[red]the query did not finish after {MAX_RESTARTS} restarts[/]")
     return False
 

@@ -72,8 +72,10 @@ def ensure_topics(
     replication = min(3, broker_count(admin))
     config = {"cleanup.policy": "compact"} if compacted else {}
     futures = admin.create_topics(
-        [NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config)
-         for n in missing],
+        [
+            NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config)
+            for n in missing
+        ],
         request_timeout=ADMIN_TIMEOUT_S,
     )
     for name, fut in futures.items():

@@ -237,9 +237,13 @@ def with_delivery_cause(exc: BaseException, failed: list[KafkaError]) -> BaseExc
     if not causes or classify(exc) is ErrorAction.FATAL:
         return exc
     cause = causes[0]
-    return KafkaException(KafkaError(
-        cause.code(), f"{exc}; first failed delivery: {cause.str()}", txn_requires_abort=True,
-    ))
+    return KafkaException(
+        KafkaError(
+            cause.code(),
+            f"{exc}; first failed delivery: {cause.str()}",
+            txn_requires_abort=True,
+        )
+    )
 
 
 def retry_over_restart(what: str, fn: Callable[[], T]) -> T:
@@ -249,9 +253,13 @@ def retry_over_restart(what: str, fn: Callable[[], T]) -> T:
     says which errors leave it uncommitted). Every other error, and the last one after the bound, is raised as it is.
     """
     return retry(
-        fn, policy=_policy(), retriable=broker_restart,
+        fn,
+        policy=_policy(),
+        retriable=broker_restart,
         on_retry=lambda exc, attempt: _log.warning(
             "%s failed (%s); the broker may be restarting, retrying (attempt %d)",
-            what, exc, attempt,
+            what,
+            exc,
+            attempt,
         ),
     )

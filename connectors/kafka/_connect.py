@@ -56,8 +56,10 @@ class KafkaConnectError(BrokerUnavailableError, KafkaUnavailableError):
         self.setting = setting
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (rebuild_error, (type(self), str(self),
-                                {"address": self.address, "setting": self.setting}))
+        return (
+            rebuild_error,
+            (type(self), str(self), {"address": self.address, "setting": self.setting}),
+        )
 
 
 class KafkaAuthenticationError(KafkaConnectError):
@@ -96,8 +98,9 @@ def connect_admin(settings: Mapping[str, Any], *, setting: str) -> AdminClient:
             )
             raise KafkaAuthenticationError(msg, address=address, setting=setting)
         if time.monotonic() >= deadline:
-            raise KafkaConnectError(_unreachable(address, setting, seen, last),
-                                    address=address, setting=setting)
+            raise KafkaConnectError(
+                _unreachable(address, setting, seen, last), address=address, setting=setting
+            )
 
 
 def _unreachable(

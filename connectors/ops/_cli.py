@@ -32,9 +32,9 @@ EXIT_CODES = {
     cmd.PROBLEM: "a check found a problem (anomalies, an epoch in doubt, a failed preflight)",
     cmd.USAGE: "bad arguments (or records that do not fit the verify identity options)",
     cmd.UNAVAILABLE: "the cluster or the epoch log could not be read, or the log holds no "
-                     "record of the sink id (unknown sink)",
+    "record of the sink id (unknown sink)",
     cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log kind eos "
-                 "cannot read, e.g. a PostgreSQL sink's)",
+    "cannot read, e.g. a PostgreSQL sink's)",
 }
 # Transaction timeout preflight checks when none is given: KafkaSink's default, in ms.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
@@ -46,20 +46,35 @@ def _epilog() -> str:
 
 def _log_options(s: argparse.ArgumentParser) -> None:
     """Add the names a sink lets users change: where its epoch log and markers live."""
-    s.add_argument("--epoch-log", help="the sink's FileEpochLog path (default: the Kafka "
-                   "epoch log); a PostgreSQL connection string is refused (exit 4): eos "
-                   "cannot read a PostgreSQL sink's log table yet")
-    s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC,
-                   help="the sink's epoch_log_topic option (default: %(default)s)")
-    s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC,
-                   help="the sink's marker_topic option (default: %(default)s)")
+    s.add_argument(
+        "--epoch-log",
+        help="the sink's FileEpochLog path (default: the Kafka "
+        "epoch log); a PostgreSQL connection string is refused (exit 4): eos "
+        "cannot read a PostgreSQL sink's log table yet",
+    )
+    s.add_argument(
+        "--epoch-log-topic",
+        default=DEFAULT_EPOCH_LOG_TOPIC,
+        help="the sink's epoch_log_topic option (default: %(default)s)",
+    )
+    s.add_argument(
+        "--marker-topic",
+        default=DEFAULT_MARKER_TOPIC,
+        help="the sink's marker_topic option (default: %(default)s)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eos", description="Operate exactly-once sinks of the "
-                                "kit (docs/operations.md).", epilog=_epilog())
-    p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
-                   help="Kafka bootstrap address (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    p = argparse.ArgumentParser(
+        prog="eos",
+        description="Operate exactly-once sinks of the kit (docs/operations.md).",
+        epilog=_epilog(),
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        help="Kafka bootstrap address (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -72,11 +87,17 @@ def _parser() -> argparse.ArgumentParser:
         _log_options(s)
         return s
 
-    s = sink_command("status", "epochs, binding, markers and open transactions of a sink "
-                     "(an unknown sink id exits 3, never 'healthy')")
+    s = sink_command(
+        "status",
+        "epochs, binding, markers and open transactions of a sink "
+        "(an unknown sink id exits 3, never 'healthy')",
+    )
     s.add_argument("--topic", action="append", default=[], help="output topic to inspect")
-    s.add_argument("--scan", action="store_true",
-                   help="also list open transactions by a raw scan of the output topics")
+    s.add_argument(
+        "--scan",
+        action="store_true",
+        help="also list open transactions by a raw scan of the output topics",
+    )
     s = sink_command("abort-lingering", "abort open transactions of the sink's ids")
     s.add_argument("--parallelism", type=int, help="ids 0..N-1 at least (default: the log's)")
     s.add_argument("--dry-run", action="store_true")
@@ -87,8 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--sink-id", help="list the ids and groups this sink will use")
     s.add_argument("--parallelism", type=int, default=2)
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
-    _verify_options(command("verify", "check exactly-once output against its input "
-                                      "(docs/testing.md)"))
+    _verify_options(
+        command("verify", "check exactly-once output against its input (docs/testing.md)")
+    )
     return p
 
 
@@ -96,24 +118,39 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--input-topic", required=True)
     s.add_argument("--output-topic", required=True)
     s.add_argument("--sink-id", help="also check the sink's epoch log against its markers")
-    s.add_argument("--composite-id", help="the sink is a member of TransactionalSinks with "
-                   "this sink_id: its epoch log is the composite's (needs --members)")
+    s.add_argument(
+        "--composite-id",
+        help="the sink is a member of TransactionalSinks with "
+        "this sink_id: its epoch log is the composite's (needs --members)",
+    )
     s.add_argument("--members", type=int, help="members of that composite")
     _log_options(s)
     ident = s.add_mutually_exclusive_group()
-    ident.add_argument("--id-field", default="id", help="dotted path of the unique record id "
-                       "in the JSON value (default: %(default)s)")
-    ident.add_argument("--id-fn", help="the id as a function of a record, 'pkg.mod:func' "
-                       "(func(connectors.verify.Record) -> id)")
+    ident.add_argument(
+        "--id-field",
+        default="id",
+        help="dotted path of the unique record id in the JSON value (default: %(default)s)",
+    )
+    ident.add_argument(
+        "--id-fn",
+        help="the id as a function of a record, 'pkg.mod:func' "
+        "(func(connectors.verify.Record) -> id)",
+    )
     order = s.add_mutually_exclusive_group()
-    order.add_argument("--order-key-field", default="key", help="dotted path of the key "
-                       "whose records must keep their order (default: %(default)s)")
-    order.add_argument("--order-key-fn", help="the ordering key as a function of a record, "
-                       "'pkg.mod:func'")
-    order.add_argument("--order-by-kafka-key", action="store_true",
-                       help="the ordering key is the record's Kafka key")
-    order.add_argument("--no-order-check", action="store_true",
-                       help="check no order (ids only)")
+    order.add_argument(
+        "--order-key-field",
+        default="key",
+        help="dotted path of the key whose records must keep their order (default: %(default)s)",
+    )
+    order.add_argument(
+        "--order-key-fn", help="the ordering key as a function of a record, 'pkg.mod:func'"
+    )
+    order.add_argument(
+        "--order-by-kafka-key",
+        action="store_true",
+        help="the ordering key is the record's Kafka key",
+    )
+    order.add_argument("--no-order-check", action="store_true", help="check no order (ids only)")
 
 
 def _identity(args: argparse.Namespace) -> IdentityFn:
@@ -130,26 +167,53 @@ def _identity(args: argparse.Namespace) -> IdentityFn:
 
 def _run(args: argparse.Namespace) -> cmd.Result:
     if args.command in ("status", "abort-lingering", "reset"):
-        ref = cmd.SinkRef(args.bootstrap_servers, args.sink_id, args.epoch_log,
-                          args.epoch_log_topic, args.marker_topic)
+        ref = cmd.SinkRef(
+            args.bootstrap_servers,
+            args.sink_id,
+            args.epoch_log,
+            args.epoch_log_topic,
+            args.marker_topic,
+        )
         if args.command == "status":
             return cmd.status(ref, args.topic, args.scan)
         if args.command == "abort-lingering":
             return cmd.abort_lingering(ref, args.parallelism, args.dry_run)
         return cmd.reset(ref, args.query)
     if args.command == "preflight":
-        return cmd.preflight(args.bootstrap_servers, args.topic, args.sink_id, args.parallelism,
-                             args.transaction_timeout_ms)
+        return cmd.preflight(
+            args.bootstrap_servers,
+            args.topic,
+            args.sink_id,
+            args.parallelism,
+            args.transaction_timeout_ms,
+        )
     if (args.composite_id is None) != (args.members is None) or (
-            args.composite_id is not None and args.sink_id is None):
+        args.composite_id is not None and args.sink_id is None
+    ):
         msg = "--composite-id and --members go together, with the member's --sink-id"
         raise IdentityOptionError(msg)
-    log = None if args.sink_id is None else cmd.SinkRef(
-        args.bootstrap_servers, args.composite_id or args.sink_id, args.epoch_log,
-        args.epoch_log_topic, args.marker_topic)
-    return cmd.verify(cmd.VerifySpec(args.bootstrap_servers, args.input_topic,
-                                     args.output_topic, _identity(args), log, args.sink_id,
-                                     args.members))
+    log = (
+        None
+        if args.sink_id is None
+        else cmd.SinkRef(
+            args.bootstrap_servers,
+            args.composite_id or args.sink_id,
+            args.epoch_log,
+            args.epoch_log_topic,
+            args.marker_topic,
+        )
+    )
+    return cmd.verify(
+        cmd.VerifySpec(
+            args.bootstrap_servers,
+            args.input_topic,
+            args.output_topic,
+            _identity(args),
+            log,
+            args.sink_id,
+            args.members,
+        )
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,8 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
     if not args.bootstrap_servers:
-        print("eos: --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) is required",
-              file=sys.stderr)
+        print("eos: --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) is required", file=sys.stderr)
         return cmd.USAGE
     try:
         result = _run(args)
@@ -185,8 +248,12 @@ def _failed(exc: Exception, code: int) -> cmd.Result:
 
 def _render(args: argparse.Namespace, result: cmd.Result) -> None:
     if args.json:
-        doc = {"command": args.command, "exit_code": result.code, "problems": result.problems,
-               **result.data}
+        doc = {
+            "command": args.command,
+            "exit_code": result.code,
+            "problems": result.problems,
+            **result.data,
+        }
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
         return
     console = Console()

@@ -65,19 +65,27 @@ class SinkRef:
         self._check_kind()
         if self.epoch_log is not None:
             if not Path(self.epoch_log).exists():
-                raise UnknownSinkError(self._unknown(f"there is no epoch log file at "
-                                                     f"{self.epoch_log}"))
+                raise UnknownSinkError(
+                    self._unknown(f"there is no epoch log file at {self.epoch_log}")
+                )
             history = FileEpochLog(self.epoch_log, sink_id=self.sink_id, read_only=True).load()
         else:
             if self.epoch_log_topic not in existing_topics(admin_client(self.bootstrap)):
-                raise UnknownSinkError(self._unknown(
-                    f"the Kafka epoch log topic {self.epoch_log_topic!r} does not exist at "
-                    f"{self.bootstrap}"))
-            history = KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
-                                    create_topic=False).load()
+                raise UnknownSinkError(
+                    self._unknown(
+                        f"the Kafka epoch log topic {self.epoch_log_topic!r} does not exist at "
+                        f"{self.bootstrap}"
+                    )
+                )
+            history = KafkaEpochLog(
+                self.bootstrap, self.sink_id, topic=self.epoch_log_topic, create_topic=False
+            ).load()
         if not history.records and history.committed_through is None:
-            where = (f"epoch log file {self.epoch_log}" if self.epoch_log is not None else
-                     f"Kafka epoch log topic {self.epoch_log_topic!r} at {self.bootstrap}")
+            where = (
+                f"epoch log file {self.epoch_log}"
+                if self.epoch_log is not None
+                else f"Kafka epoch log topic {self.epoch_log_topic!r} at {self.bootstrap}"
+            )
             raise UnknownSinkError(self._unknown(f"the {where} holds no record of it"))
         return history
 
@@ -86,8 +94,9 @@ class SinkRef:
         self._check_kind()
         if self.epoch_log is not None:
             return FileEpochLog(self.epoch_log, sink_id=self.sink_id)
-        return KafkaEpochLog(self.bootstrap, self.sink_id, topic=self.epoch_log_topic,
-                             create_topic=False)
+        return KafkaEpochLog(
+            self.bootstrap, self.sink_id, topic=self.epoch_log_topic, create_topic=False
+        )
 
     def _check_kind(self) -> None:
         if self.epoch_log is not None and _DSN.search(self.epoch_log):
@@ -126,18 +135,25 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
         "sink_id": ref.sink_id,
         "last_committed_epoch": history.last_committed_epoch(),
         "epochs": [{"epoch": e, "state": history.state(e).value} for e in history.epochs()],
-        "in_doubt": [asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value}
-                     for p in in_doubt],
+        "in_doubt": [
+            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value} for p in in_doubt
+        ],
         "binding": None if history.binding is None else asdict(history.binding),
         "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
         "outputs": [_output(ref.bootstrap, t, scan) for t in topics],
     }
-    problems = [f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
-                f"{p.parallelism}); run the query from its checkpoint to finish it"
-                for p in in_doubt]
-    problems += [f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
-                 "watermark (an open transaction)" for o in data["outputs"]
-                 for p in o["partitions"] if p["lso_lag"]]
+    problems = [
+        f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
+        f"{p.parallelism}); run the query from its checkpoint to finish it"
+        for p in in_doubt
+    ]
+    problems += [
+        f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
+        "watermark (an open transaction)"
+        for o in data["outputs"]
+        for p in o["partitions"]
+        if p["lso_lag"]
+    ]
     return Result(data, PROBLEM if problems else OK, problems)
 
 
@@ -147,12 +163,21 @@ def _output(bootstrap: str, topic: str, scan: bool) -> dict[str, Any]:
     scans = scan_topic(bootstrap, topic) if scan else {}
     partitions = []
     for p in sorted(hw):
-        row: dict[str, Any] = {"partition": p, "high_watermark": hw[p],
-                               "last_stable_offset": lso[p], "lso_lag": hw[p] - lso[p]}
+        row: dict[str, Any] = {
+            "partition": p,
+            "high_watermark": hw[p],
+            "last_stable_offset": lso[p],
+            "lso_lag": hw[p] - lso[p],
+        }
         if scan:
             row["open_transactions"] = [
-                {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
-                 "first_offset": s.first} for s in scans[p].open]
+                {
+                    "producer_id": s.producer_id,
+                    "producer_epoch": s.producer_epoch,
+                    "first_offset": s.first,
+                }
+                for s in scans[p].open
+            ]
         partitions.append(row)
     return {"topic": topic, "partitions": partitions}
 
@@ -174,12 +199,23 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
     if not dry_run and width:
         sink = KafkaSink(ref.bootstrap, None, ref.sink_id, marker_topic=ref.marker_topic)
         KafkaResource(sink.config, Layout()).abort_lingering(range(width))
-    return Result({"sink_id": ref.sink_id, "transactional_ids": ids, "dry_run": dry_run,
-                   "aborted": not dry_run and bool(ids)})
+    return Result(
+        {
+            "sink_id": ref.sink_id,
+            "transactional_ids": ids,
+            "dry_run": dry_run,
+            "aborted": not dry_run and bool(ids),
+        }
+    )
 
 
-def preflight(bootstrap: str, topics: list[str], sink_id: str | None, parallelism: int,
-              transaction_timeout_ms: int) -> Result:
+def preflight(
+    bootstrap: str,
+    topics: list[str],
+    sink_id: str | None,
+    parallelism: int,
+    transaction_timeout_ms: int,
+) -> Result:
     """``eos preflight``: reachable, topics, timeouts, and the names a sink will use."""
     present = existing_topics(admin_client(bootstrap))
     missing = [t for t in topics if t not in present]
@@ -187,11 +223,15 @@ def preflight(bootstrap: str, topics: list[str], sink_id: str | None, parallelis
     limit = None if raw is None else int(raw)
     problems = [f"topic {t!r} does not exist" for t in missing]
     if limit is not None and transaction_timeout_ms > limit:
-        problems.append(f"transaction_timeout_ms={transaction_timeout_ms} exceeds the broker's "
-                        f"transaction.max.timeout.ms={limit}")
+        problems.append(
+            f"transaction_timeout_ms={transaction_timeout_ms} exceeds the broker's "
+            f"transaction.max.timeout.ms={limit}"
+        )
     data: dict[str, Any] = {
-        "broker": "reachable", "topics": {t: t in present for t in topics},
-        "transaction_timeout_ms": transaction_timeout_ms, "transaction_max_timeout_ms": limit,
+        "broker": "reachable",
+        "topics": {t: t in present for t in topics},
+        "transaction_timeout_ms": transaction_timeout_ms,
+        "transaction_max_timeout_ms": limit,
     }
     if sink_id is not None:
         data["names"] = {
@@ -228,15 +268,21 @@ def verify(spec: VerifySpec) -> Result:
         if spec.members is not None:
             history = member_history(history, spec.members)
     report = check_exactly_once(
-        spec.bootstrap, input_topic=spec.input_topic, output_topic=spec.output_topic,
-        sink_id=spec.sink_id or "", key_fn=spec.identity, epoch_log=history,
+        spec.bootstrap,
+        input_topic=spec.input_topic,
+        output_topic=spec.output_topic,
+        sink_id=spec.sink_id or "",
+        key_fn=spec.identity,
+        epoch_log=history,
         marker_topic=DEFAULT_MARKER_TOPIC if spec.log is None else spec.log.marker_topic,
         verify_epoch_log=history is not None,
     )
     anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
     data = {
-        "ok": report.ok, "input_records": report.input_records,
-        "committed_records": report.committed_records, "anomalies": anomalies,
+        "ok": report.ok,
+        "input_records": report.input_records,
+        "committed_records": report.committed_records,
+        "anomalies": anomalies,
         "notes": list(report.notes),
     }
     problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
@@ -252,8 +298,14 @@ def reset(ref: SinkRef, query_id: str | None) -> Result:
     known = ref.read_log()  # read-only first: an unknown sink gets no log written
     binding = QueryBinding(ref.sink_id, query_id or "", start_over_offset(known))
     if known.binding == binding:
-        return Result({"sink_id": ref.sink_id, "reset": False, "binding": asdict(binding),
-                       "note": "the sink is bound this way already; nothing changed"})
+        return Result(
+            {
+                "sink_id": ref.sink_id,
+                "reset": False,
+                "binding": asdict(binding),
+                "note": "the sink is bound this way already; nothing changed",
+            }
+        )
     log = ref.open_log()
     try:
         history = log.load()
@@ -265,8 +317,16 @@ def reset(ref: SinkRef, query_id: str | None) -> Result:
     finally:
         log.close()
     if ref.read_log().binding != binding:
-        msg = (f"the reset of sink {ref.sink_id!r} was appended but reading the log back does "
-               "not show the new binding; run eos status before starting a query")
+        msg = (
+            f"the reset of sink {ref.sink_id!r} was appended but reading the log back does "
+            "not show the new binding; run eos status before starting a query"
+        )
         raise EpochLogError(msg)
-    return Result({"sink_id": ref.sink_id, "reset": True, "binding": asdict(binding),
-                   "note": "the next query's batch b is written as epoch b + epoch_offset"})
+    return Result(
+        {
+            "sink_id": ref.sink_id,
+            "reset": True,
+            "binding": asdict(binding),
+            "note": "the next query's batch b is written as epoch b + epoch_offset",
+        }
+    )

@@ -127,18 +127,24 @@ def to_sink_error(exc: BaseException, what: str) -> PostgresSinkError:
         return ConstraintViolationError(
             f"{text}; the epoch was rolled back, nothing of it is visible. Fix the rows or the "
             "table's constraint, then restart the query",
-            action=action, sqlstate=code, column=column,
+            action=action,
+            sqlstate=code,
+            column=column,
         )
     if code is not None and code.startswith("22"):
         return InvalidValueError(
             f"{text}; the epoch was rolled back, nothing of it is visible. Cast or clean the "
             "column in Spark, or widen the table column",
-            action=action, sqlstate=code, column=column,
+            action=action,
+            sqlstate=code,
+            column=column,
         )
     if action is ErrorAction.FATAL:
         return PostgresFatalError(
             f"{text}; fix the connection settings, privileges or server, then restart",
-            action=action, sqlstate=code, column=column,
+            action=action,
+            sqlstate=code,
+            column=column,
         )
     return PostgresWriteError(text, action=action, sqlstate=code, column=column)
 

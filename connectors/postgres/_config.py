@@ -180,8 +180,11 @@ class PostgresSinkConfig(StageOptions):
         set_(self, "write_mode", mode)
         set_(self, "key_columns", keys)
         set_(self, "op_column", _identifier("op_column", self.op_column))
-        set_(self, "commit_protocol",
-             CommitProtocol(_parse_enum(CommitProtocol, "commit_protocol", self.commit_protocol)))
+        set_(
+            self,
+            "commit_protocol",
+            CommitProtocol(_parse_enum(CommitProtocol, "commit_protocol", self.commit_protocol)),
+        )
         set_(self, "control_schema", _identifier("control_schema", self.control_schema))
         set_(self, "epoch_log", log_path)
         for name in ("connect_timeout_s", "statement_timeout_ms", "lock_timeout_ms"):

@@ -31,7 +31,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 def conninfo(cfg: PostgresSinkConfig, role: str) -> str:
     """Return the sink's connection string for ``role`` (the user's DSN plus the sink's settings)."""
     user_options = conninfo_to_dict(cfg.dsn).get("options")
-    options = f"-c statement_timeout={cfg.statement_timeout_ms} -c lock_timeout={cfg.lock_timeout_ms}"
+    options = (
+        f"-c statement_timeout={cfg.statement_timeout_ms} -c lock_timeout={cfg.lock_timeout_ms}"
+    )
     if user_options:
         options = f"{user_options} {options}"
     app = f"eos {cfg.sink_id} {role}".encode()[:_APP_NAME_BYTES].decode(errors="ignore")

@@ -109,7 +109,8 @@ def hex_bytea(column: pa.Array) -> pa.Array:
     # A fresh bitmap starting at bit 0, whatever the input's offset.
     validity = pc.is_valid(column).buffers()[1] if column.null_count else None
     return pa.Array.from_buffers(
-        pa.large_string(), len(column),
+        pa.large_string(),
+        len(column),
         [validity, pa.py_buffer(new_offsets.tobytes()), pa.py_buffer(out.tobytes())],
         null_count=column.null_count,
     )

@@ -73,8 +73,14 @@ Rows = list[tuple[int, LogRecord]]  # (seq, record) of the table, in seq order
 class PostgresEpochLog(EpochLog):
     """Epoch log of ``cfg.sink_id`` in ``cfg.control_schema`` (see the module docstring)."""
 
-    def __init__(self, cfg: PostgresSinkConfig, *, retain_epochs: int = DEFAULT_RETAIN_EPOCHS) -> None:
-        if isinstance(retain_epochs, bool) or not isinstance(retain_epochs, int) or retain_epochs < 0:
+    def __init__(
+        self, cfg: PostgresSinkConfig, *, retain_epochs: int = DEFAULT_RETAIN_EPOCHS
+    ) -> None:
+        if (
+            isinstance(retain_epochs, bool)
+            or not isinstance(retain_epochs, int)
+            or retain_epochs < 0
+        ):
             msg = f"retain_epochs must be an int >= 0, got {retain_epochs!r}"
             raise ConfigError(msg)
         self._cfg = cfg
@@ -173,8 +179,9 @@ class PostgresEpochLog(EpochLog):
         rows: Rows = []
         for seq, text in stored:
             source = f"{self._where} seq {seq}"
-            rows.append((int(seq), record_from_body(unseal(text.encode(), source=source),
-                                                    source=source)))
+            rows.append(
+                (int(seq), record_from_body(unseal(text.encode(), source=source), source=source))
+            )
         self._check_seqs(header, rows)
         history = EpochHistory.from_records(
             [r for _, r in rows],
@@ -197,10 +204,13 @@ class PostgresEpochLog(EpochLog):
             return
         through = header["committed_through"]
         earlier_release = (
-            len(rows) > 1 and through is not None and seqs[0] == header["first_seq"]
+            len(rows) > 1
+            and through is not None
+            and seqs[0] == header["first_seq"]
             and isinstance(rows[0][1], QueryBinding)
             and seqs[1:] == list(range(seqs[1], header["next_seq"]))
-            and not isinstance(rows[1][1], QueryBinding) and rows[1][1].epoch == through + 1
+            and not isinstance(rows[1][1], QueryBinding)
+            and rows[1][1].epoch == through + 1
         )
         if not earlier_release:
             raise corrupt_error(
@@ -242,8 +252,12 @@ class PostgresEpochLog(EpochLog):
             history, header, _ = self._read(conn, lock=True)
             fresh = not header
             header = header or {
-                "type": "header", "format": FORMAT_VERSION, "sink_id": self.sink_id,
-                "generation": 0, "first_seq": 0, "next_seq": 0,
+                "type": "header",
+                "format": FORMAT_VERSION,
+                "sink_id": self.sink_id,
+                "generation": 0,
+                "first_seq": 0,
+                "next_seq": 0,
                 "committed_through": history.committed_through,
                 "parallelism_floor": history.parallelism_floor,
             }
@@ -292,7 +306,11 @@ class PostgresEpochLog(EpochLog):
         self._io("append to", write)
 
     def _append(
-        self, conn: Conn, history: EpochHistory, header: dict[str, Any], rows: Rows,
+        self,
+        conn: Conn,
+        history: EpochHistory,
+        header: dict[str, Any],
+        rows: Rows,
         record: LogRecord,
     ) -> None:
         """Make the table hold exactly the new history's records, numbered without a gap.

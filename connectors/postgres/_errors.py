@@ -122,4 +122,3 @@ class PreparedTransactionLostError(PostgresSinkError, PreparedWorkLostError):
 
 class EpochLogFencedError(PostgresSinkError, EpochLogLockedError):
     """Another coordinator owns (or took over) the sink's epoch log table; stop this one."""
-

@@ -73,9 +73,7 @@ def read_markers(conn: Conn, control_schema: str, sink_id: str) -> dict[int, Mar
     return {int(p): Marker(int(e), int(n), str(c)) for p, e, n, c in rows}
 
 
-def lock_marker(
-    conn: Conn, control_schema: str, sink_id: str, partition: int, epoch: int
-) -> None:
+def lock_marker(conn: Conn, control_schema: str, sink_id: str, partition: int, epoch: int) -> None:
     """In the open transaction: lock the marker row; refuse if ``epoch`` is already covered."""
     row = conn.execute(
         sql.SQL(

@@ -80,7 +80,11 @@ class PostgresParticipant(Participant[ArrowPartition]):
     """Write partition ``partition`` of one epoch (see the module docstring)."""
 
     def __init__(
-        self, cfg: PostgresSinkConfig, layout: Layout, two_phase: bool, plan: EpochPlan,
+        self,
+        cfg: PostgresSinkConfig,
+        layout: Layout,
+        two_phase: bool,
+        plan: EpochPlan,
         partition: int,
     ) -> None:
         self._cfg = cfg
@@ -90,8 +94,7 @@ class PostgresParticipant(Participant[ArrowPartition]):
         self._partition = partition
         self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
         self._stage: sql.Composed | None = None
-        self._states = ParticipantStates(
-            _MOVES, f"partition {partition}", error=PostgresSinkError)
+        self._states = ParticipantStates(_MOVES, f"partition {partition}", error=PostgresSinkError)
         self._conn = connect(cfg, f"p{partition}", autocommit=True)
         try:
             with self._errors("opening"):
@@ -151,7 +154,10 @@ class PostgresParticipant(Participant[ArrowPartition]):
         with self._step(_S.IN_TXN, "locking the marker of"):
             if self._cfg.transactional:
                 _markers.lock_marker(
-                    self._conn, self._cfg.control_schema, self._cfg.sink_id, self._partition,
+                    self._conn,
+                    self._cfg.control_schema,
+                    self._cfg.sink_id,
+                    self._partition,
                     epoch,
                 )
 
@@ -168,7 +174,11 @@ class PostgresParticipant(Participant[ArrowPartition]):
             if cfg.transactional:
                 marker = Marker(self._plan.epoch, summary.rows, summary.checksum)
                 _markers.write_marker(
-                    self._conn, cfg.control_schema, cfg.sink_id, self._partition, marker,
+                    self._conn,
+                    cfg.control_schema,
+                    cfg.sink_id,
+                    self._partition,
+                    marker,
                     self._plan.attempt,
                 )
             if self._two_phase:

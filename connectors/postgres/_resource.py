@@ -86,7 +86,10 @@ def prepare_resource(cfg: PostgresSinkConfig) -> PostgresResource:
         mode = "idempotency table (each task commits its local transaction with its marker)"
     log.info(
         "postgres sink %s: max_prepared_transactions=%d, commit_protocol=%s: running %s",
-        cfg.sink_id, slots, cfg.commit_protocol.value, mode,
+        cfg.sink_id,
+        slots,
+        cfg.commit_protocol.value,
+        mode,
     )
     return PostgresResource(cfg, two_phase)
 
@@ -186,7 +189,8 @@ class PostgresResource(Resource[ArrowPartition]):
                 for partition in sorted(wanted):
                     terminate_holders(conn, partition_lock_key(self.cfg.sink_id, partition))
                 lingering = [
-                    g for g in _twophase.list_prepared(conn, self.cfg.sink_id)
+                    g
+                    for g in _twophase.list_prepared(conn, self.cfg.sink_id)
                     if g.partition in wanted
                 ]
                 if lingering and not self.two_phase:

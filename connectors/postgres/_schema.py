@@ -189,8 +189,10 @@ def check_input(schema: pa.Schema, table: TableInfo, cfg: PostgresSinkConfig) ->
     fields = [f for f in schema if f.name != HASH_COLUMN and f.name != op_column]
     if op_column is not None:
         idx = schema.get_field_index(op_column)
-        if idx < 0 or not (pa.types.is_string(schema.field(idx).type)
-                           or pa.types.is_large_string(schema.field(idx).type)):
+        if idx < 0 or not (
+            pa.types.is_string(schema.field(idx).type)
+            or pa.types.is_large_string(schema.field(idx).type)
+        ):
             msg = (
                 f"write_mode 'changelog' needs a string column {op_column!r} (insert / "
                 "update_before / update_after / delete) in the input"

@@ -59,10 +59,18 @@ _RULES: dict[str, Callable[[pa.DataType], bool]] = {
 def spark_name(t: pa.DataType) -> str:
     """Return the Spark SQL type that arrives in Arrow as ``t`` (for error messages)."""
     simple = {
-        pa.int8(): "ByteType", pa.int16(): "ShortType", pa.int32(): "IntegerType",
-        pa.int64(): "LongType", pa.float32(): "FloatType", pa.float64(): "DoubleType",
-        pa.bool_(): "BooleanType", pa.string(): "StringType", pa.large_string(): "StringType",
-        pa.binary(): "BinaryType", pa.date32(): "DateType", pa.null(): "NullType",
+        pa.int8(): "ByteType",
+        pa.int16(): "ShortType",
+        pa.int32(): "IntegerType",
+        pa.int64(): "LongType",
+        pa.float32(): "FloatType",
+        pa.float64(): "DoubleType",
+        pa.bool_(): "BooleanType",
+        pa.string(): "StringType",
+        pa.large_string(): "StringType",
+        pa.binary(): "BinaryType",
+        pa.date32(): "DateType",
+        pa.null(): "NullType",
     }
     if t in simple:
         return simple[t]
@@ -75,10 +83,19 @@ def spark_name(t: pa.DataType) -> str:
 
 def _hint(base_type: str, type_sql: str) -> str:
     casts = {
-        "int2": "'short'", "int4": "'int'", "int8": "'long'", "numeric": "'decimal(p,s)'",
-        "float4": "'float'", "float8": "'double'", "bool": "'boolean'", "bytea": "'binary'",
-        "date": "'date'", "timestamp": "'timestamp_ntz'", "timestamptz": "'timestamp'",
-        "text": "'string'", "varchar": "'string'",
+        "int2": "'short'",
+        "int4": "'int'",
+        "int8": "'long'",
+        "numeric": "'decimal(p,s)'",
+        "float4": "'float'",
+        "float8": "'double'",
+        "bool": "'boolean'",
+        "bytea": "'binary'",
+        "date": "'date'",
+        "timestamp": "'timestamp_ntz'",
+        "timestamptz": "'timestamp'",
+        "text": "'string'",
+        "varchar": "'string'",
     }
     cast = casts.get(base_type)
     if cast is not None:

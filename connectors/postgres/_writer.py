@@ -87,8 +87,13 @@ def merge_statement(layout: Layout, stage: sql.Composable) -> sql.Composed:
         "INSERT INTO {target} ({cols}) SELECT {cols} FROM last WHERE {op} <> 'delete' "
         "ON CONFLICT ({keys}) {action}"
     ).format(
-        last=last, target=target, op=sql.Identifier(OP_COLUMN), match=match, cols=cols,
-        keys=keys, action=action,
+        last=last,
+        target=target,
+        op=sql.Identifier(OP_COLUMN),
+        match=match,
+        cols=cols,
+        keys=keys,
+        action=action,
     )
 
 
@@ -108,7 +113,9 @@ class BulkWriter:
         self._layout = layout
         self._stage = stage
 
-    def _copy(self, into: sql.Composable, names: list[str], batches: Iterable[pa.RecordBatch]) -> int:
+    def _copy(
+        self, into: sql.Composable, names: list[str], batches: Iterable[pa.RecordBatch]
+    ) -> int:
         rows = 0
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(into, _idents(names))
         with self._conn.cursor() as cur, cur.copy(statement) as copy:
@@ -125,7 +132,9 @@ class BulkWriter:
         """Write every row of ``batches``; return the number of rows written."""
         layout = self._layout
         if layout.write_mode is WriteMode.APPEND:
-            return self._copy(qualified(layout.schema, layout.table), list(layout.column_names), batches)
+            return self._copy(
+                qualified(layout.schema, layout.table), list(layout.column_names), batches
+            )
         assert self._stage is not None  # noqa: S101 - checked in __init__
         names = [*layout.column_names, SEQ_COLUMN]
         if layout.write_mode is WriteMode.CHANGELOG:

@@ -77,8 +77,7 @@ class QueryBinder:
             return self._bind(log, query_id, 0)
         if not self._start_over:
             raise self._mismatch(history, query_id, batch_id)
-        _log.warning("sink %s starts over with query %s (start_over=True)", self._sink_id,
-                     query_id)
+        _log.warning("sink %s starts over with query %s (start_over=True)", self._sink_id, query_id)
         return self._bind(log, query_id, start_over_offset(history))
 
     def _bind(self, log: EpochLog, query_id: str, offset: int) -> int:
@@ -91,8 +90,12 @@ class QueryBinder:
                 "new sink_id"
             )
             raise QueryMismatchError(msg) from exc
-        _log.info("sink %s bound to query %s: its batch b is epoch b + %d", self._sink_id,
-                  query_id, offset)
+        _log.info(
+            "sink %s bound to query %s: its batch b is epoch b + %d",
+            self._sink_id,
+            query_id,
+            offset,
+        )
         return offset
 
     def _mismatch(self, history: EpochHistory, query_id: str, batch_id: int) -> QueryMismatchError:

@@ -64,12 +64,16 @@ class TransactionalSinks(TransactionalSink):
         for member in members:
             theirs = member.connector.options.guarantee
             if theirs is not opts.guarantee:
-                msg = (f"member sink {member.connector.sink_id!r} has guarantee {theirs.value}, "
-                       f"the composite {opts.guarantee.value}; give them the same guarantee")
+                msg = (
+                    f"member sink {member.connector.sink_id!r} has guarantee {theirs.value}, "
+                    f"the composite {opts.guarantee.value}; give them the same guarantee"
+                )
                 raise ConfigError(msg)
             if member.connector.sink_id == sink_id:
-                msg = (f"the composite's sink_id {sink_id!r} is a member's; give the composite "
-                       "an id of its own (it names the shared epoch log)")
+                msg = (
+                    f"the composite's sink_id {sink_id!r} is a member's; give the composite "
+                    "an id of its own (it names the shared epoch log)"
+                )
                 raise ConfigError(msg)
         path = None if epoch_log is None else os.fspath(epoch_log)
         first = members[0].connector
@@ -128,10 +132,15 @@ def _select(sink_id: str, select: object) -> Select | None:
     """Check a member's ``select``: None, a function, or a list/tuple of column names."""
     if select is None or callable(select):
         return select
-    if isinstance(select, (list, tuple)) and select and all(
-            isinstance(n, str) and n for n in select):
+    if (
+        isinstance(select, (list, tuple))
+        and select
+        and all(isinstance(n, str) and n for n in select)
+    ):
         return SelectColumns(tuple(select))
-    msg = (f"the select of member {sink_id!r} must be a function df -> DataFrame (e.g. "
-           "lambda df: df.selectExpr(...)) or a non-empty list of column names, got "
-           f"{select!r}")
+    msg = (
+        f"the select of member {sink_id!r} must be a function df -> DataFrame (e.g. "
+        "lambda df: df.selectExpr(...)) or a non-empty list of column names, got "
+        f"{select!r}"
+    )
     raise ConfigError(msg)

@@ -58,8 +58,10 @@ class SinkConnector(abc.ABC):
             ConfigError: the connector keeps no log of its own kind; pass a file path.
 
         """
-        msg = (f"{type(self).__name__} cannot hold the epoch log of sink {sink_id!r}; pass "
-               "epoch_log= (a file path) to the composite sink")
+        msg = (
+            f"{type(self).__name__} cannot hold the epoch log of sink {sink_id!r}; pass "
+            "epoch_log= (a file path) to the composite sink"
+        )
         raise ConfigError(msg)
 
     def transform(self, df: Any, plan: InputPlan) -> Any:

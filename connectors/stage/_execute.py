@@ -80,9 +80,21 @@ class EpochExecution:
                 _check_kept(frame, width, plan)
             routed = route(connector.transform(frame, plan_in), plan_in, None if keep else width)
             hooks = connector.options.fault_plan or self.options.fault_plan
-            jobs.append((routed, TaskSpec(self.resource, plan, aligned, ticket,
-                                          ordered=plan_in.ordered, hooks=hooks, offset=offset,
-                                          partitions=width)))
+            jobs.append(
+                (
+                    routed,
+                    TaskSpec(
+                        self.resource,
+                        plan,
+                        aligned,
+                        ticket,
+                        ordered=plan_in.ordered,
+                        hooks=hooks,
+                        offset=offset,
+                        partitions=width,
+                    ),
+                )
+            )
         return jobs
 
     def _run_at_most_once(self, jobs: list[Job]) -> list[PartitionReport]:
@@ -114,7 +126,11 @@ class EpochExecution:
                 self.reuse.renew("a stage re-run fences the failed run's clients")
                 log.warning(
                     "epoch %d write stage failed (%s: %s); re-running it (retry %d of %d)",
-                    jobs[0][1].plan.epoch, type(exc).__name__, str(exc)[:300], attempt, retries,
+                    jobs[0][1].plan.epoch,
+                    type(exc).__name__,
+                    str(exc)[:300],
+                    attempt,
+                    retries,
                 )
 
     def _run_once(

@@ -24,8 +24,9 @@ DRIVER_STEPS = tuple(step.value for step in CoordinatorStep)
 class StepHooks(Protocol):
     """Fault injection at named steps (testing only)."""
 
-    def fire(self, step: TaskStep | CoordinatorStep, epoch: int,
-             partition: int | None = None) -> None:
+    def fire(
+        self, step: TaskStep | CoordinatorStep, epoch: int, partition: int | None = None
+    ) -> None:
         """Act at ``step`` of ``epoch`` (``partition`` None on the driver)."""
 
     def interrupt_write(self, epoch: int, partition: int) -> tuple[int, Callable[[], None]] | None:

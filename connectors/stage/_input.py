@@ -78,8 +78,9 @@ def route(df: Any, plan: InputPlan, parallelism: int | None) -> Any:
     row_hash, routing = routing_expressions(plan)
     order = [f"{_q(c)} AS {_ORDER_PREFIX}{i}" for i, c in enumerate(plan.order_by)]
     routes = [] if parallelism is None else [f"{routing} AS {ROUTE_COLUMN}"]
-    routed = df.selectExpr(*[_q(n) for n in plan.columns], *order,
-                           f"{row_hash} AS {HASH_COLUMN}", *routes)
+    routed = df.selectExpr(
+        *[_q(n) for n in plan.columns], *order, f"{row_hash} AS {HASH_COLUMN}", *routes
+    )
     if parallelism is not None:
         routed = routed.repartition(parallelism, ROUTE_COLUMN)
     if plan.order_by:

@@ -24,7 +24,9 @@ Job = tuple[Any, TaskSpec]  # (routed DataFrame, the spec of its tasks)
 
 
 def run_jobs(
-    jobs: Sequence[Job], votes: VoteServer | None, stage_attempt: int,
+    jobs: Sequence[Job],
+    votes: VoteServer | None,
+    stage_attempt: int,
     on_task_retry: Callable[[], None],
 ) -> tuple[list[PartitionReport], list[TaskStats]]:
     """Run every job of one stage run; return all reports (plan order) and task stats.
@@ -42,7 +44,8 @@ def run_jobs(
 
 
 def _run_all(
-    jobs: Sequence[Job], on_task_retry: Callable[[], None],
+    jobs: Sequence[Job],
+    on_task_retry: Callable[[], None],
     on_failure: Callable[[], None] | None,
 ) -> tuple[list[PartitionReport], list[TaskStats]]:
     if len(jobs) == 1:

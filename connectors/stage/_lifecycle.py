@@ -123,8 +123,10 @@ class RunningQuery:
         if active is False:
             return None
         if active is None:
-            return (f"Spark did not say whether its query {self.query_id} still runs; if it "
-                    "stopped, call close() on that sink object")
+            return (
+                f"Spark did not say whether its query {self.query_id} still runs; if it "
+                "stopped, call close() on that sink object"
+            )
         return f"its query {self.query_id} is still active"
 
 
@@ -161,8 +163,10 @@ def take_over(key: OwnerKey, owner: LogOwner, query_id: str | None) -> None:
                     "another sink_id"
                 )
                 raise SinkInUseError(msg)
-            _log.info("sink %s: took the epoch log over from a stopped sink object of this "
-                      "process", owner.sink_id)
+            _log.info(
+                "sink %s: took the epoch log over from a stopped sink object of this process",
+                owner.sink_id,
+            )
         _OWNERS[key] = weakref.ref(owner)
 
 
@@ -248,7 +252,9 @@ class SinkLifecycle:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()

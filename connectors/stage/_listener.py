@@ -63,7 +63,8 @@ def offsets_lag(latest: str | None, end: str | None) -> int | None:
         hi, lo = json.loads(latest or ""), json.loads(end or "")
         return sum(
             max(0, int(off) - int(lo.get(topic, {}).get(part, 0)))
-            for topic, parts in hi.items() for part, off in parts.items()
+            for topic, parts in hi.items()
+            for part, off in parts.items()
         )
     except (ValueError, TypeError, AttributeError):
         return None
@@ -104,7 +105,9 @@ class MetricsListener(StreamingQueryListener):
     """Joins query progress with sink metrics (module docstring). Thread-safe reads."""
 
     def __init__(
-        self, *sinks: Any, extra: Mapping[str, Callable[[], Mapping[str, Any]]] | None = None,
+        self,
+        *sinks: Any,
+        extra: Mapping[str, Callable[[], Mapping[str, Any]]] | None = None,
         keep: int = RECENT_EPOCHS,
     ) -> None:
         self._sinks = sinks
@@ -128,10 +131,13 @@ class MetricsListener(StreamingQueryListener):
             if metrics is not None:
                 sinks[metrics.sink_id] = metrics
         view = ProgressView(
-            query_id=query_id, batch_id=batch_id, input_rows=int(p.numInputRows),
+            query_id=query_id,
+            batch_id=batch_id,
+            input_rows=int(p.numInputRows),
             durations_ms={k: int(v) for k, v in dict(p.durationMs).items()},
             source_lag=_source_lags(p.sources),
-            sinks=sinks, extra={name: dict(fn()) for name, fn in self._extra.items()},
+            sinks=sinks,
+            extra={name: dict(fn()) for name, fn in self._extra.items()},
         )
         self._views.append(view)
         log.info("progress %s", view.to_json())

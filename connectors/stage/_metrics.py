@@ -134,27 +134,39 @@ class EpochRecorder:
         written = [r for r in reports if r.outcome in _WRITTEN]
         lost = sum(1 for t in self.tasks if not t.claimed)
         retries = sum(1 for t in self.tasks if t.task_attempt > 0)
-        per_member = {m.name: sum(r.rows for r in written
-                                  if m.offset <= r.partition < m.offset + m.width)
-                      for m in self.members.values()}
+        per_member = {
+            m.name: sum(r.rows for r in written if m.offset <= r.partition < m.offset + m.width)
+            for m in self.members.values()
+        }
         total = sum(r.rows for r in written)
         return EpochMetrics(
-            sink_id=self.sink_id, batch_id=self.batch_id, query_id=self.query_id,
+            sink_id=self.sink_id,
+            batch_id=self.batch_id,
+            query_id=self.query_id,
             epoch=result.epoch if result is not None else self.epoch,
-            guarantee=plan.guarantee.value if plan else "", mode=plan.mode.value if plan else "",
-            skipped=bool(result and result.skipped), committed=bool(result and result.committed),
+            guarantee=plan.guarantee.value if plan else "",
+            mode=plan.mode.value if plan else "",
+            skipped=bool(result and result.skipped),
+            committed=bool(result and result.committed),
             plan_attempt=plan.attempt if plan else 0,
-            rows=max(per_member.values(), default=total), rows_written=total,
-            member_rows=per_member, bytes=sum(t.bytes for t in self.tasks),
+            rows=max(per_member.values(), default=total),
+            rows_written=total,
+            member_rows=per_member,
+            bytes=sum(t.bytes for t in self.tasks),
             write_tasks=plan.parallelism if plan and self.stage_runs else 0,
             partitions_committed=len(written) - (lost if written else 0),
-            partitions_skipped=sum(1 for r in reports
-                                   if r.outcome is PartitionOutcome.ALREADY_COMMITTED),
-            partitions_redone=len(written) if redo else 0, partitions_lost=lost,
-            stage_runs=self.stage_runs, task_retries=retries,
-            aborted_attempts=self.failed_runs + retries, epoch_log_appends=appends,
+            partitions_skipped=sum(
+                1 for r in reports if r.outcome is PartitionOutcome.ALREADY_COMMITTED
+            ),
+            partitions_redone=len(written) if redo else 0,
+            partitions_lost=lost,
+            stage_runs=self.stage_runs,
+            task_retries=retries,
+            aborted_attempts=self.failed_runs + retries,
+            epoch_log_appends=appends,
             pre_commit_ms=_slowest(self.tasks, "pre_commit_ms"),
-            vote_ms=_slowest(self.tasks, "vote_ms"), commit_ms=_slowest(self.tasks, "commit_ms"),
+            vote_ms=_slowest(self.tasks, "vote_ms"),
+            commit_ms=_slowest(self.tasks, "commit_ms"),
             stage_ms=round(self.stage_ms, 3),
             epoch_ms=round((time.monotonic() - self.started) * 1000.0, 3),
             error=None if error is None else f"{type(error).__name__}: {str(error)[:500]}",

@@ -70,7 +70,10 @@ def _stop(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], bool]:
 
 
 def retry(
-    fn: Callable[[], T], *, policy: RetryPolicy, retriable: Callable[[BaseException], bool],
+    fn: Callable[[], T],
+    *,
+    policy: RetryPolicy,
+    retriable: Callable[[BaseException], bool],
     on_retry: Callable[[BaseException, int], None] | None = None,
 ) -> T:
     """Run ``fn``, again while it fails with an error ``retriable`` accepts, within the bound.

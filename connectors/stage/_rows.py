@@ -64,7 +64,10 @@ class ArrowPartition:
     """
 
     def __init__(
-        self, batches: Iterable[pa.RecordBatch], *, ordered: bool = False,
+        self,
+        batches: Iterable[pa.RecordBatch],
+        *,
+        ordered: bool = False,
         interrupt: tuple[int, Callable[[], None]] | None = None,
     ) -> None:
         self._source: Iterator[pa.RecordBatch] | None = iter(batches)

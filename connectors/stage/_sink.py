@@ -113,8 +113,9 @@ class TransactionalSink(SinkLifecycle):
         self._refuse_if_stopping(batch_id)
         frames = [m.frame(df) for m in self._members]
         # Step 1: check the input; a bad schema raises before anything is logged or written.
-        plans_in = [m.connector.check_input(f.schema) for m, f in zip(self._members, frames,
-                                                                     strict=True)]
+        plans_in = [
+            m.connector.check_input(f.schema) for m, f in zip(self._members, frames, strict=True)
+        ]
         query_id = query_id_of(df)
         with self._lock:
             self._refuse_if_stopping(batch_id)
@@ -134,20 +135,27 @@ class TransactionalSink(SinkLifecycle):
 
     def _refuse_if_stopping(self, batch_id: int) -> None:
         if self._stopping.is_set():
-            msg = (f"sink {self._sink_id!r} is stopping; batch {batch_id} was not "
-                   "written and is replayed when the query starts again")
+            msg = (
+                f"sink {self._sink_id!r} is stopping; batch {batch_id} was not "
+                "written and is replayed when the query starts again"
+            )
             raise SinkStoppedError(msg)
 
     def _write_locked(
-        self, frames: list[Any], plans_in: list[InputPlan], query_id: str | None,
-        batch_id: int, recorder: EpochRecorder,
+        self,
+        frames: list[Any],
+        plans_in: list[InputPlan],
+        query_id: str | None,
+        batch_id: int,
+        recorder: EpochRecorder,
     ) -> EpochResult:
         # Step 2 (first call): the epoch log is open; preflight, then recovery below.
         self._preflight()
         sc = _spark_context(frames[0])
         _refuse_aligned_without_context(sc, self._options)
-        widths = [_width(m.connector.options, f, sc) for m, f in zip(self._members, frames,
-                                                                  strict=True)]
+        widths = [
+            _width(m.connector.options, f, sc) for m, f in zip(self._members, frames, strict=True)
+        ]
         resource = self._resource(plans_in, widths)
         coordinator = self._coordinator(resource)
         self._recover(coordinator)
@@ -158,8 +166,15 @@ class TransactionalSink(SinkLifecycle):
         self._reserve(sc, parallelism)
         # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
         execute = EpochExecution(
-            self._options, [m.connector for m in self._members], frames, plans_in, resource,
-            self._reuse, recorder, sc, self._vote_server,
+            self._options,
+            [m.connector for m in self._members],
+            frames,
+            plans_in,
+            resource,
+            self._reuse,
+            recorder,
+            sc,
+            self._vote_server,
         )
         return coordinator.run_epoch(epoch, parallelism, execute)
 
@@ -192,14 +207,23 @@ class TransactionalSink(SinkLifecycle):
 
     def _record(self, metrics: EpochMetrics) -> None:
         self._book.add(metrics)
-        limit = min((w for m in self._members
-                     if (w := m.connector.options.warn_after_s) is not None), default=None)
-        if (not metrics.skipped and metrics.epoch >= 0 and limit is not None  # -1: no epoch yet
-                and metrics.epoch_ms > limit * 1000.0):
+        limit = min(
+            (w for m in self._members if (w := m.connector.options.warn_after_s) is not None),
+            default=None,
+        )
+        if (
+            not metrics.skipped
+            and metrics.epoch >= 0
+            and limit is not None  # -1: no epoch yet
+            and metrics.epoch_ms > limit * 1000.0
+        ):
             log.warning(
                 "epoch %d took %.1fs, more than %.0fs: a slower batch risks a transaction "
                 "timeout (the epoch is then redone); raise the timeout or shorten the "
-                "trigger interval", metrics.epoch, metrics.epoch_ms / 1000.0, limit,
+                "trigger interval",
+                metrics.epoch,
+                metrics.epoch_ms / 1000.0,
+                limit,
             )
 
     # -- steps -------------------------------------------------------------------------
@@ -210,12 +234,15 @@ class TransactionalSink(SinkLifecycle):
             self._res.log = CountingLog(self._log_factory())
         return self._res.log
 
-
     def _coordinator(self, resource: Resource[Any]) -> Coordinator[Any]:
         opts = self._options
         return Coordinator(
-            self._open_log(), resource, sink_id=self._sink_id,
-            guarantee=opts.guarantee, mode=opts.effective_mode, hooks=self._driver_hook,
+            self._open_log(),
+            resource,
+            sink_id=self._sink_id,
+            guarantee=opts.guarantee,
+            mode=opts.effective_mode,
+            hooks=self._driver_hook,
         )
 
     def _driver_hook(self, step: CoordinatorStep, epoch: int) -> None:
@@ -295,15 +322,19 @@ def _width(options: StageOptions, frame: Any, sc: Any) -> int:
     if options.parallelism:
         return options.parallelism
     if sc is None:
-        msg = ("the sink has no parallelism option and Spark Connect gives no default "
-               "parallelism (no SparkContext); pass parallelism= to the sink")
+        msg = (
+            "the sink has no parallelism option and Spark Connect gives no default "
+            "parallelism (no SparkContext); pass parallelism= to the sink"
+        )
         raise SparkConnectError(msg)
     return max(1, int(sc.defaultParallelism))
 
 
 def _refuse_aligned_without_context(sc: Any, options: StageOptions) -> None:
     if sc is None and options.aligned:
-        msg = ("aligned mode needs the SparkContext (the slot check and the driver's vote "
-               "server), which a Spark Connect session does not have; use "
-               "mode='unaligned' with an explicit parallelism under Spark Connect")
+        msg = (
+            "aligned mode needs the SparkContext (the slot check and the driver's vote "
+            "server), which a Spark Connect session does not have; use "
+            "mode='unaligned' with an explicit parallelism under Spark Connect"
+        )
         raise SparkConnectError(msg)

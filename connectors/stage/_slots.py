@@ -69,8 +69,9 @@ class TaskSlots:
         return max(0, self.total - self.running)
 
 
-def local_master_slots(master: str, cpus_per_task: int = 1,
-                       cpu_count: int | None = None) -> int | None:
+def local_master_slots(
+    master: str, cpus_per_task: int = 1, cpu_count: int | None = None
+) -> int | None:
     """Slots of a ``local``/``local[N]``/``local[N,F]``/``local[*]`` master; None otherwise."""
     match = _LOCAL.match(master.strip())
     if match is None:
@@ -92,9 +93,11 @@ def spark_context_of(spark: Any) -> Any:
     try:
         return spark.sparkContext
     except (AttributeError, NotImplementedError) as exc:  # Spark Connect: PySpark*Error
-        msg = ("this is a Spark Connect session, which has no SparkContext: the number of "
-               "task slots cannot be read; give the sink an explicit parallelism and use "
-               "mode='unaligned', or run a classic Spark session")
+        msg = (
+            "this is a Spark Connect session, which has no SparkContext: the number of "
+            "task slots cannot be read; give the sink an explicit parallelism and use "
+            "mode='unaligned', or run a classic Spark session"
+        )
         raise SparkConnectError(msg) from exc
 
 
@@ -116,8 +119,9 @@ def task_slots(spark: Any) -> TaskSlots:
     running = _running_tasks(sc)
     try:
         profile = jvm_sc.resourceProfileManager().defaultResourceProfile()
-        return TaskSlots(int(jvm_sc.maxNumConcurrentTasks(profile)), running, executors,
-                         SOURCE_SCHEDULER)
+        return TaskSlots(
+            int(jvm_sc.maxNumConcurrentTasks(profile)), running, executors, SOURCE_SCHEDULER
+        )
     except Exception:  # noqa: BLE001 - py4j raises Py4JError subtypes for a missing method
         if local is not None:
             return TaskSlots(local, running, 0, SOURCE_LOCAL_MASTER)
@@ -125,8 +129,12 @@ def task_slots(spark: Any) -> TaskSlots:
         return TaskSlots(executors * (cores // cpus), running, executors, SOURCE_EXECUTORS)
 
 
-def wait_for_task_slots(spark: Any, wanted: int, timeout_s: float = SLOTS_WAIT_TIMEOUT_S,
-                        poll_s: float = SLOTS_POLL_INTERVAL_S) -> TaskSlots:
+def wait_for_task_slots(
+    spark: Any,
+    wanted: int,
+    timeout_s: float = SLOTS_WAIT_TIMEOUT_S,
+    poll_s: float = SLOTS_POLL_INTERVAL_S,
+) -> TaskSlots:
     """Poll :func:`task_slots` until ``total >= wanted`` or ``timeout_s`` passed; return the last."""
     deadline = time.monotonic() + timeout_s
     slots = task_slots(spark)

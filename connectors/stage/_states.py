@@ -40,7 +40,11 @@ class ParticipantStates:
     """
 
     def __init__(
-        self, moves: Moves, where: str, *, error: type[Exception] = RuntimeError,
+        self,
+        moves: Moves,
+        where: str,
+        *,
+        error: type[Exception] = RuntimeError,
         start: ParticipantState = ParticipantState.OPENED,
     ) -> None:
         self._moves = moves
@@ -73,7 +77,8 @@ class ParticipantStates:
 
     @contextlib.contextmanager
     def step(
-        self, to: ParticipantState,
+        self,
+        to: ParticipantState,
         failed: ParticipantState | Callable[[ParticipantState], ParticipantState],
     ) -> Iterator[None]:
         """Run one contract step: checked first; on success move to ``to``, else to ``failed``.

@@ -182,16 +182,21 @@ def _may_write(spec: TaskSpec, ctx: Any, partition: int, task_attempt: int) -> b
     try:
         return claim_partition(spec.claims, partition, int(ctx.taskAttemptId()))
     except VoteChannelError as exc:  # cannot prove ownership: writing could duplicate
-        log.error("epoch %d partition %d not written (at-most-once claim failed: %s)",
-                  spec.plan.epoch, partition, exc)
+        log.error(
+            "epoch %d partition %d not written (at-most-once claim failed: %s)",
+            spec.plan.epoch,
+            partition,
+            exc,
+        )
         return False
 
 
 def bind(resource: Resource[Any], task: TaskInfo) -> Resource[Any]:
     """Bind ``resource`` (or every member of a composite) to the write task ``task``."""
     if isinstance(resource, CompositeResource):
-        return CompositeResource([Member(bind(m.resource, task), m.parallelism)
-                                  for m in resource.members])
+        return CompositeResource(
+            [Member(bind(m.resource, task), m.parallelism) for m in resource.members]
+        )
     if isinstance(resource, TaskBound):
         return resource.for_task(task)
     return resource
@@ -218,7 +223,9 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
     clock = _Clock(spec.hooks)
     if not _may_write(spec, ctx, partition, task_attempt):
         report = PartitionReport(
-            spec.plan.epoch, partition, PartitionOutcome.ABORTED,
+            spec.plan.epoch,
+            partition,
+            PartitionOutcome.ABORTED,
             error="at-most-once: an earlier attempt owned this partition; not written again",
         )
         stats = TaskStats(partition, task_attempt, claimed=False)
@@ -233,8 +240,12 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
     rows = ArrowPartition(batches, ordered=spec.ordered, interrupt=_mid_write(spec, partition))
     try:
         report = run_partition(
-            resource, spec.plan, partition, rows,
-            gather=_gatherer(spec, ctx), hooks=clock,
+            resource,
+            spec.plan,
+            partition,
+            rows,
+            gather=_gatherer(spec, ctx),
+            hooks=clock,
         )
         result = TaskResult(partition, report=report, task_attempt=task_attempt)
     except Exception as exc:
@@ -242,8 +253,11 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
             raise
         result = TaskResult(partition, error=pickle.dumps(exc), task_attempt=task_attempt)
     stats = TaskStats(
-        partition, task_attempt, rows=result.report.rows if result.report else 0,
-        bytes=rows.nbytes, pre_commit_ms=clock.ms(None, TaskStep.PRE_COMMITTED),
+        partition,
+        task_attempt,
+        rows=result.report.rows if result.report else 0,
+        bytes=rows.nbytes,
+        pre_commit_ms=clock.ms(None, TaskStep.PRE_COMMITTED),
         vote_ms=clock.ms(TaskStep.PRE_COMMITTED, TaskStep.DECIDED) if spec.aligned else 0.0,
         commit_ms=clock.ms(TaskStep.DECIDED, TaskStep.COMMITTED),
     )

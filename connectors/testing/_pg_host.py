@@ -33,9 +33,17 @@ def server_account() -> pwd.struct_passwd | None:
         return pwd.getpwnam(SERVER_USER)
     except KeyError:
         subprocess.run(  # noqa: S603 - fixed arguments
-            ["/usr/sbin/useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-             SERVER_USER],
-            check=True, capture_output=True, text=True,
+            [
+                "/usr/sbin/useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_USER,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         return pwd.getpwnam(SERVER_USER)
 

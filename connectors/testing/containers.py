@@ -29,8 +29,11 @@ from typing import Any
 
 from connectors._extras import require
 
-require("testcontainers", extra="dev", needed_for="the testcontainers fixtures "
-        "(connectors.testing.containers)")
+require(
+    "testcontainers",
+    extra="dev",
+    needed_for="the testcontainers fixtures (connectors.testing.containers)",
+)
 
 from testcontainers.community.postgres import PostgresContainer  # after the check above
 from testcontainers.core.container import DockerContainer

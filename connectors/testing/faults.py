@@ -131,14 +131,14 @@ def _check_action(fault: Fault, path: str) -> None:
     """Refuse bad ``seconds`` / ``waits_for`` and an unsafe ``kill_app`` (module docstring)."""
     timed = fault.action in TIMED_ACTIONS
     if timed and not 0 < fault.seconds < math.inf:
-        msg = f"fault plan {path}: fault {fault.id!r} ({fault.action}) needs finite \"seconds\" > 0"
+        msg = f'fault plan {path}: fault {fault.id!r} ({fault.action}) needs finite "seconds" > 0'
         raise FaultPlanError(msg)
     if not timed and fault.seconds != 0:
-        msg = f"fault plan {path}: fault {fault.id!r}: \"seconds\" is for sleep and await only"
+        msg = f'fault plan {path}: fault {fault.id!r}: "seconds" is for sleep and await only'
         raise FaultPlanError(msg)
     if (fault.action == "await") != (fault.waits_for is not None):
         msg = (
-            f"fault plan {path}: fault {fault.id!r}: action await needs \"waits_for\" (the id "
+            f'fault plan {path}: fault {fault.id!r}: action await needs "waits_for" (the id '
             "of another fault of the plan), and only await takes it"
         )
         raise FaultPlanError(msg)

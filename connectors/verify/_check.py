@@ -98,14 +98,24 @@ def check_exactly_once(
     if verify_epoch_log:
         say("epoch log and markers")
         extra, notes, checked, last = _epoch_checks(
-            bootstrap, sink_id, parallelism, (epoch_log, epoch_log_topic, marker_topic),
+            bootstrap,
+            sink_id,
+            parallelism,
+            (epoch_log, epoch_log_topic, marker_topic),
             allow_in_doubt,
         )
     say("analyzing")
     return analyze(
-        inputs, committed, uncommitted,
-        scans=scans, committed_ends=committed_ends, identity=key_fn,
-        extra=extra, notes=notes, epoch_log_checked=checked, last_committed_epoch=last,
+        inputs,
+        committed,
+        uncommitted,
+        scans=scans,
+        committed_ends=committed_ends,
+        identity=key_fn,
+        extra=extra,
+        notes=notes,
+        epoch_log_checked=checked,
+        last_committed_epoch=last,
     )
 
 
@@ -122,8 +132,10 @@ def _epoch_checks(
     markers = read_sink_markers(bootstrap, sink_id, width, marker_topic=marker_topic)
     anomalies = check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
     last = history.last_committed_epoch()
-    note = (f"epoch log: last committed epoch {last}, markers of {width} write partitions "
-            f"in {marker_topic!r}")
+    note = (
+        f"epoch log: last committed epoch {last}, markers of {width} write partitions "
+        f"in {marker_topic!r}"
+    )
     return anomalies, [note], True, last
 
 
@@ -141,11 +153,16 @@ def load_history(
 
 
 def read_sink_markers(
-    bootstrap: str, sink_id: str, parallelism: int, *, marker_topic: str = DEFAULT_MARKER_TOPIC,
+    bootstrap: str,
+    sink_id: str,
+    parallelism: int,
+    *,
+    marker_topic: str = DEFAULT_MARKER_TOPIC,
 ) -> Mapping[int, MarkerLike | None]:
     """Read the sink's idempotency markers of write partitions ``0..parallelism-1``."""
     from connectors.kafka import read_markers
 
     markers: Mapping[int, MarkerLike | None] = read_markers(
-        bootstrap, sink_id, parallelism, marker_topic=marker_topic)
+        bootstrap, sink_id, parallelism, marker_topic=marker_topic
+    )
     return markers

@@ -60,15 +60,23 @@ def check_epoch_log(
     found: list[Anomaly] = []
     if not allow_in_doubt:
         for plan in history.in_doubt():
-            found.append(Anomaly(AnomalyKind.IN_DOUBT_EPOCH,
-                                 f"epoch {plan.epoch} is planned (parallelism "
-                                 f"{plan.parallelism}) but never completed"))
+            found.append(
+                Anomaly(
+                    AnomalyKind.IN_DOUBT_EPOCH,
+                    f"epoch {plan.epoch} is planned (parallelism "
+                    f"{plan.parallelism}) but never completed",
+                )
+            )
     last = history.last_committed_epoch()
     if last is None:
         for p, marker in sorted(markers.items()):
             if marker is not None:
-                found.append(_mismatch(p, f"marker of epoch {marker.epoch} exists but the log "
-                                          "has no committed epoch"))
+                found.append(
+                    _mismatch(
+                        p,
+                        f"marker of epoch {marker.epoch} exists but the log has no committed epoch",
+                    )
+                )
         return found
     last_plan = history.plan(last)
     if last_plan is not None:
@@ -76,12 +84,22 @@ def check_epoch_log(
             marker = markers.get(p)
             if marker is None or marker.epoch < last:
                 seen = "no marker" if marker is None else f"a marker of epoch {marker.epoch}"
-                found.append(_mismatch(p, f"epoch {last} is logged complete with parallelism "
-                                          f"{last_plan.parallelism} but write partition {p} has {seen}"))
+                found.append(
+                    _mismatch(
+                        p,
+                        f"epoch {last} is logged complete with parallelism "
+                        f"{last_plan.parallelism} but write partition {p} has {seen}",
+                    )
+                )
     for p, marker in sorted(markers.items()):
         if marker is not None and marker.epoch > last and history.plan(marker.epoch) is None:
-            found.append(_mismatch(p, f"marker of epoch {marker.epoch} but the log never "
-                                      f"planned it (last committed: {last})"))
+            found.append(
+                _mismatch(
+                    p,
+                    f"marker of epoch {marker.epoch} but the log never "
+                    f"planned it (last committed: {last})",
+                )
+            )
     return found
 
 

@@ -54,8 +54,10 @@ class FieldPath:
                 raise RecordFormatError(msg)
             value = value[name]
         if value is None or isinstance(value, (dict, list)):
-            msg = (f"{_where(record)}: field {self.path!r} is {json.dumps(value)}, not a "
-                   "string or number")
+            msg = (
+                f"{_where(record)}: field {self.path!r} is {json.dumps(value)}, not a "
+                "string or number"
+            )
             raise RecordFormatError(msg)
         return value
 
@@ -68,8 +70,10 @@ class FieldPath:
         try:
             body = json.loads(record.value)
         except ValueError:
-            msg = (f"{_where(record)} is not JSON, so it has no field {self.path!r}; pass a "
-                   "function that reads your format (--id-fn / key_fn)")
+            msg = (
+                f"{_where(record)} is not JSON, so it has no field {self.path!r}; pass a "
+                "function that reads your format (--id-fn / key_fn)"
+            )
             raise RecordFormatError(msg) from None
         self._last = (record, body)
         return body
@@ -120,20 +124,24 @@ class _Identity:
         if rid is None:
             msg = f"the id function {self.id_of!r} returned None for {_where(record)}"
             raise RecordFormatError(msg)
-        key = None if self.order_key_of is None else _read(self.order_key_of, record,
-                                                           "ordering key")
+        key = (
+            None if self.order_key_of is None else _read(self.order_key_of, record, "ordering key")
+        )
         # No key: the record is its own key group, so no order is demanded of it.
         return RecordIdentity(id=str(rid), key=f"\0{rid}" if key is None else str(key))
 
 
-def record_identity(id_of: Part | str = "id", order_key_of: Part | str | None = "key",
-                    ) -> IdentityFn:
+def record_identity(
+    id_of: Part | str = "id",
+    order_key_of: Part | str | None = "key",
+) -> IdentityFn:
     """Return the identity function the checker uses (module docstring).
 
     ``id_of`` / ``order_key_of``: a field path (a string) or a callable ``Record ->
     value``; ``order_key_of=None`` checks no order. The default is the format of
     :func:`connectors.verify.make_input_value` (JSON ``id`` and ``key`` fields).
     """
+
     def part(spec: Part | str) -> Part:
         return FieldPath(spec) if isinstance(spec, str) else spec
 

@@ -53,16 +53,19 @@ def produce_input(
         if err is not None:
             errors.append(err)
 
-    producer = _clients.producer({
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "linger.ms": 20,
-    })
+    producer = _clients.producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+        }
+    )
     for i in range(start, start + n):
         j = rng.randrange(keys)
         key = f"k{j}"
-        producer.produce(topic, key=key.encode(), value=make_input_value(i, key, seq[j]),
-                         on_delivery=delivered)
+        producer.produce(
+            topic, key=key.encode(), value=make_input_value(i, key, seq[j]), on_delivery=delivered
+        )
         seq[j] += 1
         if (i - start) % POLL_EVERY == POLL_EVERY - 1:
             producer.poll(0)

@@ -98,7 +98,8 @@ def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
     admin = _clients.admin({"bootstrap.servers": bootstrap})
     partitions = partition_ids(admin, topic)
     level = (
-        IsolationLevel.READ_COMMITTED if isolation == READ_COMMITTED
+        IsolationLevel.READ_COMMITTED
+        if isolation == READ_COMMITTED
         else IsolationLevel.READ_UNCOMMITTED
     )
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}  # type: ignore[no-untyped-call]
@@ -128,13 +129,15 @@ def read_topic(
         msg = f"isolation must be {READ_COMMITTED!r} or {READ_UNCOMMITTED!r}, not {isolation!r}"
         raise ValueError(msg)
     targets = dict(ends) if ends is not None else end_offsets(bootstrap, topic, isolation)
-    consumer = _clients.consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"eos-verify-{uuid.uuid4().hex}",
-        "isolation.level": isolation,
-        "enable.auto.commit": False,
-        "enable.partition.eof": False,
-    })
+    consumer = _clients.consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"eos-verify-{uuid.uuid4().hex}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in targets])
         return _drain(consumer, topic, targets, timeout_s)
@@ -156,9 +159,8 @@ def _drain(
     while pending:
         if time.monotonic() > deadline:
             positions = _positions(consumer, topic, pending)
-            msg = (
-                f"reading {topic!r} did not reach the end offsets in {timeout_s}s: "
-                + ", ".join(f"p{p} at {positions[p]} of {targets[p]}" for p in sorted(pending))
+            msg = f"reading {topic!r} did not reach the end offsets in {timeout_s}s: " + ", ".join(
+                f"p{p} at {positions[p]} of {targets[p]}" for p in sorted(pending)
             )
             raise ReadTimeoutError(msg)
         for msg_ in consumer.consume(CONSUME_BATCH, timeout=POLL_TIMEOUT_S):

@@ -28,8 +28,10 @@ def report_table(report: CheckReport | TableReport, title: str | None = None) ->
         counts.title = f"{title or 'exactly-once check'}: {verdict}"
         _topic_counts(report, counts)
         kinds = TOPIC_KINDS
-    counts.add_row("last committed epoch",
-                   str(report.last_committed_epoch) if report.epoch_log_checked else "not checked")
+    counts.add_row(
+        "last committed epoch",
+        str(report.last_committed_epoch) if report.epoch_log_checked else "not checked",
+    )
     by_kind = Table(title="anomalies by type", show_header=True)
     by_kind.add_column("type")
     by_kind.add_column("count", justify="right")
@@ -45,8 +47,9 @@ def report_table(report: CheckReport | TableReport, title: str | None = None) ->
 def _topic_counts(report: CheckReport, counts: Table) -> None:
     counts.add_row("input records", f"{report.input_records:,}")
     counts.add_row("committed output records (read_committed)", f"{report.committed_records:,}")
-    counts.add_row("output records incl. aborted (read_uncommitted)",
-                   f"{report.uncommitted_records:,}")
+    counts.add_row(
+        "output records incl. aborted (read_uncommitted)", f"{report.uncommitted_records:,}"
+    )
     counts.add_row("aborted records (hidden from read_committed)", f"{report.aborted_records:,}")
     counts.add_row("output partitions", str(report.output_partitions))
     counts.add_row("commit / abort markers", f"{report.commit_markers} / {report.abort_markers}")

@@ -104,18 +104,30 @@ def analyze_table(
     for anomaly in extra:
         found.add(anomaly)
     for gid in prepared:
-        found.add(Anomaly(AnomalyKind.OPEN_TRANSACTION,
-                          f"prepared transaction {gid} of the sink is left in pg_prepared_xacts"))
+        found.add(
+            Anomaly(
+                AnomalyKind.OPEN_TRANSACTION,
+                f"prepared transaction {gid} of the sink is left in pg_prepared_xacts",
+            )
+        )
     if write_mode == APPEND:
         expected = _check_append(inputs, rows, identity, found)
     else:
-        expected = _check_keyed(inputs, rows, identity, op if write_mode == CHANGELOG else None,
-                                found)
+        expected = _check_keyed(
+            inputs, rows, identity, op if write_mode == CHANGELOG else None, found
+        )
     return TableReport(
-        table=table, write_mode=write_mode, input_records=len(inputs), table_rows=len(rows),
-        expected_rows=expected, anomaly_counts={k: found.counts[k] for k in TABLE_KINDS},
-        examples=tuple(found.examples), prepared=tuple(prepared), notes=tuple(notes),
-        epoch_log_checked=epoch_log_checked, last_committed_epoch=last_committed_epoch,
+        table=table,
+        write_mode=write_mode,
+        input_records=len(inputs),
+        table_rows=len(rows),
+        expected_rows=expected,
+        anomaly_counts={k: found.counts[k] for k in TABLE_KINDS},
+        examples=tuple(found.examples),
+        prepared=tuple(prepared),
+        notes=tuple(notes),
+        epoch_log_checked=epoch_log_checked,
+        last_committed_epoch=last_committed_epoch,
     )
 
 
@@ -137,7 +149,10 @@ def _check_append(
 
 
 def _check_keyed(
-    inputs: Sequence[Record], rows: Sequence[TableRow], identity: IdentityFn, op: OpFn | None,
+    inputs: Sequence[Record],
+    rows: Sequence[TableRow],
+    identity: IdentityFn,
+    op: OpFn | None,
     found: _Collector,
 ) -> int:
     last: dict[str, tuple[int, int, str, bool]] = {}  # key -> (partition, offset, id, deleted)
@@ -152,24 +167,43 @@ def _check_keyed(
         by_key[row.key].append(row)
     for key, (_, _, rid, deleted) in sorted(last.items()):
         if not deleted and key not in by_key:
-            found.add(Anomaly(AnomalyKind.LOST, f"key {key!r} is missing from the table; its "
-                                                "last input record is this one", record_id=rid))
+            found.add(
+                Anomaly(
+                    AnomalyKind.LOST,
+                    f"key {key!r} is missing from the table; its last input record is this one",
+                    record_id=rid,
+                )
+            )
     for key, kept in sorted(by_key.items()):
         if len(kept) > 1:
-            found.add(Anomaly(AnomalyKind.DUPLICATE, f"{len(kept)} rows of key {key!r}",
-                              record_id=kept[-1].id))
+            found.add(
+                Anomaly(
+                    AnomalyKind.DUPLICATE, f"{len(kept)} rows of key {key!r}", record_id=kept[-1].id
+                )
+            )
         want = last.get(key)
         if want is None:
-            found.add(Anomaly(AnomalyKind.UNKNOWN, f"key {key!r} is not in the input",
-                              record_id=kept[0].id))
+            found.add(
+                Anomaly(
+                    AnomalyKind.UNKNOWN, f"key {key!r} is not in the input", record_id=kept[0].id
+                )
+            )
         elif want[3]:
-            found.add(Anomaly(AnomalyKind.STALE_ROW, f"key {key!r} was deleted by record "
-                                                     f"{want[2]} but the table still holds it",
-                              record_id=kept[0].id))
+            found.add(
+                Anomaly(
+                    AnomalyKind.STALE_ROW,
+                    f"key {key!r} was deleted by record {want[2]} but the table still holds it",
+                    record_id=kept[0].id,
+                )
+            )
         elif any(row.id != want[2] for row in kept):
-            found.add(Anomaly(AnomalyKind.STALE_ROW, f"key {key!r} holds record "
-                                                     f"{kept[0].id}, its last change is {want[2]}",
-                              record_id=kept[0].id))
+            found.add(
+                Anomaly(
+                    AnomalyKind.STALE_ROW,
+                    f"key {key!r} holds record {kept[0].id}, its last change is {want[2]}",
+                    record_id=kept[0].id,
+                )
+            )
     return sum(1 for *_, deleted in last.values() if not deleted)
 
 

@@ -92,15 +92,20 @@ def check_table(
     say = progress or (lambda _step: None)
     if inputs is None:
         if bootstrap is None or input_topic is None:
-            msg = "pass the input records (inputs=...) or where to read them (bootstrap, input_topic)"
+            msg = (
+                "pass the input records (inputs=...) or where to read them (bootstrap, input_topic)"
+            )
             raise ValueError(msg)
         say("reading input (read_committed)")
         inputs = read_topic(bootstrap, input_topic)
     with psycopg.connect(dsn, autocommit=True) as conn:
         say("reading the table")
         query = sql.SQL("SELECT {}::text, {}::text FROM {}.{}").format(
-            sql.Identifier(id_column), sql.Identifier(key_column), sql.Identifier(schema),
-            sql.Identifier(table))
+            sql.Identifier(id_column),
+            sql.Identifier(key_column),
+            sql.Identifier(schema),
+            sql.Identifier(table),
+        )
         rows = [TableRow(str(i), str(k)) for i, k in conn.execute(query).fetchall()]
         say("prepared transactions")
         prepared = [str(gid) for gid in list_prepared(conn, sink_id)]
@@ -115,25 +120,41 @@ def check_table(
         history = _history(epoch_log, dsn, table, schema, sink_id, control_schema)
         extra = check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
         last = history.last_committed_epoch()
-        notes = [f"epoch log: last committed epoch {last}, markers of {len(markers)} write "
-                 "partitions"]
+        notes = [
+            f"epoch log: last committed epoch {last}, markers of {len(markers)} write partitions"
+        ]
         checked = True
     say("analyzing")
     return analyze_table(
-        inputs, rows, write_mode=write_mode, identity=key_fn, op=op_fn, prepared=prepared,
-        extra=extra, table=f"{schema}.{table}", notes=notes, epoch_log_checked=checked,
+        inputs,
+        rows,
+        write_mode=write_mode,
+        identity=key_fn,
+        op=op_fn,
+        prepared=prepared,
+        extra=extra,
+        table=f"{schema}.{table}",
+        notes=notes,
+        epoch_log_checked=checked,
         last_committed_epoch=last,
     )
 
 
 def _history(
-    epoch_log: str | HistoryLike | None, dsn: str, table: str, schema: str, sink_id: str,
+    epoch_log: str | HistoryLike | None,
+    dsn: str,
+    table: str,
+    schema: str,
+    sink_id: str,
     control_schema: str,
 ) -> HistoryLike:
     def table_log() -> Any:
         from connectors.postgres import PostgresEpochLog, PostgresSinkConfig
 
-        return PostgresEpochLog(PostgresSinkConfig.build(
-            dsn=dsn, table=table, sink_id=sink_id, schema=schema, control_schema=control_schema))
+        return PostgresEpochLog(
+            PostgresSinkConfig.build(
+                dsn=dsn, table=table, sink_id=sink_id, schema=schema, control_schema=control_schema
+            )
+        )
 
     return open_history(epoch_log, sink_id, table_log)

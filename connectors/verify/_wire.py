@@ -127,8 +127,21 @@ def _scan_partition(sock: socket.socket, topic: str, partition: int) -> Partitio
 def _consume_batches(data: bytes, state: _ScanState, offset: int) -> int:
     pos = 0
     while pos + _BATCH_HEADER.size <= len(data):
-        (base, length, _leader_epoch, magic, _crc, attrs, last_delta, _ts0, _ts1, producer_id,
-         producer_epoch, _seq, _count) = _BATCH_HEADER.unpack_from(data, pos)
+        (
+            base,
+            length,
+            _leader_epoch,
+            magic,
+            _crc,
+            attrs,
+            last_delta,
+            _ts0,
+            _ts1,
+            producer_id,
+            producer_epoch,
+            _seq,
+            _count,
+        ) = _BATCH_HEADER.unpack_from(data, pos)
         end = pos + 12 + length
         if end > len(data):
             break  # a partial batch at the end of the response: fetch it again
@@ -137,10 +150,11 @@ def _consume_batches(data: bytes, state: _ScanState, offset: int) -> int:
             raise WireError(msg)
         last = base + last_delta
         if last >= offset:
-            span = BatchSpan(base, last, producer_id, producer_epoch,
-                             bool(attrs & _ATTR_TRANSACTIONAL))
+            span = BatchSpan(
+                base, last, producer_id, producer_epoch, bool(attrs & _ATTR_TRANSACTIONAL)
+            )
             if attrs & _ATTR_CONTROL:
-                _settle(state, producer_id, _control_type(data[pos + _BATCH_HEADER.size:end]))
+                _settle(state, producer_id, _control_type(data[pos + _BATCH_HEADER.size : end]))
             elif span.transactional:
                 state.open_by_pid.setdefault(producer_id, []).append(span)
             else:
@@ -228,7 +242,7 @@ def _parse_fetch(
     pos += 4 + max(n_aborted, 0) * 16
     size = struct.unpack_from(">i", data, pos)[0]
     pos += 4
-    return hwm, lso, data[pos:pos + max(size, 0)]
+    return hwm, lso, data[pos : pos + max(size, 0)]
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:

@@ -94,8 +94,7 @@ def start_query(spark: Any, bootstrap: str, topic: str, fn: Any, sink: KafkaSink
         )
         .selectExpr("r.id AS id", "r.key AS key", "r.seq AS seq", "in_offset")
     )
-    enriched = async_map(records, fn, output_schema="score bigint",
-                         config=AsyncConfig(capacity=8))
+    enriched = async_map(records, fn, output_schema="score bigint", config=AsyncConfig(capacity=8))
     out = enriched.selectExpr("key", "to_json(struct(id, key, seq, score)) AS value", "in_offset")
     return (
         out.writeStream.foreachBatch(sink)
@@ -135,11 +134,19 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     ck = tmp_path / "ck"
 
     def sink(stage_retries: int) -> KafkaSink:  # a fresh instance per run, as after a restart
-        return closing(KafkaSink(
-            kafka_bootstrap, out, sink_id, guarantee="exactly-once", mode=mode, parallelism=2,
-            order_by=("in_offset",), stage_retries=stage_retries,
-            fault_plan=FaultPlan(str(plan_path)),
-        ))
+        return closing(
+            KafkaSink(
+                kafka_bootstrap,
+                out,
+                sink_id,
+                guarantee="exactly-once",
+                mode=mode,
+                parallelism=2,
+                order_by=("in_offset",),
+                stage_retries=stage_retries,
+                fault_plan=FaultPlan(str(plan_path)),
+            )
+        )
 
     # No stage retries: a re-run inside the call would call the service again and get past
     # the failure, which then would not reach the query.
@@ -151,8 +158,9 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     assert "RequestFailedError" in error and f"HTTP 500 for key {FAILING_ID}" in error, error
     assert http_service.state.hits[(ns, FAILING_ID)] == 1
     # epoch 0 committed, nothing of the failed epoch 1 is visible
-    assert sorted(json.loads(r.value)["id"] for r in read_committed_topic(kafka_bootstrap, out)) \
-        == list(range(PER_BATCH))
+    assert sorted(
+        json.loads(r.value)["id"] for r in read_committed_topic(kafka_bootstrap, out)
+    ) == list(range(PER_BATCH))
 
     write_faults(plan_path)
     # Two stage retries absorb the two injected write-stage faults within the replayed call
@@ -163,8 +171,7 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     assert (tmp_path / "faults.json.pre.0").exists() and (tmp_path / "faults.json.post.0").exists()
     assert http_service.state.hits[(ns, FAILING_ID)] >= 2
 
-    report = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out,
-                                sink_id=sink_id)
+    report = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id)
     print_report(report)
     assert report.ok, [(a.kind.value, a.record_id, a.detail) for a in report.examples]
     assert report.epoch_log_checked and report.last_committed_epoch == 1

@@ -75,8 +75,9 @@ def test_ordered_enrichment_keeps_input_order(spark: SparkSession, http_service:
     df = spark.range(0, 200, numPartitions=2)
     metrics = MetricsAccumulator(spark)
     fn = enricher(http_service.port, ns, delay_of=lambda k: (k * 37) % 25)
-    out = async_map(df, fn, output_schema=ENRICHMENT, config=AsyncConfig(capacity=8),
-                    metrics=metrics)
+    out = async_map(
+        df, fn, output_schema=ENRICHMENT, config=AsyncConfig(capacity=8), metrics=metrics
+    )
     assert out.columns == ["id", "score", "hit"]
     rows = out.collect()
     assert [r.id for r in rows] == list(range(200))
@@ -194,8 +195,13 @@ def test_streaming_micro_batches_with_per_batch_metrics(
     )
     metrics = MetricsAccumulator(spark)
     fn = enricher(http_service.port, ns, delay_of=lambda k: k % 7)
-    enriched = async_map(stream, fn, output_schema=ENRICHMENT,
-                         config=AsyncConfig(ordered=False, capacity=6), metrics=metrics)
+    enriched = async_map(
+        stream,
+        fn,
+        output_schema=ENRICHMENT,
+        config=AsyncConfig(ordered=False, capacity=6),
+        metrics=metrics,
+    )
     seen: list[tuple[int, int]] = []
     per_batch: list[int] = []
 

@@ -31,26 +31,41 @@ def cluster_config(scenario: Scenario, target: ClusterTarget, **overrides: Any) 
     return scenario.config(master=target.master_url, **overrides)
 
 
-def start_on_cluster(target: ClusterTarget, cfg: PipelineConfig, workdir: Path,
-                     name: str) -> AppProcess:
+def start_on_cluster(
+    target: ClusterTarget, cfg: PipelineConfig, workdir: Path, name: str
+) -> AppProcess:
     """Start the query as an application on the cluster (driver env from ``target``)."""
     with mock.patch.dict(os.environ, target.env):
         return AppProcess(cfg, workdir, name, allow_kill_app=True).start()
 
 
-def run_on_cluster(scenario: Scenario, target: ClusterTarget, cfg: PipelineConfig, name: str,
-                   *, expect: int | None = 0) -> AppProcess:
+def run_on_cluster(
+    scenario: Scenario,
+    target: ClusterTarget,
+    cfg: PipelineConfig,
+    name: str,
+    *,
+    expect: int | None = 0,
+) -> AppProcess:
     """Run the query to its exit; assert the exit code when ``expect`` is given."""
     app = start_on_cluster(target, cfg, scenario.tmp / "apps", name)
     code = app.wait(APP_RUN_TIMEOUT_S)
     if expect is not None:
-        assert code == expect, (f"app {name} exited {code}, expected {expect}; errors:\n"
-                                f"{app.failure_summary()}\n(full log: {app.stderr_path})")
+        assert code == expect, (
+            f"app {name} exited {code}, expected {expect}; errors:\n"
+            f"{app.failure_summary()}\n(full log: {app.stderr_path})"
+        )
     return app
 
 
-def claim_pid(plan_path: str, fault_id: str, n: int = 0, *, app: AppProcess | None = None,
-              timeout_s: float = FAULT_WAIT_S) -> int:
+def claim_pid(
+    plan_path: str,
+    fault_id: str,
+    n: int = 0,
+    *,
+    app: AppProcess | None = None,
+    timeout_s: float = FAULT_WAIT_S,
+) -> int:
     """Wait until firing ``n`` of fault ``fault_id`` is claimed; return the claiming pid.
 
     The fault plan writes the pid of the process that fired (a Python worker) into the
@@ -72,8 +87,9 @@ def claim_pid(plan_path: str, fault_id: str, n: int = 0, *, app: AppProcess | No
 def executor_of(cluster: StandaloneCluster, pid: int) -> ExecutorProcess:
     """The executor JVM hosting process ``pid`` (a Python worker of a write task)."""
     exe = cluster.executor_hosting(pid)
-    assert exe is not None, (f"process {pid} runs in none of the cluster's executors "
-                             f"{cluster.executors()}")
+    assert exe is not None, (
+        f"process {pid} runs in none of the cluster's executors {cluster.executors()}"
+    )
     return exe
 
 

@@ -37,11 +37,18 @@ def _write(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
     from connectors.kafka import KafkaSink
     from connectors.verify import read_committed_topic
 
-    rows = [(r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
-            for r in read_committed_topic(job["bootstrap"], job["input_topic"])]
+    rows = [
+        (r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
+        for r in read_committed_topic(job["bootstrap"], job["input_topic"])
+    ]
     df = spark.createDataFrame(rows, SPARK_SCHEMA_DDL)
-    sink = KafkaSink(job["bootstrap"], job["output_topic"], job["sink_id"],
-                     order_by=ORDER_COLUMNS, **job["sink_args"])
+    sink = KafkaSink(
+        job["bootstrap"],
+        job["output_topic"],
+        job["sink_id"],
+        order_by=ORDER_COLUMNS,
+        **job["sink_args"],
+    )
     try:
         result = sink(df, job["epoch"])
     except Exception as exc:  # noqa: BLE001 - the answer reports any failure
@@ -55,12 +62,16 @@ def _answer(spark: Any, command: str) -> dict[str, Any]:
     from connectors.stage._slots import task_slots, wait_for_task_slots
 
     if command.startswith("sink "):
-        return _write(spark, json.loads(command[len("sink "):]))
+        return _write(spark, json.loads(command[len("sink ") :]))
     words = command.split()
     slots = wait_for_task_slots(spark, int(words[1])) if words[0] == "wait" else task_slots(spark)
     sc = spark.sparkContext
-    return {**asdict(slots), "free": slots.free, "default_parallelism": sc.defaultParallelism,
-            "app_id": sc.applicationId}
+    return {
+        **asdict(slots),
+        "free": slots.free,
+        "default_parallelism": sc.defaultParallelism,
+        "app_id": sc.applicationId,
+    }
 
 
 def main() -> int:
@@ -89,13 +100,17 @@ class DriverProcess:
         with mock.patch.dict(os.environ, env), log.open("w") as err:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "integration_tests.cluster._driver", json.dumps(conf)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                env=dict(os.environ), start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=dict(os.environ),
+                start_new_session=True,
             )
         self.log = log
         ready = self._line()
         assert ready.startswith("READY "), f"driver did not start: {ready!r}; see {log}"
-        self.app_id: str = json.loads(ready[len("READY "):])["app_id"]
+        self.app_id: str = json.loads(ready[len("READY ") :])["app_id"]
 
     def _line(self) -> str:
         assert self._proc.stdout is not None

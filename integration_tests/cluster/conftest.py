@@ -32,8 +32,10 @@ class ClusterTarget:
     def require_own(self) -> StandaloneCluster:
         """The cluster this session started; skips the test on an external cluster."""
         if self.own is None:
-            pytest.skip("kills executors or workers, which needs the cluster this test "
-                        "session starts; SPARK_MASTER_URL names an external one")
+            pytest.skip(
+                "kills executors or workers, which needs the cluster this test "
+                "session starts; SPARK_MASTER_URL names an external one"
+            )
         return self.own
 
 

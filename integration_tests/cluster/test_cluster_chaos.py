@@ -65,8 +65,7 @@ REPLACE_TIMEOUT_S = 120.0
 # The faults of each mode, one per epoch from epoch 1 on (epoch 0 runs clean).
 SCHEDULES = {
     "unaligned": ("executor_mid_write", "worker_mid_write", "driver_mid_write"),
-    "aligned": ("executor_mid_write", "executor_mid_vote", "worker_mid_write",
-                "driver_mid_write"),
+    "aligned": ("executor_mid_write", "executor_mid_vote", "worker_mid_write", "driver_mid_write"),
 }
 # Write partitions per sink: aligned runs all 2 x P tasks at once on the cluster's 2 slots.
 PARALLELISM = {"unaligned": 2, "aligned": 1}
@@ -75,24 +74,47 @@ PARALLELISM = {"unaligned": 2, "aligned": 1}
 def _faults(kind: str, epoch: int) -> list[dict[str, Any]]:
     """Fault plan entries holding the tasks of ``epoch`` where ``kind`` strikes."""
     if kind == "executor_mid_vote":
-        return [{"id": f"e{epoch}", "step": "after_pre_commit", "epoch": epoch, "partition": 1,
-                 "action": "sleep", "seconds": 0.01},
-                {"id": f"e{epoch}-held", "step": "after_pre_commit", "epoch": epoch,
-                 "partition": 0, "action": "sleep", "seconds": HOLD_S}]
-    return [{"id": f"e{epoch}", "step": "mid_write", "epoch": epoch, "action": "sleep",
-             "seconds": HOLD_S, "after_rows": 10, "times": 2}]
+        return [
+            {
+                "id": f"e{epoch}",
+                "step": "after_pre_commit",
+                "epoch": epoch,
+                "partition": 1,
+                "action": "sleep",
+                "seconds": 0.01,
+            },
+            {
+                "id": f"e{epoch}-held",
+                "step": "after_pre_commit",
+                "epoch": epoch,
+                "partition": 0,
+                "action": "sleep",
+                "seconds": HOLD_S,
+            },
+        ]
+    return [
+        {
+            "id": f"e{epoch}",
+            "step": "mid_write",
+            "epoch": epoch,
+            "action": "sleep",
+            "seconds": HOLD_S,
+            "after_rows": 10,
+            "times": 2,
+        }
+    ]
 
 
-def _replacement_launched(cluster: StandaloneCluster, app_id: str,
-                          lost: set[str]) -> Callable[[], bool]:
+def _replacement_launched(
+    cluster: StandaloneCluster, app_id: str, lost: set[str]
+) -> Callable[[], bool]:
     def launched() -> bool:
         return any(e.executor_id not in lost for e in cluster.executors(app_id))
 
     return launched
 
 
-def _strike(kind: str, epoch: int, plan: str, cluster: StandaloneCluster,
-            app: AppProcess) -> None:
+def _strike(kind: str, epoch: int, plan: str, cluster: StandaloneCluster, app: AppProcess) -> None:
     """Wait until ``epoch``'s tasks are held, then deliver fault ``kind``."""
     victim = executor_of(cluster, claim_pid(plan, f"e{epoch}", 0))
     lost = {e.executor_id for e in cluster.executors(victim.app_id)}
@@ -107,13 +129,21 @@ def _strike(kind: str, epoch: int, plan: str, cluster: StandaloneCluster,
         cluster.restart_worker(index)
     else:
         os.kill(victim.pid, signal.SIGKILL)
-    wait_until(_replacement_launched(cluster, victim.app_id, lost), REPLACE_TIMEOUT_S,
-               f"a new executor after {kind} in epoch {epoch}")
+    wait_until(
+        _replacement_launched(cluster, victim.app_id, lost),
+        REPLACE_TIMEOUT_S,
+        f"a new executor after {kind} in epoch {epoch}",
+    )
 
 
 @pytest.fixture
-def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str],
-             request: pytest.FixtureRequest, schema: str) -> Scenario:
+def scenario(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    new_topic: Callable[..., str],
+    request: pytest.FixtureRequest,
+    schema: str,
+) -> Scenario:
     epochs = 1 + len(SCHEDULES[request.node.callspec.params["mode"]])
     sc = Scenario.create(kafka_bootstrap, tmp_path, new_topic, n=epochs * CHUNK)
     sc.sink_id = f"{schema}-mix"  # the schema fixture rolls back this sink's prepared leftovers
@@ -123,8 +153,9 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
 def _check_both(scenario: Scenario, table: TableSide) -> None:
     """Every input row once in the topic and in the table; no prepared transaction left."""
     kafka_id, pg_id = member_ids(scenario.sink_id)
-    shared = member_history(load_history(scenario.bootstrap, scenario.sink_id, None,
-                                         DEFAULT_EPOCH_LOG_TOPIC), members=2)
+    shared = member_history(
+        load_history(scenario.bootstrap, scenario.sink_id, None, DEFAULT_EPOCH_LOG_TOPIC), members=2
+    )
     assert_exact(scenario.check(sink_id=kafka_id, epoch_log=shared))
     report = table.check(pg_id, scenario.inputs, epoch_log=shared)
     assert report.ok and report.epoch_log_checked, report.examples
@@ -132,16 +163,24 @@ def _check_both(scenario: Scenario, table: TableSide) -> None:
 
 
 @pytest.mark.parametrize("mode", ["unaligned", "aligned"])
-def test_executors_workers_and_driver_killed(scenario: Scenario, spark_cluster: ClusterTarget,
-                                             mode: str, postgres_dsn: str, schema: str) -> None:
+def test_executors_workers_and_driver_killed(
+    scenario: Scenario, spark_cluster: ClusterTarget, mode: str, postgres_dsn: str, schema: str
+) -> None:
     cluster = spark_cluster.require_own()
     epochs = scenario.stage()
     table = TableSide(postgres_dsn, schema).create()
     schedule = list(enumerate(SCHEDULES[mode], start=1))
     plan = scenario.fault_plan([f for epoch, kind in schedule for f in _faults(kind, epoch)])
-    cfg = cluster_config(scenario, spark_cluster, fault_plan=plan, mode=mode, stage_retries=2,
-                         sink="kafka+postgres", parallelism=PARALLELISM[mode],
-                         **table.options())
+    cfg = cluster_config(
+        scenario,
+        spark_cluster,
+        fault_plan=plan,
+        mode=mode,
+        stage_retries=2,
+        sink="kafka+postgres",
+        parallelism=PARALLELISM[mode],
+        **table.options(),
+    )
     # 1. one application runs until the driver is killed (the last fault of the schedule)
     first = start_on_cluster(spark_cluster, cfg, scenario.tmp / "apps", "first")
     for epoch, kind in schedule:

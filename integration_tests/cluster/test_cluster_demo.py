@@ -23,17 +23,33 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 DEMO_TIMEOUT_S = 780.0
 
 
-def test_demo_runs_exactly_once_on_the_cluster(spark_cluster: ClusterTarget,
-                                               kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_demo_runs_exactly_once_on_the_cluster(
+    spark_cluster: ClusterTarget, kafka_bootstrap: str, tmp_path: Path
+) -> None:
     env = {**os.environ, **spark_cluster.env}
     proc = subprocess.run(
-        [sys.executable, "-m", "connectors.demo", "--master", spark_cluster.master_url,
-         "--bootstrap-servers", kafka_bootstrap, "--records", "1200", "--epochs", "3",
-         "--work-dir", str(tmp_path / "demo")],
-        env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, check=False,
+        [
+            sys.executable,
+            "-m",
+            "connectors.demo",
+            "--master",
+            spark_cluster.master_url,
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--records",
+            "1200",
+            "--epochs",
+            "3",
+            "--work-dir",
+            str(tmp_path / "demo"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+        check=False,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert f"Spark master: {spark_cluster.master_url}" in out
     assert "1,200" in out
-

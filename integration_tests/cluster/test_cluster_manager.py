@@ -41,9 +41,15 @@ def test_killed_executor_is_replaced(spark_cluster: ClusterTarget, tmp_path: Pat
         assert len(before) == WORKERS and len({e.worker_port for e in before}) == WORKERS
         victim = before[0]
         os.kill(victim.pid, signal.SIGKILL)
-        wait_until(lambda: {e.executor_id for e in cluster.executors(driver.app_id)}
-                   - {e.executor_id for e in before} != set(),
-                   EXECUTOR_TIMEOUT_S, "a replacement executor")
+        wait_until(
+            lambda: (
+                {e.executor_id for e in cluster.executors(driver.app_id)}
+                - {e.executor_id for e in before}
+                != set()
+            ),
+            EXECUTOR_TIMEOUT_S,
+            "a replacement executor",
+        )
         after = cluster.executors(driver.app_id)
         assert victim.pid not in {e.pid for e in after}
         assert victim.worker_port in {e.worker_port for e in after}  # the freed core is reused
@@ -55,8 +61,11 @@ def test_worker_restart_registers_again(spark_cluster: ClusterTarget) -> None:
     old_port = cluster.worker_ports()[1]
     cluster.kill_worker(1)
     assert cluster.worker_ports()[1] is None
-    wait_until(lambda: old_port not in {w.port for w in cluster.status().alive_workers},
-               EXECUTOR_TIMEOUT_S, "the master noticing the dead worker")
+    wait_until(
+        lambda: old_port not in {w.port for w in cluster.status().alive_workers},
+        EXECUTOR_TIMEOUT_S,
+        "the master noticing the dead worker",
+    )
     cluster.restart_worker(1)
     alive = cluster.status().alive_workers
     assert len(alive) == WORKERS

@@ -45,7 +45,8 @@ class _DriverLog:
         self._writer = jvm.java.io.StringWriter()
         layout = self._core.layout.PatternLayout.createDefaultLayout()
         self._appender = self._core.appender.WriterAppender.createAppender(
-            layout, None, self._writer, f"eos-test-{id(self)}", False, True)
+            layout, None, self._writer, f"eos-test-{id(self)}", False, True
+        )
         self._appender.start()
         self._logger = self._context.getLogger(logger)
         self._logger.addAppender(self._appender)
@@ -82,13 +83,15 @@ def test_aligned_epochs_in_local_mode_log_no_executor_request_warning(
     from connectors.kafka import KafkaSink
 
     topic = new_topic("slots-warn", 2)
-    sink = KafkaSink(kafka_bootstrap, topic, f"slots-{uuid.uuid4().hex[:8]}", parallelism=2,
-                     mode="aligned")
+    sink = KafkaSink(
+        kafka_bootstrap, topic, f"slots-{uuid.uuid4().hex[:8]}", parallelism=2, mode="aligned"
+    )
     captured = _DriverLog(spark, "org.apache.spark")  # every Spark logger of the driver
     try:
         for epoch in range(2):
             df = spark.range(epoch * 10, (epoch + 1) * 10).selectExpr(
-                "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+                "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value"
+            )
             assert sink(df, epoch).committed
         assert "Requesting executors" not in captured.text()
     finally:

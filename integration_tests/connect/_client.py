@@ -44,11 +44,18 @@ def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
     from connectors.kafka import KafkaSink
     from connectors.verify import read_committed_topic
 
-    rows = [(r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
-            for r in read_committed_topic(args["bootstrap"], args["input_topic"])]
+    rows = [
+        (r.key.decode() if r.key is not None else None, r.value, r.partition, r.offset)
+        for r in read_committed_topic(args["bootstrap"], args["input_topic"])
+    ]
     df = spark.createDataFrame(rows, SPARK_SCHEMA_DDL)
-    sink = KafkaSink(args["bootstrap"], args["output_topic"], args["sink_id"],
-                     order_by=ORDER_COLUMNS, **args["sink"])
+    sink = KafkaSink(
+        args["bootstrap"],
+        args["output_topic"],
+        args["sink_id"],
+        order_by=ORDER_COLUMNS,
+        **args["sink"],
+    )
     try:
         result = sink(df, 0)
     finally:
@@ -65,14 +72,23 @@ def _async_map(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
     from connectors.async_io import AsyncConfig, MetricsAccumulator, async_map
 
     metrics = MetricsAccumulator(spark) if args.get("metrics") else None
-    df = async_map(spark.range(args["rows"]), _double, output_schema="doubled long",
-                   config=AsyncConfig(capacity=4), metrics=metrics)
+    df = async_map(
+        spark.range(args["rows"]),
+        _double,
+        output_schema="doubled long",
+        config=AsyncConfig(capacity=4),
+        metrics=metrics,
+    )
     rows = df.collect()
     return {"rows": len(rows), "all_doubled": all(r["doubled"] == 2 * r["id"] for r in rows)}
 
 
-SCENARIOS = {"range": _range, "pipeline": _pipeline, "sink_batch": _sink_batch,
-             "async_map": _async_map}
+SCENARIOS = {
+    "range": _range,
+    "pipeline": _pipeline,
+    "sink_batch": _sink_batch,
+    "async_map": _async_map,
+}
 
 
 def main() -> int:

@@ -40,12 +40,22 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def run_client(url: str, scenario: str, args: dict[str, Any], log: Path) -> dict[str, Any]:
     """Run one ``_client`` scenario against ``url``; return its RESULT document."""
     proc = subprocess.run(
-        [sys.executable, "-m", "integration_tests.connect._client", scenario, url,
-         json.dumps(args)],
-        capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, cwd=REPO, check=False,
+        [
+            sys.executable,
+            "-m",
+            "integration_tests.connect._client",
+            scenario,
+            url,
+            json.dumps(args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        cwd=REPO,
+        check=False,
     )
     log.write_text(f"{proc.stdout}\n---- stderr ----\n{proc.stderr}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"client {scenario} printed no RESULT (exit {proc.returncode}); see {log}"
-    result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
     return result

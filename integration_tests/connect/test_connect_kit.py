@@ -38,8 +38,7 @@ RAW_CONNECT_ERRORS = {"PySparkAttributeError", "PySparkNotImplementedError"}
 
 
 def test_a_query_runs(connect_url: str, tmp_path: Path) -> None:
-    assert run_client(connect_url, "range", {}, tmp_path / "client.log") == {"ok": True,
-                                                                             "sum": 45}
+    assert run_client(connect_url, "range", {}, tmp_path / "client.log") == {"ok": True, "sum": 45}
 
 
 def test_kafka_source_and_unaligned_sink_exactly_once(
@@ -48,13 +47,20 @@ def test_kafka_source_and_unaligned_sink_exactly_once(
     inp, out = new_topic("cn-in", partitions=2), new_topic("cn-out", partitions=3)
     produce_input(kafka_bootstrap, inp, RECORDS)
     sink_id = f"cn-{uuid.uuid4().hex[:10]}"
-    cfg = {"bootstrap": kafka_bootstrap, "input_dir": str(tmp_path / "unused"),
-           "checkpoint": str(tmp_path / "checkpoint"), "output_topic": out,
-           "sink_id": sink_id, "mode": "unaligned", "parallelism": 2, "source": "kafka",
-           "input_topic": inp, "max_offsets_per_trigger": RECORDS // 2}
+    cfg = {
+        "bootstrap": kafka_bootstrap,
+        "input_dir": str(tmp_path / "unused"),
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "output_topic": out,
+        "sink_id": sink_id,
+        "mode": "unaligned",
+        "parallelism": 2,
+        "source": "kafka",
+        "input_topic": inp,
+        "max_offsets_per_trigger": RECORDS // 2,
+    }
     assert run_client(connect_url, "pipeline", cfg, tmp_path / "client.log") == {"ok": True}
-    report = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out,
-                                sink_id=sink_id)
+    report = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id)
     assert report.ok and report.committed_records == RECORDS, report.examples
 
 
@@ -69,21 +75,28 @@ def test_aligned_sink_fails_at_start_with_a_typed_error(
     inp, out = new_topic("cn-in", partitions=2), new_topic("cn-out", partitions=3)
     produce_input(kafka_bootstrap, inp, RECORDS)
     sink_id = f"cn-{uuid.uuid4().hex[:10]}"
-    args = {"bootstrap": kafka_bootstrap, "input_topic": inp, "output_topic": out,
-            "sink_id": sink_id, "sink": {"mode": "aligned", "parallelism": 2}}
+    args = {
+        "bootstrap": kafka_bootstrap,
+        "input_topic": inp,
+        "output_topic": out,
+        "sink_id": sink_id,
+        "sink": {"mode": "aligned", "parallelism": 2},
+    }
     result = run_client(connect_url, "sink_batch", args, tmp_path / "client.log")
     assert not result["ok"]
     # nothing was planned or written before the failure
-    report = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out,
-                                sink_id=sink_id, allow_in_doubt=True)
+    report = check_exactly_once(
+        kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id, allow_in_doubt=True
+    )
     assert report.committed_records == 0 and report.uncommitted_records == 0
     assert result["error_type"] not in RAW_CONNECT_ERRORS, result
     assert "Spark Connect" in result["error"]
 
 
 def test_async_metrics_fail_at_start_with_a_typed_error(connect_url: str, tmp_path: Path) -> None:
-    result = run_client(connect_url, "async_map", {"rows": 10, "metrics": True},
-                        tmp_path / "client.log")
+    result = run_client(
+        connect_url, "async_map", {"rows": 10, "metrics": True}, tmp_path / "client.log"
+    )
     assert not result["ok"]
     assert result["error_type"] not in RAW_CONNECT_ERRORS, result
     assert "Spark Connect" in result["error"]

@@ -53,8 +53,7 @@ class Scenario:
         inp = new_topic("e2e-in", partitions=2)
         out = new_topic("e2e-out", partitions=3)
         produce_input(bootstrap, inp, n, keys=KEYS)
-        inputs = sorted(read_committed_topic(bootstrap, inp),
-                        key=lambda r: (r.partition, r.offset))
+        inputs = sorted(read_committed_topic(bootstrap, inp), key=lambda r: (r.partition, r.offset))
         assert len(inputs) == n
         return cls(bootstrap, tmp, inp, out, f"e2e-{uuid.uuid4().hex[:10]}", inputs)
 
@@ -64,10 +63,11 @@ class Scenario:
 
     def stage(self, first: int = 0, last: int | None = None) -> int:
         """Write chunks ``first..last-1`` (all remaining by default) as input files."""
-        chunks = [self.inputs[i:i + CHUNK] for i in range(0, len(self.inputs), CHUNK)]
+        chunks = [self.inputs[i : i + CHUNK] for i in range(0, len(self.inputs), CHUNK)]
         selected = chunks[first:last]
-        return write_chunks([r for c in selected for r in c], self.input_dir, CHUNK,
-                            first_chunk=first)
+        return write_chunks(
+            [r for c in selected for r in c], self.input_dir, CHUNK, first_chunk=first
+        )
 
     def config(self, **overrides: Any) -> PipelineConfig:
         base = PipelineConfig(
@@ -99,7 +99,9 @@ class Scenario:
         """Check the output topic; ``sink_id`` defaults to the scenario's."""
         kwargs.setdefault("sink_id", self.sink_id)
         report = check_exactly_once(
-            self.bootstrap, input_topic=self.input_topic, output_topic=self.output_topic,
+            self.bootstrap,
+            input_topic=self.input_topic,
+            output_topic=self.output_topic,
             **kwargs,
         )
         print_report(report)
@@ -111,8 +113,11 @@ def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
     deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         md = admin.list_topics(topic=name, timeout=5).topics.get(name)
-        if md is not None and md.error is None and len(md.partitions) == partitions and all(
-            p.leader >= 0 for p in md.partitions.values()
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
         ):
             return
         time.sleep(0.1)

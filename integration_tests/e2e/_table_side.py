@@ -39,15 +39,27 @@ class TableSide:
 
     def options(self, protocol: str = "auto") -> dict[str, Any]:
         """``PipelineConfig`` fields of a query writing this table."""
-        return {"postgres_dsn": self.dsn, "postgres_table": TABLE, "postgres_schema": self.schema,
-                "postgres_control_schema": self.schema, "postgres_write_mode": self.write_mode,
-                "postgres_protocol": protocol}
+        return {
+            "postgres_dsn": self.dsn,
+            "postgres_table": TABLE,
+            "postgres_schema": self.schema,
+            "postgres_control_schema": self.schema,
+            "postgres_write_mode": self.write_mode,
+            "postgres_protocol": protocol,
+        }
 
     def check(self, sink_id: str, inputs: Sequence[Record], **kwargs: Any) -> TableReport:
         report = check_table(
-            self.dsn, table=TABLE, schema=self.schema, control_schema=self.schema,
-            sink_id=sink_id, inputs=inputs, write_mode=self.write_mode,
-            op_fn=record_op if self.write_mode == "changelog" else None, **kwargs)
+            self.dsn,
+            table=TABLE,
+            schema=self.schema,
+            control_schema=self.schema,
+            sink_id=sink_id,
+            inputs=inputs,
+            write_mode=self.write_mode,
+            op_fn=record_op if self.write_mode == "changelog" else None,
+            **kwargs,
+        )
         print_report(report)
         return report
 
@@ -59,8 +71,11 @@ class TableSide:
     def ids(self) -> list[int]:
         """The record ids in the table (one per row)."""
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            rows = conn.execute(sql.SQL("SELECT id FROM {}.{}").format(
-                sql.Identifier(self.schema), sql.Identifier(TABLE))).fetchall()
+            rows = conn.execute(
+                sql.SQL("SELECT id FROM {}.{}").format(
+                    sql.Identifier(self.schema), sql.Identifier(TABLE)
+                )
+            ).fetchall()
         return [int(r[0]) for r in rows]
 
 

@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(
         bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")),
         reason="restarts a broker it owns; an external cluster (KAFKA_BOOTSTRAP_SERVERS) "
-               "cannot be restarted by the test",
+        "cannot be restarted by the test",
     ),
 ]
 
@@ -68,8 +68,9 @@ def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> Non
 
     from minikafka import BrokerProcess
 
-    with BrokerProcess(data_dir=str(tmp_path / "broker"),
-                       extra_args=["--topic-load-delay-ms", str(LOAD_DELAY_MS)]) as broker:
+    with BrokerProcess(
+        data_dir=str(tmp_path / "broker"), extra_args=["--topic-load-delay-ms", str(LOAD_DELAY_MS)]
+    ) as broker:
         time.sleep(LOAD_DELAY_MS / 1000 + 0.5)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
 
@@ -81,15 +82,26 @@ def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> Non
 
         sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic, n=RECORDS)
         epochs = sc.stage()
-        hold = sc.fault_plan([{"id": "hold", "step": "driver_after_plan", "epoch": 1,
-                               "action": "sleep", "seconds": RUN_BEFORE_RESTART_S}])
-        app = AppProcess(sc.config(mode=mode, fault_plan=hold), tmp_path / "apps",
-                         name="run").start()
+        hold = sc.fault_plan(
+            [
+                {
+                    "id": "hold",
+                    "step": "driver_after_plan",
+                    "epoch": 1,
+                    "action": "sleep",
+                    "seconds": RUN_BEFORE_RESTART_S,
+                }
+            ]
+        )
+        app = AppProcess(
+            sc.config(mode=mode, fault_plan=hold), tmp_path / "apps", name="run"
+        ).start()
         assert app.wait_for(lambda a: len(a.epochs) >= 2, APP_RUN_TIMEOUT_S), app.stderr_tail()
         for how in ("clean", "killed", "killed-down"):
             seen = len(app.epochs)
             assert app.wait_for(lambda a, n=seen: len(a.epochs) >= n + 2, APP_RUN_TIMEOUT_S), (
-                app.stderr_tail())
+                app.stderr_tail()
+            )
             _restart(broker, how)
         before_last = len(app.epochs)
         code = app.wait(APP_RUN_TIMEOUT_S)

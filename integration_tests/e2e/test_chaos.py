@@ -50,8 +50,19 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
 @pytest.mark.parametrize("mode", ["unaligned", "aligned"])
 def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
     scenario.stage()
-    plan = scenario.fault_plan([{"id": "kill", "step": "mid_write", "epoch": 1, "partition": 0,
-                                 "action": "kill", "after_rows": 10, "times": 1}])
+    plan = scenario.fault_plan(
+        [
+            {
+                "id": "kill",
+                "step": "mid_write",
+                "epoch": 1,
+                "partition": 0,
+                "action": "kill",
+                "after_rows": 10,
+                "times": 1,
+            }
+        ]
+    )
     # The query must finish on its own: Spark retries the killed task (local[2,4]) in
     # unaligned mode; in aligned mode Spark never retries a barrier result stage, so the
     # sink re-runs the failed write stage itself (stage_retries).
@@ -65,10 +76,25 @@ def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scen
     # the sink would re-run the stage (stage_retries=2): at-most-once must not write any
     # of those rows again. Losing the rest of the partition is allowed.
     scenario.stage()
-    plan = scenario.fault_plan([{"id": "boom", "step": "mid_write", "epoch": 1, "partition": 0,
-                                 "action": "raise", "after_rows": 10, "times": 1}])
-    scenario.run(scenario.config(fault_plan=plan, guarantee="at-most-once", mode="unaligned",
-                                 stage_retries=2), "run")
+    plan = scenario.fault_plan(
+        [
+            {
+                "id": "boom",
+                "step": "mid_write",
+                "epoch": 1,
+                "partition": 0,
+                "action": "raise",
+                "after_rows": 10,
+                "times": 1,
+            }
+        ]
+    )
+    scenario.run(
+        scenario.config(
+            fault_plan=plan, guarantee="at-most-once", mode="unaligned", stage_retries=2
+        ),
+        "run",
+    )
     assert fired(plan, "boom") == 1
     report = scenario.check(verify_epoch_log=False)
     assert report.count(AnomalyKind.DUPLICATE) == 0, report.examples
@@ -78,8 +104,18 @@ def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scen
 
 def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scenario) -> None:
     scenario.stage()
-    plan = scenario.fault_plan([{"id": "hold", "step": "after_pre_commit", "epoch": 1,
-                                 "action": "sleep", "seconds": 5.0, "times": 2}])
+    plan = scenario.fault_plan(
+        [
+            {
+                "id": "hold",
+                "step": "after_pre_commit",
+                "epoch": 1,
+                "action": "sleep",
+                "seconds": 5.0,
+                "times": 2,
+            }
+        ]
+    )
     app = AppProcess(scenario.config(fault_plan=plan), scenario.tmp / "apps", "first").start()
     assert wait_until(lambda: fired(plan, "hold") >= 1), "epoch 1 never reached the hold"
     app.terminate()  # mid-epoch: epoch 1 is pre-committed, its tasks held
@@ -97,8 +133,18 @@ def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scena
 
 def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> None:
     scenario.stage()
-    plan = scenario.fault_plan([{"id": "boom", "step": "after_pre_commit", "epoch": 2,
-                                 "partition": 1, "action": "raise", "times": 1}])
+    plan = scenario.fault_plan(
+        [
+            {
+                "id": "boom",
+                "step": "after_pre_commit",
+                "epoch": 2,
+                "partition": 1,
+                "action": "raise",
+                "times": 1,
+            }
+        ]
+    )
     scenario.run(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), "run")
     assert fired(plan, "boom") == 1
     report = scenario.check()
@@ -114,18 +160,30 @@ def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
     # 1. the driver SIGKILLs itself (and the app with it) after the write stage of epoch 1,
     #    before logging the epoch complete: every write partition committed, the log says
     #    in doubt. Unaligned mode: each partition committed on its own.
-    plan = scenario.fault_plan([{"id": "d", "step": "driver_after_stage", "epoch": 1,
-                                 "action": "kill", "times": 1}])
-    app = scenario.run(scenario.config(fault_plan=plan, mode="unaligned", epoch_log=epoch_log),
-                       "first", expect=-9)
+    plan = scenario.fault_plan(
+        [{"id": "d", "step": "driver_after_stage", "epoch": 1, "action": "kill", "times": 1}]
+    )
+    app = scenario.run(
+        scenario.config(fault_plan=plan, mode="unaligned", epoch_log=epoch_log), "first", expect=-9
+    )
     assert fired(plan, "d") == 1
     assert not app.done
     stuck = scenario.check(epoch_log=epoch_log)
     assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
     # The operator's view of the same state: the epoch in doubt, its plan, exit code 1.
-    code = eos_main(["--bootstrap-servers", scenario.bootstrap, "--json", "status",
-                     scenario.sink_id, "--epoch-log", epoch_log, "--topic",
-                     scenario.output_topic])
+    code = eos_main(
+        [
+            "--bootstrap-servers",
+            scenario.bootstrap,
+            "--json",
+            "status",
+            scenario.sink_id,
+            "--epoch-log",
+            epoch_log,
+            "--topic",
+            scenario.output_topic,
+        ]
+    )
     assert code == 1
     # 2. a new application from the same checkpoint: Spark replays epoch 1, every write
     #    partition finds its marker and skips; the remaining epochs are written.
@@ -145,16 +203,37 @@ def test_application_killed_after_some_partitions_committed(scenario: Scenario, 
     hold: dict[str, object] = (
         {"step": "mid_write", "after_rows": 5} if mode == "unaligned" else {"step": "before_commit"}
     )
-    plan = scenario.fault_plan([
-        {"id": "hold", "epoch": epoch, "partition": 1, "action": "sleep", "seconds": HOLD_S,
-         **hold},
-        {"id": "wait", "step": "before_commit", "epoch": epoch, "partition": 0,
-         "action": "await", "waits_for": "hold", "seconds": HOLD_S},
-        {"id": "kill_app", "step": "after_commit", "epoch": epoch, "partition": 0,
-         "action": "kill_app"},
-    ])
-    first = scenario.config(fault_plan=plan, mode=mode, stage_retries=0,
-                            transaction_timeout_ms=HELD_TXN_TIMEOUT_MS)
+    plan = scenario.fault_plan(
+        [
+            {
+                "id": "hold",
+                "epoch": epoch,
+                "partition": 1,
+                "action": "sleep",
+                "seconds": HOLD_S,
+                **hold,
+            },
+            {
+                "id": "wait",
+                "step": "before_commit",
+                "epoch": epoch,
+                "partition": 0,
+                "action": "await",
+                "waits_for": "hold",
+                "seconds": HOLD_S,
+            },
+            {
+                "id": "kill_app",
+                "step": "after_commit",
+                "epoch": epoch,
+                "partition": 0,
+                "action": "kill_app",
+            },
+        ]
+    )
+    first = scenario.config(
+        fault_plan=plan, mode=mode, stage_retries=0, transaction_timeout_ms=HELD_TXN_TIMEOUT_MS
+    )
     app = scenario.run(first, "first", expect=-9)
     assert fired(plan, "kill_app") == 1, "kill_app never fired: the test proved nothing"
     assert fired(plan, "hold") == 1, "write partition 1 was never held at its step"
@@ -172,17 +251,23 @@ def test_application_killed_after_some_partitions_committed(scenario: Scenario, 
     assert epoch in {e.epoch for e in second.epochs}
     assert_exact(scenario.check())
     last = max(e.epoch for e in second.epochs)
-    assert {p: m.epoch if m else None for p, m in
-            read_markers(scenario.bootstrap, scenario.sink_id, 2).items()} == {0: last, 1: last}
+    assert {
+        p: m.epoch if m else None
+        for p, m in read_markers(scenario.bootstrap, scenario.sink_id, 2).items()
+    } == {0: last, 1: last}
 
 
 def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:
     scenario.stage()
     # A zombie of write partition 0: the sink's transactional id, a transaction left open
     # holding copies of input records, as a stalled older task attempt would hold it.
-    zombie = Producer({"bootstrap.servers": scenario.bootstrap,
-                       "transactional.id": f"{scenario.sink_id}-0",
-                       "transaction.timeout.ms": 600_000})
+    zombie = Producer(
+        {
+            "bootstrap.servers": scenario.bootstrap,
+            "transactional.id": f"{scenario.sink_id}-0",
+            "transaction.timeout.ms": 600_000,
+        }
+    )
     zombie.init_transactions(ZOMBIE_TIMEOUT_S)
     zombie.begin_transaction()
     for rec in scenario.inputs[:5]:
@@ -206,20 +291,52 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
     # 1. parallelism 3, no task retries (local[4]): write partition 2 dies before its commit
     #    in epoch 1 while partitions 0 and 1 commit (unaligned); the job fails, epoch 1 is
     #    in doubt and write partition 2's transaction stays open.
-    plan1 = scenario.fault_plan([{"id": "k", "step": "before_commit", "epoch": 1,
-                                  "partition": 2, "action": "kill", "times": 1}], "f1")
-    scenario.run(scenario.config(parallelism=3, mode="unaligned", master="local[4]",
-                                 fault_plan=plan1, stage_retries=0), "first", expect=None)
+    plan1 = scenario.fault_plan(
+        [
+            {
+                "id": "k",
+                "step": "before_commit",
+                "epoch": 1,
+                "partition": 2,
+                "action": "kill",
+                "times": 1,
+            }
+        ],
+        "f1",
+    )
+    scenario.run(
+        scenario.config(
+            parallelism=3, mode="unaligned", master="local[4]", fault_plan=plan1, stage_retries=0
+        ),
+        "first",
+        expect=None,
+    )
     assert fired(plan1, "k") == 1
     stuck = scenario.check()
     assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
     assert stuck.count(AnomalyKind.OPEN_TRANSACTION) >= 1
     # 2. restart with a smaller parallelism (2): epoch 1 keeps its pinned plan (3); epoch 2
     #    runs with 2 and fails the same way, in doubt again.
-    plan2 = scenario.fault_plan([{"id": "k", "step": "before_commit", "epoch": 2,
-                                  "partition": 1, "action": "kill", "times": 1}], "f2")
-    scenario.run(scenario.config(parallelism=2, mode="unaligned", master="local[4]",
-                                 fault_plan=plan2, stage_retries=0), "second", expect=None)
+    plan2 = scenario.fault_plan(
+        [
+            {
+                "id": "k",
+                "step": "before_commit",
+                "epoch": 2,
+                "partition": 1,
+                "action": "kill",
+                "times": 1,
+            }
+        ],
+        "f2",
+    )
+    scenario.run(
+        scenario.config(
+            parallelism=2, mode="unaligned", master="local[4]", fault_plan=plan2, stage_retries=0
+        ),
+        "second",
+        expect=None,
+    )
     assert fired(plan2, "k") == 1
     # 3. restart with a larger parallelism (4): epoch 2 keeps its plan (2), later epochs use 4,
     #    lingering transactions are aborted.
@@ -233,7 +350,7 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
 @pytest.mark.skipif(
     bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")),
     reason="restarts a broker it owns; an external cluster (KAFKA_BOOTSTRAP_SERVERS) cannot be "
-           "restarted by the test",
+    "restarted by the test",
 )
 def test_broker_restarted_during_commits(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic

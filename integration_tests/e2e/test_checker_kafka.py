@@ -25,8 +25,13 @@ TXN_TIMEOUT_S = 60.0
 
 
 def _txn_producer(bootstrap: str, txn_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "transaction.timeout.ms": 600_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 600_000,
+        }
+    )
     producer.init_transactions(TXN_TIMEOUT_S)
     return producer
 
@@ -43,8 +48,9 @@ def _write(producer: Producer, topic: str, records: list[Record], *, commit: boo
 
 
 def _check(bootstrap: str, inp: str, out: str):  # type: ignore[no-untyped-def]
-    return check_exactly_once(bootstrap, input_topic=inp, output_topic=out,
-                              sink_id="unused", verify_epoch_log=False)
+    return check_exactly_once(
+        bootstrap, input_topic=inp, output_topic=out, sink_id="unused", verify_epoch_log=False
+    )
 
 
 @pytest.mark.timeout(300)

@@ -31,8 +31,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 HOLD_FOR_RESTART_S = 12.0
 
 
-def pg_scenario(bootstrap: str, tmp: Path, new_topic: Callable[..., str], dsn: str,
-                schema: str) -> tuple[Scenario, TableSide]:
+def pg_scenario(
+    bootstrap: str, tmp: Path, new_topic: Callable[..., str], dsn: str, schema: str
+) -> tuple[Scenario, TableSide]:
     sc = Scenario.create(bootstrap, tmp, new_topic)
     sc.sink_id = f"{schema}-pg"  # the schema fixture rolls back this sink's prepared leftovers
     sc.stage()
@@ -40,8 +41,13 @@ def pg_scenario(bootstrap: str, tmp: Path, new_topic: Callable[..., str], dsn: s
 
 
 @pytest.fixture
-def world(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str],
-          postgres_dsn: str, schema: str) -> tuple[Scenario, TableSide]:
+def world(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    new_topic: Callable[..., str],
+    postgres_dsn: str,
+    schema: str,
+) -> tuple[Scenario, TableSide]:
     return pg_scenario(kafka_bootstrap, tmp_path, new_topic, postgres_dsn, schema)
 
 
@@ -59,8 +65,9 @@ def table_epochs(sc: Scenario, table: TableSide) -> Counter[int]:
     return epochs_of(table.ids(), epoch_of)
 
 
-@pytest.mark.parametrize(("mode", "protocol"), [("aligned", "two-phase"),
-                                                ("unaligned", "idempotency-table")])
+@pytest.mark.parametrize(
+    ("mode", "protocol"), [("aligned", "two-phase"), ("unaligned", "idempotency-table")]
+)
 def test_python_workers_killed_mid_write_and_after_prepare(
     world: tuple[Scenario, TableSide], mode: str, protocol: str
 ) -> None:
@@ -71,14 +78,33 @@ def test_python_workers_killed_mid_write_and_after_prepare(
     # its own: Spark retries the task (unaligned) or the sink re-runs the barrier stage
     # (aligned); the new attempt's open() fences the dead session and rolls back its
     # prepared transaction.
-    plan = sc.fault_plan([
-        {"id": "mid", "step": "mid_write", "epoch": 1, "partition": 0, "action": "kill",
-         "after_rows": 10, "times": 1},
-        {"id": "prep", "step": "after_pre_commit", "epoch": 2, "partition": 1, "action": "kill",
-         "times": 1},
-    ])
-    sc.run(sc.config(sink="postgres", fault_plan=plan, mode=mode, stage_retries=2,
-                     **table.options(protocol)), "run")
+    plan = sc.fault_plan(
+        [
+            {
+                "id": "mid",
+                "step": "mid_write",
+                "epoch": 1,
+                "partition": 0,
+                "action": "kill",
+                "after_rows": 10,
+                "times": 1,
+            },
+            {
+                "id": "prep",
+                "step": "after_pre_commit",
+                "epoch": 2,
+                "partition": 1,
+                "action": "kill",
+                "times": 1,
+            },
+        ]
+    )
+    sc.run(
+        sc.config(
+            sink="postgres", fault_plan=plan, mode=mode, stage_retries=2, **table.options(protocol)
+        ),
+        "run",
+    )
     assert fired(plan, "mid") == 1 and fired(plan, "prep") == 1, "a kill never fired"
     assert_exact(table.check(sc.sink_id, sc.inputs))
 
@@ -91,8 +117,9 @@ def test_application_killed_before_and_after_the_commit_decision(
     # 1. The driver is SIGKILLed once every partition of epoch 1 PREPAREd and reported,
     #    before the decision is logged: both prepared transactions are left in the server,
     #    the table shows epoch 0 only, and the checker reports the epoch in doubt.
-    before = sc.fault_plan([{"id": "d", "step": "driver_before_complete", "epoch": 1,
-                             "action": "kill"}], "before")
+    before = sc.fault_plan(
+        [{"id": "d", "step": "driver_before_complete", "epoch": 1, "action": "kill"}], "before"
+    )
     first = sc.run(sc.config(fault_plan=before, **options), "first", expect=-9)
     assert fired(before, "d") == 1 and [e.epoch for e in first.epochs] == [0]
     assert table.prepared(sc.sink_id) == [(1, 0), (1, 1)]
@@ -104,8 +131,9 @@ def test_application_killed_before_and_after_the_commit_decision(
     # 2. A new application: recovery finds no decision for epoch 1 and rolls it back; the
     #    replay writes it again. Then the driver is SIGKILLed right after logging the commit
     #    decision of epoch 2, before any COMMIT PREPARED.
-    after = sc.fault_plan([{"id": "d", "step": "driver_after_decision", "epoch": 2,
-                            "action": "kill"}], "after")
+    after = sc.fault_plan(
+        [{"id": "d", "step": "driver_after_decision", "epoch": 2, "action": "kill"}], "after"
+    )
     second = sc.run(sc.config(fault_plan=after, **options), "second", expect=-9)
     assert fired(after, "d") == 1
     assert [(e.epoch, e.skipped) for e in second.epochs] == [(1, False)]
@@ -121,8 +149,10 @@ def test_application_killed_before_and_after_the_commit_decision(
 @pytest.fixture
 def own_server() -> Iterator[Any]:
     if os.environ.get("POSTGRES_DSN"):
-        pytest.skip("restarts PostgreSQL: needs a server the test owns, and POSTGRES_DSN names "
-                    "an external one")
+        pytest.skip(
+            "restarts PostgreSQL: needs a server the test owns, and POSTGRES_DSN names "
+            "an external one"
+        )
     with start_postgres_server() as server:
         yield server
 
@@ -140,10 +170,22 @@ def test_postgres_restarted_between_prepare_and_commit(
     # decision; meanwhile the server restarts (clean stop: sessions end, prepared
     # transactions survive). Then the driver logs the decision in the epoch log table
     # (session reopened) and COMMIT PREPAREs through a new connection.
-    plan = sc.fault_plan([{"id": "hold", "step": "driver_before_complete", "epoch": 1,
-                           "action": "sleep", "seconds": HOLD_FOR_RESTART_S}])
-    app = AppProcess(sc.config(sink="postgres", fault_plan=plan, **table.options("two-phase")),
-                     tmp_path / "apps", "run").start()
+    plan = sc.fault_plan(
+        [
+            {
+                "id": "hold",
+                "step": "driver_before_complete",
+                "epoch": 1,
+                "action": "sleep",
+                "seconds": HOLD_FOR_RESTART_S,
+            }
+        ]
+    )
+    app = AppProcess(
+        sc.config(sink="postgres", fault_plan=plan, **table.options("two-phase")),
+        tmp_path / "apps",
+        "run",
+    ).start()
     assert wait_until(lambda: fired(plan, "hold") == 1), app.stderr_tail()
     assert table.prepared(sc.sink_id) == [(1, 0), (1, 1)]
     own_server.restart()

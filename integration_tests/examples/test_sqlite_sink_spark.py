@@ -43,7 +43,8 @@ def rows(db: Path) -> Counter[tuple[Any, ...]]:
 
 def batch(spark: Any, first: int, count: int, partitions: int = 3) -> Any:
     return spark.range(first, first + count, numPartitions=partitions).selectExpr(
-        "id", "concat('item-', id) AS item", "CAST(id AS DOUBLE) / 2 AS qty", "id % 2 = 0 AS paid")
+        "id", "concat('item-', id) AS item", "CAST(id AS DOUBLE) / 2 AS qty", "id % 2 = 0 AS paid"
+    )
 
 
 def expected(first: int, count: int) -> Counter[tuple[Any, ...]]:
@@ -93,16 +94,25 @@ def test_a_streaming_query_restarts_from_its_checkpoint_with_a_new_sink(
     checkpoint = str(tmp_path / "checkpoint")
 
     def add_file(name: str, ids: range) -> None:
-        lines = [json.dumps({"id": i, "item": f"item-{i}", "qty": i / 2, "paid": i % 2 == 0})
-                 for i in ids]
+        lines = [
+            json.dumps({"id": i, "item": f"item-{i}", "qty": i / 2, "paid": i % 2 == 0})
+            for i in ids
+        ]
         (source / name).write_text("".join(line + "\n" for line in lines))
 
     def run_query() -> list[EpochState]:
         sink = SqliteSink(db, "orders", sink_id="stream", parallelism=PARALLELISM)
-        stream = (spark.readStream.schema("id LONG, item STRING, qty DOUBLE, paid BOOLEAN")
-                  .option("maxFilesPerTrigger", 1).json(str(source)))
-        query = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start())
+        stream = (
+            spark.readStream.schema("id LONG, item STRING, qty DOUBLE, paid BOOLEAN")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(source))
+        )
+        query = (
+            stream.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(120)
         assert query.exception() is None
         history = sink.epoch_log_history()
@@ -126,14 +136,25 @@ def test_a_python_worker_killed_mid_write_or_after_its_commit(
     """SIGKILL a write task: mid-write it holds the write lock with rows inserted (SQLite
     rolls them back from its journal when the next writer opens the file); after its commit
     the re-run finds its marker. The stage re-runs the failed write stage in the same call."""
-    fault: dict[str, Any] = {"id": "k", "step": step, "epoch": 1, "partition": 1,
-                             "action": "kill", "times": 1}
+    fault: dict[str, Any] = {
+        "id": "k",
+        "step": step,
+        "epoch": 1,
+        "partition": 1,
+        "action": "kill",
+        "times": 1,
+    }
     if after_rows is not None:
         fault["after_rows"] = after_rows
     plan = tmp_path / "faults.json"
     plan.write_text(json.dumps([fault]))
-    sink = SqliteSink(db, "orders", sink_id=f"kill-{step}", parallelism=PARALLELISM,
-                      fault_plan=FaultPlan(str(plan)))
+    sink = SqliteSink(
+        db,
+        "orders",
+        sink_id=f"kill-{step}",
+        parallelism=PARALLELISM,
+        fault_plan=FaultPlan(str(plan)),
+    )
     assert sink(batch(spark, 0, 1000), 0).committed
     assert sink(batch(spark, 1000, 1000), 1).committed
     assert FaultPlan(str(plan)).has_fired("k"), "the worker was never killed: proves nothing"
@@ -159,8 +180,9 @@ def test_bad_input_is_refused_before_anything_is_logged(spark: Any, db: Path) ->
     assert not db.with_name("none.db").exists()
 
 
-def test_the_guides_runnable_blocks_run(spark: Any, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_guides_runnable_blocks_run(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """docs/writing-a-db-connector.md's ``<!-- run -->`` blocks, as a reader runs them."""
     guide = Path(__file__).resolve().parents[2] / "docs" / "writing-a-db-connector.md"
     blocks = re.findall(r"<!-- run -->\n```python\n(.*?)```", guide.read_text(), re.S)

@@ -218,8 +218,21 @@ def decode_batches(data: bytes) -> tuple[RawBatch, ...]:
     batches = []
     pos = 0
     while pos + _BATCH_HEADER.size <= len(data):
-        (base, length, _leader_epoch, magic, _crc, attrs, last_delta, _ts0, _ts1, producer_id,
-         producer_epoch, _seq, count) = _BATCH_HEADER.unpack_from(data, pos)
+        (
+            base,
+            length,
+            _leader_epoch,
+            magic,
+            _crc,
+            attrs,
+            last_delta,
+            _ts0,
+            _ts1,
+            producer_id,
+            producer_epoch,
+            _seq,
+            count,
+        ) = _BATCH_HEADER.unpack_from(data, pos)
         end = pos + 12 + length
         if end > len(data):
             break

@@ -59,8 +59,13 @@ def lso_reaches_high_watermark(bootstrap: str, topic: str) -> bool:
     The high watermark comes from a read_uncommitted client: with read_committed,
     ListOffsets answers the last stable offset instead.
     """
-    raw = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ksink-hw-{uuid.uuid4().hex[:8]}",
-                    "isolation.level": "read_uncommitted"})
+    raw = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ksink-hw-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_uncommitted",
+        }
+    )
     try:
         highs = {
             p: raw.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]

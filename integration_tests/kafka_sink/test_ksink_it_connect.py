@@ -36,8 +36,9 @@ def refused_address() -> str:
 UNRESOLVABLE = "no-such-broker.invalid:9092"
 
 
-@pytest.mark.parametrize("address", [refused_address(), UNRESOLVABLE],
-                         ids=["refused", "unresolvable"])
+@pytest.mark.parametrize(
+    "address", [refused_address(), UNRESOLVABLE], ids=["refused", "unresolvable"]
+)
 def test_sink_preflight_names_the_address_and_the_option(address: str) -> None:
     # The source gets the same check (test below); each address kind once per side.
     sink = KafkaSink(address, "out", f"conn-{uuid.uuid4().hex[:8]}")
@@ -49,14 +50,14 @@ def test_sink_preflight_names_the_address_and_the_option(address: str) -> None:
     message = str(info.value)
     assert address in message and "bootstrap_servers" in message
     assert info.value.address == address and info.value.setting == "bootstrap_servers"
-    assert ("Connection refused" in message) if address != UNRESOLVABLE else (
-        "resolve" in message)
+    assert ("Connection refused" in message) if address != UNRESOLVABLE else ("resolve" in message)
 
 
 def test_source_names_the_address_and_the_option() -> None:
     address = UNRESOLVABLE
-    view = ClusterView(SourceOptions.from_options(
-        {"kafka.bootstrap.servers": address, "subscribe": "t"}))
+    view = ClusterView(
+        SourceOptions.from_options({"kafka.bootstrap.servers": address, "subscribe": "t"})
+    )
     started = time.monotonic()
     with pytest.raises(KafkaConnectError) as info:
         view.discover()
@@ -65,11 +66,18 @@ def test_source_names_the_address_and_the_option() -> None:
 
 
 def test_source_refused_authentication_is_typed_at_once(kafka_bootstrap: str) -> None:
-    view = ClusterView(SourceOptions.from_options({
-        "kafka.bootstrap.servers": kafka_bootstrap, "subscribe": "t",
-        "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
-        "kafka.sasl.username": "user", "kafka.sasl.password": "not-logged",
-    }))
+    view = ClusterView(
+        SourceOptions.from_options(
+            {
+                "kafka.bootstrap.servers": kafka_bootstrap,
+                "subscribe": "t",
+                "kafka.security.protocol": "SASL_PLAINTEXT",
+                "kafka.sasl.mechanism": "PLAIN",
+                "kafka.sasl.username": "user",
+                "kafka.sasl.password": "not-logged",
+            }
+        )
+    )
     started = time.monotonic()
     with pytest.raises(KafkaAuthenticationError) as info:
         view.discover()
@@ -81,8 +89,12 @@ def test_source_refused_authentication_is_typed_at_once(kafka_bootstrap: str) ->
 def test_streaming_source_on_a_wrong_address_fails_with_the_typed_error(spark: Any) -> None:
     register(spark)
     address = refused_address()
-    df = (spark.readStream.format("kafka-rc").option("kafka.bootstrap.servers", address)
-          .option("subscribe", "t").load())
+    df = (
+        spark.readStream.format("kafka-rc")
+        .option("kafka.bootstrap.servers", address)
+        .option("subscribe", "t")
+        .load()
+    )
     query = df.writeStream.format("noop").start()
     started = time.monotonic()
     with pytest.raises(Exception) as info:  # Spark wraps the Python error
@@ -98,8 +110,9 @@ def test_no_epoch_duration_warning_before_an_epoch_exists(
 ) -> None:
     # transaction_timeout_ms=1000: the sink warns about epochs slower than 0.5 s, and the
     # failed preflight alone takes longer than that.
-    sink = KafkaSink(refused_address(), "out", f"conn-{uuid.uuid4().hex[:8]}",
-                     transaction_timeout_ms=1000)
+    sink = KafkaSink(
+        refused_address(), "out", f"conn-{uuid.uuid4().hex[:8]}", transaction_timeout_ms=1000
+    )
     df = spark.createDataFrame([("k", "v")], "key STRING, value STRING")
     with caplog.at_level(logging.WARNING, logger="connectors"), pytest.raises(KafkaConnectError):
         sink(df, 0)

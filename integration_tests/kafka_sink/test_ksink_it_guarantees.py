@@ -66,14 +66,36 @@ def test_each_guarantee_writes_a_batch_exactly(spark, kafka_bootstrap, new_topic
 
 
 @pytest.mark.parametrize("channel", ["driver", "barrier"])
-def test_at_most_once_does_not_re_run_a_failed_stage(spark, kafka_bootstrap, new_topic, tmp_path,
-                                                     channel):
+def test_at_most_once_does_not_re_run_a_failed_stage(
+    spark, kafka_bootstrap, new_topic, tmp_path, channel
+):
     topic = new_topic("ks-amo", partitions=2)
     plan = tmp_path / "faults.json"
-    plan.write_text(json.dumps([{"id": "boom", "step": "mid_write", "epoch": 0, "partition": 0,
-                                 "action": "raise", "after_rows": 10, "times": 1}]))
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-most-once", parallelism=2,
-                     stage_retries=2, vote_channel=channel, fault_plan=FaultPlan(str(plan)))
+    plan.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "boom",
+                    "step": "mid_write",
+                    "epoch": 0,
+                    "partition": 0,
+                    "action": "raise",
+                    "after_rows": 10,
+                    "times": 1,
+                }
+            ]
+        )
+    )
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        guarantee="at-most-once",
+        parallelism=2,
+        stage_retries=2,
+        vote_channel=channel,
+        fault_plan=FaultPlan(str(plan)),
+    )
     try:
         with pytest.raises(Exception, match="injected fault"):
             sink(rows(spark, 200), 0)  # local[2]: no task retry; the stage must not re-run
@@ -142,8 +164,9 @@ def test_same_rows_land_in_the_same_write_partition_whatever_the_upstream_order(
     shuffled = base.repartition(7).orderBy(F.rand(seed=3))
     summaries = []
     for i, df in enumerate([base, shuffled]):
-        sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2,
-                         epoch_log=str(tmp_path / f"log{i}"))
+        sink = KafkaSink(
+            kafka_bootstrap, topic, sid(), parallelism=2, epoch_log=str(tmp_path / f"log{i}")
+        )
         try:
             result = sink(df, 0)
         finally:
@@ -185,15 +208,29 @@ def test_empty_batch_commits_and_writes_nothing(spark, kafka_bootstrap, new_topi
     assert read_committed(kafka_bootstrap, topic) == []
 
 
-def test_changelog_drops_update_before_and_writes_tombstones(spark, kafka_bootstrap, new_topic, tmp_path):
+def test_changelog_drops_update_before_and_writes_tombstones(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
     topic = new_topic("ks-cl", partitions=2)
     df = spark.createDataFrame(
-        [("a", "1", "insert"), ("b", "1", "insert"), ("a", "1", "update_before"),
-         ("a", "2", "update_after"), ("b", "1", "delete")],
+        [
+            ("a", "1", "insert"),
+            ("b", "1", "insert"),
+            ("a", "1", "update_before"),
+            ("a", "2", "update_after"),
+            ("b", "1", "delete"),
+        ],
         "key string, value string, op string",
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), changelog=True, parallelism=1,
-                     epoch_log=str(tmp_path / "log"), order_by=["seq"])
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        changelog=True,
+        parallelism=1,
+        epoch_log=str(tmp_path / "log"),
+        order_by=["seq"],
+    )
     try:
         sink(df.withColumn("seq", F.monotonically_increasing_id()), 0)
     finally:
@@ -250,11 +287,14 @@ def test_wrong_column_type_raises_before_anything_runs(spark, kafka_bootstrap, n
         sink.close()
 
 
-def test_oversized_record_raises_typed_error_and_nothing_is_visible(spark, kafka_bootstrap, new_topic):
+def test_oversized_record_raises_typed_error_and_nothing_is_visible(
+    spark, kafka_bootstrap, new_topic
+):
     topic = new_topic("ks-big", partitions=2)
     sink = KafkaSink(kafka_bootstrap, topic, sid(), producer_config={"message.max.bytes": 20000})
     df = rows(spark, 100).withColumn(
-        "value", F.when(F.col("key") == "k42", F.repeat(F.lit("x"), 50000)).otherwise(F.col("value"))
+        "value",
+        F.when(F.col("key") == "k42", F.repeat(F.lit("x"), 50000)).otherwise(F.col("value")),
     )
     try:
         with pytest.raises(RecordTooLargeError, match="message.max.bytes") as info:
@@ -325,7 +365,9 @@ def test_unreachable_broker_is_not_reported_as_a_missing_topic():
         sink.preflight()
 
 
-def test_transaction_timeout_above_broker_limit_is_a_preflight_error(spark, kafka_bootstrap, new_topic):
+def test_transaction_timeout_above_broker_limit_is_a_preflight_error(
+    spark, kafka_bootstrap, new_topic
+):
     sink = KafkaSink(kafka_bootstrap, new_topic("ks-to"), sid(), transaction_timeout_ms=10**9)
     with pytest.raises(PreflightError, match="transaction.max.timeout.ms"):
         sink(rows(spark, 5), 0)

@@ -25,17 +25,22 @@ QUERY_TIMEOUT_S = 300.0
 
 def stage_file(directory: Path, f: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"key": f"k{i}", "value": f"v{i}"})
-             for i in range(f * PER_FILE, (f + 1) * PER_FILE)]
+    lines = [
+        json.dumps({"key": f"k{i}", "value": f"v{i}"})
+        for i in range(f * PER_FILE, (f + 1) * PER_FILE)
+    ]
     (directory / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
 
 
 def start(spark: Any, source: Path, checkpoint: Path, sink: Any, trigger: dict[str, Any]) -> Any:
     return (
-        spark.readStream.schema("key STRING, value STRING").option("maxFilesPerTrigger", 1)
+        spark.readStream.schema("key STRING, value STRING")
+        .option("maxFilesPerTrigger", 1)
         .json(str(source))
-        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-        .trigger(**trigger).start()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
     )
 
 

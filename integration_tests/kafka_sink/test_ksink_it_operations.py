@@ -32,8 +32,10 @@ QUERY_TIMEOUT_S = 300.0
 def stage_files(directory: Path, files: int = FILES, per_file: int = PER_FILE) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for f in range(files):
-        lines = [json.dumps({"key": f"k{i}", "value": f"v{i}"})
-                 for i in range(f * per_file, (f + 1) * per_file)]
+        lines = [
+            json.dumps({"key": f"k{i}", "value": f"v{i}"})
+            for i in range(f * per_file, (f + 1) * per_file)
+        ]
         path = directory / f"part-{f:03d}.json"
         path.write_text("\n".join(lines) + "\n")
         os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # Spark reads oldest first
@@ -41,10 +43,13 @@ def stage_files(directory: Path, files: int = FILES, per_file: int = PER_FILE) -
 
 def start(spark: Any, source: Path, checkpoint: Path, sink: Any) -> Any:
     return (
-        spark.readStream.schema("key STRING, value STRING").option("maxFilesPerTrigger", 1)
+        spark.readStream.schema("key STRING, value STRING")
+        .option("maxFilesPerTrigger", 1)
         .json(str(source))
-        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
 
 
@@ -106,10 +111,21 @@ def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
     stage_files(source, files=6)
     plan = tmp_path / "faults.json"
     # Hold epoch 1's write tasks for a moment, so that the stop arrives mid-epoch.
-    plan.write_text(json.dumps([{"id": "hold", "step": "after_pre_commit", "epoch": 1,
-                                 "action": "sleep", "seconds": 3.0, "times": 2}]))
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2,
-                     fault_plan=FaultPlan(str(plan)))
+    plan.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "hold",
+                    "step": "after_pre_commit",
+                    "epoch": 1,
+                    "action": "sleep",
+                    "seconds": 3.0,
+                    "times": 2,
+                }
+            ]
+        )
+    )
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=FaultPlan(str(plan)))
     query = start(spark, source, tmp_path / "ck", sink)
     while not Path(f"{plan}.hold.0").exists():  # epoch 1 is pre-committing now
         time.sleep(0.05)
@@ -120,8 +136,11 @@ def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
     done = [m for m in sink.metrics() if m.committed]
     sink.close()
     assert [m.epoch for m in done] == [0, 1], "the epoch in flight finished, no later one began"
-    assert all(isinstance(m.error, str) and "SinkStoppedError" in m.error
-               for m in sink.metrics() if not m.committed)
+    assert all(
+        isinstance(m.error, str) and "SinkStoppedError" in m.error
+        for m in sink.metrics()
+        if not m.committed
+    )
     assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * PER_FILE)
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
     with pytest.raises(SinkStoppedError):
@@ -166,13 +185,17 @@ def test_listener_joins_progress_sink_metrics_and_source_lag(
     spark.streams.addListener(listener)
     try:
         query = (
-            spark.readStream.format(register(spark)).option("kafka.bootstrap.servers",
-                                                             kafka_bootstrap)
-            .option("subscribe", source_topic).option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "30").load()
+            spark.readStream.format(register(spark))
+            .option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("subscribe", source_topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "30")
+            .load()
             .selectExpr("CAST(key AS STRING) AS key", "value")
-            .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True).start()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
         )
         query.awaitTermination(QUERY_TIMEOUT_S)
         deadline = time.monotonic() + 60
@@ -210,18 +233,41 @@ def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
         producer.produce(source_topic, f"v{i}".encode(), f"k{i}".encode(), partition=i % 2)
     producer.flush(30)
     plan = tmp_path / "faults.json"  # epoch 1's first run fails half-way: the re-run reads
-    plan.write_text(json.dumps([{"id": "boom", "step": "mid_write", "epoch": 1,  # again
-                                 "partition": 0, "action": "raise", "after_rows": 5}]))
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", keep_partitioning=True,
-                     stage_retries=1, fault_plan=FaultPlan(str(plan)))
+    plan.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "boom",
+                    "step": "mid_write",
+                    "epoch": 1,  # again
+                    "partition": 0,
+                    "action": "raise",
+                    "after_rows": 5,
+                }
+            ]
+        )
+    )
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        mode="unaligned",
+        keep_partitioning=True,
+        stage_retries=1,
+        fault_plan=FaultPlan(str(plan)),
+    )
     query = (
-        spark.readStream.format(register(spark)).option("kafka.bootstrap.servers",
-                                                         kafka_bootstrap)
-        .option("subscribe", source_topic).option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "40").load()
+        spark.readStream.format(register(spark))
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("subscribe", source_topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "40")
+        .load()
         .selectExpr("CAST(key AS STRING) AS key", "value")
-        .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True).start()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination(QUERY_TIMEOUT_S)
     metrics = sink.metrics()
@@ -236,7 +282,7 @@ def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
 @pytest.mark.skipif(
     bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")),
     reason="restarts a broker it owns; an external cluster (KAFKA_BOOTSTRAP_SERVERS) cannot be "
-           "restarted by the test",
+    "restarted by the test",
 )
 def test_query_restarted_while_the_broker_loads_its_topics(spark, tmp_path):
     # Seen with Kafka 2.5: a query restarted while the broker came back failed its preflight
@@ -247,8 +293,9 @@ def test_query_restarted_while_the_broker_loads_its_topics(spark, tmp_path):
 
     load_delay_ms = 4000
     source = tmp_path / "in"
-    with BrokerProcess(data_dir=tmp_path / "broker",
-                       extra_args=["--topic-load-delay-ms", str(load_delay_ms)]) as broker:
+    with BrokerProcess(
+        data_dir=tmp_path / "broker", extra_args=["--topic-load-delay-ms", str(load_delay_ms)]
+    ) as broker:
         bootstrap = broker.bootstrap_servers
         time.sleep(load_delay_ms / 1000 + 0.5)
         admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -64,18 +64,29 @@ def epoch_rows(epoch: int, *, null_value: bool = False) -> ArrowPartition:
     if null_value:
         vals[-1] = None
     batch = pa.RecordBatch.from_pydict(
-        {"value": pa.array(vals, pa.binary()), HASH_COLUMN: pa.array(range(start, start + ROWS), pa.int64())}
+        {
+            "value": pa.array(vals, pa.binary()),
+            HASH_COLUMN: pa.array(range(start, start + ROWS), pa.int64()),
+        }
     )
     return ArrowPartition([batch])
 
 
-def run(sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, generation: str = "",
-        **kw: Any):
+def run(
+    sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, generation: str = "", **kw: Any
+):
     """Run partition 0 of ``epoch`` as a write task would; ``reuse=False``: a task retry."""
     task = TaskInfo(0, 0 if reuse else 1, ReuseTicket(generation, attempt, 0))
     resource = RecordingResource(sink.config, Layout()).for_task(task)
-    plan = EpochPlan(sink.config.sink_id, epoch, 1, resource.fingerprint(),
-                     Guarantee.EXACTLY_ONCE, CommitMode.UNALIGNED, attempt=attempt)
+    plan = EpochPlan(
+        sink.config.sink_id,
+        epoch,
+        1,
+        resource.fingerprint(),
+        Guarantee.EXACTLY_ONCE,
+        CommitMode.UNALIGNED,
+        attempt=attempt,
+    )
     rows = epoch_rows(epoch, null_value=kw.pop("null_value", False))
     return run_partition(resource, plan, 0, rows, **kw), resource.opened[0]
 
@@ -186,8 +197,15 @@ def test_restarted_sink_in_the_same_application_does_not_reuse_fenced_producers(
     sink_id = sid()
 
     def make() -> KafkaSink:
-        return KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=2,
-                         stage_retries=0, create_topics=True)
+        return KafkaSink(
+            kafka_bootstrap,
+            topic,
+            sink_id,
+            mode="unaligned",
+            parallelism=2,
+            stage_retries=0,
+            create_topics=True,
+        )
 
     first = make()
     for epoch in range(3):
@@ -205,8 +223,14 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     # Partition 0's task leaves spares for the sink's other partitions in this worker; the
     # first task of partition 1 here then initializes a spare instead of a new producer.
     cfg = sink.config
-    two = EpochPlan(cfg.sink_id, 0, 2, KafkaResource(cfg, Layout()).fingerprint(),
-                    Guarantee.EXACTLY_ONCE, CommitMode.UNALIGNED)
+    two = EpochPlan(
+        cfg.sink_id,
+        0,
+        2,
+        KafkaResource(cfg, Layout()).fingerprint(),
+        Guarantee.EXACTLY_ONCE,
+        CommitMode.UNALIGNED,
+    )
     first = RecordingResource(cfg, Layout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
     run_partition(first, two, 0, epoch_rows(0))
     deadline = time.monotonic() + 30
@@ -225,10 +249,17 @@ def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic)
     reused = []
     for epoch in range(2):
         resource = RecordingResource(alo.config, Layout())
-        plan = EpochPlan(alo.config.sink_id, epoch, 1, resource.fingerprint(),
-                         Guarantee.AT_LEAST_ONCE, CommitMode.UNALIGNED)
+        plan = EpochPlan(
+            alo.config.sink_id,
+            epoch,
+            1,
+            resource.fingerprint(),
+            Guarantee.AT_LEAST_ONCE,
+            CommitMode.UNALIGNED,
+        )
         assert run_partition(resource, plan, 0, epoch_rows(epoch)).outcome is (
-            PartitionOutcome.COMMITTED)
+            PartitionOutcome.COMMITTED
+        )
         reused.append(resource.opened[0].reused)
     assert reused == [False, True]
     assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * ROWS)

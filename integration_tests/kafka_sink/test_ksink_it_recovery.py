@@ -34,11 +34,14 @@ def fault_plan(tmp_path, *faults):
     return FaultPlan(str(path))
 
 
-def test_in_doubt_epoch_is_skipped_by_markers_on_replay(spark, kafka_bootstrap, new_topic, tmp_path):
+def test_in_doubt_epoch_is_skipped_by_markers_on_replay(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
     topic = new_topic("ks-doubt", partitions=2)
     sink_id = sid()
-    faults = fault_plan(tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0,
-                                   "action": "raise"})
+    faults = fault_plan(
+        tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
+    )
     sink = KafkaSink(kafka_bootstrap, topic, sink_id, fault_plan=faults)
     try:
         with pytest.raises(InjectedFault):
@@ -55,8 +58,9 @@ def test_in_doubt_epoch_is_skipped_by_markers_on_replay(spark, kafka_bootstrap, 
 
 def test_non_deterministic_replay_raises(spark, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("ks-nondet", partitions=2)
-    faults = fault_plan(tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0,
-                                   "action": "raise"})
+    faults = fault_plan(
+        tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
+    )
     sink = KafkaSink(kafka_bootstrap, topic, sid(), fault_plan=faults)
     try:
         with pytest.raises(InjectedFault):
@@ -74,10 +78,26 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
     spark, kafka_bootstrap, new_topic, tmp_path
 ):
     topic = new_topic("ks-unal", partitions=2)
-    faults = fault_plan(tmp_path, {"id": "m", "step": "mid_write", "epoch": 0, "partition": 1,
-                                   "after_rows": 50, "action": "raise"})
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", parallelism=2,
-                     fault_plan=faults, stage_retries=0)
+    faults = fault_plan(
+        tmp_path,
+        {
+            "id": "m",
+            "step": "mid_write",
+            "epoch": 0,
+            "partition": 1,
+            "after_rows": 50,
+            "action": "raise",
+        },
+    )
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        mode="unaligned",
+        parallelism=2,
+        fault_plan=faults,
+        stage_retries=0,
+    )
     try:
         with pytest.raises(Exception, match="injected fault"):
             sink(rows(spark, 600), 0)
@@ -97,10 +117,19 @@ def test_aligned_failure_before_the_vote_leaves_nothing_visible(
     spark, kafka_bootstrap, new_topic, tmp_path, channel
 ):
     topic = new_topic("ks-al", partitions=2)
-    faults = fault_plan(tmp_path, {"id": "p", "step": "after_pre_commit", "epoch": 0,
-                                   "partition": 1, "action": "raise"})
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults,
-                     stage_retries=0, vote_channel=channel)
+    faults = fault_plan(
+        tmp_path,
+        {"id": "p", "step": "after_pre_commit", "epoch": 0, "partition": 1, "action": "raise"},
+    )
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        parallelism=2,
+        fault_plan=faults,
+        stage_retries=0,
+        vote_channel=channel,
+    )
     try:
         with pytest.raises(Exception, match="injected fault"):
             sink(rows(spark, 300), 0)
@@ -118,11 +147,14 @@ def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
     spark, kafka_bootstrap, new_topic, tmp_path, channel
 ):
     topic = new_topic("ks-retry", partitions=2)
-    faults = fault_plan(tmp_path, {"id": "c", "step": "before_commit", "epoch": 0,
-                                   "partition": 0, "action": "raise"})
+    faults = fault_plan(
+        tmp_path,
+        {"id": "c", "step": "before_commit", "epoch": 0, "partition": 0, "action": "raise"},
+    )
     # the default stage_retries (2) re-runs the failed barrier stage within the call
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults,
-                     vote_channel=channel)
+    sink = KafkaSink(
+        kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults, vote_channel=channel
+    )
     try:
         result = sink(rows(spark, 200), 0)  # the first stage fails, the retry finishes it
         assert result.committed
@@ -133,12 +165,17 @@ def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
 
 
-def test_task_dying_between_decision_and_commit_is_redone(spark, kafka_bootstrap, new_topic, tmp_path):
+def test_task_dying_between_decision_and_commit_is_redone(
+    spark, kafka_bootstrap, new_topic, tmp_path
+):
     topic = new_topic("ks-dec", partitions=2)
-    faults = fault_plan(tmp_path, {"id": "c", "step": "before_commit", "epoch": 0,
-                                   "partition": 1, "action": "raise"})
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults,
-                     stage_retries=0)
+    faults = fault_plan(
+        tmp_path,
+        {"id": "c", "step": "before_commit", "epoch": 0, "partition": 1, "action": "raise"},
+    )
+    sink = KafkaSink(
+        kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults, stage_retries=0
+    )
     try:
         with pytest.raises(Exception, match="injected fault"):
             sink(rows(spark, 300), 0)
@@ -164,8 +201,13 @@ def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_
     finally:
         wide.close()
     # A zombie of write partition 3 leaves an open transaction behind.
-    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-3",
-                       "transaction.timeout.ms": "600000"})
+    zombie = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"{sink_id}-3",
+            "transaction.timeout.ms": "600000",
+        }
+    )
     zombie.init_transactions(60)
     zombie.begin_transaction()
     zombie.produce(topic, b"zombie", b"z")

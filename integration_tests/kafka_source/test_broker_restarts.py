@@ -85,14 +85,20 @@ class World:
 
     def sink(self) -> KafkaSink:
         return KafkaSink(
-            self.bootstrap, self.out, self.sink_id, epoch_log=self.epoch_log,
+            self.bootstrap,
+            self.out,
+            self.sink_id,
+            epoch_log=self.epoch_log,
             order_by=("in_partition", "in_offset"),
         )
 
     def report(self) -> CheckReport:
         report = check_exactly_once(
-            self.bootstrap, input_topic=self.inp, output_topic=self.out,
-            sink_id=self.sink_id, epoch_log=self.epoch_log,
+            self.bootstrap,
+            input_topic=self.inp,
+            output_topic=self.out,
+            sink_id=self.sink_id,
+            epoch_log=self.epoch_log,
         )
         print_report(report)
         return report
@@ -218,7 +224,8 @@ def run_available_now_again(rc_spark: Any, w: World, ck: Path, *, check: bool = 
 
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(
-    ("fail_on_data_loss", "log"), [("true", "kafka"), ("false", "file")],
+    ("fail_on_data_loss", "log"),
+    [("true", "kafka"), ("false", "file")],
     ids=["failOnDataLoss-kafka-log", "no-failOnDataLoss-file-log"],
 )
 def test_streaming_query_rides_through_three_restarts(

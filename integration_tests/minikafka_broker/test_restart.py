@@ -140,8 +140,9 @@ def test_topic_load_delay_hides_topics_after_a_restart(tmp_path):
     # it has loaded its topics (the sink's preflight must wait, not call them missing).
     from confluent_kafka.admin import AdminClient
 
-    with BrokerProcess(data_dir=tmp_path / "data",
-                       extra_args=["--topic-load-delay-ms", "2000"]) as broker:
+    with BrokerProcess(
+        data_dir=tmp_path / "data", extra_args=["--topic-load-delay-ms", "2000"]
+    ) as broker:
         time.sleep(2.5)
         topic = make_topic(broker.bootstrap_servers)
         broker.restart()

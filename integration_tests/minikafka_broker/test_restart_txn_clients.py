@@ -33,8 +33,9 @@ SEND_OFFSETS_TIMEOUT_S = 10.0
 WEDGED_AFTER_S = 90.0
 
 
-def _transaction(producer: Producer, topic: str, marker_topic: str, group_md: object,
-                 n: int) -> None:
+def _transaction(
+    producer: Producer, topic: str, marker_topic: str, group_md: object, n: int
+) -> None:
     """One transaction: a record plus an offset in the marker group, then commit.
 
     Raises AssertionError if send_offsets_to_transaction neither returns nor raises

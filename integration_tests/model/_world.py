@@ -128,23 +128,36 @@ class World:
 
     def make_sink(self, *, start_over: bool = False) -> Any:
         """A new sink object of the example's kind (same sink_id every time)."""
-        opts: dict[str, Any] = {"mode": self.kind.mode, "stage_retries": 0,
-                                "start_over": start_over, "fault_plan": self.fault_plan}
+        opts: dict[str, Any] = {
+            "mode": self.kind.mode,
+            "stage_retries": 0,
+            "start_over": start_over,
+            "fault_plan": self.fault_plan,
+        }
         if self.kind.composite:
-            kafka = KafkaSink(self.servers.bootstrap, self.topic, sink_id=f"{self.name}-k",
-                              parallelism=1)
+            kafka = KafkaSink(
+                self.servers.bootstrap, self.topic, sink_id=f"{self.name}-k", parallelism=1
+            )
             table = self._table_sink(parallelism=1)
-            return TransactionalSinks([(kafka, _to_kafka), (table, _to_table)],
-                                      sink_id=f"{self.name}-c", **opts)
+            return TransactionalSinks(
+                [(kafka, _to_kafka), (table, _to_table)], sink_id=f"{self.name}-c", **opts
+            )
         if self.kind.kafka:
-            return KafkaSink(self.servers.bootstrap, self.topic, sink_id=f"{self.name}-k",
-                             parallelism=2, **opts)
+            return KafkaSink(
+                self.servers.bootstrap, self.topic, sink_id=f"{self.name}-k", parallelism=2, **opts
+            )
         return self._table_sink(parallelism=2, **opts)
 
     def _table_sink(self, **opts: Any) -> PostgresSink:
-        return PostgresSink(self.servers.dsn, "t", f"{self.name}-p", schema=self.name,
-                            control_schema=self.name, commit_protocol=self.kind.protocol,
-                            **opts)
+        return PostgresSink(
+            self.servers.dsn,
+            "t",
+            f"{self.name}-p",
+            schema=self.name,
+            control_schema=self.name,
+            commit_protocol=self.kind.protocol,
+            **opts,
+        )
 
     def prepare(self, df: Any) -> Any:
         """The sink's input from the query's rows (the composite selects per member)."""
@@ -159,11 +172,18 @@ class World:
 
     def start_query(self) -> None:
         """Start (or restart) the streaming query on the current checkpoint."""
-        stream = (self.spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
-                  .json(str(self._dirs())))
-        self.query = (self.prepare(stream).writeStream.foreachBatch(self.sink)
-                      .option("checkpointLocation", str(self._dirs("checkpoint")))
-                      .queryName(f"{self.name}_{self.generation}").start())
+        stream = (
+            self.spark.readStream.schema(INPUT_SCHEMA)
+            .option("maxFilesPerTrigger", 1)
+            .json(str(self._dirs()))
+        )
+        self.query = (
+            self.prepare(stream)
+            .writeStream.foreachBatch(self.sink)
+            .option("checkpointLocation", str(self._dirs("checkpoint")))
+            .queryName(f"{self.name}_{self.generation}")
+            .start()
+        )
 
     def stop_query(self) -> None:
         if self.query is not None:
@@ -250,8 +270,9 @@ class World:
                 found.append(f"an open transaction pins topic {self.topic}")
         if self.kind.protocol == "two-phase":
             with self._pg() as conn:
-                gids = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
-                                    (f"eos:{self.name}%",)).fetchall()
+                gids = conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"eos:{self.name}%",)
+                ).fetchall()
             found += [f"prepared transaction {g[0]}" for g in gids]
         return found
 
@@ -269,7 +290,8 @@ class World:
             self.close_sink()
         if self.kind.protocol is not None:
             with self._pg() as conn:
-                for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
-                                           (f"eos:{self.name}%",)).fetchall():
+                for (gid,) in conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"eos:{self.name}%",)
+                ).fetchall():
                     conn.execute(f"ROLLBACK PREPARED '{gid}'")
                 conn.execute(f'DROP SCHEMA "{self.name}" CASCADE')

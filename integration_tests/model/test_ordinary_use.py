@@ -57,8 +57,12 @@ LONG_RUN_TIMEOUT_S = 4 * 3600
 SHAPES = ("empty-file", "all-filtered", "one-row", "many-rows", "many-one-key")
 MANY_ROWS = 40
 TASK_STEPS = ("after_open", "mid_write", "after_pre_commit", "before_commit", "after_commit")
-DRIVER_STEPS = ("driver_after_plan", "driver_after_stage", "driver_before_complete",
-                "driver_after_decision")
+DRIVER_STEPS = (
+    "driver_after_plan",
+    "driver_after_stage",
+    "driver_before_complete",
+    "driver_after_decision",
+)
 
 _ids = itertools.count(1)
 
@@ -211,29 +215,39 @@ def machine_for(kind: Kind, spark: Any, servers: Servers, tmp: Callable[[], Path
     return OrdinaryUse
 
 
-def _run(kind: Kind, spark: Any, servers: Servers, tmp_path_factory: Any,
-         examples: int, steps: int) -> None:
+def _run(
+    kind: Kind, spark: Any, servers: Servers, tmp_path_factory: Any, examples: int, steps: int
+) -> None:
     counter = itertools.count()
 
     def tmp() -> Path:
         return Path(tmp_path_factory.mktemp(f"model-{kind.name}-{next(counter)}"))
 
     machine = machine_for(kind, spark, servers, tmp)
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None,
-        suppress_health_check=list(HealthCheck), database=None))
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
 
 
 @pytest.mark.timeout(DEFAULT_RUN_TIMEOUT_S)
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
-def test_ordinary_use(kind: Kind, spark: Any, model_servers: Servers,
-                      tmp_path_factory: Any) -> None:
+def test_ordinary_use(
+    kind: Kind, spark: Any, model_servers: Servers, tmp_path_factory: Any
+) -> None:
     _run(kind, spark, model_servers, tmp_path_factory, EXAMPLES, STEPS)
 
 
 @pytest.mark.model_long
 @pytest.mark.timeout(LONG_RUN_TIMEOUT_S)
 @pytest.mark.parametrize("kind", LONG_KINDS, ids=[k.name for k in LONG_KINDS])
-def test_ordinary_use_long(kind: Kind, spark: Any, model_servers: Servers,
-                           tmp_path_factory: Any) -> None:
+def test_ordinary_use_long(
+    kind: Kind, spark: Any, model_servers: Servers, tmp_path_factory: Any
+) -> None:
     _run(kind, spark, model_servers, tmp_path_factory, LONG_EXAMPLES, LONG_STEPS)

@@ -35,8 +35,7 @@ def sink_log(tmp_path: Path, sink_id: str, *records: Any) -> str:
     return str(path)
 
 
-def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic, tmp_path,
-                                                       capsys):
+def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic, tmp_path, capsys):
     topic, sink_id = new_topic("eos-al", 1), f"eos-{uuid.uuid4().hex[:8]}"
     log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 2, "fp"))
     zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1"})
@@ -44,53 +43,82 @@ def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic
     zombie.begin_transaction()
     zombie.produce(topic, b"left open")
     zombie.flush(TXN_TIMEOUT_S)
-    code, status = eos(kafka_bootstrap, "status", sink_id, "--epoch-log", log, "--topic", topic,
-                       "--scan", capsys=capsys)
+    code, status = eos(
+        kafka_bootstrap,
+        "status",
+        sink_id,
+        "--epoch-log",
+        log,
+        "--topic",
+        topic,
+        "--scan",
+        capsys=capsys,
+    )
     assert code == 1  # an epoch in doubt, an open transaction
     assert status["outputs"][0]["partitions"][0]["lso_lag"] == 1
     assert len(status["outputs"][0]["partitions"][0]["open_transactions"]) == 1
-    code, dry = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, "--dry-run",
-                    capsys=capsys)
+    code, dry = eos(
+        kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, "--dry-run", capsys=capsys
+    )
     assert code == 0 and dry["transactional_ids"] == [f"{sink_id}-0", f"{sink_id}-1"]
     assert not dry["aborted"]
-    code, done = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log,
-                     capsys=capsys)
+    code, done = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, capsys=capsys)
     assert code == 0 and done["aborted"]
     lso = end_offsets(kafka_bootstrap, topic, "read_committed")
     hw = end_offsets(kafka_bootstrap, topic, "read_uncommitted")
     assert lso == hw, "the open transaction still pins the last stable offset"
 
 
-def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(kafka_bootstrap, new_topic,
-                                                                    capsys):
+def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
+    kafka_bootstrap, new_topic, capsys
+):
     topic = new_topic("eos-pf", 1)
-    code, ok = eos(kafka_bootstrap, "preflight", "--topic", topic, "--sink-id", "s1",
-                   "--parallelism", "2", capsys=capsys)
+    code, ok = eos(
+        kafka_bootstrap,
+        "preflight",
+        "--topic",
+        topic,
+        "--sink-id",
+        "s1",
+        "--parallelism",
+        "2",
+        capsys=capsys,
+    )
     assert code == 0 and ok["topics"] == {topic: True}
     assert ok["names"]["transactional_ids"] == ["s1-0", "s1-1"]
     assert ok["names"]["marker_groups"] == ["s1.marker.0", "s1.marker.1"]
     assert ok["transaction_max_timeout_ms"] >= ok["transaction_timeout_ms"]
-    code, bad = eos(kafka_bootstrap, "preflight", "--topic", "eos-no-such-topic",
-                    "--transaction-timeout-ms", str(10**9), capsys=capsys)
+    code, bad = eos(
+        kafka_bootstrap,
+        "preflight",
+        "--topic",
+        "eos-no-such-topic",
+        "--transaction-timeout-ms",
+        str(10**9),
+        capsys=capsys,
+    )
     assert code == 1 and len(bad["problems"]) == 2
 
 
 def test_verify_passes_an_exact_copy_and_fails_a_duplicate(kafka_bootstrap, new_topic, capsys):
     source, good, bad = new_topic("eos-in", 2), new_topic("eos-ok", 1), new_topic("eos-dup", 1)
     produce_input(kafka_bootstrap, source, 30, keys=3)
-    records = sorted(read_committed_topic(kafka_bootstrap, source),
-                     key=lambda r: (r.partition, r.offset))
+    records = sorted(
+        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)
+    )
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for r in records:
         producer.produce(good, r.value, r.key)
         producer.produce(bad, r.value, r.key)
     producer.produce(bad, records[0].value, records[0].key)
     producer.flush(TXN_TIMEOUT_S)
-    code, ok = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", good,
-                   capsys=capsys)
+    code, ok = eos(
+        kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", good, capsys=capsys
+    )
     assert code == 0 and ok["ok"] and ok["committed_records"] == 30
-    code, dup = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", bad,
-                    capsys=capsys)
+    code, dup = eos(
+        kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", bad, capsys=capsys
+    )
     assert code == 1 and dup["anomalies"]["duplicate"] == 1
 
 
@@ -100,10 +128,14 @@ def test_reset_binds_the_next_query_above_every_epoch_and_refuses_in_doubt(
     sink_id = f"eos-{uuid.uuid4().hex[:8]}"
     done = [EpochPlan(sink_id, 0, 1, "fp"), EpochCompletion(sink_id, 0, committed=True)]
     log = sink_log(tmp_path, sink_id, QueryBinding(sink_id, "q-old", 0), *done)
-    code, out = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q-new",
-                    capsys=capsys)
-    assert code == 0 and out["binding"] == {"sink_id": sink_id, "query_id": "q-new",
-                                            "epoch_offset": 1}
+    code, out = eos(
+        kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q-new", capsys=capsys
+    )
+    assert code == 0 and out["binding"] == {
+        "sink_id": sink_id,
+        "query_id": "q-new",
+        "epoch_offset": 1,
+    }
     with FileEpochLog(log, sink_id=sink_id) as opened:
         opened.append(EpochPlan(sink_id, 1, 1, "fp"))  # epoch 1 of q-new, left in doubt
     code, refused = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, capsys=capsys)
@@ -112,15 +144,33 @@ def test_reset_binds_the_next_query_above_every_epoch_and_refuses_in_doubt(
 
 def test_status_of_a_healthy_sink_and_the_console_script(kafka_bootstrap, tmp_path, capsys):
     sink_id = f"eos-{uuid.uuid4().hex[:8]}"
-    log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 1, "fp"),
-                   EpochCompletion(sink_id, 0, committed=True))
+    log = sink_log(
+        tmp_path,
+        sink_id,
+        EpochPlan(sink_id, 0, 1, "fp"),
+        EpochCompletion(sink_id, 0, committed=True),
+    )
     code, status = eos(kafka_bootstrap, "status", sink_id, "--epoch-log", log, capsys=capsys)
     assert code == 0 and status["last_committed_epoch"] == 0 and status["in_doubt"] == []
     assert status["markers"] == {"0": None}  # nothing committed through Kafka by this log
     text = subprocess.run(
-        [sys.executable, "-m", "connectors.ops", "--bootstrap-servers", kafka_bootstrap, "status",
-         sink_id, "--epoch-log", log, "--marker-topic", DEFAULT_MARKER_TOPIC],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "connectors.ops",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "status",
+            sink_id,
+            "--epoch-log",
+            log,
+            "--marker-topic",
+            DEFAULT_MARKER_TOPIC,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert text.returncode == 0, text.stderr
     assert "eos status" in text.stdout and "exit code 0" in text.stdout
@@ -143,41 +193,55 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
         log.append(EpochPlan(other, 0, 1, "fp"))
         log.append(EpochCompletion(other, 0, committed=True))
     for command in ("status", "reset", "abort-lingering"):
-        code, out = eos(kafka_bootstrap, command, unknown, "--epoch-log-topic", log_topic,
-                        capsys=capsys)
+        code, out = eos(
+            kafka_bootstrap, command, unknown, "--epoch-log-topic", log_topic, capsys=capsys
+        )
         assert code == 3, out
         assert f"sink {unknown!r} is unknown here" in out["problems"][0]
         assert "holds no record of it" in out["problems"][0]
         assert "healthy" not in json.dumps(out) and "reset" not in out
-    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic,
-                    capsys=capsys)
+    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic, capsys=capsys)
     assert code == 0 and out["last_committed_epoch"] == 0
     # the known sink in the same Kafka log: reset takes effect and reads back
-    code, out = eos(kafka_bootstrap, "reset", other, "--epoch-log-topic", log_topic, "--query",
-                    "q-new", capsys=capsys)
+    code, out = eos(
+        kafka_bootstrap,
+        "reset",
+        other,
+        "--epoch-log-topic",
+        log_topic,
+        "--query",
+        "q-new",
+        capsys=capsys,
+    )
     assert code == 0 and out["reset"] is True and out["binding"]["epoch_offset"] == 1
-    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic,
-                    capsys=capsys)
+    code, out = eos(kafka_bootstrap, "status", other, "--epoch-log-topic", log_topic, capsys=capsys)
     assert out["binding"]["query_id"] == "q-new"
     # a FileEpochLog path that does not exist: refused, and reset creates no file
     missing = tmp_path / "no" / "epochs.log"
-    code, out = eos(kafka_bootstrap, "reset", unknown, "--epoch-log", str(missing),
-                    capsys=capsys)
+    code, out = eos(kafka_bootstrap, "reset", unknown, "--epoch-log", str(missing), capsys=capsys)
     assert code == 3 and "no epoch log file" in out["problems"][0]
     assert not missing.exists() and not missing.parent.exists()
     # abort-lingering of a sink that is gone: the ids to abort can be given
-    code, out = eos(kafka_bootstrap, "abort-lingering", unknown, "--parallelism", "1",
-                    "--dry-run", capsys=capsys)
+    code, out = eos(
+        kafka_bootstrap,
+        "abort-lingering",
+        unknown,
+        "--parallelism",
+        "1",
+        "--dry-run",
+        capsys=capsys,
+    )
     assert code == 0 and out["transactional_ids"] == [f"{unknown}-0"]
 
 
 def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
     sink_id = f"eos-pg-{uuid.uuid4().hex[:8]}"
-    for dsn in ("postgresql://eos:s3cret@db.example:5432/app",
-                "host=db.example dbname=app password=s3cret"):
+    for dsn in (
+        "postgresql://eos:s3cret@db.example:5432/app",
+        "host=db.example dbname=app password=s3cret",
+    ):
         for command in ("status", "reset"):
-            code, out = eos(kafka_bootstrap, command, sink_id, "--epoch-log", dsn,
-                            capsys=capsys)
+            code, out = eos(kafka_bootstrap, command, sink_id, "--epoch-log", dsn, capsys=capsys)
             assert code == 4, out
             assert "UnreadableLogError" in out["error"] and "PostgreSQL" in out["error"]
             assert "s3cret" not in json.dumps(out)  # a DSN's password is never printed
@@ -185,13 +249,19 @@ def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
 
 def test_reset_that_changes_nothing_does_not_report_success(kafka_bootstrap, tmp_path, capsys):
     sink_id = f"eos-{uuid.uuid4().hex[:8]}"
-    log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 1, "fp"),
-                   EpochCompletion(sink_id, 0, committed=True))
-    code, first = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q2",
-                      capsys=capsys)
+    log = sink_log(
+        tmp_path,
+        sink_id,
+        EpochPlan(sink_id, 0, 1, "fp"),
+        EpochCompletion(sink_id, 0, committed=True),
+    )
+    code, first = eos(
+        kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q2", capsys=capsys
+    )
     assert code == 0 and first["reset"] is True
-    code, again = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q2",
-                      capsys=capsys)
+    code, again = eos(
+        kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q2", capsys=capsys
+    )
     assert code == 0 and again["reset"] is False and "nothing changed" in again["note"]
     assert again["binding"] == first["binding"]
 
@@ -206,14 +276,12 @@ def test_help_lists_the_exit_codes(capsys):
 
 def copy_records(bootstrap: str, source: str, target: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
-    for r in sorted(read_committed_topic(bootstrap, source),
-                    key=lambda r: (r.partition, r.offset)):
+    for r in sorted(read_committed_topic(bootstrap, source), key=lambda r: (r.partition, r.offset)):
         producer.produce(target, r.value, r.key)
     producer.flush(TXN_TIMEOUT_S)
 
 
-def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, new_topic,
-                                                                capsys):
+def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, new_topic, capsys):
     source, out = new_topic("eos-csv-in", 1), new_topic("eos-csv-out", 1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(12):
@@ -224,12 +292,18 @@ def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, n
     code, bad = eos(kafka_bootstrap, "verify", *topics, capsys=capsys)
     assert code == 2, bad  # not "the cluster could not be read"
     assert "RecordFormatError" in bad["error"] and "is not JSON" in bad["error"]
-    code, ok = eos(kafka_bootstrap, "verify", *topics,
-                   "--id-fn", "tests.testing.verify.idfns:csv_id",
-                   "--order-key-fn", "tests.testing.verify.idfns:csv_account", capsys=capsys)
+    code, ok = eos(
+        kafka_bootstrap,
+        "verify",
+        *topics,
+        "--id-fn",
+        "tests.testing.verify.idfns:csv_id",
+        "--order-key-fn",
+        "tests.testing.verify.idfns:csv_account",
+        capsys=capsys,
+    )
     assert code == 0 and ok["ok"] and ok["committed_records"] == 12
-    code, bad_fn = eos(kafka_bootstrap, "verify", *topics, "--id-fn", "tests.nope:f",
-                       capsys=capsys)
+    code, bad_fn = eos(kafka_bootstrap, "verify", *topics, "--id-fn", "tests.nope:f", capsys=capsys)
     assert code == 2 and "cannot load 'tests.nope:f'" in bad_fn["error"]
 
 
@@ -246,16 +320,34 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
         value = json.dumps({"order": {"id": f"o-{i}"}, "account": f"a{i % 4}", "n": i})
         producer.produce(source, value.encode(), f"a{i % 4}".encode())
     producer.flush(TXN_TIMEOUT_S)
-    rows = [(r.key.decode(), r.value.decode(), n) for n, r in enumerate(sorted(
-        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)))]
+    rows = [
+        (r.key.decode(), r.value.decode(), n)
+        for n, r in enumerate(
+            sorted(
+                read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)
+            )
+        )
+    ]
     df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
-    sink = KafkaSink(kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2,
-                     order_by=["seq"])
+    sink = KafkaSink(
+        kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2, order_by=["seq"]
+    )
     sink(df.where("seq < 25"), 0)
     sink(df.where("seq >= 25"), 1)
     sink.close()
-    check = ("verify", "--input-topic", source, "--output-topic", out, "--sink-id", sink_id,
-             "--id-field", "order.id", "--order-key-field", "account")
+    check = (
+        "verify",
+        "--input-topic",
+        source,
+        "--output-topic",
+        out,
+        "--sink-id",
+        sink_id,
+        "--id-field",
+        "order.id",
+        "--order-key-field",
+        "account",
+    )
     code, healthy = eos(kafka_bootstrap, *check, "--marker-topic", markers, capsys=capsys)
     assert code == 0, (healthy["problems"], healthy["notes"])
     assert healthy["committed_records"] == 40 and healthy["anomalies"]["epoch_log_mismatch"] == 0
@@ -271,32 +363,69 @@ def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, 
     from connectors.kafka import KafkaSink
     from connectors.stage import TransactionalSinks
 
-    source, out_a, out_b = new_topic("eos-cmp-in", 1), new_topic("eos-cmp-a", 1), new_topic(
-        "eos-cmp-b", 1)
+    source, out_a, out_b = (
+        new_topic("eos-cmp-in", 1),
+        new_topic("eos-cmp-a", 1),
+        new_topic("eos-cmp-b", 1),
+    )
     composite = f"eos-cmp-{uuid.uuid4().hex[:8]}"
     log_topic = f"eos-cmp-log-{uuid.uuid4().hex[:8]}"
     produce_input(kafka_bootstrap, source, 30, keys=3)
-    rows = [(r.key.decode(), r.value.decode(), n) for n, r in enumerate(sorted(
-        read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)))]
+    rows = [
+        (r.key.decode(), r.value.decode(), n)
+        for n, r in enumerate(
+            sorted(
+                read_committed_topic(kafka_bootstrap, source), key=lambda r: (r.partition, r.offset)
+            )
+        )
+    ]
     df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
-    members = [KafkaSink(kafka_bootstrap, out, f"{composite}-{n}", parallelism=1,
-                         order_by=["seq"], epoch_log_topic=log_topic)
-               for n, out in (("a", out_a), ("b", out_b))]
-    sink = TransactionalSinks([(members[0], ["key", "value", "seq"]), members[1]],
-                              sink_id=composite)
+    members = [
+        KafkaSink(
+            kafka_bootstrap,
+            out,
+            f"{composite}-{n}",
+            parallelism=1,
+            order_by=["seq"],
+            epoch_log_topic=log_topic,
+        )
+        for n, out in (("a", out_a), ("b", out_b))
+    ]
+    sink = TransactionalSinks(
+        [(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite
+    )
     for epoch in range(2):
         sink(df.where(f"seq >= {15 * epoch} AND seq < {15 * (epoch + 1)}"), epoch)
     assert sink.metrics()[-1].member_rows == {f"{composite}-a": 15, f"{composite}-b": 15}
     sink.close()
     for member, out in ((f"{composite}-a", out_a), (f"{composite}-b", out_b)):
-        check = ("verify", "--input-topic", source, "--output-topic", out, "--sink-id", member,
-                 "--epoch-log-topic", log_topic)
-        code, ok = eos(kafka_bootstrap, *check, "--composite-id", composite, "--members", "2",
-                       capsys=capsys)
+        check = (
+            "verify",
+            "--input-topic",
+            source,
+            "--output-topic",
+            out,
+            "--sink-id",
+            member,
+            "--epoch-log-topic",
+            log_topic,
+        )
+        code, ok = eos(
+            kafka_bootstrap, *check, "--composite-id", composite, "--members", "2", capsys=capsys
+        )
         assert code == 0, (ok["problems"], ok["notes"])
         # without --composite-id the member's own id has no log: refused, not healthy
         code, alone = eos(kafka_bootstrap, *check, capsys=capsys)
         assert code == 3 and "is unknown here" in alone["problems"][0]
-    code, bad = eos(kafka_bootstrap, "verify", "--input-topic", source, "--output-topic", out_a,
-                    "--composite-id", composite, capsys=capsys)
+    code, bad = eos(
+        kafka_bootstrap,
+        "verify",
+        "--input-topic",
+        source,
+        "--output-topic",
+        out_a,
+        "--composite-id",
+        composite,
+        capsys=capsys,
+    )
     assert code == 2 and "--composite-id and --members go together" in bad["error"]

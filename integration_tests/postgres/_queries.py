@@ -24,28 +24,33 @@ POLL_S = 0.2
 
 
 def create_table(pg: Any, schema: str) -> None:
-    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint NOT NULL, v text)").format(
-        sql.Identifier(schema)))
+    pg.execute(
+        sql.SQL("CREATE TABLE {}.t (id bigint NOT NULL, v text)").format(sql.Identifier(schema))
+    )
 
 
 def stage_files(directory: Path, first: int, files: int) -> None:
     """Write input files ``first .. first + files - 1`` (``PER_FILE`` rows each) to ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     for f in range(first, first + files):
-        lines = [json.dumps({"id": i, "v": f"v{i}"})
-                 for i in range(f * PER_FILE, (f + 1) * PER_FILE)]
+        lines = [
+            json.dumps({"id": i, "v": f"v{i}"}) for i in range(f * PER_FILE, (f + 1) * PER_FILE)
+        ]
         path = directory / f"part-{f:04d}.json"
         path.write_text("\n".join(lines) + "\n")
         os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # Spark reads oldest first
 
 
-def start(spark: Any, source: Path, checkpoint: Path, sink: Any, *, available_now: bool = True
-          ) -> Any:
+def start(
+    spark: Any, source: Path, checkpoint: Path, sink: Any, *, available_now: bool = True
+) -> Any:
     """Start a query writing one file per batch of ``source`` through ``sink``."""
     writer = (
-        spark.readStream.schema("id LONG, v STRING").option("maxFilesPerTrigger", 1)
+        spark.readStream.schema("id LONG, v STRING")
+        .option("maxFilesPerTrigger", 1)
         .json(str(source))
-        .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
     )
     trigger = {"availableNow": True} if available_now else {"processingTime": "200 milliseconds"}
     return writer.trigger(**trigger).start()
@@ -65,8 +70,9 @@ def table_rows(pg: Any, schema: str) -> Counter[tuple[int, str]]:
 
 def file_rows(*files: range) -> Counter[tuple[int, str]]:
     """The rows the input files in ``files`` (ranges of file numbers) hold, once each."""
-    return Counter((i, f"v{i}") for fs in files for f in fs
-                   for i in range(f * PER_FILE, (f + 1) * PER_FILE))
+    return Counter(
+        (i, f"v{i}") for fs in files for f in fs for i in range(f * PER_FILE, (f + 1) * PER_FILE)
+    )
 
 
 def wait_until(what: str, done: Callable[[], bool], timeout_s: float = QUERY_TIMEOUT_S) -> None:

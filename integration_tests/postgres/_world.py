@@ -51,13 +51,16 @@ def partition_batch(
     epoch: int, parallelism: int, partition: int, shape: str = FULL
 ) -> pa.RecordBatch:
     """The rows of ``partition``: routed by content, so a replay meets the same partition."""
-    ids = [i for i in epoch_ids(epoch, shape)
-           if zlib.crc32(str(i).encode()) % parallelism == partition]
-    return with_hash({
-        "id": pa.array(ids, pa.int64()),
-        "epoch": pa.array([epoch] * len(ids), pa.int32()),
-        "payload": pa.array([f"row {i}" for i in ids]),
-    })
+    ids = [
+        i for i in epoch_ids(epoch, shape) if zlib.crc32(str(i).encode()) % parallelism == partition
+    ]
+    return with_hash(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "epoch": pa.array([epoch] * len(ids), pa.int32()),
+            "payload": pa.array([f"row {i}" for i in ids]),
+        }
+    )
 
 
 @dataclass
@@ -71,7 +74,8 @@ class PgWorld(CrashWorld[ArrowPartition]):
     on_step: dict[CoordinatorStep, Callable[[], None]] = field(default_factory=dict, kw_only=True)
     on_task: Callable[[TaskStep, EpochPlan, int], None] | None = field(default=None, kw_only=True)
     batch_for: Callable[[int, int, int], pa.RecordBatch] = field(
-        default=partition_batch, kw_only=True)
+        default=partition_batch, kw_only=True
+    )
     shape: str = field(default=FULL, kw_only=True)  # of the epochs (txn.testing.SHAPES)
 
     def __post_init__(self) -> None:
@@ -81,8 +85,12 @@ class PgWorld(CrashWorld[ArrowPartition]):
 
     def cfg(self) -> PostgresSinkConfig:
         return PostgresSinkConfig.build(
-            dsn=self.dsn(), table="t", schema=self.schema, sink_id=self.sink_id,
-            control_schema=self.schema, commit_protocol=PROTOCOL[self.kind],
+            dsn=self.dsn(),
+            table="t",
+            schema=self.schema,
+            sink_id=self.sink_id,
+            control_schema=self.schema,
+            commit_protocol=PROTOCOL[self.kind],
             write_mode=self.write_mode,
         )
 
@@ -92,8 +100,11 @@ class PgWorld(CrashWorld[ArrowPartition]):
     def create_table(self) -> None:
         key = " PRIMARY KEY" if self.write_mode != "append" else ""
         with self.conn() as conn:
-            conn.execute(sql.SQL(f"CREATE TABLE {{}} (id bigint{key}, epoch integer, payload text)")
-                         .format(qualified(self.schema, "t")))
+            conn.execute(
+                sql.SQL(f"CREATE TABLE {{}} (id bigint{key}, epoch integer, payload text)").format(
+                    qualified(self.schema, "t")
+                )
+            )
 
     # -- what the crash world needs --------------------------------------------------
     def open_log(self) -> EpochLog:

@@ -31,8 +31,11 @@ def make_cfg(postgres_dsn: str, schema: str) -> Callable[..., PostgresSinkConfig
 
     def make(dsn: str | None = None, **kwargs: Any) -> PostgresSinkConfig:
         args: dict[str, Any] = {
-            "dsn": dsn or postgres_dsn, "table": "t", "schema": schema,
-            "sink_id": f"{schema}-sink", "control_schema": schema,
+            "dsn": dsn or postgres_dsn,
+            "table": "t",
+            "schema": schema,
+            "sink_id": f"{schema}-sink",
+            "control_schema": schema,
         }
         args.update(kwargs)
         return PostgresSinkConfig.build(**args)
@@ -70,8 +73,11 @@ def with_hash(columns: dict[str, pa.Array]) -> pa.RecordBatch:
     table = pa.table(columns)
     hashes = [
         int.from_bytes(
-            hashlib.blake2b(repr([c[i].as_py() for c in table.columns]).encode(), digest_size=8)
-            .digest(), "big", signed=True,
+            hashlib.blake2b(
+                repr([c[i].as_py() for c in table.columns]).encode(), digest_size=8
+            ).digest(),
+            "big",
+            signed=True,
         )
         for i in range(n)
     ]

@@ -43,7 +43,8 @@ def records() -> list[Record]:
 def batch(spark: Any, recs: list[Record]) -> Any:
     data = [(r.key.decode() if r.key else None, r.value, r.partition, r.offset) for r in recs]
     return spark.createDataFrame(
-        data, "key STRING, value BINARY, in_partition INT, in_offset BIGINT")
+        data, "key STRING, value BINARY, in_partition INT, in_offset BIGINT"
+    )
 
 
 class Written:
@@ -54,20 +55,35 @@ class Written:
         self.sink_id = f"{schema}-chk"
         self.inputs = records()
         create_table(dsn, "t", schema=schema, write_mode=mode)
-        sink = PostgresSink(dsn, "t", self.sink_id, schema=schema, control_schema=schema,
-                            write_mode=mode, key_columns=[] if mode == "append" else ["key"],
-                            parallelism=2, order_by=list(ORDER_COLUMNS))
+        sink = PostgresSink(
+            dsn,
+            "t",
+            self.sink_id,
+            schema=schema,
+            control_schema=schema,
+            write_mode=mode,
+            key_columns=[] if mode == "append" else ["key"],
+            parallelism=2,
+            order_by=list(ORDER_COLUMNS),
+        )
         try:
             for epoch in range(EPOCHS):
-                chunk = self.inputs[epoch * PER_EPOCH:(epoch + 1) * PER_EPOCH]
+                chunk = self.inputs[epoch * PER_EPOCH : (epoch + 1) * PER_EPOCH]
                 assert sink(table_rows(batch(spark, chunk), mode), epoch).committed
         finally:
             sink.close()
 
     def check(self) -> TableReport:
-        return check_table(self.dsn, table="t", schema=self.schema, sink_id=self.sink_id,
-                           control_schema=self.schema, inputs=self.inputs, write_mode=self.mode,
-                           op_fn=record_op if self.mode == "changelog" else None)
+        return check_table(
+            self.dsn,
+            table="t",
+            schema=self.schema,
+            sink_id=self.sink_id,
+            control_schema=self.schema,
+            inputs=self.inputs,
+            write_mode=self.mode,
+            op_fn=record_op if self.mode == "changelog" else None,
+        )
 
 
 @pytest.mark.parametrize("mode", ["append", "upsert", "changelog"])
@@ -103,8 +119,11 @@ def test_a_prepared_transaction_of_the_sink_left_behind_is_found(
     written = Written(spark, postgres_dsn, schema, "append")
     gid = f"eos:{written.sink_id}:{EPOCHS}:0:1"
     with pg.transaction():
-        pg.execute(sql.SQL("INSERT INTO {}.t VALUES (9999, 'k0', 99, 0, 9999)").format(
-            sql.Identifier(schema)))
+        pg.execute(
+            sql.SQL("INSERT INTO {}.t VALUES (9999, 'k0', 99, 0, 9999)").format(
+                sql.Identifier(schema)
+            )
+        )
         pg.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
     try:
         report = written.check()
@@ -118,8 +137,11 @@ def test_a_prepared_transaction_of_the_sink_left_behind_is_found(
 
 def test_markers_disagreeing_with_the_epoch_log_are_found(spark, postgres_dsn, pg, schema) -> None:
     written = Written(spark, postgres_dsn, schema, "append")
-    pg.execute(sql.SQL("UPDATE {}.sink_markers SET epoch = epoch - 1 WHERE write_partition = 1")
-               .format(sql.Identifier(schema)))
+    pg.execute(
+        sql.SQL("UPDATE {}.sink_markers SET epoch = epoch - 1 WHERE write_partition = 1").format(
+            sql.Identifier(schema)
+        )
+    )
     report = written.check()
     mismatch = report.anomalies(AnomalyKind.EPOCH_LOG_MISMATCH)
     assert len(mismatch) == 1 and mismatch[0].partition == 1, report.examples

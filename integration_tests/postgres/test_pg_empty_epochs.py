@@ -66,13 +66,21 @@ def ids(pg: Any, schema: str) -> Counter[int]:
 def test_a_wedged_log_recovers_in_a_new_sink(
     spark: Any, pg: Any, schema: str, postgres_dsn: str, mode: str
 ) -> None:
-    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-        sql.Identifier(schema)))
+    pg.execute(
+        sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
+    )
 
     def new_sink() -> PostgresSink:
-        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
-                            control_schema=schema, parallelism=2, commit_protocol="two-phase",
-                            mode=mode)
+        return PostgresSink(
+            postgres_dsn,
+            "t",
+            f"{schema}-s",
+            schema=schema,
+            control_schema=schema,
+            parallelism=2,
+            commit_protocol="two-phase",
+            mode=mode,
+        )
 
     def batch(start: int, end: int) -> Any:
         return spark.range(start, end, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
@@ -104,11 +112,17 @@ STOP_WAIT_S = 120  # seconds to wait for the held epoch to start (a loaded machi
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("protocol", "mode"), [("two-phase", "aligned"),
-                                                ("two-phase", "unaligned"),
-                                                ("idempotency-table", "aligned")])
+@pytest.mark.parametrize(
+    ("protocol", "mode"),
+    [("two-phase", "aligned"), ("two-phase", "unaligned"), ("idempotency-table", "aligned")],
+)
 def test_query_stop_during_an_empty_epoch_then_restart(
-    spark: Any, pg: Any, schema: str, postgres_dsn: str, tmp_path: Any, protocol: str,
+    spark: Any,
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    tmp_path: Any,
+    protocol: str,
     mode: str,
 ) -> None:
     """A streaming query stopped while its empty batch is in the write stage restarts from
@@ -118,8 +132,9 @@ def test_query_stop_during_an_empty_epoch_then_restart(
 
     from connectors.testing import FaultPlan
 
-    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-        sql.Identifier(schema)))
+    pg.execute(
+        sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
+    )
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     source.mkdir()
 
@@ -127,20 +142,48 @@ def test_query_stop_during_an_empty_epoch_then_restart(
         (source / name).write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
 
     faults = tmp_path / "faults.json"
-    faults.write_text(json.dumps([{"id": "hold", "step": "after_pre_commit", "epoch": 1,
-                                   "action": "sleep", "seconds": HOLD_S, "times": 1}]))
+    faults.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "hold",
+                    "step": "after_pre_commit",
+                    "epoch": 1,
+                    "action": "sleep",
+                    "seconds": HOLD_S,
+                    "times": 1,
+                }
+            ]
+        )
+    )
     plan = FaultPlan(str(faults))
 
     def start(sink: PostgresSink) -> Any:
-        stream = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
-                  .json(str(source)).filter("id >= 0").selectExpr("id", "concat('v', id) AS v"))
-        return (stream.writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(checkpoint)).start())
+        stream = (
+            spark.readStream.schema("id long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(source))
+            .filter("id >= 0")
+            .selectExpr("id", "concat('v', id) AS v")
+        )
+        return (
+            stream.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
 
     def new_sink(**extra: Any) -> PostgresSink:
-        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
-                            control_schema=schema, parallelism=2, commit_protocol=protocol,
-                            mode=mode, **extra)
+        return PostgresSink(
+            postgres_dsn,
+            "t",
+            f"{schema}-s",
+            schema=schema,
+            control_schema=schema,
+            parallelism=2,
+            commit_protocol=protocol,
+            mode=mode,
+            **extra,
+        )
 
     add_file("0.json", range(0, 10))
     first = new_sink(fault_plan=plan)

@@ -41,7 +41,9 @@ def commit_epoch(log: PostgresEpochLog, epoch: int, parallelism: int = 2) -> Non
 def records(pg: Conn, schema: str, sink: str) -> list[tuple[int, str]]:
     return pg.execute(
         sql.SQL("SELECT seq, record FROM {} WHERE sink_id = %s ORDER BY seq").format(
-            qualified(schema, LOG_TABLE)), (sink,),
+            qualified(schema, LOG_TABLE)
+        ),
+        (sink,),
     ).fetchall()
 
 
@@ -83,7 +85,9 @@ def test_illegal_record_is_refused_and_not_written(pg: Conn, schema: str, make_c
 def test_second_coordinator_is_refused_while_the_first_runs(make_cfg: Make) -> None:
     cfg = make_cfg()
     first = PostgresEpochLog(cfg)
-    with pytest.raises(EpochLogFencedError, match="held by another coordinator.*backend pid") as info:
+    with pytest.raises(
+        EpochLogFencedError, match="held by another coordinator.*backend pid"
+    ) as info:
         PostgresEpochLog(cfg)
     assert isinstance(info.value, EpochLogLockedError)
     first.close()
@@ -164,13 +168,17 @@ def test_an_altered_record_is_reported_with_table_sink_and_seq(
     original = records(pg, schema, cfg.sink_id)
     for seq, text in original:
         for i in range(0, len(text), 7):  # flip one character in every 7th position
-            damaged = text[:i] + chr(ord(text[i]) ^ 1) + text[i + 1:]
-            pg.execute(sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s")
-                       .format(table), (damaged, cfg.sink_id, seq))
+            damaged = text[:i] + chr(ord(text[i]) ^ 1) + text[i + 1 :]
+            pg.execute(
+                sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s").format(table),
+                (damaged, cfg.sink_id, seq),
+            )
             with pytest.raises(EpochLogCorruptError, match=rf"{LOG_TABLE} of sink .* seq {seq}"):
                 PostgresEpochLog(cfg).close()
-        pg.execute(sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s")
-                   .format(table), (text, cfg.sink_id, seq))
+        pg.execute(
+            sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s").format(table),
+            (text, cfg.sink_id, seq),
+        )
     with PostgresEpochLog(cfg) as log:
         assert log.load().state(1) is EpochState.PLANNED
 
@@ -180,8 +188,12 @@ def test_a_removed_record_is_detected(pg: Conn, schema: str, make_cfg: Make, whi
     cfg = _written(make_cfg)
     seqs = [seq for seq, _ in records(pg, schema, cfg.sink_id)]
     seq = {"first": seqs[0], "middle": seqs[1], "last": seqs[-1]}[which]
-    pg.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq = %s").format(
-        qualified(schema, LOG_TABLE)), (cfg.sink_id, seq))
+    pg.execute(
+        sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq = %s").format(
+            qualified(schema, LOG_TABLE)
+        ),
+        (cfg.sink_id, seq),
+    )
     with pytest.raises(EpochLogCorruptError, match="removed or added"):
         PostgresEpochLog(cfg)
 
@@ -190,8 +202,11 @@ def test_an_altered_or_missing_header_is_detected(pg: Conn, schema: str, make_cf
     cfg = _written(make_cfg)
     head = qualified(schema, LOG_HEAD_TABLE)
     changed = pg.execute(
-        sql.SQL("UPDATE {} SET header = regexp_replace(header, '\"next_seq\":[0-9]+', "
-                "'\"next_seq\":99') WHERE sink_id = %s").format(head), (cfg.sink_id,),
+        sql.SQL(
+            "UPDATE {} SET header = regexp_replace(header, '\"next_seq\":[0-9]+', "
+            "'\"next_seq\":99') WHERE sink_id = %s"
+        ).format(head),
+        (cfg.sink_id,),
     )
     assert changed.rowcount == 1
     with pytest.raises(EpochLogCorruptError, match="header.*checksum"):
@@ -287,16 +302,23 @@ def _earlier_release_layout(pg: Conn, schema: str, make_cfg: Make, through: int 
         bind(log, "q1", 0)
         for epoch in range(10):
             commit_epoch(log, epoch)
-    pg.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq BETWEEN 1 AND 21").format(
-        qualified(schema, LOG_TABLE)), (cfg.sink_id,))
+    pg.execute(
+        sql.SQL("DELETE FROM {} WHERE sink_id = %s AND seq BETWEEN 1 AND 21").format(
+            qualified(schema, LOG_TABLE)
+        ),
+        (cfg.sink_id,),
+    )
     head = qualified(schema, LOG_HEAD_TABLE)
-    row = pg.execute(sql.SQL("SELECT header FROM {} WHERE sink_id = %s").format(head),
-                     (cfg.sink_id,)).fetchone()
+    row = pg.execute(
+        sql.SQL("SELECT header FROM {} WHERE sink_id = %s").format(head), (cfg.sink_id,)
+    ).fetchone()
     assert row is not None
     header = unseal(row[0].encode(), source="test")
     header.update(committed_through=through, parallelism_floor=2)
-    pg.execute(sql.SQL("UPDATE {} SET header = %s WHERE sink_id = %s").format(head),
-               (seal(header).decode(), cfg.sink_id))
+    pg.execute(
+        sql.SQL("UPDATE {} SET header = %s WHERE sink_id = %s").format(head),
+        (seal(header).decode(), cfg.sink_id),
+    )
     return cfg
 
 

@@ -89,9 +89,14 @@ def test_a_connection_lost_mid_epoch_aborts_it_and_the_replay_completes_it(
 
     def cut_connection(step: TaskStep, plan: EpochPlan, partition: int) -> None:
         if (step, plan.epoch, partition) == (TaskStep.WRITTEN, 1, 1) and not cut:
-            cut.extend(row[0] for row in pg.execute(
-                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
-                "WHERE application_name = %s", (f"eos {schema}-sink p1",)).fetchall())
+            cut.extend(
+                row[0]
+                for row in pg.execute(
+                    "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (f"eos {schema}-sink p1",),
+                ).fetchall()
+            )
 
     world.on_task = cut_connection
     world.run_epochs(3)
@@ -112,8 +117,11 @@ def test_a_bad_row_aborts_the_epoch_with_a_typed_error_and_leaves_nothing(
 
     world = PgWorld(lambda: postgres_dsn, schema, kind, batch_for=batch)
     with world.conn() as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (id bigint, epoch integer, payload text NOT NULL)")
-                     .format(qualified(schema, "t")))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id bigint, epoch integer, payload text NOT NULL)").format(
+                qualified(schema, "t")
+            )
+        )
     world.run_epoch(0)
     with pytest.raises(ConstraintViolationError, match="23502") as info:
         world.run_epoch(1)

@@ -39,8 +39,15 @@ def make(pg: Any, schema: str, postgres_dsn: str) -> Make:
     create_table(pg, schema)
 
     def new(**options: Any) -> PostgresSink:
-        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
-                            control_schema=schema, parallelism=2, **options)
+        return PostgresSink(
+            postgres_dsn,
+            "t",
+            f"{schema}-s",
+            schema=schema,
+            control_schema=schema,
+            parallelism=2,
+            **options,
+        )
 
     return new
 
@@ -138,7 +145,8 @@ def test_sink_objects_called_directly_hand_the_log_back_and_forth(
 ) -> None:
     def batch(n: int) -> Any:
         return spark.range(n * PER_FILE, (n + 1) * PER_FILE, numPartitions=2).selectExpr(
-            "id", "concat('v', id) AS v")
+            "id", "concat('v', id) AS v"
+        )
 
     a, b = make(), make()
     try:
@@ -154,8 +162,10 @@ def test_sink_objects_called_directly_hand_the_log_back_and_forth(
 
 def coordinator_sessions(pg: Any, sink_id: str) -> int:
     """The sink's driver sessions still open (the epoch log's, the commits' connection)."""
-    row = pg.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                     (f"eos {sink_id} coordinator"[:63],)).fetchone()
+    row = pg.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+        (f"eos {sink_id} coordinator"[:63],),
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -172,8 +182,12 @@ def test_with_block_close_and_collection_release_the_log_and_connections(
     sink.close()  # idempotent
     sink.close()
     collected = make()
-    collected(spark.range(PER_FILE, 2 * PER_FILE, numPartitions=2).selectExpr(
-        "id", "concat('v', id) AS v"), 1)
+    collected(
+        spark.range(PER_FILE, 2 * PER_FILE, numPartitions=2).selectExpr(
+            "id", "concat('v', id) AS v"
+        ),
+        1,
+    )
     config = collected.config
     del collected
     gc.collect()
@@ -184,7 +198,12 @@ def test_with_block_close_and_collection_release_the_log_and_connections(
 
 
 def test_closing_a_composite_closes_its_member_sinks(
-    spark: Any, pg: Any, schema: str, make: Make, kafka_bootstrap: str, new_topic: Any,
+    spark: Any,
+    pg: Any,
+    schema: str,
+    make: Make,
+    kafka_bootstrap: str,
+    new_topic: Any,
     tmp_path: Path,
 ) -> None:
     df = spark.range(0, PER_FILE, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
@@ -192,13 +211,18 @@ def test_closing_a_composite_closes_its_member_sinks(
     table(df, 0)  # used on its own first: it holds its own epoch log
     kafka = KafkaSink(kafka_bootstrap, new_topic("life", 1), f"{schema}-k", parallelism=1)
     with TransactionalSinks(
-        [(kafka, lambda d: d.selectExpr("CAST(id AS STRING) AS value")),
-         (table, lambda d: d.select("id", "v"))],
-        sink_id=f"{schema}-both", epoch_log=tmp_path / "both.log", mode="unaligned",
+        [
+            (kafka, lambda d: d.selectExpr("CAST(id AS STRING) AS value")),
+            (table, lambda d: d.select("id", "v")),
+        ],
+        sink_id=f"{schema}-both",
+        epoch_log=tmp_path / "both.log",
+        mode="unaligned",
     ) as both:
         # Epoch 1: the member's markers (its sink_id's) already hold its own epoch 0.
         later = spark.range(PER_FILE, 2 * PER_FILE, numPartitions=2).selectExpr(
-            "id", "concat('v', id) AS v")
+            "id", "concat('v', id) AS v"
+        )
         assert both(later, 1).committed
         assert not log_is_free(table)
     assert log_is_free(table)

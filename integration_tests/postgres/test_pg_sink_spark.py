@@ -26,23 +26,31 @@ def rows(pg: Any, schema: str, order: str = "id") -> list[tuple[Any, ...]]:
 
 
 def sink(postgres_dsn: str, schema: str, **options: Any) -> PostgresSink:
-    return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema, control_schema=schema,
-                        parallelism=2, **options)
+    return PostgresSink(
+        postgres_dsn,
+        "t",
+        f"{schema}-s",
+        schema=schema,
+        control_schema=schema,
+        parallelism=2,
+        **options,
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_append_epochs_land_once_and_a_replay_is_skipped(spark, pg, schema, postgres_dsn,
-                                                        protocol):
+def test_append_epochs_land_once_and_a_replay_is_skipped(spark, pg, schema, postgres_dsn, protocol):
     table(pg, schema, "id bigint PRIMARY KEY, name text")
     s = sink(postgres_dsn, schema, commit_protocol=protocol)
     try:
         for epoch in range(3):
             df = spark.range(epoch * 50, (epoch + 1) * 50, numPartitions=3).selectExpr(
-                "id", "concat('n', id) AS name")
+                "id", "concat('n', id) AS name"
+            )
             result = s(df, epoch)
             assert result.committed and not result.skipped
-            expected = {PartitionOutcome.PREPARED if protocol == "two-phase"
-                        else PartitionOutcome.COMMITTED}
+            expected = {
+                PartitionOutcome.PREPARED if protocol == "two-phase" else PartitionOutcome.COMMITTED
+            }
             assert {r.outcome for r in result.reports} == expected
         assert s(spark.range(100, 150).selectExpr("id", "'x' AS name"), 2).skipped
     finally:
@@ -53,14 +61,25 @@ def test_append_epochs_land_once_and_a_replay_is_skipped(spark, pg, schema, post
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_upsert_and_changelog_keep_the_last_change_of_each_key(spark, pg, schema, postgres_dsn,
-                                                              protocol):
+def test_upsert_and_changelog_keep_the_last_change_of_each_key(
+    spark, pg, schema, postgres_dsn, protocol
+):
     table(pg, schema, "id bigint PRIMARY KEY, v text")
-    up = sink(postgres_dsn, schema, write_mode="upsert", key_columns=["id"],
-              commit_protocol=protocol, order_by=["seq"])
+    up = sink(
+        postgres_dsn,
+        schema,
+        write_mode="upsert",
+        key_columns=["id"],
+        commit_protocol=protocol,
+        order_by=["seq"],
+    )
     try:
-        up(spark.createDataFrame([(1, "a", 0), (2, "b", 1), (1, "c", 2)], "id long, v string, seq long")
-           .select("id", "v", "seq"), 0)
+        up(
+            spark.createDataFrame(
+                [(1, "a", 0), (2, "b", 1), (1, "c", 2)], "id long, v string, seq long"
+            ).select("id", "v", "seq"),
+            0,
+        )
     finally:
         up.close()
     assert rows(pg, schema) == [(1, "c"), (2, "b")]
@@ -70,8 +89,12 @@ def test_changelog_applies_inserts_updates_and_deletes(spark, pg, schema, postgr
     table(pg, schema, "id bigint PRIMARY KEY, v text")
     cl = sink(postgres_dsn, schema, write_mode="changelog", key_columns=["id"], order_by=["seq"])
     data: list[tuple[Any, ...]] = [
-        (1, "a", "insert", 0), (2, "b", "insert", 1), (3, "c", "insert", 2),
-        (2, "b", "update_before", 3), (2, "B", "update_after", 4), (3, "c", "delete", 5),
+        (1, "a", "insert", 0),
+        (2, "b", "insert", 1),
+        (3, "c", "insert", 2),
+        (2, "b", "update_before", 3),
+        (2, "B", "update_after", 4),
+        (3, "c", "delete", 5),
     ]
     try:
         cl(spark.createDataFrame(data, "id long, v string, op string, seq long"), 0)
@@ -88,8 +111,9 @@ def test_changelog_applies_inserts_updates_and_deletes(spark, pg, schema, postgr
     ],
     ids=["missing-column", "type-mismatch"],
 )
-def test_bad_input_is_a_typed_error_naming_the_column(spark, pg, schema, postgres_dsn, ddl,
-                                                      select, column):
+def test_bad_input_is_a_typed_error_naming_the_column(
+    spark, pg, schema, postgres_dsn, ddl, select, column
+):
     table(pg, schema, ddl)
     s = sink(postgres_dsn, schema)
     try:
@@ -110,14 +134,13 @@ def test_missing_table_is_refused_before_anything_is_written(spark, schema, post
         s.close()
 
 
-def test_violated_constraint_aborts_the_epoch_with_nothing_visible(
-    spark, pg, schema, postgres_dsn
-):
+def test_violated_constraint_aborts_the_epoch_with_nothing_visible(spark, pg, schema, postgres_dsn):
     table(pg, schema, "id bigint PRIMARY KEY, name text CHECK (name <> 'bad')")
     s = sink(postgres_dsn, schema, stage_retries=0)
     try:
         df: Callable[[str], Any] = lambda bad: spark.range(40).selectExpr(
-            "id", f"CASE WHEN id = 7 THEN '{bad}' ELSE 'ok' END AS name")
+            "id", f"CASE WHEN id = 7 THEN '{bad}' ELSE 'ok' END AS name"
+        )
         with pytest.raises(Exception, match="(?i)constraint|check"):
             s(df("bad"), 0)
         assert rows(pg, schema) == []
@@ -127,19 +150,24 @@ def test_violated_constraint_aborts_the_epoch_with_nothing_visible(
     assert len(rows(pg, schema)) == 40
 
 
-def test_timestamps_are_checked_and_written_in_the_session_time_zone(spark, pg, schema,
-                                                                     postgres_dsn):
+def test_timestamps_are_checked_and_written_in_the_session_time_zone(
+    spark, pg, schema, postgres_dsn
+):
     table(pg, schema, "id bigint PRIMARY KEY, at timestamptz")
     previous = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     s = sink(postgres_dsn, schema)
     try:
         df = spark.range(4).selectExpr(
-            "id", "to_utc_timestamp(timestamp_seconds(1700000000 + id), 'UTC') AS at")
+            "id", "to_utc_timestamp(timestamp_seconds(1700000000 + id), 'UTC') AS at"
+        )
         assert s(df, 0).committed
     finally:
         s.close()
         spark.conf.set("spark.sql.session.timeZone", previous)
-    got = pg.execute(sql.SQL("SELECT id, extract(epoch FROM at)::bigint FROM {}.t ORDER BY id")
-                     .format(sql.Identifier(schema))).fetchall()
+    got = pg.execute(
+        sql.SQL("SELECT id, extract(epoch FROM at)::bigint FROM {}.t ORDER BY id").format(
+            sql.Identifier(schema)
+        )
+    ).fetchall()
     assert [tuple(r) for r in got] == [(i, 1_700_000_000 + i) for i in range(4)]

@@ -63,15 +63,27 @@ def expected_rows(epochs: int) -> Counter[tuple[int, str]]:
 @pytest.mark.parametrize("epochs", FIRST_EPOCHS)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_postgres_sink_starts_over_after_a_new_checkpoint(
-    spark: Any, pg: Any, schema: str, postgres_dsn: str, tmp_path: Path, protocol: str,
+    spark: Any,
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    tmp_path: Path,
+    protocol: str,
     epochs: int,
 ) -> None:
     create_table(pg, schema)
 
     def make(**options: Any) -> PostgresSink:
-        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
-                            control_schema=schema, parallelism=2, commit_protocol=protocol,
-                            **options)
+        return PostgresSink(
+            postgres_dsn,
+            "t",
+            f"{schema}-s",
+            schema=schema,
+            control_schema=schema,
+            parallelism=2,
+            commit_protocol=protocol,
+            **options,
+        )
 
     start_over_scenario(spark, tmp_path, epochs, make)
     assert table_rows(pg, schema) == expected_rows(epochs)
@@ -84,8 +96,15 @@ def test_a_new_checkpoint_without_start_over_is_refused_and_writes_nothing(
     create_table(pg, schema)
 
     def make(**options: Any) -> PostgresSink:
-        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
-                            control_schema=schema, parallelism=2, **options)
+        return PostgresSink(
+            postgres_dsn,
+            "t",
+            f"{schema}-s",
+            schema=schema,
+            control_schema=schema,
+            parallelism=2,
+            **options,
+        )
 
     stage_files(tmp_path / "in", 0, 2)
     with make() as first:
@@ -109,8 +128,15 @@ def to_table(df: Any) -> Any:
     ids=["0-kafka-log", "1-kafka-log", "4-kafka-log", "4-postgres-log"],
 )
 def test_composite_starts_over_after_a_new_checkpoint(
-    spark: Any, pg: Any, schema: str, postgres_dsn: str, kafka_bootstrap: str, new_topic: Any,
-    tmp_path: Path, epochs: int, first: str,
+    spark: Any,
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    kafka_bootstrap: str,
+    new_topic: Any,
+    tmp_path: Path,
+    epochs: int,
+    first: str,
 ) -> None:
     """The composite's epoch log is its first member's kind (the Kafka topic or the table)."""
     create_table(pg, schema)
@@ -119,8 +145,17 @@ def test_composite_starts_over_after_a_new_checkpoint(
     def make(**options: Any) -> TransactionalSinks:
         # One write task each: aligned mode runs both members' tasks at once on local[2].
         kafka = (KafkaSink(kafka_bootstrap, topic, f"{sink_id}-k", parallelism=1), to_kafka)
-        table = (PostgresSink(postgres_dsn, "t", f"{sink_id}-p", schema=schema,
-                              control_schema=schema, parallelism=1), to_table)
+        table = (
+            PostgresSink(
+                postgres_dsn,
+                "t",
+                f"{sink_id}-p",
+                schema=schema,
+                control_schema=schema,
+                parallelism=1,
+            ),
+            to_table,
+        )
         members = [kafka, table] if first == "kafka" else [table, kafka]
         return TransactionalSinks(members, sink_id=sink_id, **options)
 

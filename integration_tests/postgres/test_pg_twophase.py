@@ -73,7 +73,9 @@ def test_prepare_refuses_temporary_tables_so_staging_is_unlogged(
         conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} (x int)").format(unlogged))
         conn.commit()
         conn.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(unlogged))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT x FROM {}").format(qualified(schema, "t"), unlogged))
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT x FROM {}").format(qualified(schema, "t"), unlogged)
+        )
         conn.execute(sql.SQL("TRUNCATE {}").format(unlogged))
         prepare(conn, gid)
     assert commit_prepared(pg, gid) and count(pg, schema) == 1

@@ -35,7 +35,8 @@ ROWS = 60
 
 def batch(spark: Any, epoch: int) -> Any:
     return spark.range(epoch * ROWS, (epoch + 1) * ROWS, numPartitions=3).selectExpr(
-        "id", "concat('v', id) AS v")
+        "id", "concat('v', id) AS v"
+    )
 
 
 def to_kafka(df: Any) -> Any:
@@ -49,31 +50,46 @@ def to_table(df: Any) -> Any:
 class World:
     """A topic and a table written together, and the checks of the invariants."""
 
-    def __init__(self, spark: Any, kafka: str, topic: str, dsn: str, pg: Any, schema: str,
-                 tmp: Path) -> None:
+    def __init__(
+        self, spark: Any, kafka: str, topic: str, dsn: str, pg: Any, schema: str, tmp: Path
+    ) -> None:
         self.spark, self.kafka, self.topic, self.dsn, self.pg = spark, kafka, topic, dsn, pg
         self.schema, self.tmp = schema, tmp
         self.sink_id = f"mix-{uuid.uuid4().hex[:8]}"
-        pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-            sql.Identifier(schema)))
+        pg.execute(
+            sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+                sql.Identifier(schema)
+            )
+        )
 
     def sink(self, table_select: Any = to_table, **options: Any) -> TransactionalSinks:
         # One write task each: aligned mode runs both members' tasks at once on local[2].
         kafka = KafkaSink(self.kafka, self.topic, f"{self.sink_id}-k", parallelism=1)
-        table = PostgresSink(self.dsn, "t", f"{self.sink_id}-p", schema=self.schema,
-                             control_schema=self.schema, parallelism=1)
-        return TransactionalSinks([(kafka, to_kafka), (table, table_select)],
-                                  sink_id=self.sink_id, epoch_log=self.tmp / "epochs.log",
-                                  **options)
+        table = PostgresSink(
+            self.dsn,
+            "t",
+            f"{self.sink_id}-p",
+            schema=self.schema,
+            control_schema=self.schema,
+            parallelism=1,
+        )
+        return TransactionalSinks(
+            [(kafka, to_kafka), (table, table_select)],
+            sink_id=self.sink_id,
+            epoch_log=self.tmp / "epochs.log",
+            **options,
+        )
 
     def table_epochs(self) -> Counter[int]:
-        rows = self.pg.execute(sql.SQL("SELECT id FROM {}.t").format(
-            sql.Identifier(self.schema))).fetchall()
+        rows = self.pg.execute(
+            sql.SQL("SELECT id FROM {}.t").format(sql.Identifier(self.schema))
+        ).fetchall()
         return Counter(int(r[0]) // ROWS for r in rows)
 
     def topic_epochs(self) -> Counter[int]:
-        return Counter(int(v.decode()[1:]) // ROWS for v in values(read_committed(self.kafka,
-                                                                               self.topic)))
+        return Counter(
+            int(v.decode()[1:]) // ROWS for v in values(read_committed(self.kafka, self.topic))
+        )
 
     def check_table_never_ahead(self) -> None:
         topic = self.topic_epochs()
@@ -130,8 +146,20 @@ def test_failed_table_write_keeps_the_table_behind_and_the_replay_completes(
     world: World, mode: CommitMode, tmp_path: Path
 ) -> None:
     plan = tmp_path / "faults.json"
-    plan.write_text(json.dumps([{"id": "pg", "step": "after_pre_commit", "epoch": 1,
-                                 "partition": 1, "action": "raise", "times": 1}]))
+    plan.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "pg",
+                    "step": "after_pre_commit",
+                    "epoch": 1,
+                    "partition": 1,
+                    "action": "raise",
+                    "times": 1,
+                }
+            ]
+        )
+    )
     sink = world.sink(mode=mode, stage_retries=0, fault_plan=FaultPlan(str(plan)))
     try:
         sink(batch(world.spark, 0), 0)
@@ -147,11 +175,23 @@ def test_failed_table_write_keeps_the_table_behind_and_the_replay_completes(
     world.check_exactly(2)
 
 
-def test_driver_dying_after_the_topic_committed_recovers_the_table(world: World,
-                                                                  tmp_path: Path) -> None:
+def test_driver_dying_after_the_topic_committed_recovers_the_table(
+    world: World, tmp_path: Path
+) -> None:
     plan = tmp_path / "faults.json"
-    plan.write_text(json.dumps([{"id": "d", "step": "driver_before_complete", "epoch": 1,
-                                 "action": "raise", "times": 1}]))
+    plan.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "d",
+                    "step": "driver_before_complete",
+                    "epoch": 1,
+                    "action": "raise",
+                    "times": 1,
+                }
+            ]
+        )
+    )
     sink = world.sink(fault_plan=FaultPlan(str(plan)))
     try:
         sink(batch(world.spark, 0), 0)

@@ -90,10 +90,19 @@ def to_table(df: Any) -> Any:
 def test_postgres_sink_commits_empty_epochs(
     spark: Any, pg: Any, schema: str, postgres_dsn: str, protocol: str, mode: str
 ) -> None:
-    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-        sql.Identifier(schema)))
-    sink = PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema, control_schema=schema,
-                        parallelism=2, commit_protocol=protocol, mode=mode)
+    pg.execute(
+        sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
+    )
+    sink = PostgresSink(
+        postgres_dsn,
+        "t",
+        f"{schema}-s",
+        schema=schema,
+        control_schema=schema,
+        parallelism=2,
+        commit_protocol=protocol,
+        mode=mode,
+    )
     try:
         expected = run_sequence(spark, sink, to_table)
     finally:
@@ -111,15 +120,15 @@ def topic_ids(bootstrap: str, topic: str) -> Counter[int]:
     return Counter(int(v.decode()) for v in values(read_committed(bootstrap, topic)))
 
 
-@pytest.mark.parametrize(("mode", "keep"), [("aligned", False), ("unaligned", False),
-                                           ("unaligned", True)])
+@pytest.mark.parametrize(
+    ("mode", "keep"), [("aligned", False), ("unaligned", False), ("unaligned", True)]
+)
 def test_kafka_sink_commits_empty_epochs(
     spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], mode: str, keep: bool
 ) -> None:
     topic = new_topic("empty", 2)
     width: dict[str, Any] = {"keep_partitioning": True} if keep else {"parallelism": 2}
-    sink = KafkaSink(kafka_bootstrap, topic, f"empty-{uuid.uuid4().hex[:8]}", mode=mode,
-                     **width)
+    sink = KafkaSink(kafka_bootstrap, topic, f"empty-{uuid.uuid4().hex[:8]}", mode=mode, **width)
     try:
         expected = run_sequence(spark, sink, to_kafka)
     finally:
@@ -131,19 +140,37 @@ def test_kafka_sink_commits_empty_epochs(
 # -- both in one epoch ---------------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 def test_transactional_sinks_commit_empty_epochs(
-    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], pg: Any, schema: str,
-    postgres_dsn: str, tmp_path: Path, mode: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    tmp_path: Path,
+    mode: str,
 ) -> None:
-    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-        sql.Identifier(schema)))
+    pg.execute(
+        sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
+    )
     topic = new_topic("empty-mix", 2)
     name = f"mix-{uuid.uuid4().hex[:8]}"
     # One write task each: aligned mode runs both members' tasks at once on local[2].
     kafka = KafkaSink(kafka_bootstrap, topic, f"{name}-k", parallelism=1)
-    table = PostgresSink(postgres_dsn, "t", f"{name}-p", schema=schema, control_schema=schema,
-                         parallelism=1, commit_protocol="two-phase")
-    sink = TransactionalSinks([(kafka, to_kafka), (table, to_table)], sink_id=name,
-                              epoch_log=tmp_path / "epochs.log", mode=mode)
+    table = PostgresSink(
+        postgres_dsn,
+        "t",
+        f"{name}-p",
+        schema=schema,
+        control_schema=schema,
+        parallelism=1,
+        commit_protocol="two-phase",
+    )
+    sink = TransactionalSinks(
+        [(kafka, to_kafka), (table, to_table)],
+        sink_id=name,
+        epoch_log=tmp_path / "epochs.log",
+        mode=mode,
+    )
     try:
         expected = run_sequence(spark, sink, lambda df: df)
     finally:
@@ -156,21 +183,39 @@ def test_transactional_sinks_commit_empty_epochs(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_transactional_sinks_commit_when_one_member_gets_no_row(
-    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], pg: Any, schema: str,
-    postgres_dsn: str, tmp_path: Path, mode: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    tmp_path: Path,
+    mode: str,
 ) -> None:
     """The table's rows are filtered to nothing in batch 1: its job runs no task, the topic's
     tasks wait for its votes in the same round (aligned), and the epoch commits on both."""
-    pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-        sql.Identifier(schema)))
+    pg.execute(
+        sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
+    )
     topic = new_topic("empty-member", 2)
     name = f"mix-{uuid.uuid4().hex[:8]}"
     kafka = KafkaSink(kafka_bootstrap, topic, f"{name}-k", parallelism=1)
-    table = PostgresSink(postgres_dsn, "t", f"{name}-p", schema=schema, control_schema=schema,
-                         parallelism=1, commit_protocol="two-phase")
+    table = PostgresSink(
+        postgres_dsn,
+        "t",
+        f"{name}-p",
+        schema=schema,
+        control_schema=schema,
+        parallelism=1,
+        commit_protocol="two-phase",
+    )
     small = lambda df: to_table(df.filter("id < 1000"))  # a select function
-    sink = TransactionalSinks([(kafka, to_kafka), (table, small)], sink_id=name,
-                              epoch_log=tmp_path / "epochs.log", mode=mode)
+    sink = TransactionalSinks(
+        [(kafka, to_kafka), (table, small)],
+        sink_id=name,
+        epoch_log=tmp_path / "epochs.log",
+        mode=mode,
+    )
     try:
         for batch_id, (start, end) in enumerate([(0, 10), (1000, 1010), (10, 20)]):
             result = sink(spark.range(start, end, numPartitions=2), batch_id)
@@ -184,8 +229,15 @@ def test_transactional_sinks_commit_when_one_member_gets_no_row(
 
 
 # -- a failure at each step of an empty epoch, then the replay -------------------------------
-STEPS = ["after_open", "after_pre_commit", "before_commit", "after_commit",
-         "driver_after_stage", "driver_before_complete", "driver_after_decision"]
+STEPS = [
+    "after_open",
+    "after_pre_commit",
+    "before_commit",
+    "after_commit",
+    "driver_after_stage",
+    "driver_before_complete",
+    "driver_after_decision",
+]
 SINKS = ["kafka", "two-phase", "idempotency-table"]
 
 
@@ -201,16 +253,24 @@ def _fires(kind: str, step: str) -> bool:
 
 @pytest.mark.parametrize(("kind", "step"), [(k, s) for k in SINKS for s in STEPS if _fires(k, s)])
 def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
-    spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], pg: Any, schema: str,
-    postgres_dsn: str, tmp_path: Path, kind: str, step: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    tmp_path: Path,
+    kind: str,
+    step: str,
 ) -> None:
     import json
 
     from connectors.testing import FaultPlan
 
     faults = tmp_path / "faults.json"
-    faults.write_text(json.dumps([{"id": "f", "step": step, "epoch": 1, "action": "raise",
-                                   "times": 1}]))
+    faults.write_text(
+        json.dumps([{"id": "f", "step": step, "epoch": 1, "action": "raise", "times": 1}])
+    )
     plan = FaultPlan(str(faults))
     topic = ""
     options: dict[str, Any] = {"parallelism": 2, "stage_retries": 0}
@@ -218,15 +278,26 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
     def new_sink(**extra: Any) -> TransactionalSink:
         if kind == "kafka":
             return KafkaSink(kafka_bootstrap, topic, f"{schema}-k", **options, **extra)
-        return PostgresSink(postgres_dsn, "t", f"{schema}-s", schema=schema,
-                            control_schema=schema, commit_protocol=kind, **options, **extra)
+        return PostgresSink(
+            postgres_dsn,
+            "t",
+            f"{schema}-s",
+            schema=schema,
+            control_schema=schema,
+            commit_protocol=kind,
+            **options,
+            **extra,
+        )
 
     if kind == "kafka":
         topic = new_topic("empty-fail", 2)
         shape = to_kafka
     else:
-        pg.execute(sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
-            sql.Identifier(schema)))
+        pg.execute(
+            sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(
+                sql.Identifier(schema)
+            )
+        )
         shape = to_table
     sink = new_sink(fault_plan=plan)
     try:

@@ -60,19 +60,23 @@ def batch(spark: Any, epoch: int) -> Any:
     )
 
 
-def make_sink(tmp_path: Path, handle: Any, kind: str, mode: CommitMode, **opts: Any) -> TransactionalSink:
+def make_sink(
+    tmp_path: Path, handle: Any, kind: str, mode: CommitMode, **opts: Any
+) -> TransactionalSink:
     resource = KINDS[kind](handle, decode=decode)
     options = StageOptions(mode=mode, parallelism=2, **opts)
-    connector = SimpleConnector(f"gen-{uuid.uuid4().hex[:8]}", resource, check_input,
-                                tmp_path / "epochs.log", options)
+    connector = SimpleConnector(
+        f"gen-{uuid.uuid4().hex[:8]}", resource, check_input, tmp_path / "epochs.log", options
+    )
     return TransactionalSink(connector)
 
 
 def assert_exactly_once(store: MemoryStore, epochs: int) -> None:
     committed = store.rows_by_epoch()
     for epoch in range(epochs):
-        assert Counter(committed.get(epoch, [])) == Counter(f"r{i}" for i in range(
-            epoch * ROWS, (epoch + 1) * ROWS)), f"epoch {epoch}"
+        assert Counter(committed.get(epoch, [])) == Counter(
+            f"r{i}" for i in range(epoch * ROWS, (epoch + 1) * ROWS)
+        ), f"epoch {epoch}"
     assert store.dangling() == []
 
 

@@ -53,12 +53,20 @@ class MasterStatus:
     def parse(cls, doc: dict[str, Any]) -> MasterStatus:
         """Parse the master web UI's ``/json/`` document."""
         workers = tuple(
-            WorkerStatus(str(w["id"]), str(w["host"]), int(w["port"]), str(w["state"]),
-                         int(w["cores"]), int(w["coresused"]))
+            WorkerStatus(
+                str(w["id"]),
+                str(w["host"]),
+                int(w["port"]),
+                str(w["state"]),
+                int(w["cores"]),
+                int(w["coresused"]),
+            )
             for w in doc.get("workers", [])
         )
-        apps = tuple(AppStatus(str(a["id"]), str(a["name"]), int(a["cores"]), str(a["state"]))
-                     for a in doc.get("activeapps", []))
+        apps = tuple(
+            AppStatus(str(a["id"]), str(a["name"]), int(a["cores"]), str(a["state"]))
+            for a in doc.get("activeapps", [])
+        )
         return cls(str(doc.get("url", "")), workers, apps)
 
 

@@ -47,8 +47,12 @@ ADMIN_TIMEOUT_S = 30.0
 MAX_PARALLELISM = 3
 # The soak drives a Kafka sink: its tasks commit their own transactions, so the
 # coordinator never logs a decision nor delivers one, and those faults would never fire.
-SOAK_DRIVER_STEPS = tuple(s for s in DRIVER_STEPS if s not in (
-    "driver_after_decision", "driver_after_partition_delivered", "driver_after_delivered"))
+SOAK_DRIVER_STEPS = tuple(
+    s
+    for s in DRIVER_STEPS
+    if s
+    not in ("driver_after_decision", "driver_after_partition_delivered", "driver_after_delivered")
+)
 
 
 def draw_faults(rng: random.Random, n: int, epochs: int) -> tuple[list[dict[str, Any]], int]:
@@ -62,13 +66,25 @@ def draw_faults(rng: random.Random, n: int, epochs: int) -> tuple[list[dict[str,
             app_kills += 1
             continue
         if kind == "driver":
-            faults.append({"id": f"f{i}", "step": rng.choice(SOAK_DRIVER_STEPS), "epoch": epoch,
-                           "action": "kill", "times": 1})
+            faults.append(
+                {
+                    "id": f"f{i}",
+                    "step": rng.choice(SOAK_DRIVER_STEPS),
+                    "epoch": epoch,
+                    "action": "kill",
+                    "times": 1,
+                }
+            )
             continue
         step = rng.choice(TASK_STEPS)
-        fault: dict[str, Any] = {"id": f"f{i}", "step": step, "epoch": epoch,
-                                 "partition": rng.randrange(2),
-                                 "action": rng.choice(TASK_ACTIONS), "times": 1}
+        fault: dict[str, Any] = {
+            "id": f"f{i}",
+            "step": step,
+            "epoch": epoch,
+            "partition": rng.randrange(2),
+            "action": rng.choice(TASK_ACTIONS),
+            "times": 1,
+        }
         if step == "mid_write":
             fault["after_rows"] = rng.randrange(1, 50)
         faults.append(fault)
@@ -85,8 +101,11 @@ def fired_faults(plan_path: Path, faults: list[dict[str, Any]]) -> Counter[str]:
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m integration_tests.support.soak", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m integration_tests.support.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--faults", type=int, default=20)
     p.add_argument("--epochs", type=int, default=40)
@@ -101,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the soak (module docstring); return 0 when no anomaly was found, else 1."""
     args = _args(argv)
     console = Console()
-    rng = random.Random(args.seed)  # noqa: S311 - reproducible chaos, not cryptography
+    rng = random.Random(args.seed)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="eos-soak-"))
     work.mkdir(parents=True, exist_ok=True)
     broker = None
@@ -118,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             broker.terminate()
 
 
-def _soak(args: argparse.Namespace, console: Console, rng: random.Random, work: Path,
-          bootstrap: str) -> int:
+def _soak(
+    args: argparse.Namespace, console: Console, rng: random.Random, work: Path, bootstrap: str
+) -> int:
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     inp, out, sink_id = f"soak-in-{suffix}", f"soak-out-{suffix}", f"soak-{suffix}"
@@ -128,20 +148,33 @@ def _soak(args: argparse.Namespace, console: Console, rng: random.Random, work: 
         admin.create_topics([NewTopic(name, parts, 1)])[name].result(timeout=ADMIN_TIMEOUT_S)
     with _progress(console) as prog:
         task = prog.add_task("producing input", total=args.records)
-        produce_input(bootstrap, inp, args.records, on_progress=lambda n: prog.update(task,
-                                                                                     completed=n))
+        produce_input(
+            bootstrap, inp, args.records, on_progress=lambda n: prog.update(task, completed=n)
+        )
     epochs = stage_input(bootstrap, inp, work / "input", -(-args.records // args.epochs))
     faults, app_kills = draw_faults(rng, args.faults, epochs)
     plan = work / "faults.json"
     plan.write_text(json.dumps(faults))
-    base = PipelineConfig(bootstrap=bootstrap, input_dir=str(work / "input"),
-                          checkpoint=str(work / "checkpoint"), output_topic=out,
-                          sink_id=sink_id, mode=args.mode, fault_plan=str(plan),
-                          master="local[4,4]", parallelism=2)
+    base = PipelineConfig(
+        bootstrap=bootstrap,
+        input_dir=str(work / "input"),
+        checkpoint=str(work / "checkpoint"),
+        output_topic=out,
+        sink_id=sink_id,
+        mode=args.mode,
+        fault_plan=str(plan),
+        master="local[4,4]",
+        parallelism=2,
+    )
     runs, killed = _run_all(base, work, rng, epochs, app_kills, args.records, console)
     with console.status("checking every invariant"):
-        report = check_exactly_once(bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id,
-                                    parallelism=MAX_PARALLELISM)
+        report = check_exactly_once(
+            bootstrap,
+            input_topic=inp,
+            output_topic=out,
+            sink_id=sink_id,
+            parallelism=MAX_PARALLELISM,
+        )
     print_report(report, console)
     summary = Table(title="soak summary")
     summary.add_column("measure")
@@ -161,12 +194,24 @@ def _soak(args: argparse.Namespace, console: Console, rng: random.Random, work: 
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
 
 
-def _run_all(base: PipelineConfig, work: Path, rng: random.Random, epochs: int, app_kills: int,
-             records: int, console: Console) -> tuple[int, int]:
+def _run_all(
+    base: PipelineConfig,
+    work: Path,
+    rng: random.Random,
+    epochs: int,
+    app_kills: int,
+    records: int,
+    console: Console,
+) -> tuple[int, int]:
     committed: dict[int, int] = {}
     kills_left, killed, runs = app_kills, 0, 0
     with _progress(console) as prog:
@@ -179,8 +224,9 @@ def _run_all(base: PipelineConfig, work: Path, rng: random.Random, epochs: int, 
 
         while True:
             runs += 1
-            cfg = PipelineConfig(**{**base.__dict__,
-                                    "parallelism": rng.randint(1, MAX_PARALLELISM)})
+            cfg = PipelineConfig(
+                **{**base.__dict__, "parallelism": rng.randint(1, MAX_PARALLELISM)}
+            )
             app = AppProcess(cfg, work / "apps", f"run{runs}", allow_kill_app=True).start(on_epoch)
             if kills_left:
                 after = rng.randint(1, max(1, epochs // (app_kills + 1)))
@@ -198,8 +244,9 @@ def _run_all(base: PipelineConfig, work: Path, rng: random.Random, epochs: int, 
             code = app.wait(APP_TIMEOUT_S)
             if code == 0 and app.done:
                 return runs, killed
-            prog.console.print(f"[yellow]run {runs} stopped (exit {code}): "
-                               f"{app.short_failure()}[/]")
+            prog.console.print(
+                f"[yellow]run {runs} stopped (exit {code}): {app.short_failure()}[/]"
+            )
             if runs > 4 * (app_kills + 10) + len(committed):
                 raise SystemExit("the soak query does not make progress; see " + str(work))
 

@@ -134,9 +134,16 @@ class _Daemon:
 class StandaloneCluster:
     """A master and workers on loopback (see the module docstring for the contract)."""
 
-    def __init__(self, base_dir: str | os.PathLike[str], workers: int = 2, *, cores: int = 1,
-                 worker_memory: str = WORKER_MEMORY, executor_memory: str = EXECUTOR_MEMORY,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        workers: int = 2,
+        *,
+        cores: int = 1,
+        worker_memory: str = WORKER_MEMORY,
+        executor_memory: str = EXECUTOR_MEMORY,
+        python: str = sys.executable,
+    ) -> None:
         if workers < 1 or cores < 1:
             msg = f"a cluster needs workers >= 1 and cores >= 1, got {workers} and {cores}"
             raise ValueError(msg)
@@ -188,8 +195,12 @@ class StandaloneCluster:
         a driver that sets only the master (``connectors.demo.app`` with ``master=...``) still
         gets small executors and a loopback driver address.
         """
-        return {"SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOCAL_IP": LOOPBACK,
-                "PYSPARK_PYTHON": self.python, "PYSPARK_DRIVER_PYTHON": self.python}
+        return {
+            "SPARK_CONF_DIR": str(self.conf_dir),
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "PYSPARK_PYTHON": self.python,
+            "PYSPARK_DRIVER_PYTHON": self.python,
+        }
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> StandaloneCluster:
@@ -208,8 +219,12 @@ class StandaloneCluster:
     def __enter__(self) -> StandaloneCluster:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def stop(self) -> None:
@@ -231,7 +246,7 @@ class StandaloneCluster:
     def status(self) -> MasterStatus:
         """Return the master's JSON status (workers, running applications)."""
         url = f"{self.web_ui_url}/json/"
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - our UI
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as resp:
             return MasterStatus.parse(json.loads(resp.read()))
 
     def wait_registered(self, timeout_s: float = REGISTER_TIMEOUT_S) -> MasterStatus:
@@ -254,8 +269,10 @@ class StandaloneCluster:
             if all(d.port in alive for d in self._workers if d is not None):
                 return last
             time.sleep(POLL_INTERVAL_S)
-        msg = (f"workers did not register with the master within {timeout_s:.0f}s (last "
-               f"status: {last}); see the logs in {self.base_dir / 'logs'}")
+        msg = (
+            f"workers did not register with the master within {timeout_s:.0f}s (last "
+            f"status: {last}); see the logs in {self.base_dir / 'logs'}"
+        )
         raise ClusterStartError(msg)
 
     # -- faults --------------------------------------------------------------------------
@@ -312,44 +329,81 @@ class StandaloneCluster:
     def _check_running(self) -> None:
         for daemon in [self._master, *self._workers]:
             if daemon is not None and not daemon.alive():
-                msg = (f"{daemon.name} exited with code {daemon.proc.returncode}; see "
-                       f"{daemon.log}")
+                msg = f"{daemon.name} exited with code {daemon.proc.returncode}; see {daemon.log}"
                 raise ClusterStartError(msg)
 
-    def _spawn(self, name: str, cls: str, args: list[str], port: int,
-               extra_env: dict[str, str] | None = None) -> _Daemon:
+    def _spawn(
+        self,
+        name: str,
+        cls: str,
+        args: list[str],
+        port: int,
+        extra_env: dict[str, str] | None = None,
+    ) -> _Daemon:
         logs = self.base_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         conf = self.base_dir / "daemon-conf"  # empty: no stray spark-defaults.conf applies
         conf.mkdir(parents=True, exist_ok=True)
         self._starts += 1
         log = logs / f"{name}.{self._starts}.log"
-        env = {**os.environ, "SPARK_CONF_DIR": str(conf), "SPARK_LOCAL_IP": LOOPBACK,
-               "SPARK_LOG_DIR": str(logs), "PYSPARK_PYTHON": self.python,
-               "SPARK_NO_DAEMONIZE": "1", **(extra_env or {})}
+        env = {
+            **os.environ,
+            "SPARK_CONF_DIR": str(conf),
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "SPARK_LOG_DIR": str(logs),
+            "PYSPARK_PYTHON": self.python,
+            "SPARK_NO_DAEMONIZE": "1",
+            **(extra_env or {}),
+        }
         with log.open("wb") as out:
-            proc = subprocess.Popen(  # noqa: S603 - pyspark's own launcher script
+            proc = subprocess.Popen(
                 [str(spark_home() / "bin" / "spark-class"), cls, *args],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
                 start_new_session=True,
             )
         return _Daemon(name, proc, port, log)
 
     def _start_master(self) -> None:
         port, self._web_port = free_port(), free_port()
-        self._master = self._spawn("master", _MASTER_CLASS, [
-            "--host", LOOPBACK, "--port", str(port), "--webui-port", str(self._web_port),
-        ], port)
+        self._master = self._spawn(
+            "master",
+            _MASTER_CLASS,
+            [
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+                "--webui-port",
+                str(self._web_port),
+            ],
+            port,
+        )
 
     def _start_worker(self, index: int) -> None:
         home = self.base_dir / f"worker-{index}"
         (home / "local").mkdir(parents=True, exist_ok=True)
         port = free_port()
-        args = ["--host", LOOPBACK, "--port", str(port), "--webui-port", str(free_port()),
-                "--cores", str(self.cores), "--memory", self.worker_memory,
-                "--work-dir", str(home / "work"), self.master_url]
-        self._workers[index] = self._spawn(f"worker-{index}", _WORKER_CLASS, args, port,
-                                           {"SPARK_LOCAL_DIRS": str(home / "local")})
+        args = [
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+            "--cores",
+            str(self.cores),
+            "--memory",
+            self.worker_memory,
+            "--work-dir",
+            str(home / "work"),
+            self.master_url,
+        ]
+        self._workers[index] = self._spawn(
+            f"worker-{index}", _WORKER_CLASS, args, port, {"SPARK_LOCAL_DIRS": str(home / "local")}
+        )
 
     def _write_app_conf(self) -> None:
         self.conf_dir.mkdir(parents=True, exist_ok=True)

@@ -62,8 +62,14 @@ def connect_server_url() -> str | None:
 class ConnectServer:
     """A Spark Connect server subprocess (see the module docstring for the contract)."""
 
-    def __init__(self, base_dir: str | os.PathLike[str], *, master: str = "local[2]",
-                 conf: dict[str, str] | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        *,
+        master: str = "local[2]",
+        conf: dict[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
         self.base_dir = Path(base_dir)
         self.master = master
         self.conf = dict(conf or {})
@@ -93,8 +99,15 @@ class ConnectServer:
             "spark.pyspark.driver.python": self.python,
             **self.conf,
         }
-        args = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS,
-                "--name", "eos Spark Connect server", "--master", self.master]
+        args = [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--class",
+            SERVER_CLASS,
+            "--name",
+            "eos Spark Connect server",
+            "--master",
+            self.master,
+        ]
         for key, value in sorted(conf.items()):
             args += ["--conf", f"{key}={value}"]
         return args
@@ -108,16 +121,24 @@ class ConnectServer:
         """
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        env = {**os.environ, "SPARK_LOCAL_IP": LOOPBACK, "PYSPARK_PYTHON": self.python,
-               "PYSPARK_DRIVER_PYTHON": self.python,
-               "SPARK_CONF_DIR": str(self.base_dir / "conf")}
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "PYSPARK_PYTHON": self.python,
+            "PYSPARK_DRIVER_PYTHON": self.python,
+            "SPARK_CONF_DIR": str(self.base_dir / "conf"),
+        }
         (self.base_dir / "conf").mkdir(exist_ok=True)  # empty: no stray spark-defaults.conf
         env.pop("SPARK_CONNECT_MODE_ENABLED", None)
         env.pop("SPARK_REMOTE", None)
         with self.log.open("wb") as out:
-            self._proc = subprocess.Popen(  # noqa: S603 - pyspark's own launcher script
-                self.command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True,
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         try:
             self._wait_ready(timeout_s)
@@ -129,10 +150,12 @@ class ConnectServer:
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            assert self._proc is not None  # noqa: S101 - set by start()
+            assert self._proc is not None
             if self._proc.poll() is not None:
-                msg = (f"the Spark Connect server exited with code {self._proc.returncode}; "
-                       f"see {self.log}")
+                msg = (
+                    f"the Spark Connect server exited with code {self._proc.returncode}; "
+                    f"see {self.log}"
+                )
                 raise ClusterStartError(msg)
             try:
                 with socket.create_connection((LOOPBACK, self.port), timeout=POLL_INTERVAL_S):
@@ -160,6 +183,10 @@ class ConnectServer:
     def __enter__(self) -> ConnectServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

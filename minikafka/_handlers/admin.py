@@ -62,8 +62,10 @@ def _loading_topics(ctx: RequestContext, req: Any) -> list[Data]:
     if mode == "empty" or (mode == "hidden" and listing):
         return []
     if mode == "hidden":
-        return [{"name": rt.name, "error_code": ErrorCode.unknown_topic_or_partition}
-                for rt in req.topics]
+        return [
+            {"name": rt.name, "error_code": ErrorCode.unknown_topic_or_partition}
+            for rt in req.topics
+        ]
     names = list(broker.topics.topics) if listing else [rt.name for rt in req.topics]
     return [{"name": n, "error_code": ErrorCode.leader_not_available} for n in names]
 
@@ -73,8 +75,11 @@ def metadata(ctx: RequestContext, req: Any) -> Data:
     """Brokers (just this one) and the requested topics, auto-creating if allowed."""
     broker = ctx.broker
     loaded = broker.topics_loaded()
-    allow = (broker.config.auto_create_topics and loaded
-             and getattr(req, "allow_auto_topic_creation", True))
+    allow = (
+        broker.config.auto_create_topics
+        and loaded
+        and getattr(req, "allow_auto_topic_creation", True)
+    )
     if not loaded:
         topics = _loading_topics(ctx, req)
     elif req.topics is None or (ctx.version == 0 and not req.topics):

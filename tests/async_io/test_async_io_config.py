@@ -123,8 +123,16 @@ def test_config_pickle_round_trip() -> None:
 
 def test_metrics_pickle_round_trip() -> None:
     hist = LatencyHistogram.from_counts({10: 2, 500: 1}, 0.5, 80.0)
-    metrics = AsyncMetrics(rows_in=3, rows_out=2, requests=3, retries=1, timeouts=1,
-                           dropped=1, max_in_flight=2, latency=hist)
+    metrics = AsyncMetrics(
+        rows_in=3,
+        rows_out=2,
+        requests=3,
+        retries=1,
+        timeouts=1,
+        dropped=1,
+        max_in_flight=2,
+        latency=hist,
+    )
     assert pickle.loads(pickle.dumps(metrics)) == metrics
 
 

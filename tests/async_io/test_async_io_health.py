@@ -51,8 +51,11 @@ def run(service: Service, cfg: AsyncConfig, *batches: pa.RecordBatch) -> list[pa
 
 
 def warned(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "connectors.async_io" and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "connectors.async_io" and r.levelno == logging.WARNING
+    ]
 
 
 @pytest.mark.parametrize("policy", [OnTimeout.DROP, OnTimeout.DEFAULT])

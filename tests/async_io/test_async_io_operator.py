@@ -68,14 +68,13 @@ latency_plans = st.lists(st.integers(1, 40), min_size=1, max_size=4).flatmap(
         st.integers(1, 12),
     )
 )
-PROPERTY = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
 @given(latency_plans)
 def test_ordered_mode_keeps_input_order_under_random_latency(
-    plan: tuple[list[int], list[float], int]
+    plan: tuple[list[int], list[float], int],
 ) -> None:
     sizes, latencies, capacity = plan
     probe = Probe(dict(enumerate(latencies)))
@@ -93,7 +92,7 @@ def test_ordered_mode_keeps_input_order_under_random_latency(
 @PROPERTY
 @given(latency_plans)
 def test_unordered_mode_emits_in_completion_order_within_fences(
-    plan: tuple[list[int], list[float], int]
+    plan: tuple[list[int], list[float], int],
 ) -> None:
     sizes, latencies, capacity = plan
     probe = Probe(dict(enumerate(latencies)))
@@ -211,8 +210,12 @@ def test_timeout_default_emits_the_default() -> None:
         return {"y": row["x"], "label": "ok"}
 
     schema = pa.schema([("y", pa.int64()), ("label", pa.string())])
-    cfg = AsyncConfig(capacity=8, timeout_s=0.2, on_timeout=OnTimeout.DEFAULT,
-                      timeout_default={"label": "timeout"})
+    cfg = AsyncConfig(
+        capacity=8,
+        timeout_s=0.2,
+        on_timeout=OnTimeout.DEFAULT,
+        timeout_default={"label": "timeout"},
+    )
     op = AsyncOperator(fn, schema, cfg)
     (out,) = op.run(batches_of([8]))
     rows = out.to_pylist()
@@ -251,8 +254,13 @@ def test_retries_only_marked_exceptions_with_growing_backoff() -> None:
             raise ConnectionResetError("transient")
         return {"y": len(times)}
 
-    policy = RetryPolicy(max_attempts=4, retry_on=(ConnectionError,),
-                         initial_backoff_s=0.02, multiplier=3.0, max_backoff_s=1.0)
+    policy = RetryPolicy(
+        max_attempts=4,
+        retry_on=(ConnectionError,),
+        initial_backoff_s=0.02,
+        multiplier=3.0,
+        max_backoff_s=1.0,
+    )
     op = AsyncOperator(flaky, SCHEMA, AsyncConfig(capacity=5, retry=policy))
     (out,) = op.run(batches_of([5]))
     assert out.column("y").to_pylist() == [4] * 5
@@ -304,8 +312,9 @@ def test_timeout_bounds_all_attempts_together() -> None:
     async def always_down(row: dict[str, Any]) -> dict[str, Any]:
         raise ConnectionRefusedError("down")
 
-    policy = RetryPolicy(max_attempts=50, retry_on=(ConnectionError,),
-                         initial_backoff_s=0.1, max_backoff_s=0.1)
+    policy = RetryPolicy(
+        max_attempts=50, retry_on=(ConnectionError,), initial_backoff_s=0.1, max_backoff_s=0.1
+    )
     cfg = AsyncConfig(capacity=2, timeout_s=0.35, on_timeout=OnTimeout.DROP, retry=policy)
     op = AsyncOperator(always_down, SCHEMA, cfg)
     (out,) = op.run(batches_of([2]))

@@ -24,8 +24,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-db-connector.md"
-EXAMPLE_SOURCES = [*sorted((ROOT / "connectors" / "examples" / "sqlite").glob("*.py")),
-                   ROOT / "tests" / "examples" / "test_sqlite_crash_matrix.py"]
+EXAMPLE_SOURCES = [
+    *sorted((ROOT / "connectors" / "examples" / "sqlite").glob("*.py")),
+    ROOT / "tests" / "examples" / "test_sqlite_crash_matrix.py",
+]
 _EXCERPT = re.compile(r"<!-- excerpt (\S+) (\S+) -->\n```python\n(.*?)```\n", re.S)
 _REGION = "# --8<-- [{}:{}]\n"
 
@@ -46,15 +48,18 @@ def test_excerpts_equal_the_shipped_code() -> None:
     found = _EXCERPT.findall(text)
     assert found, "the guide has no excerpt of the example"
     if os.environ.get("UPDATE_GUIDE_EXCERPTS"):
+
         def fill(m: re.Match[str]) -> str:
             body = region(ROOT / m.group(1), m.group(2))
             return f"<!-- excerpt {m.group(1)} {m.group(2)} -->\n```python\n{body}```\n"
+
         GUIDE.write_text(_EXCERPT.sub(fill, text))
         found = _EXCERPT.findall(GUIDE.read_text())
     for path, name, body in found:
         assert body == region(ROOT / path, name), (
             f"the guide's excerpt {path} [{name}] differs from the code; rerun this test with "
-            "UPDATE_GUIDE_EXCERPTS=1 to copy the code into the guide")
+            "UPDATE_GUIDE_EXCERPTS=1 to copy the code into the guide"
+        )
     excerpted = {(path, name) for path, name, _ in found}
     for source in EXAMPLE_SOURCES:
         rel = str(source.relative_to(ROOT))
@@ -63,8 +68,11 @@ def test_excerpts_equal_the_shipped_code() -> None:
 
 
 def test_named_paths_exist() -> None:
-    paths = set(re.findall(r"`((?:connectors|txn|tests|integration_tests|docs)/[\w/.-]+)`",
-                           GUIDE.read_text()))
+    paths = set(
+        re.findall(
+            r"`((?:connectors|txn|tests|integration_tests|docs)/[\w/.-]+)`", GUIDE.read_text()
+        )
+    )
     assert paths
     missing = sorted(p for p in paths if not (ROOT / p.split("::")[0]).exists())
     assert not missing, f"the guide names paths that do not exist: {missing}"

@@ -38,8 +38,9 @@ from txn import (
 
 
 def config(tmp_path: Path, **options: object) -> SqliteSinkConfig:
-    return SqliteSinkConfig.build(path=str(tmp_path / "db.sqlite"), table="t", sink_id="s",
-                                  **options)
+    return SqliteSinkConfig.build(
+        path=str(tmp_path / "db.sqlite"), table="t", sink_id="s", **options
+    )
 
 
 def test_defaults_are_exactly_once_unaligned_and_paths_absolute(
@@ -62,18 +63,21 @@ def test_aligned_exactly_once_is_refused_with_a_typed_error(tmp_path: Path, mode
     assert config(tmp_path, mode=mode, guarantee="at-least-once").mode is CommitMode.ALIGNED
 
 
-@pytest.mark.parametrize(("options", "named"), [
-    ({"parallelism": 0}, "parallelism"),
-    ({"stage_retries": -5}, "stage_retries"),
-    ({"vote_channel": "carrier-pigeon"}, "vote_channel"),
-    ({"guarantee": "twice"}, "guarantee"),
-    ({"sink_id": "a:b"}, "sink_id"),
-    ({"table": ""}, "table"),
-    ({"path": ":memory:"}, "path"),
-    ({"epoch_log": ""}, "epoch_log"),
-    ({"busy_timeout_s": 0}, "busy_timeout_s"),
-    ({"colour": "blue"}, "colour"),
-])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"parallelism": 0}, "parallelism"),
+        ({"stage_retries": -5}, "stage_retries"),
+        ({"vote_channel": "carrier-pigeon"}, "vote_channel"),
+        ({"guarantee": "twice"}, "guarantee"),
+        ({"sink_id": "a:b"}, "sink_id"),
+        ({"table": ""}, "table"),
+        ({"path": ":memory:"}, "path"),
+        ({"epoch_log": ""}, "epoch_log"),
+        ({"busy_timeout_s": 0}, "busy_timeout_s"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
 def test_bad_options_are_named(tmp_path: Path, options: dict[str, object], named: str) -> None:
     base: dict[str, object] = {"path": str(tmp_path / "db.sqlite"), "table": "t", "sink_id": "s"}
     with pytest.raises(SqliteConfigError, match=named) as info:
@@ -89,8 +93,10 @@ def test_the_stage_checks_run_without_build_too(tmp_path: Path) -> None:
 def test_fingerprint_covers_table_and_routing(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     assert cfg.fingerprint() == config(tmp_path, parallelism=4).fingerprint()
-    assert cfg.fingerprint() != SqliteSinkConfig.build(
-        path=cfg.path, table="u", sink_id="s").fingerprint()
+    assert (
+        cfg.fingerprint()
+        != SqliteSinkConfig.build(path=cfg.path, table="u", sink_id="s").fingerprint()
+    )
     assert cfg.fingerprint() != config(tmp_path, order_by=["id"]).fingerprint()
 
 
@@ -100,7 +106,11 @@ def test_config_resource_and_errors_pickle(tmp_path: Path) -> None:
     error = SqliteRejectedError("no", action=ErrorAction.FATAL, code=8)
     back = pickle.loads(pickle.dumps(error))
     assert (type(back), str(back), back.action, back.code) == (
-        SqliteRejectedError, "no", ErrorAction.FATAL, 8)
+        SqliteRejectedError,
+        "no",
+        ErrorAction.FATAL,
+        8,
+    )
     missing = pickle.loads(pickle.dumps(TableNotFoundError("gone")))
     assert isinstance(missing, TableNotFoundError) and str(missing) == "gone"
 

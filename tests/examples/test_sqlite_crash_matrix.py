@@ -43,8 +43,12 @@ class SqliteWorld(CrashWorld[ArrowPartition]):
     tmp_path: Path
 
     def cfg(self) -> SqliteSinkConfig:
-        return SqliteSinkConfig(path=str(self.tmp_path / "db.sqlite"), table="t",
-                                sink_id=self.sink_id, busy_timeout_s=5.0)
+        return SqliteSinkConfig(
+            path=str(self.tmp_path / "db.sqlite"),
+            table="t",
+            sink_id=self.sink_id,
+            busy_timeout_s=5.0,
+        )
 
     def create_table(self) -> None:
         with sqlite3.connect(self.cfg().path) as db:
@@ -59,14 +63,23 @@ class SqliteWorld(CrashWorld[ArrowPartition]):
 
     def rows_for(self, plan: EpochPlan, partition: int) -> ArrowPartition:
         """Route by content, as the Spark stage does: a replay meets the same partition."""
-        ids = [i for i in epoch_ids(plan.epoch) if zlib.crc32(b"%d" % i) % plan.parallelism
-               == partition]
-        return ArrowPartition([pa.record_batch({
-            "id": pa.array(ids, pa.int64()),
-            "epoch": pa.array([plan.epoch] * len(ids), pa.int64()),
-            "payload": pa.array([f"row {i}" for i in ids]),
-            HASH_COLUMN: pa.array([zlib.crc32(b"%d" % i) for i in ids], pa.int64()),
-        })])
+        ids = [
+            i
+            for i in epoch_ids(plan.epoch)
+            if zlib.crc32(b"%d" % i) % plan.parallelism == partition
+        ]
+        return ArrowPartition(
+            [
+                pa.record_batch(
+                    {
+                        "id": pa.array(ids, pa.int64()),
+                        "epoch": pa.array([plan.epoch] * len(ids), pa.int64()),
+                        "payload": pa.array([f"row {i}" for i in ids]),
+                        HASH_COLUMN: pa.array([zlib.crc32(b"%d" % i) for i in ids], pa.int64()),
+                    }
+                )
+            ]
+        )
 
     def check_exactly_once(self, epochs: int) -> None:
         with sqlite3.connect(self.cfg().path, timeout=0) as db:
@@ -76,18 +89,22 @@ class SqliteWorld(CrashWorld[ArrowPartition]):
         assert ids == [i for e in range(epochs) for i in epoch_ids(e)]
         markers = read_markers(self.cfg(), self.parallelism)
         assert {p: m.epoch for p, m in markers.items()} == dict.fromkeys(
-            range(self.parallelism), epochs - 1)
+            range(self.parallelism), epochs - 1
+        )
         self.check_log(epochs)
 
 
-@pytest.mark.parametrize(("kind", "mode", "crash"),
-                         crash_params((KAFKA_LIKE,), modes=(CommitMode.UNALIGNED,)))
+@pytest.mark.parametrize(
+    ("kind", "mode", "crash"), crash_params((KAFKA_LIKE,), modes=(CommitMode.UNALIGNED,))
+)
 def test_crash_recover_replay_is_exactly_once(
     tmp_path: Path, kind: str, mode: CommitMode, crash: Crash
 ) -> None:
     world = SqliteWorld(tmp_path, mode=mode)
     world.create_table()
     run_crash_case(world, crash)
+
+
 # --8<-- [end:world]
 
 
@@ -95,8 +112,13 @@ def test_the_matrix_covers_every_task_step_that_applies() -> None:
     from txn import TaskStep
 
     steps = {c.values[2].step for c in crash_params((KAFKA_LIKE,), modes=(CommitMode.UNALIGNED,))}
-    assert {TaskStep.OPENED, TaskStep.WRITTEN, TaskStep.PRE_COMMITTED, TaskStep.DECIDED,
-            TaskStep.COMMITTED} <= steps
+    assert {
+        TaskStep.OPENED,
+        TaskStep.WRITTEN,
+        TaskStep.PRE_COMMITTED,
+        TaskStep.DECIDED,
+        TaskStep.COMMITTED,
+    } <= steps
 
 
 def test_a_broken_recovery_is_caught(tmp_path: Path) -> None:
@@ -125,10 +147,12 @@ def test_aligned_mode_deadlocks_on_the_database_write_lock(tmp_path: Path) -> No
     holding SQLite's only write lock, so the others time out and the epoch can never commit."""
     from connectors.examples.sqlite import SqliteWriteError
     from txn import Coordinator, InProcessChannel
+
     world = SqliteWorld(tmp_path)
     world.create_table()
-    cfg = SqliteSinkConfig(path=str(tmp_path / "db.sqlite"), table="t", sink_id="s",
-                           busy_timeout_s=0.3)
+    cfg = SqliteSinkConfig(
+        path=str(tmp_path / "db.sqlite"), table="t", sink_id="s", busy_timeout_s=0.3
+    )
     prepare_database(cfg)
     resource = SqliteResource(cfg, ("id", "epoch", "payload"))
     with FileEpochLog(tmp_path / "aligned.log", sink_id="s") as log:

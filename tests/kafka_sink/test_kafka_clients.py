@@ -20,9 +20,15 @@ from connectors.kafka import _clients
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORY = ROOT / "connectors" / "kafka" / "_clients.py"
-CLIENT_CLASSES = frozenset({
-    "Producer", "Consumer", "AdminClient", "SerializingProducer", "DeserializingConsumer",
-})
+CLIENT_CLASSES = frozenset(
+    {
+        "Producer",
+        "Consumer",
+        "AdminClient",
+        "SerializingProducer",
+        "DeserializingConsumer",
+    }
+)
 
 
 def constructions(tree: ast.AST) -> list[tuple[int, str]]:
@@ -36,8 +42,11 @@ def constructions(tree: ast.AST) -> list[tuple[int, str]]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        name = func.id if isinstance(func, ast.Name) else (
-            func.attr if isinstance(func, ast.Attribute) else None)
+        name = (
+            func.id
+            if isinstance(func, ast.Name)
+            else (func.attr if isinstance(func, ast.Attribute) else None)
+        )
         if name in names:
             found.append((node.lineno, name))
     return found
@@ -72,8 +81,15 @@ def test_every_kafka_client_in_connectors_is_built_by_the_factory() -> None:
 
 
 def record(text: str, level: int = logging.ERROR) -> logging.LogRecord:
-    return logging.LogRecord(_clients.LOGGER_NAME, level, __file__, 1, "%s [%s] %s",
-                             ("FAIL", "rdkafka#producer-1", text), None)
+    return logging.LogRecord(
+        _clients.LOGGER_NAME,
+        level,
+        __file__,
+        1,
+        "%s [%s] %s",
+        ("FAIL", "rdkafka#producer-1", text),
+        None,
+    )
 
 
 def test_the_same_line_passes_once_per_window_with_the_suppressed_count() -> None:
@@ -85,8 +101,12 @@ def test_the_same_line_passes_once_per_window_with_the_suppressed_count() -> Non
         first = record("Connect to 127.0.0.1:9092 failed (after 3ms in state CONNECT)")
         assert rate.filter(first)
         # Digits differ (timings, counters): still the same line, suppressed.
-        assert not rate.filter(record("Connect to 127.0.0.1:9092 failed (after 7ms in state CONNECT)"))
-        assert not rate.filter(record("Connect to 127.0.0.1:9092 failed (after 1ms in state CONNECT)"))
+        assert not rate.filter(
+            record("Connect to 127.0.0.1:9092 failed (after 7ms in state CONNECT)")
+        )
+        assert not rate.filter(
+            record("Connect to 127.0.0.1:9092 failed (after 1ms in state CONNECT)")
+        )
         assert rate.filter(record("another line"))
         assert rate.filter(record("Connect to 127.0.0.1:9092 failed (after 1ms)", logging.WARNING))
         clock[0] += 10.0
@@ -125,8 +145,14 @@ def test_librdkafka_lines_reach_the_python_logger_not_stderr() -> None:
         print(len(seen), file=sys.stdout)
         print(seen[0] if seen else "", file=sys.stdout)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
+    )
     count, first = out.stdout.splitlines()[:2]
     assert "FAIL" in first and "127.0.0.1:1" in first
     # Dozens of failed connects in 3 s, rate-limited to one line per distinct text.
@@ -137,8 +163,11 @@ def test_librdkafka_lines_reach_the_python_logger_not_stderr() -> None:
 @pytest.mark.parametrize("build", [_clients.producer, _clients.consumer, _clients.admin])
 def test_every_factory_function_sets_the_logger(build, monkeypatch) -> None:
     seen: list[dict[str, object]] = []
-    kind = {_clients.producer: "Producer", _clients.consumer: "Consumer",
-            _clients.admin: "AdminClient"}[build]
+    kind = {
+        _clients.producer: "Producer",
+        _clients.consumer: "Consumer",
+        _clients.admin: "AdminClient",
+    }[build]
     monkeypatch.setattr(_clients, kind, lambda conf: seen.append(conf) or object())
     build({"bootstrap.servers": "h:1"})
     assert seen[0]["bootstrap.servers"] == "h:1"

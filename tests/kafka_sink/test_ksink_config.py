@@ -60,8 +60,9 @@ def test_bad_options_raise_typed_error_naming_the_option(over, needle):
     assert isinstance(info.value, TxnError)
 
 
-@pytest.mark.parametrize("key", ["transactional.id", "bootstrap.servers", "enable.idempotence",
-                                 "transaction.timeout.ms"])
+@pytest.mark.parametrize(
+    "key", ["transactional.id", "bootstrap.servers", "enable.idempotence", "transaction.timeout.ms"]
+)
 def test_reserved_producer_settings_are_refused_with_a_hint(key):
     with pytest.raises(SinkConfigError, match="managed by the sink"):
         make(producer_config={key: "x"})
@@ -75,7 +76,13 @@ def test_unknown_librdkafka_setting_is_refused_at_construction():
 
 
 def test_producer_settings_pass_through_and_override_defaults():
-    cfg = make(producer_config={"linger.ms": 50, "compression.type": "lz4", "enable.gapless.guarantee": False}).config
+    cfg = make(
+        producer_config={
+            "linger.ms": 50,
+            "compression.type": "lz4",
+            "enable.gapless.guarantee": False,
+        }
+    ).config
     settings = cfg.producer_settings("s1-3")
     assert settings["linger.ms"] == "50"
     assert settings["compression.type"] == "lz4"
@@ -99,15 +106,23 @@ def test_ids_and_groups_follow_the_scheme():
 
 def test_fingerprint_is_stable_and_tracks_routing_options():
     a = make().config.fingerprint()
-    assert a == make(parallelism=7, guarantee="exactly-once", transaction_timeout_ms=90000).config.fingerprint()
+    assert (
+        a
+        == make(
+            parallelism=7, guarantee="exactly-once", transaction_timeout_ms=90000
+        ).config.fingerprint()
+    )
     assert a != make(topic="other").config.fingerprint()
     assert a != make(order_by=["offset"]).config.fingerprint()
     assert a != make(changelog=True).config.fingerprint()
 
 
 def test_sink_config_pickle_round_trip(tmp_path):
-    cfg = make(fault_plan=FaultPlan(str(tmp_path / "faults.json")), order_by=["o"],
-               producer_config={"linger.ms": 5}).config
+    cfg = make(
+        fault_plan=FaultPlan(str(tmp_path / "faults.json")),
+        order_by=["o"],
+        producer_config={"linger.ms": 5},
+    ).config
     again = pickle.loads(pickle.dumps(cfg))
     assert again == cfg
     assert isinstance(again, SinkConfig)

@@ -29,7 +29,9 @@ from connectors.stage._task import TaskResult, TaskSpec
 from connectors.stage._votes import VoteTicket
 from txn import EpochPlan, PartitionOutcome, PartitionReport, Vote, VoteKind
 
-HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
 
 
 def schema(**cols):
@@ -42,8 +44,17 @@ def cfg(**over):
 
 
 def test_full_layout_accepted():
-    layout = input_layout(schema(key=BinaryType(), value=StringType(), topic=StringType(),
-                                 partition=IntegerType(), headers=HEADERS, extra=LongType()), cfg())
+    layout = input_layout(
+        schema(
+            key=BinaryType(),
+            value=StringType(),
+            topic=StringType(),
+            partition=IntegerType(),
+            headers=HEADERS,
+            extra=LongType(),
+        ),
+        cfg(),
+    )
     assert layout == Layout(key=True, topic=True, partition=True, headers=True)
     assert data_columns(layout) == ["key", "value", "topic", "partition", "headers"]
 
@@ -92,16 +103,22 @@ def test_order_by_columns_must_exist():
 
 def test_input_plan_routes_by_key_and_falls_back_to_the_value():
     plan = check_input(schema(key=StringType(), value=StringType()), cfg(order_by=["key"]))
-    assert plan == InputPlan(("key", "value"), route_by=("key",), fallback=("value",),
-                             order_by=("key",), layout=Layout(key=True))
+    assert plan == InputPlan(
+        ("key", "value"),
+        route_by=("key",),
+        fallback=("value",),
+        order_by=("key",),
+        layout=Layout(key=True),
+    )
     keyless = check_input(schema(value=StringType()), cfg())
     assert keyless.route_by == () and keyless.fallback == ("value",)
 
 
 def test_task_payloads_pickle_round_trip():
     plan = EpochPlan("s", 3, 2, "fp")
-    spec = TaskSpec(KafkaResource(cfg(), Layout(key=True)), plan, aligned=True,
-                    reuse=ReuseTicket("g", 0, 1))
+    spec = TaskSpec(
+        KafkaResource(cfg(), Layout(key=True)), plan, aligned=True, reuse=ReuseTicket("g", 0, 1)
+    )
     assert pickle.loads(pickle.dumps(spec)) == spec
     bound = spec.resource.for_task(TaskInfo(1, 2, spec.reuse))
     assert pickle.loads(pickle.dumps(bound)) == bound

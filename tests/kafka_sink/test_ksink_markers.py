@@ -21,7 +21,9 @@ def test_no_committed_offset_means_no_marker(offset):
     assert decode_marker(offset, None) is None
 
 
-@pytest.mark.parametrize("meta", [None, "", "not json", '{"epoch": 1}', '{"epoch":"x","rows":1,"checksum":"c"}'])
+@pytest.mark.parametrize(
+    "meta", [None, "", "not json", '{"epoch": 1}', '{"epoch":"x","rows":1,"checksum":"c"}']
+)
 def test_foreign_offsets_are_reported(meta):
     with pytest.raises(KafkaSinkError, match="sink_id"):
         decode_marker(2, meta)

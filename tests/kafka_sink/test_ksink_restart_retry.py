@@ -103,8 +103,9 @@ def reload_error(code: int) -> KafkaError:
 
 
 def test_an_append_is_written_again_after_the_broker_reloaded_its_topics() -> None:
-    producer = TxnProducer([reload_error(KafkaError._UNKNOWN_TOPIC),
-                            reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)])
+    producer = TxnProducer(
+        [reload_error(KafkaError._UNKNOWN_TOPIC), reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)]
+    )
     write(producer)
     assert producer.calls == ["begin", "commit", "abort"] * 2 + ["begin", "commit"]
     assert producer.committed == [[(KEY, encode_record(PLAN))]]
@@ -112,15 +113,15 @@ def test_an_append_is_written_again_after_the_broker_reloaded_its_topics() -> No
 
 def test_an_append_whose_record_failed_delivery_is_classified_by_the_delivery_error() -> None:
     # Seen against a restarted broker: "1 message(s) failed delivery", _INCONSISTENT.
-    inconsistent = KafkaError(INCONSISTENT, "1 message(s) failed delivery",
-                              txn_requires_abort=True)
+    inconsistent = KafkaError(INCONSISTENT, "1 message(s) failed delivery", txn_requires_abort=True)
     producer = TxnProducer([inconsistent], delivery=[KafkaError._UNKNOWN_TOPIC])
     write(producer)
     assert producer.calls == ["begin", "commit", "abort", "begin", "commit"]
     assert producer.committed == [[(KEY, encode_record(PLAN))]]
     # Records purged by the failed transaction are a consequence: the commit's error counts.
-    sequence = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "skipped sequence numbers",
-                          txn_requires_abort=True)
+    sequence = KafkaError(
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "skipped sequence numbers", txn_requires_abort=True
+    )
     producer = TxnProducer([sequence], delivery=[KafkaError._PURGE_QUEUE])
     write(producer)
     assert producer.calls == ["begin", "commit", "abort", "begin", "commit"]
@@ -187,8 +188,12 @@ class MarkerConsumer:
 
 
 def test_a_marker_read_waits_for_the_marker_topic_to_be_loaded() -> None:
-    consumer = MarkerConsumer([KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART),
-                               KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)])
+    consumer = MarkerConsumer(
+        [
+            KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART),
+            KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
+        ]
+    )
     marker = _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]
     assert marker is not None and (marker.epoch, marker.rows) == (7, 2)
     assert consumer.calls == 3

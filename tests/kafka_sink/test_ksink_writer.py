@@ -51,7 +51,11 @@ def test_simple_rows_are_produced_in_order():
     p = FakeProducer()
     w = writer(p)
     w.write([batch(key=["a", None], value=["1", "2"]), batch(key=["c"], value=[b"3"])])
-    assert [(t, k, v) for t, k, v, _, _ in p.sent] == [("out", "a", "1"), ("out", None, "2"), ("out", "c", b"3")]
+    assert [(t, k, v) for t, k, v, _, _ in p.sent] == [
+        ("out", "a", "1"),
+        ("out", None, "2"),
+        ("out", "c", b"3"),
+    ]
     assert w.rows == 3
 
 
@@ -68,10 +72,21 @@ def test_topic_partition_and_headers_columns():
     p = FakeProducer()
     layout = Layout(key=True, topic=True, partition=True, headers=True)
     w = writer(p, layout, topic="default")
-    headers = pa.array([[{"key": "h", "value": b"v"}], None],
-                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
-    w.write([batch(key=["k1", "k2"], value=["v1", "v2"], topic=["t1", None],
-                   partition=pa.array([2, None], pa.int32()), headers=headers)])
+    headers = pa.array(
+        [[{"key": "h", "value": b"v"}], None],
+        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+    )
+    w.write(
+        [
+            batch(
+                key=["k1", "k2"],
+                value=["v1", "v2"],
+                topic=["t1", None],
+                partition=pa.array([2, None], pa.int32()),
+                headers=headers,
+            )
+        ]
+    )
     assert p.sent[0] == ("t1", "k1", "v1", 2, [("h", b"v")])
     assert p.sent[1] == ("default", "k2", "v2", -1, None)
 
@@ -86,7 +101,9 @@ def test_null_value_is_refused_naming_the_column():
 
 def test_null_topic_without_default_is_refused():
     with pytest.raises(RecordError) as info:
-        writer(FakeProducer(), Layout(topic=True), topic=None).write([batch(value=["x"], topic=[None])])
+        writer(FakeProducer(), Layout(topic=True), topic=None).write(
+            [batch(value=["x"], topic=[None])]
+        )
     assert info.value.column == "topic"
 
 
@@ -99,13 +116,19 @@ def test_changelog_validation():
         writer(FakeProducer(), layout).write([batch(key=["a"], value=["1"], op=["upsert"])])
     assert info.value.column == "op"
     with pytest.raises(RecordError) as info:
-        writer(FakeProducer(), layout).write([batch(key=["a"], value=["1"], op=pa.array([None], pa.string()))])
+        writer(FakeProducer(), layout).write(
+            [batch(key=["a"], value=["1"], op=pa.array([None], pa.string()))]
+        )
     assert info.value.column == "op"
     with pytest.raises(RecordError) as info:
-        writer(FakeProducer(), layout).write([batch(key=pa.array([None], pa.string()), value=["1"], op=["insert"])])
+        writer(FakeProducer(), layout).write(
+            [batch(key=pa.array([None], pa.string()), value=["1"], op=["insert"])]
+        )
     assert info.value.column == "key"
     with pytest.raises(RecordError) as info:
-        writer(FakeProducer(), layout).write([batch(key=["a"], value=pa.array([None], pa.string()), op=["update_after"])])
+        writer(FakeProducer(), layout).write(
+            [batch(key=["a"], value=pa.array([None], pa.string()), op=["update_after"])]
+        )
     assert info.value.column == "value"
 
 
@@ -127,8 +150,10 @@ def test_mid_write_stop_of_the_stage_fires_after_exactly_n_rows_produced():
     w = writer(p)
     vals = [str(i) for i in range(10)]
     with pytest.raises(InjectedFault):
-        rows = ArrowPartition([batch(key=vals[:4], value=vals[:4]),
-                               batch(key=vals[4:], value=vals[4:])], interrupt=(7, stop))
+        rows = ArrowPartition(
+            [batch(key=vals[:4], value=vals[:4]), batch(key=vals[4:], value=vals[4:])],
+            interrupt=(7, stop),
+        )
         w.write(rows.batches())
     assert seen == [7]
 

@@ -45,8 +45,9 @@ def rows(n, start=0):
 
 
 def batch(keys, values):
-    return pa.record_batch({"key": keys, "value": values,
-                            HASH_COLUMN: pa.array(range(len(keys)), pa.int64())})
+    return pa.record_batch(
+        {"key": keys, "value": values, HASH_COLUMN: pa.array(range(len(keys)), pa.int64())}
+    )
 
 
 def write(producer, *batches):

@@ -105,7 +105,9 @@ def test_bounds_are_named_ordered_and_documented() -> None:
     assert f"`GONE_CONFIRM_S` = **{GONE_CONFIRM_S:.0f} s**" in doc
 
 
-@pytest.mark.parametrize("outage", [LOADING_ERRORS, NO_TOPICS, DOWN], ids=["errors", "empty", "down"])
+@pytest.mark.parametrize(
+    "outage", [LOADING_ERRORS, NO_TOPICS, DOWN], ids=["errors", "empty", "down"]
+)
 def test_a_short_outage_is_waited_out(outage: Any) -> None:
     admin = ScriptedAdmin([outage, outage, LOADED], {("t", 0): 5, ("t", 1): 7})
     expected = {("t", 0): 5, ("t", 1): 7}

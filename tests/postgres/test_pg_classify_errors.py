@@ -91,7 +91,9 @@ def test_typed_errors_carry_action_and_sqlstate() -> None:
     assert "committing failed (retry, SQLSTATE 40001)" in str(r)
 
 
-def test_call_with_retry_retries_transient_errors_then_escalates(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_call_with_retry_retries_transient_errors_then_escalates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(_classify, "RETRY_WAIT_MIN_S", 0)
     monkeypatch.setattr(_classify, "RETRY_WAIT_MAX_S", 0)
     calls: list[int] = []

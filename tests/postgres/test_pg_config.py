@@ -26,8 +26,12 @@ def build(**kwargs: object) -> PostgresSinkConfig:
 
 
 def test_defaults_and_enum_parsing_without_connecting() -> None:
-    cfg = build(write_mode="upsert", key_columns=["id"], commit_protocol="two-phase",
-                guarantee="at-least-once")
+    cfg = build(
+        write_mode="upsert",
+        key_columns=["id"],
+        commit_protocol="two-phase",
+        guarantee="at-least-once",
+    )
     assert cfg.write_mode is WriteMode.UPSERT and cfg.key_columns == ("id",)
     assert cfg.commit_protocol is CommitProtocol.TWO_PHASE
     assert cfg.guarantee is Guarantee.AT_LEAST_ONCE and not cfg.transactional
@@ -55,7 +59,9 @@ def test_defaults_and_enum_parsing_without_connecting() -> None:
         ({"lock_timeout_ms": True}, "lock_timeout_ms"),
     ],
 )
-def test_bad_options_raise_a_config_error_naming_the_option(kwargs: dict[str, object], match: str) -> None:
+def test_bad_options_raise_a_config_error_naming_the_option(
+    kwargs: dict[str, object], match: str
+) -> None:
     with pytest.raises(SinkConfigError, match=match) as info:
         build(**kwargs)
     assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
@@ -72,8 +78,12 @@ def test_fingerprint_covers_what_rows_do_to_the_table() -> None:
     ]
     assert len({base.fingerprint(), *(c.fingerprint() for c in changed)}) == 5
     # Neither the DSN (where the server is) nor the commit protocol changes where rows land.
-    same = build(write_mode="upsert", key_columns=["id"], dsn="host=elsewhere",
-                 commit_protocol="idempotency-table")
+    same = build(
+        write_mode="upsert",
+        key_columns=["id"],
+        dsn="host=elsewhere",
+        commit_protocol="idempotency-table",
+    )
     assert same.fingerprint() == base.fingerprint()
 
 
@@ -84,8 +94,12 @@ def test_config_pickles() -> None:
 
 @pytest.mark.parametrize(
     ("protocol", "slots", "two_phase"),
-    [("auto", 0, False), ("auto", 10, True), ("idempotency-table", 10, False),
-     ("two-phase", 10, True)],
+    [
+        ("auto", 0, False),
+        ("auto", 10, True),
+        ("idempotency-table", 10, False),
+        ("two-phase", 10, True),
+    ],
 )
 def test_protocol_choice(protocol: str, slots: int, two_phase: bool) -> None:
     assert choose_two_phase(build(commit_protocol=protocol), slots) is two_phase

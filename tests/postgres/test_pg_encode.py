@@ -26,8 +26,11 @@ from connectors.stage import HASH_COLUMN
 
 def layout(mode: WriteMode = WriteMode.APPEND, **kw: object) -> Layout:
     base: dict[str, object] = {
-        "schema": "public", "table": "t", "write_mode": mode,
-        "columns": (("id", "bigint"), ("name", "text")), "arrow_types": ("int64", "string"),
+        "schema": "public",
+        "table": "t",
+        "write_mode": mode,
+        "columns": (("id", "bigint"), ("name", "text")),
+        "arrow_types": ("int64", "string"),
     }
     if mode is not WriteMode.APPEND:
         base |= {"keys": ("id",), "update_columns": ("name",)}
@@ -36,7 +39,9 @@ def layout(mode: WriteMode = WriteMode.APPEND, **kw: object) -> Layout:
     return Layout(**(base | kw))  # type: ignore[arg-type]
 
 
-def batch(ids: list[int | None], names: list[str | None], ops: list[str] | None = None) -> pa.RecordBatch:
+def batch(
+    ids: list[int | None], names: list[str | None], ops: list[str] | None = None
+) -> pa.RecordBatch:
     cols = {"id": pa.array(ids, pa.int64()), "name": pa.array(names, pa.string())}
     if ops is not None:
         cols["op"] = pa.array(ops)
@@ -66,13 +71,20 @@ def test_upsert_numbers_rows_from_the_running_offset() -> None:
 
 def test_changelog_drops_update_before_and_appends_the_op() -> None:
     data, n = encode_batch(
-        batch([1, 1, 1, 2], ["old", "new", None, "x"],
-              ["insert", "update_before", "update_after", "delete"]),
-        layout(WriteMode.CHANGELOG), 0,
+        batch(
+            [1, 1, 1, 2],
+            ["old", "new", None, "x"],
+            ["insert", "update_before", "update_after", "delete"],
+        ),
+        layout(WriteMode.CHANGELOG),
+        0,
     )
     assert n == 3
-    assert rows(data) == [["1", "old", "0", "insert"], ["1", "", "1", "update_after"],
-                          ["2", "x", "2", "delete"]]
+    assert rows(data) == [
+        ["1", "old", "0", "insert"],
+        ["1", "", "1", "update_after"],
+        ["2", "x", "2", "delete"],
+    ]
 
 
 def test_unknown_op_and_null_keys_are_record_errors() -> None:
@@ -85,8 +97,9 @@ def test_unknown_op_and_null_keys_are_record_errors() -> None:
 
 
 def test_too_long_values_are_refused_before_sending() -> None:
-    limited = layout(columns=(("id", "bigint"), ("name", "character varying(3)")),
-                     max_chars=(("name", 3),))
+    limited = layout(
+        columns=(("id", "bigint"), ("name", "character varying(3)")), max_chars=(("name", 3),)
+    )
     encode_batch(batch([1], ["äöü"]), limited, 0)  # characters, not bytes
     with pytest.raises(ValueTooLargeError, match="4 characters.*allows 3") as info:
         encode_batch(batch([1], ["abcd"]), limited, 0)
@@ -94,8 +107,13 @@ def test_too_long_values_are_refused_before_sending() -> None:
 
 
 def test_a_batch_of_another_schema_is_refused() -> None:
-    other = pa.record_batch({"id": pa.array([1], pa.int32()), "name": pa.array(["a"]),
-                             HASH_COLUMN: pa.array([1], pa.int64())})
+    other = pa.record_batch(
+        {
+            "id": pa.array([1], pa.int32()),
+            "name": pa.array(["a"]),
+            HASH_COLUMN: pa.array([1], pa.int64()),
+        }
+    )
     with pytest.raises(InputSchemaError, match="schema changed"):
         encode_batch(other, layout(), 0)
 
@@ -115,8 +133,9 @@ def test_merge_statements() -> None:
         '("id") "id", "name" FROM "stage" ORDER BY "id", "_eos_seq" DESC) s ON CONFLICT ("id") '
         'DO UPDATE SET "name" = EXCLUDED."name"'
     )
-    keys_only = layout(WriteMode.UPSERT, columns=(("id", "bigint"),), arrow_types=("int64",),
-                       update_columns=())
+    keys_only = layout(
+        WriteMode.UPSERT, columns=(("id", "bigint"),), arrow_types=("int64",), update_columns=()
+    )
     assert merge_statement(keys_only, stage).as_string(None).endswith("DO NOTHING")
     changelog = merge_statement(layout(WriteMode.CHANGELOG), stage).as_string(None)
     assert changelog.startswith('WITH last AS (SELECT DISTINCT ON ("id") "id", "name", "_eos_op"')
@@ -130,6 +149,13 @@ def test_gid_round_trip_and_foreign_gids() -> None:
     assert str(gid).startswith(gid_prefix("orders-eos.v2_x"))
     longest = Gid("s" * 64, 2**63 - 1, 2**31, 2**31)
     assert len(str(longest).encode()) < 200  # PostgreSQL's limit for a transaction id
-    for foreign in ["xa:1:2", "eos:s:1:2", "eos:s:1:2:x", "eos::1:2:3", "eos:s:01:2:3",
-                    "eos:s:-1:2:3", "other:s:1:2:3"]:
+    for foreign in [
+        "xa:1:2",
+        "eos:s:1:2",
+        "eos:s:1:2:x",
+        "eos::1:2:3",
+        "eos:s:01:2:3",
+        "eos:s:-1:2:3",
+        "other:s:1:2:3",
+    ]:
         assert parse_gid(foreign) is None, foreign

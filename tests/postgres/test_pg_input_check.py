@@ -21,14 +21,25 @@ from connectors.postgres._types import check_column_type
 DSN = "host=127.0.0.1 port=1"
 
 
-def col(name: str, base: str, sql: str | None = None, *, not_null: bool = False,
-        default: bool = False, generated: bool = False, identity: bool = False,
-        max_chars: int | None = None) -> ColumnInfo:
-    return ColumnInfo(name, sql or base, base, "b", not_null, default, generated, identity, max_chars)
+def col(
+    name: str,
+    base: str,
+    sql: str | None = None,
+    *,
+    not_null: bool = False,
+    default: bool = False,
+    generated: bool = False,
+    identity: bool = False,
+    max_chars: int | None = None,
+) -> ColumnInfo:
+    return ColumnInfo(
+        name, sql or base, base, "b", not_null, default, generated, identity, max_chars
+    )
 
 
 TABLE = TableInfo(
-    "public", "orders",
+    "public",
+    "orders",
     (
         col("id", "int8", "bigint", not_null=True),
         col("name", "varchar", "character varying(5)", max_chars=5),
@@ -53,22 +64,41 @@ def schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
 @pytest.mark.parametrize(
     ("arrow", "base", "ok"),
     [
-        (pa.int32(), "int4", True), (pa.int64(), "int4", False), (pa.int64(), "int8", True),
-        (pa.int16(), "int2", True), (pa.int32(), "int2", False), (pa.uint32(), "int8", True),
-        (pa.uint32(), "int4", False), (pa.int64(), "numeric", True),
-        (pa.decimal128(10, 2), "numeric", True), (pa.float64(), "numeric", False),
-        (pa.float32(), "float4", True), (pa.float64(), "float4", False),
-        (pa.float64(), "float8", True), (pa.int32(), "float8", True), (pa.int64(), "float8", False),
-        (pa.bool_(), "bool", True), (pa.string(), "bool", False),
-        (pa.string(), "text", True), (pa.large_string(), "varchar", True),
-        (pa.string(), "jsonb", True), (pa.string(), "uuid", True), (pa.string(), "interval", True),
-        (pa.int64(), "text", False), (pa.string(), "int8", False),
-        (pa.binary(), "bytea", True), (pa.string(), "bytea", False),
-        (pa.date32(), "date", True), (pa.timestamp("us"), "date", False),
-        (pa.timestamp("us"), "timestamp", True), (pa.timestamp("us", tz="UTC"), "timestamp", False),
-        (pa.timestamp("us", tz="UTC"), "timestamptz", True), (pa.timestamp("us"), "timestamptz", False),
+        (pa.int32(), "int4", True),
+        (pa.int64(), "int4", False),
+        (pa.int64(), "int8", True),
+        (pa.int16(), "int2", True),
+        (pa.int32(), "int2", False),
+        (pa.uint32(), "int8", True),
+        (pa.uint32(), "int4", False),
+        (pa.int64(), "numeric", True),
+        (pa.decimal128(10, 2), "numeric", True),
+        (pa.float64(), "numeric", False),
+        (pa.float32(), "float4", True),
+        (pa.float64(), "float4", False),
+        (pa.float64(), "float8", True),
+        (pa.int32(), "float8", True),
+        (pa.int64(), "float8", False),
+        (pa.bool_(), "bool", True),
+        (pa.string(), "bool", False),
+        (pa.string(), "text", True),
+        (pa.large_string(), "varchar", True),
+        (pa.string(), "jsonb", True),
+        (pa.string(), "uuid", True),
+        (pa.string(), "interval", True),
+        (pa.int64(), "text", False),
+        (pa.string(), "int8", False),
+        (pa.binary(), "bytea", True),
+        (pa.string(), "bytea", False),
+        (pa.date32(), "date", True),
+        (pa.timestamp("us"), "date", False),
+        (pa.timestamp("us"), "timestamp", True),
+        (pa.timestamp("us", tz="UTC"), "timestamp", False),
+        (pa.timestamp("us", tz="UTC"), "timestamptz", True),
+        (pa.timestamp("us"), "timestamptz", False),
         (pa.time64("us"), "time", True),
-        (pa.null(), "int4", True), (pa.list_(pa.int64()), "jsonb", False),
+        (pa.null(), "int4", True),
+        (pa.list_(pa.int64()), "jsonb", False),
     ],
 )
 def test_type_rules(arrow: pa.DataType, base: str, ok: bool) -> None:
@@ -88,7 +118,8 @@ def test_narrowing_names_the_spark_type_and_the_cast() -> None:
 def test_append_layout_drops_the_hash_column_and_keeps_input_order() -> None:
     layout = check_input(
         schema(("name", pa.string()), ("id", pa.int64()), ("amount", pa.decimal128(10, 2))),
-        TABLE, cfg(),
+        TABLE,
+        cfg(),
     )
     assert layout.column_names == ("name", "id", "amount")
     assert layout.columns[0] == ("name", "character varying(5)")
@@ -135,7 +166,8 @@ def test_input_errors_name_the_column(
 def test_changelog_layout_keeps_op_out_of_the_written_columns() -> None:
     layout = check_input(
         schema(("id", pa.int64()), ("op", pa.string()), ("name", pa.string())),
-        TABLE, cfg(write_mode="changelog"),
+        TABLE,
+        cfg(write_mode="changelog"),
     )
     assert layout.write_mode is WriteMode.CHANGELOG and layout.op_column == "op"
     assert layout.column_names == ("id", "name") and layout.keys == ("id",)

@@ -28,11 +28,15 @@ def test_kafka_container_is_a_single_node_kraft_broker_that_allows_transactions(
     assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
     assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
-    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@localhost:{containers.KAFKA_CONTROLLER_PORT}"
+    assert (
+        env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@localhost:{containers.KAFKA_CONTROLLER_PORT}"
+    )
     assert list(container.ports) == [str(containers.KAFKA_PORT)]
     command = container._command
     assert command[:2] == ["sh", "-c"]
-    assert containers.KAFKA_SCRIPT_READY in command[2] and containers.KAFKA_START_SCRIPT in command[2]
+    assert (
+        containers.KAFKA_SCRIPT_READY in command[2] and containers.KAFKA_START_SCRIPT in command[2]
+    )
 
 
 def test_kafka_start_script_advertises_the_mapped_address() -> None:
@@ -49,7 +53,8 @@ def test_postgres_container_enables_prepared_transactions() -> None:
     container = containers.postgres_container(docker_client_kw=NO_ENGINE)
     assert container.image.endswith(containers.POSTGRES_IMAGE)
     assert container._command == [
-        "postgres", "-c",
+        "postgres",
+        "-c",
         f"max_prepared_transactions={containers.POSTGRES_MAX_PREPARED_TRANSACTIONS}",
     ]
     custom = containers.postgres_container(max_prepared_transactions=0, docker_client_kw=NO_ENGINE)

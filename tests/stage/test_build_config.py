@@ -9,10 +9,14 @@ from connectors.kafka import SinkConfigError as KafkaConfigError
 from connectors.postgres import PostgresSinkConfig
 from connectors.postgres import SinkConfigError as PostgresConfigError
 
-CASES = [(SinkConfig.create, KafkaConfigError, "KafkaSink"),
-         (PostgresSinkConfig.build, PostgresConfigError, "PostgresSink")]
-REQUIRED = {"KafkaSink": {"bootstrap_servers": "127.0.0.1:9092", "topic": "t", "sink_id": "s"},
-            "PostgresSink": {"dsn": "host=127.0.0.1", "table": "t", "sink_id": "s"}}
+CASES = [
+    (SinkConfig.create, KafkaConfigError, "KafkaSink"),
+    (PostgresSinkConfig.build, PostgresConfigError, "PostgresSink"),
+]
+REQUIRED = {
+    "KafkaSink": {"bootstrap_servers": "127.0.0.1:9092", "topic": "t", "sink_id": "s"},
+    "PostgresSink": {"dsn": "host=127.0.0.1", "table": "t", "sink_id": "s"},
+}
 
 
 @pytest.mark.parametrize(("build", "error", "sink"), CASES)

@@ -21,7 +21,7 @@ def member(name: str) -> KafkaSink:
 
 @pytest.mark.parametrize("select", [5, "id", [], ["id", 3], [""], {"id": 1}])
 def test_a_select_that_is_neither_a_function_nor_column_names_fails_at_construction(
-    select: object
+    select: object,
 ) -> None:
     with pytest.raises(ConfigError, match="select of member 'm-k' must be a function"):
         TransactionalSinks([(member("m-k"), select)], sink_id="m")  # type: ignore[list-item]
@@ -33,8 +33,9 @@ def test_a_pair_must_have_two_parts() -> None:
 
 
 def test_column_names_become_a_picklable_projection() -> None:
-    sinks = TransactionalSinks([(member("m-k"), ["key", "value"]),
-                                (member("m-j"), lambda df: df)], sink_id="m")
+    sinks = TransactionalSinks(
+        [(member("m-k"), ["key", "value"]), (member("m-j"), lambda df: df)], sink_id="m"
+    )
     select = sinks._members[0].select
     assert select == SelectColumns(("key", "value"))
     assert pickle.loads(pickle.dumps(select)) == select
@@ -75,23 +76,30 @@ def test_metrics_of_a_single_sink_and_of_a_failed_epoch() -> None:
     one = EpochRecorder("s", 0, None)
     one.add_member(0, "s", 0, 2)
     one.add_member(0, "s", 0, 2)  # a second plan attempt notes the same share again
-    reports = (PartitionReport(0, 0, PartitionOutcome.COMMITTED, rows=3),
-               PartitionReport(0, 1, PartitionOutcome.ALREADY_COMMITTED, rows=4))
+    reports = (
+        PartitionReport(0, 0, PartitionOutcome.COMMITTED, rows=3),
+        PartitionReport(0, 1, PartitionOutcome.ALREADY_COMMITTED, rows=4),
+    )
     metrics = one.finish(EpochResult(0, plan, False, True, reports), appends=2)
     assert (metrics.rows, metrics.rows_written, metrics.member_rows) == (3, 3, {"s": 3})
     failed = EpochRecorder("s", 1, None).finish(None, 0, RuntimeError("boom"))
     assert (failed.rows, failed.rows_written, failed.member_rows) == (0, 0, {})
 
 
-@pytest.mark.parametrize(("description", "offsets", "name"), [
-    ("org.apache.spark.sql.execution.datasources.v2.python."
-     "PythonMicroBatchStreamWithTriggerAvailableNow@26c52cc1",
-     ('{"orders":{"0":5}}', '{"orders":{"0":9},"refunds":{"0":1}}'),
-     "PythonMicroBatchStreamWithTriggerAvailableNow[orders,refunds]"),
-    ("org.example.MyStream@1f", ('{"a": 1}', None), "MyStream"),
-    ("org.example.MyStream@1f", (None, "not json"), "MyStream"),
-    ("KafkaV2[Subscribe[orders]]", ('{"orders":{"0":5}}',), "KafkaV2[Subscribe[orders]]"),
-    ("FileStreamSource[file:/tmp/in]", (), "FileStreamSource[file:/tmp/in]"),
-])
+@pytest.mark.parametrize(
+    ("description", "offsets", "name"),
+    [
+        (
+            "org.apache.spark.sql.execution.datasources.v2.python."
+            "PythonMicroBatchStreamWithTriggerAvailableNow@26c52cc1",
+            ('{"orders":{"0":5}}', '{"orders":{"0":9},"refunds":{"0":1}}'),
+            "PythonMicroBatchStreamWithTriggerAvailableNow[orders,refunds]",
+        ),
+        ("org.example.MyStream@1f", ('{"a": 1}', None), "MyStream"),
+        ("org.example.MyStream@1f", (None, "not json"), "MyStream"),
+        ("KafkaV2[Subscribe[orders]]", ('{"orders":{"0":5}}',), "KafkaV2[Subscribe[orders]]"),
+        ("FileStreamSource[file:/tmp/in]", (), "FileStreamSource[file:/tmp/in]"),
+    ],
+)
 def test_source_names(description: str, offsets: tuple[str | None, ...], name: str) -> None:
     assert source_name(description, *offsets) == name

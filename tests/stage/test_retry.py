@@ -35,8 +35,12 @@ def test_stops_after_the_attempts_and_raises_the_last_error_unchanged() -> None:
     calls: list[float] = []
     retried: list[int] = []
     with pytest.raises(Transient):
-        retry(failing(calls, 10), policy=NO_WAIT, retriable=lambda e: True,  # type: ignore[arg-type]
-              on_retry=lambda e, n: retried.append(n))
+        retry(
+            failing(calls, 10),
+            policy=NO_WAIT,
+            retriable=lambda e: True,  # type: ignore[arg-type]
+            on_retry=lambda e, n: retried.append(n),
+        )
     assert len(calls) == 3 and retried == [1, 2]
 
 

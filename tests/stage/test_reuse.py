@@ -33,9 +33,11 @@ def test_decision_needs_same_generation_and_unchanged_marker():
     other = ticket.decide(0, "g1", Marker(4, 1, "d"), read)  # someone else committed since
     assert not other.reuse and other.marker == M3 and other.marker_read
     reads.clear()
-    for decision in (ticket.decide(0, "g0", M3, read),  # pooled under an older generation
-                     ticket.decide(0, None, None, read),  # nothing pooled
-                     ticket.decide(1, "g1", M3, read)):  # a retry
+    for decision in (
+        ticket.decide(0, "g0", M3, read),  # pooled under an older generation
+        ticket.decide(0, None, None, read),  # nothing pooled
+        ticket.decide(1, "g1", M3, read),
+    ):  # a retry
         assert not decision.reuse and not decision.marker_read
     assert reads == [], "the marker is read only when it decides"
 

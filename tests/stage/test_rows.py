@@ -20,8 +20,11 @@ def batches_of(hashes, cuts):
     out, start = [], 0
     for cut in [*sorted(cuts), len(hashes)]:
         part = hashes[start:cut]
-        out.append(pa.record_batch({"value": [str(h) for h in part],
-                                    HASH_COLUMN: pa.array(part, pa.int64())}))
+        out.append(
+            pa.record_batch(
+                {"value": [str(h) for h in part], HASH_COLUMN: pa.array(part, pa.int64())}
+            )
+        )
         start = cut
     return out
 
@@ -101,12 +104,15 @@ def test_rows_are_read_once_either_way():
 
 def test_interrupt_fires_once_when_the_writer_asks_for_more_after_enough_rows():
     fired: list[int] = []
-    rows = ArrowPartition(batches_of(list(range(30)), [10, 20]),
-                          interrupt=(15, lambda: fired.append(len(seen))))
+    rows = ArrowPartition(
+        batches_of(list(range(30)), [10, 20]), interrupt=(15, lambda: fired.append(len(seen)))
+    )
     seen: list[pa.RecordBatch] = []
     for batch in rows.batches():
         seen.append(batch)
     assert fired == [2]  # after the second batch (20 rows handed over), once
     assert rows.summary().rows == 30
-    quiet = ArrowPartition(batches_of(list(range(30)), [10]), interrupt=(99, lambda: fired.append(-1)))
+    quiet = ArrowPartition(
+        batches_of(list(range(30)), [10]), interrupt=(99, lambda: fired.append(-1))
+    )
     assert quiet.summary().rows == 30 and fired == [2]  # a summary pass never fires

@@ -21,21 +21,25 @@ from connectors.stage._slots import (
 )
 
 
-@pytest.mark.parametrize(("master", "cpus", "expected"), [
-    ("local", 1, 1),
-    ("local[4]", 1, 4),
-    ("local[4]", 2, 2),
-    ("local[3, 2]", 1, 3),
-    ("local[2,4]", 1, 2),
-    ("local[*]", 1, 8),
-    ("local[*]", 3, 2),
-])
+@pytest.mark.parametrize(
+    ("master", "cpus", "expected"),
+    [
+        ("local", 1, 1),
+        ("local[4]", 1, 4),
+        ("local[4]", 2, 2),
+        ("local[3, 2]", 1, 3),
+        ("local[2,4]", 1, 2),
+        ("local[*]", 1, 8),
+        ("local[*]", 3, 2),
+    ],
+)
 def test_local_master_slots(master: str, cpus: int, expected: int) -> None:
     assert local_master_slots(master, cpus, cpu_count=8) == expected
 
 
-@pytest.mark.parametrize("master", ["spark://127.0.0.1:7077", "yarn", "k8s://x",
-                                    "local-cluster[2,1,1024]", "localhost"])
+@pytest.mark.parametrize(
+    "master", ["spark://127.0.0.1:7077", "yarn", "k8s://x", "local-cluster[2,1,1024]", "localhost"]
+)
 def test_cluster_masters_are_not_parsed(master: str) -> None:
     assert local_master_slots(master) is None
 
@@ -60,8 +64,10 @@ class _ConnectLikeSession:
 
     @property
     def sparkContext(self) -> Any:  # noqa: N802 - PySpark's name
-        raise self.error("[JVM_ATTRIBUTE_NOT_SUPPORTED] Attribute `sparkContext` is not "
-                         "supported in Spark Connect as it depends on the JVM.")
+        raise self.error(
+            "[JVM_ATTRIBUTE_NOT_SUPPORTED] Attribute `sparkContext` is not "
+            "supported in Spark Connect as it depends on the JVM."
+        )
 
 
 @pytest.mark.parametrize("error", [AttributeError, NotImplementedError])

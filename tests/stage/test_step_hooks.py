@@ -16,7 +16,9 @@ def test_the_fault_plan_step_names_are_the_enum_values() -> None:
     assert DRIVER_STEPS == tuple(s.value for s in CoordinatorStep)
     assert (TaskStep.OPENED, TaskStep.DECIDED) == ("after_open", "before_commit")
     assert (CoordinatorStep.PLAN_LOGGED, CoordinatorStep.REPORTS_RECEIVED) == (
-        "driver_after_plan", "driver_before_complete")
+        "driver_after_plan",
+        "driver_before_complete",
+    )
 
 
 @pytest.mark.parametrize("step", [*TaskStep, *CoordinatorStep], ids=lambda s: s.value)

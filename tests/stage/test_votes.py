@@ -75,8 +75,11 @@ def wait_for_votes(server, ticket, n):
 
 def test_all_votes_in_everyone_gets_the_same_full_list(server):
     ticket = server.open_round(plan(3), 0)
-    votes = [yes(2), Vote(7, 0, VoteKind.ALREADY_COMMITTED, 5, "u0"),
-             Vote(7, 1, VoteKind.NO, 0, "", "boom")]
+    votes = [
+        yes(2),
+        Vote(7, 0, VoteKind.ALREADY_COMMITTED, 5, "u0"),
+        Vote(7, 1, VoteKind.NO, 0, "", "boom"),
+    ]
     tasks = run_tasks(ticket, votes)
     assert [t.error for t in tasks] == [None, None, None]
     expected = sorted(votes, key=lambda v: v.partition)
@@ -179,9 +182,23 @@ def test_oversize_message_is_refused_without_reading_it(server):
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b'{"v": 1}', b"[1, 2]", b'{"v": 99}',
-     json.dumps({"v": 1, "sink_id": "sink-a", "epoch": 7, "plan_attempt": 0,
-                 "stage_attempt": 0, "token": "x", "vote": {"epoch": "7"}}).encode()],
+    [
+        b"not json",
+        b'{"v": 1}',
+        b"[1, 2]",
+        b'{"v": 99}',
+        json.dumps(
+            {
+                "v": 1,
+                "sink_id": "sink-a",
+                "epoch": 7,
+                "plan_attempt": 0,
+                "stage_attempt": 0,
+                "token": "x",
+                "vote": {"epoch": "7"},
+            }
+        ).encode(),
+    ],
 )
 def test_malformed_messages_get_an_error_answer(server, body):
     server.open_round(plan(2), 0)

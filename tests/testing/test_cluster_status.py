@@ -18,10 +18,24 @@ from integration_tests.support._cluster_status import (
 MASTER_DOC = {
     "url": "spark://127.0.0.1:7077",
     "workers": [
-        {"id": "worker-1", "host": "127.0.0.1", "port": 40001, "state": "ALIVE", "cores": 1,
-         "coresused": 1, "memory": 1024},
-        {"id": "worker-0", "host": "127.0.0.1", "port": 40000, "state": "DEAD", "cores": 1,
-         "coresused": 0, "memory": 1024},
+        {
+            "id": "worker-1",
+            "host": "127.0.0.1",
+            "port": 40001,
+            "state": "ALIVE",
+            "cores": 1,
+            "coresused": 1,
+            "memory": 1024,
+        },
+        {
+            "id": "worker-0",
+            "host": "127.0.0.1",
+            "port": 40000,
+            "state": "DEAD",
+            "cores": 1,
+            "coresused": 0,
+            "memory": 1024,
+        },
     ],
     "activeapps": [{"id": "app-1", "name": "eos", "cores": 1, "state": "RUNNING"}],
 }
@@ -37,10 +51,24 @@ def test_master_status_parse() -> None:
 
 
 def test_executor_command_line() -> None:
-    args = ["/usr/bin/java", "-cp", "x", EXECUTOR_CLASS, "--driver-url",
-            "spark://CoarseGrainedScheduler@127.0.0.1:1", "--executor-id", "3", "--hostname",
-            "127.0.0.1", "--cores", "1", "--app-id", "app-7", "--worker-url",
-            "spark://Worker@127.0.0.1:40001"]
+    args = [
+        "/usr/bin/java",
+        "-cp",
+        "x",
+        EXECUTOR_CLASS,
+        "--driver-url",
+        "spark://CoarseGrainedScheduler@127.0.0.1:1",
+        "--executor-id",
+        "3",
+        "--hostname",
+        "127.0.0.1",
+        "--cores",
+        "1",
+        "--app-id",
+        "app-7",
+        "--worker-url",
+        "spark://Worker@127.0.0.1:40001",
+    ]
     assert parse_executor_args(12, args) == ExecutorProcess(12, "app-7", "3", 40001)
     assert parse_executor_args(12, args[:-2]) is None  # no worker URL
     assert parse_executor_args(12, ["/usr/bin/python", "-m", "pyspark.daemon"]) is None

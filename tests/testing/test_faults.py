@@ -22,8 +22,19 @@ def test_missing_file_means_no_faults(tmp_path):
 
 
 def test_raise_fires_at_most_times_in_total(tmp_path):
-    plan = write_plan(tmp_path, [{"id": "r", "step": "after_pre_commit", "epoch": 3,
-                                  "partition": 1, "action": "raise", "times": 2}])
+    plan = write_plan(
+        tmp_path,
+        [
+            {
+                "id": "r",
+                "step": "after_pre_commit",
+                "epoch": 3,
+                "partition": 1,
+                "action": "raise",
+                "times": 2,
+            }
+        ],
+    )
     plan.fire("after_pre_commit", 3, 0)  # other partition: no fault
     plan.fire("after_pre_commit", 2, 1)  # other epoch: no fault
     plan.fire("after_open", 3, 1)  # other step: no fault
@@ -31,12 +42,26 @@ def test_raise_fires_at_most_times_in_total(tmp_path):
         with pytest.raises(InjectedFault, match="'r'"):
             plan.fire("after_pre_commit", 3, 1)
     plan.fire("after_pre_commit", 3, 1)  # exhausted
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["faults.json", "faults.json.r.0", "faults.json.r.1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "faults.json",
+        "faults.json.r.0",
+        "faults.json.r.1",
+    ]
 
 
 def test_null_epoch_and_partition_match_anything(tmp_path):
-    plan = write_plan(tmp_path, [{"id": "any", "step": "driver_after_plan", "epoch": None,
-                                  "partition": None, "action": "raise"}])
+    plan = write_plan(
+        tmp_path,
+        [
+            {
+                "id": "any",
+                "step": "driver_after_plan",
+                "epoch": None,
+                "partition": None,
+                "action": "raise",
+            }
+        ],
+    )
     with pytest.raises(InjectedFault):
         plan.fire("driver_after_plan", 17)
 
@@ -73,8 +98,19 @@ def test_kill_sends_sigkill_to_the_current_process(tmp_path):
 
 
 def test_mid_write_threshold(tmp_path):
-    plan = write_plan(tmp_path, [{"id": "m", "step": "mid_write", "epoch": 2, "partition": 0,
-                                  "action": "raise", "after_rows": 10}])
+    plan = write_plan(
+        tmp_path,
+        [
+            {
+                "id": "m",
+                "step": "mid_write",
+                "epoch": 2,
+                "partition": 0,
+                "action": "raise",
+                "after_rows": 10,
+            }
+        ],
+    )
     assert plan.mid_write_threshold(2, 1) is None
     fault = plan.mid_write_threshold(2, 0)
     assert fault is not None and fault.after_rows == 10
@@ -85,8 +121,14 @@ def test_mid_write_threshold(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ['{"not": "a list"}', "[1]", '[{"id": "x", "step": "nope", "action": "raise"}]',
-     '[{"id": "x", "step": "after_open", "action": "explode"}]', '[{"step": "after_open"}]', "{{"],
+    [
+        '{"not": "a list"}',
+        "[1]",
+        '[{"id": "x", "step": "nope", "action": "raise"}]',
+        '[{"id": "x", "step": "after_open", "action": "explode"}]',
+        '[{"step": "after_open"}]',
+        "{{",
+    ],
 )
 def test_bad_plan_files_raise_typed_errors(tmp_path, content):
     path = tmp_path / "f.json"

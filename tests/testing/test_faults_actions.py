@@ -85,8 +85,10 @@ def _kill_leftovers(leader: subprocess.Popen[bytes], pids_file: Path) -> None:
 
 
 def test_sleep_blocks_for_its_seconds_then_carries_on(tmp_path):
-    plan = write_plan(tmp_path, [{"id": "s", "step": "before_commit", "partition": 1,
-                                  "action": "sleep", "seconds": 0.3}])
+    plan = write_plan(
+        tmp_path,
+        [{"id": "s", "step": "before_commit", "partition": 1, "action": "sleep", "seconds": 0.3}],
+    )
     plan.fire("before_commit", 1, 0)  # other partition: no sleep, no claim
     assert not (tmp_path / "faults.json.s.0").exists()
     started = time.monotonic()
@@ -98,8 +100,10 @@ def test_sleep_blocks_for_its_seconds_then_carries_on(tmp_path):
 
 
 def test_sleep_works_as_a_mid_write_fault(tmp_path):
-    plan = write_plan(tmp_path, [{"id": "m", "step": "mid_write", "action": "sleep",
-                                  "seconds": 0.05, "after_rows": 3}])
+    plan = write_plan(
+        tmp_path,
+        [{"id": "m", "step": "mid_write", "action": "sleep", "seconds": 0.05, "after_rows": 3}],
+    )
     fault = plan.mid_write_threshold(0, 0)
     assert fault is not None and fault.action == "sleep" and fault.seconds == 0.05
     plan.fire_fault(fault)
@@ -111,14 +115,22 @@ def _hold_then_sleep(path: str) -> None:
 
 
 def test_await_returns_once_the_awaited_fault_fired(tmp_path):
-    plan = write_plan(tmp_path, [
-        {"id": "hold", "step": "mid_write", "partition": 1, "action": "sleep", "seconds": 600},
-        {"id": "wait", "step": "before_commit", "partition": 0, "action": "await",
-         "waits_for": "hold", "seconds": PROCESS_TIMEOUT_S},
-    ])
+    plan = write_plan(
+        tmp_path,
+        [
+            {"id": "hold", "step": "mid_write", "partition": 1, "action": "sleep", "seconds": 600},
+            {
+                "id": "wait",
+                "step": "before_commit",
+                "partition": 0,
+                "action": "await",
+                "waits_for": "hold",
+                "seconds": PROCESS_TIMEOUT_S,
+            },
+        ],
+    )
     assert not plan.has_fired("hold")
-    other = multiprocessing.get_context("spawn").Process(target=_hold_then_sleep,
-                                                         args=(plan.path,))
+    other = multiprocessing.get_context("spawn").Process(target=_hold_then_sleep, args=(plan.path,))
     other.start()
     try:
         plan.fire("before_commit", 1, 0)  # blocks until the other process is held
@@ -131,11 +143,20 @@ def test_await_returns_once_the_awaited_fault_fired(tmp_path):
 
 
 def test_await_gives_up_after_its_seconds(tmp_path):
-    plan = write_plan(tmp_path, [
-        {"id": "never", "step": "after_open", "epoch": 99, "action": "raise"},
-        {"id": "wait", "step": "after_open", "epoch": 1, "action": "await",
-         "waits_for": "never", "seconds": 0.2},
-    ])
+    plan = write_plan(
+        tmp_path,
+        [
+            {"id": "never", "step": "after_open", "epoch": 99, "action": "raise"},
+            {
+                "id": "wait",
+                "step": "after_open",
+                "epoch": 1,
+                "action": "await",
+                "waits_for": "never",
+                "seconds": 0.2,
+            },
+        ],
+    )
     started = time.monotonic()
     plan.fire("after_open", 1, 0)  # carries on after 0.2 s although "never" never fired
     assert time.monotonic() - started >= 0.2
@@ -148,10 +169,14 @@ def test_await_gives_up_after_its_seconds(tmp_path):
         [{"id": "w", "step": "after_open", "action": "await", "seconds": 1}],
         [{"id": "w", "step": "after_open", "action": "await", "waits_for": "x", "seconds": 1}],
         [{"id": "w", "step": "after_open", "action": "await", "waits_for": "w", "seconds": 1}],
-        [{"id": "h", "step": "after_open", "action": "raise"},
-         {"id": "w", "step": "after_open", "action": "await", "waits_for": "h"}],
-        [{"id": "h", "step": "after_open", "action": "raise", "waits_for": "w"},
-         {"id": "w", "step": "after_open", "action": "raise"}],
+        [
+            {"id": "h", "step": "after_open", "action": "raise"},
+            {"id": "w", "step": "after_open", "action": "await", "waits_for": "h"},
+        ],
+        [
+            {"id": "h", "step": "after_open", "action": "raise", "waits_for": "w"},
+            {"id": "w", "step": "after_open", "action": "raise"},
+        ],
     ],
 )
 def test_bad_await_entries_raise_typed_errors(tmp_path, faults):
@@ -199,14 +224,20 @@ def test_kill_app_is_accepted_with_the_variable(tmp_path, monkeypatch):
 
 
 def test_kill_app_from_a_worker_group_kills_the_whole_session(tmp_path):
-    plan = write_plan(tmp_path, [{"id": "k", "step": "after_commit", "epoch": 1,
-                                  "partition": 0, "action": "kill_app"}])
+    plan = write_plan(
+        tmp_path,
+        [{"id": "k", "step": "after_commit", "epoch": 1, "partition": 0, "action": "kill_app"}],
+    )
     pids_file = tmp_path / "pids"
-    env = {**os.environ, KILL_APP_ENV: "1",
-           "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        KILL_APP_ENV: "1",
+        "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")]),
+    }
     leader = subprocess.Popen(
         [sys.executable, "-c", LEADER, plan.path, str(pids_file), WORKER],
-        env=env, start_new_session=True,
+        env=env,
+        start_new_session=True,
     )
     try:
         code = leader.wait(PROCESS_TIMEOUT_S)

@@ -43,8 +43,9 @@ def test_addresses_need_a_started_cluster(tmp_path: Path) -> None:
 
 
 def test_connect_command_runs_the_server_on_loopback(tmp_path: Path) -> None:
-    server = ConnectServer(tmp_path, master="spark://127.0.0.1:7077",
-                           conf={"spark.executor.memory": "512m"})
+    server = ConnectServer(
+        tmp_path, master="spark://127.0.0.1:7077", conf={"spark.executor.memory": "512m"}
+    )
     cmd = server.command()
     assert cmd[0].endswith("bin/spark-submit")
     assert cmd[cmd.index("--class") + 1] == SERVER_CLASS

@@ -35,8 +35,14 @@ from txn import (
 from txn.testing import MIXED, MIXED_SPLIT, PG_LIKE, SHAPES, SINK, Crash, Loss, MemoryWorld
 
 C = CoordinatorStep
-REDO_CRASHES = ("no-crash", "after-redo-plan", "after-redo-reports", "in-redo-delivery",
-                "after-redo-completion", "redo-task-after-pre-commit")
+REDO_CRASHES = (
+    "no-crash",
+    "after-redo-plan",
+    "after-redo-reports",
+    "in-redo-delivery",
+    "after-redo-completion",
+    "redo-task-after-pre-commit",
+)
 
 
 def redo_crash(case: str, kind: str, lost: int) -> Crash | None:
@@ -49,8 +55,9 @@ def redo_crash(case: str, kind: str, lost: int) -> Crash | None:
         # delivery rounds before the redo's: the decision's, recovery's, the replay's
         "in-redo-delivery": Crash("coordinator", C.PARTITION_DELIVERED, after=3 * width + 1),
         "after-redo-completion": Crash("coordinator", C.COMPLETED),
-        "redo-task-after-pre-commit": Crash("task", TaskStep.PRE_COMMITTED, partition=lost,
-                                            after=2),
+        "redo-task-after-pre-commit": Crash(
+            "task", TaskStep.PRE_COMMITTED, partition=lost, after=2
+        ),
     }[case]
 
 
@@ -60,8 +67,11 @@ def _params() -> list[object]:
         for mode in CommitMode:
             for shape in SHAPES:
                 for case in REDO_CRASHES:
-                    out.append(pytest.param(kind, mode, shape, case,
-                                            id=f"{kind}-{mode.value}-{shape}-{case}"))
+                    out.append(
+                        pytest.param(
+                            kind, mode, shape, case, id=f"{kind}-{mode.value}-{shape}-{case}"
+                        )
+                    )
     return out
 
 
@@ -88,8 +98,9 @@ def test_lost_prepared_work_is_redone_by_the_replay(
 
 def _made_up_reports(plan: EpochPlan) -> Sequence[PartitionReport]:
     """What the stage of the current release returned when Spark ran no task (no work)."""
-    return [PartitionReport(plan.epoch, p, PartitionOutcome.PREPARED)
-            for p in range(plan.parallelism)]
+    return [
+        PartitionReport(plan.epoch, p, PartitionOutcome.PREPARED) for p in range(plan.parallelism)
+    ]
 
 
 @pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
@@ -151,9 +162,7 @@ def test_recover_leaves_lost_partitions_for_the_replay(tmp_path: Path) -> None:
 # -- the history's rules for a redo plan -----------------------------------------------------
 def _decided(parallelism: int = 2) -> EpochHistory:
     plan = EpochPlan(SINK, 0, parallelism, "v1")
-    return EpochHistory.from_records(
-        [plan, EpochDecision(SINK, 0, commit=True)], sink_id=SINK
-    )
+    return EpochHistory.from_records([plan, EpochDecision(SINK, 0, commit=True)], sink_id=SINK)
 
 
 def test_a_redo_plan_keeps_the_commit_decision() -> None:
@@ -166,20 +175,28 @@ def test_a_redo_plan_keeps_the_commit_decision() -> None:
     assert done.is_committed(0)
 
 
-@pytest.mark.parametrize("record", [
-    EpochPlan(SINK, 0, 3, "v1", attempt=1),  # another parallelism
-    EpochPlan(SINK, 0, 2, "v2", attempt=1),  # another fingerprint
-    EpochPlan(SINK, 0, 2, "v1", attempt=2),  # skips an attempt
-], ids=["parallelism", "fingerprint", "attempt"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        EpochPlan(SINK, 0, 3, "v1", attempt=1),  # another parallelism
+        EpochPlan(SINK, 0, 2, "v2", attempt=1),  # another fingerprint
+        EpochPlan(SINK, 0, 2, "v1", attempt=2),  # skips an attempt
+    ],
+    ids=["parallelism", "fingerprint", "attempt"],
+)
 def test_a_redo_plan_is_pinned(record: EpochPlan) -> None:
     with pytest.raises(IllegalTransitionError):
         _decided().with_record(record)
 
 
-@pytest.mark.parametrize("record", [
-    EpochDecision(SINK, 0, commit=False),
-    EpochCompletion(SINK, 0, committed=False),
-], ids=["abort-decision", "aborted-completion"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        EpochDecision(SINK, 0, commit=False),
+        EpochCompletion(SINK, 0, committed=False),
+    ],
+    ids=["abort-decision", "aborted-completion"],
+)
 def test_no_abort_after_a_redo_plan(record: EpochDecision | EpochCompletion) -> None:
     history = _decided().with_record(EpochPlan(SINK, 0, 2, "v1", attempt=1))
     with pytest.raises(IllegalTransitionError):
@@ -191,4 +208,3 @@ def test_the_lost_work_error_survives_pickling() -> None:
 
     back = pickle.loads(pickle.dumps(PreparedWorkLostError("gone", partition=4)))
     assert type(back) is PreparedWorkLostError and str(back) == "gone" and back.partition == 4
-

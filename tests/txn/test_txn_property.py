@@ -43,12 +43,19 @@ def losses(draw: st.DrawFn, kind: str) -> list[Loss]:
         return []  # nothing is prepared: no work the coordinator could find lost
     first = MIXED_SPLIT[0] if kind == MIXED else 0
     width = MIXED_SPLIT[1] if kind == MIXED else 3
-    return draw(st.lists(st.builds(
-        Loss,
-        epoch=st.integers(0, EPOCHS - 1),
-        partition=st.integers(first, first + width - 1),
-        step=st.sampled_from([CoordinatorStep.REPORTS_RECEIVED, CoordinatorStep.DECISION_LOGGED]),
-    ), max_size=2))
+    return draw(
+        st.lists(
+            st.builds(
+                Loss,
+                epoch=st.integers(0, EPOCHS - 1),
+                partition=st.integers(first, first + width - 1),
+                step=st.sampled_from(
+                    [CoordinatorStep.REPORTS_RECEIVED, CoordinatorStep.DECISION_LOGGED]
+                ),
+            ),
+            max_size=2,
+        )
+    )
 
 
 @settings(

@@ -126,7 +126,8 @@ def test_fingerprint_change_after_two_phase_rollback_is_allowed(tmp_path: Path) 
         resource = world.new_resource(fingerprint="v2")
         coordinator = Coordinator(log, resource, sink_id=SINK)  # no recover(): run_epoch resolves
         channel = InProcessChannel(
-            resource, lambda plan, p: OnePassRows(partition_rows(epoch_rows(1), plan.parallelism)[p])
+            resource,
+            lambda plan, p: OnePassRows(partition_rows(epoch_rows(1), plan.parallelism)[p]),
         )
         result = coordinator.run_epoch(1, 3, channel)
         assert result.committed and result.plan is not None
@@ -464,12 +465,21 @@ ROWS = ("a", "b", "c")
 @pytest.mark.parametrize(
     ("marker", "calls", "outcome"),
     [
-        (None, ["committed_marker", "begin", "write", "pre_commit", "commit", "close"],
-         PartitionOutcome.COMMITTED),
-        (Marker(4, 9, "x"), ["committed_marker", "begin", "write", "pre_commit", "commit",
-                             "close"], PartitionOutcome.COMMITTED),
-        (Marker(5, 3, summarize_rows(ROWS).checksum), ["committed_marker", "summarize", "close"],
-         PartitionOutcome.ALREADY_COMMITTED),
+        (
+            None,
+            ["committed_marker", "begin", "write", "pre_commit", "commit", "close"],
+            PartitionOutcome.COMMITTED,
+        ),
+        (
+            Marker(4, 9, "x"),
+            ["committed_marker", "begin", "write", "pre_commit", "commit", "close"],
+            PartitionOutcome.COMMITTED,
+        ),
+        (
+            Marker(5, 3, summarize_rows(ROWS).checksum),
+            ["committed_marker", "summarize", "close"],
+            PartitionOutcome.ALREADY_COMMITTED,
+        ),
         (Marker(6, 1, "y"), ["committed_marker", "close"], PartitionOutcome.ALREADY_COMMITTED),
     ],
     ids=["no-marker", "older-marker", "same-epoch-marker", "later-marker"],
@@ -478,8 +488,9 @@ def test_participant_contract_reads_rows_at_most_once(
     marker: Marker | None, calls: list[str], outcome: PartitionOutcome
 ) -> None:
     participant = _RecordingParticipant(marker)
-    report = run_partition(_OneResource(participant), EpochPlan(SINK, 5, 1, "fp"), 0,
-                           OnePassRows(ROWS))
+    report = run_partition(
+        _OneResource(participant), EpochPlan(SINK, 5, 1, "fp"), 0, OnePassRows(ROWS)
+    )
     assert participant.calls == calls
     assert report.outcome is outcome
 
@@ -487,8 +498,7 @@ def test_participant_contract_reads_rows_at_most_once(
 def test_replay_with_other_rows_is_refused_without_writing() -> None:
     participant = _RecordingParticipant(Marker(5, 3, "not-the-same"))
     with pytest.raises(NonDeterministicReplayError, match="replayed batch differs"):
-        run_partition(_OneResource(participant), EpochPlan(SINK, 5, 1, "fp"), 0,
-                      OnePassRows(ROWS))
+        run_partition(_OneResource(participant), EpochPlan(SINK, 5, 1, "fp"), 0, OnePassRows(ROWS))
     assert "write" not in participant.calls and "begin" not in participant.calls
 
 

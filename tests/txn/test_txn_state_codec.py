@@ -64,8 +64,11 @@ def _history(*records: LogRecord) -> EpochHistory:
 
 def test_history_folds_retries() -> None:
     h = _history(
-        plan(0), EpochDecision(SINK, 0, commit=False), EpochCompletion(SINK, 0, committed=False),
-        plan(0, parallelism=4, attempt=1), plan(0, parallelism=4, attempt=2),
+        plan(0),
+        EpochDecision(SINK, 0, commit=False),
+        EpochCompletion(SINK, 0, committed=False),
+        plan(0, parallelism=4, attempt=1),
+        plan(0, parallelism=4, attempt=2),
     )
     assert h.state(0) is S.PLANNED and h.decision(0) is None
     p = h.plan(0)
@@ -86,12 +89,21 @@ def test_history_folds_retries() -> None:
         ((plan(0),), plan(0, parallelism=3, attempt=1), "original parallelism"),
         ((plan(0),), plan(0, fp="other", attempt=1), "original parallelism"),
         ((plan(0),), plan(0, attempt=2), "attempt 1"),
-        ((plan(0), EpochDecision(SINK, 0, commit=True)), EpochDecision(SINK, 0, commit=False),
-         "needs state planned"),
-        ((plan(0), EpochDecision(SINK, 0, commit=True)), EpochCompletion(SINK, 0, committed=False),
-         "commit-decided -> aborted"),
-        ((plan(0), EpochDecision(SINK, 0, commit=False)), EpochCompletion(SINK, 0, committed=True),
-         "abort-decided -> committed"),
+        (
+            (plan(0), EpochDecision(SINK, 0, commit=True)),
+            EpochDecision(SINK, 0, commit=False),
+            "needs state planned",
+        ),
+        (
+            (plan(0), EpochDecision(SINK, 0, commit=True)),
+            EpochCompletion(SINK, 0, committed=False),
+            "commit-decided -> aborted",
+        ),
+        (
+            (plan(0), EpochDecision(SINK, 0, commit=False)),
+            EpochCompletion(SINK, 0, committed=True),
+            "abort-decided -> committed",
+        ),
         ((), EpochCompletion("other", 0, committed=True), "belongs to sink"),
     ],
 )
@@ -148,13 +160,28 @@ def _sealed(body: dict[str, object]) -> bytes:
         ({"type": "plan", "v": 1}, "fields"),
         ({"type": "nope", "v": 1}, "unknown record type"),
         ({"type": "completion", "v": 9}, "version"),
-        ({"type": "completion", "v": 1, "sink_id": "s", "epoch": "1", "committed": True},
-         "want int"),
-        ({"type": "completion", "v": 1, "sink_id": "s", "epoch": True, "committed": True},
-         "want int"),
-        ({"type": "plan", "v": 1, "sink_id": "s", "epoch": 1, "parallelism": 1,
-          "fingerprint": "f", "guarantee": "twice", "mode": "aligned", "attempt": 0},
-         "bad enum"),
+        (
+            {"type": "completion", "v": 1, "sink_id": "s", "epoch": "1", "committed": True},
+            "want int",
+        ),
+        (
+            {"type": "completion", "v": 1, "sink_id": "s", "epoch": True, "committed": True},
+            "want int",
+        ),
+        (
+            {
+                "type": "plan",
+                "v": 1,
+                "sink_id": "s",
+                "epoch": 1,
+                "parallelism": 1,
+                "fingerprint": "f",
+                "guarantee": "twice",
+                "mode": "aligned",
+                "attempt": 0,
+            },
+            "bad enum",
+        ),
     ],
 )
 def test_codec_rejects_well_sealed_but_invalid_bodies(body: dict[str, object], match: str) -> None:

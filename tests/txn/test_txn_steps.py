@@ -30,9 +30,17 @@ def test_a_two_phase_epoch_fires_every_driver_step_in_declared_order(tmp_path: P
     world.run_epoch(0)
     world.close()
     p = CoordinatorStep.PARTITION_DELIVERED
-    assert driver == [CoordinatorStep.PLAN_LOGGED, CoordinatorStep.STAGE_RETURNED,
-                      CoordinatorStep.REPORTS_RECEIVED, CoordinatorStep.DECISION_LOGGED,
-                      p, p, p, CoordinatorStep.DELIVERED, CoordinatorStep.COMPLETED]
+    assert driver == [
+        CoordinatorStep.PLAN_LOGGED,
+        CoordinatorStep.STAGE_RETURNED,
+        CoordinatorStep.REPORTS_RECEIVED,
+        CoordinatorStep.DECISION_LOGGED,
+        p,
+        p,
+        p,
+        CoordinatorStep.DELIVERED,
+        CoordinatorStep.COMPLETED,
+    ]
     assert list(dict.fromkeys(driver)) == list(CoordinatorStep)
     assert task == [TaskStep.OPENED, TaskStep.WRITTEN, TaskStep.PRE_COMMITTED, TaskStep.DECIDED]
 
@@ -42,7 +50,11 @@ def test_a_commit_in_task_epoch_fires_the_task_steps_in_declared_order(tmp_path:
     driver, task = _record(world)
     world.run_epoch(0)
     world.close()
-    assert driver == [CoordinatorStep.PLAN_LOGGED, CoordinatorStep.STAGE_RETURNED,
-                      CoordinatorStep.REPORTS_RECEIVED, CoordinatorStep.COMPLETED]
+    assert driver == [
+        CoordinatorStep.PLAN_LOGGED,
+        CoordinatorStep.STAGE_RETURNED,
+        CoordinatorStep.REPORTS_RECEIVED,
+        CoordinatorStep.COMPLETED,
+    ]
     # MID_WRITE is fired by the engine's row iterator, ABORTED only after a no decision.
     assert task == [s for s in TaskStep if s not in (TaskStep.MID_WRITE, TaskStep.ABORTED)]

@@ -113,7 +113,12 @@ CASES: list[tuple[str, Crash, tuple[str, ...], bool]] = [
     ("coord-after-kafka-votes", Crash("vote", after=2), (MIXED,), True),
     ("coord-after-acks-before-outcome", Crash("coordinator", C.REPORTS_RECEIVED), KINDS, False),
     ("coord-after-decision", Crash("coordinator", C.DECISION_LOGGED), (PG_LIKE, MIXED), False),
-    ("coord-delivered-1-of-3", Crash("coordinator", C.PARTITION_DELIVERED), (PG_LIKE, MIXED), False),
+    (
+        "coord-delivered-1-of-3",
+        Crash("coordinator", C.PARTITION_DELIVERED),
+        (PG_LIKE, MIXED),
+        False,
+    ),
     (
         "coord-delivered-2-of-3",
         Crash("coordinator", C.PARTITION_DELIVERED, after=2),
@@ -126,7 +131,12 @@ CASES: list[tuple[str, Crash, tuple[str, ...], bool]] = [
         (PG_LIKE, MIXED),
         False,
     ),
-    ("coord-after-delivery-before-completion", Crash("coordinator", C.DELIVERED), (PG_LIKE, MIXED), False),
+    (
+        "coord-after-delivery-before-completion",
+        Crash("coordinator", C.DELIVERED),
+        (PG_LIKE, MIXED),
+        False,
+    ),
     ("coord-after-completion", Crash("coordinator", C.COMPLETED), KINDS, False),
     ("task-p1-after-open", Crash("task", T.OPENED, partition=1), KINDS, False),
     ("task-p1-after-write", Crash("task", T.WRITTEN, partition=1), KINDS, False),
@@ -134,7 +144,12 @@ CASES: list[tuple[str, Crash, tuple[str, ...], bool]] = [
     ("task-all-after-pre-commit", Crash("task", T.PRE_COMMITTED, after=3), KINDS, False),
     ("task-p1-after-decision", Crash("task", T.DECIDED, partition=1), KINDS, False),
     ("task-p2-after-decision", Crash("task", T.DECIDED, partition=2), KINDS, False),
-    ("task-p1-after-commit-before-ack", Crash("task", T.COMMITTED, partition=1), (KAFKA_LIKE, MIXED), False),
+    (
+        "task-p1-after-commit-before-ack",
+        Crash("task", T.COMMITTED, partition=1),
+        (KAFKA_LIKE, MIXED),
+        False,
+    ),
     (
         "task-p1-after-decision-twice",
         Crash("task", T.DECIDED, partition=1, times=2),
@@ -245,8 +260,12 @@ class CrashWorld(abc.ABC, Generic[Rows]):
         self.log = self.open_log()
         self.resource = self.new_resource()
         self.coordinator = Coordinator(
-            self.log, self.resource, sink_id=self.sink_id, guarantee=self.guarantee,
-            mode=self.mode, hooks=self._coordinator_hook,
+            self.log,
+            self.resource,
+            sink_id=self.sink_id,
+            guarantee=self.guarantee,
+            mode=self.mode,
+            hooks=self._coordinator_hook,
         )
         self.coordinator.recover()
         self.after_recover.append(self.check_atomic())
@@ -258,8 +277,9 @@ class CrashWorld(abc.ABC, Generic[Rows]):
             self.log.close()
         self.log = self.coordinator = self.resource = None
         self.restarts += 1
-        _require(self.restarts <= MAX_RESTARTS,
-                 f"recovery does not converge in {MAX_RESTARTS} restarts")
+        _require(
+            self.restarts <= MAX_RESTARTS, f"recovery does not converge in {MAX_RESTARTS} restarts"
+        )
 
     def close(self) -> None:
         """End the test: release the log handle (no restart is counted)."""
@@ -336,8 +356,10 @@ def run_crash_case(world: CrashWorld[Any], crash: Crash, epochs: int = CASE_EPOC
     crash = crash.fresh()
     world.crashes = [crash]
     results = world.run_epochs(epochs)
-    _require(crash.fired == crash.times,
-             f"{crash} fired {crash.fired} of {crash.times} times: the test proves nothing")
+    _require(
+        crash.fired == crash.times,
+        f"{crash} fired {crash.fired} of {crash.times} times: the test proves nothing",
+    )
     _require(world.restarts >= 1, "the crash did not restart the driver")
     _require([r.epoch for r in results] == list(range(epochs)), f"results {results}")
     _require(all(r.committed for r in results), f"an epoch did not commit: {results}")

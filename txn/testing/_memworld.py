@@ -54,7 +54,8 @@ class MemoryWorld(CrashWorld[MemRows]):
     kind: str
     store: MemoryStore = field(default_factory=MemoryStore, kw_only=True)
     pg_store: MemoryStore = field(  # MIXED: the PG-like member
-        default_factory=MemoryStore, kw_only=True)
+        default_factory=MemoryStore, kw_only=True
+    )
     shape: str = field(default=FULL, kw_only=True)  # of the epochs (txn.testing.SHAPES)
     losses: list[Loss] = field(default_factory=list, kw_only=True)
 
@@ -76,17 +77,20 @@ class MemoryWorld(CrashWorld[MemRows]):
         if self.kind == KAFKA_LIKE:
             return CommitInTaskResource(self.store, fingerprint)
         if self.kind == MIXED:
-            return CompositeResource([
-                Member(CommitInTaskResource(self.store, fingerprint), MIXED_SPLIT[0]),
-                Member(PreparedResource(self.pg_store, fingerprint), MIXED_SPLIT[1]),
-            ])
+            return CompositeResource(
+                [
+                    Member(CommitInTaskResource(self.store, fingerprint), MIXED_SPLIT[0]),
+                    Member(PreparedResource(self.pg_store, fingerprint), MIXED_SPLIT[1]),
+                ]
+            )
         return PreparedResource(self.store, fingerprint)
 
     def rows_for(self, plan: EpochPlan, partition: int) -> OnePassRows:
         """Return the rows of a write partition: each member writes every row of the epoch."""
         if self.kind == MIXED:
-            member, local = (0, partition) if partition < MIXED_SPLIT[0] else (
-                1, partition - MIXED_SPLIT[0])
+            member, local = (
+                (0, partition) if partition < MIXED_SPLIT[0] else (1, partition - MIXED_SPLIT[0])
+            )
             rows = partition_rows(self.rows_of(plan.epoch), MIXED_SPLIT[member])
             return OnePassRows(rows[local])
         return OnePassRows(partition_rows(self.rows_of(plan.epoch), plan.parallelism)[partition])
@@ -108,8 +112,9 @@ class MemoryWorld(CrashWorld[MemRows]):
         if self.kind == MIXED:
             store, local = self.pg_store, partition - MIXED_SPLIT[0]
         with store.lock:
-            for key in [k for k, t in store.prepared.items()
-                        if (t.epoch, t.partition) == (epoch, local)]:
+            for key in [
+                k for k, t in store.prepared.items() if (t.epoch, t.partition) == (epoch, local)
+            ]:
                 del store.prepared[key]
 
     def check_atomic(self) -> str:
@@ -148,8 +153,10 @@ class MemoryWorld(CrashWorld[MemRows]):
             _require(not twice, f"partitions committed more than once: {twice}")
             got = store.rows_by_epoch()
             for epoch in range(epochs):
-                _require(sorted(got.get(epoch, [])) == sorted(self.rows_of(epoch)),
-                         f"epoch {epoch} holds {sorted(got.get(epoch, []))}")
+                _require(
+                    sorted(got.get(epoch, [])) == sorted(self.rows_of(epoch)),
+                    f"epoch {epoch} holds {sorted(got.get(epoch, []))}",
+                )
             extra = set(got) - set(range(epochs))
             _require(not extra, f"unexpected epochs {extra}")
             _require(store.dangling() == [], f"open or prepared work left: {store.dangling()}")
@@ -161,8 +168,11 @@ class MemoryWorld(CrashWorld[MemRows]):
         """Every write partition of every epoch committed its transaction, empty or not."""
         history = self.history()
         for index, store in enumerate(stores):
-            want = {(e, p) for e in range(epochs) if (plan := history.plan(e)) is not None
-                    for p in range(MIXED_SPLIT[index] if self.kind == MIXED
-                                   else plan.parallelism)}
+            want = {
+                (e, p)
+                for e in range(epochs)
+                if (plan := history.plan(e)) is not None
+                for p in range(MIXED_SPLIT[index] if self.kind == MIXED else plan.parallelism)
+            }
             got = {(c.epoch, c.partition) for c in store.commits if c.epoch < epochs}
             _require(got == want, f"partitions committed or not: {sorted(got ^ want)}")

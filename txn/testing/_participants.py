@@ -156,8 +156,9 @@ class CommitInTaskResource(_MemoryResource):
 
 class _PreparedParticipant(_MemoryParticipant):
     def pre_commit(self, summary: RowSummary) -> None:
-        self.store.prepare(self.partition, gid(self.plan, self.partition), self._marker(summary),
-                           self.token)
+        self.store.prepare(
+            self.partition, gid(self.plan, self.partition), self._marker(summary), self.token
+        )
 
     def commit(self) -> None:
         self.store.commit_prepared(gid(self.plan, self.partition))
@@ -188,8 +189,10 @@ class PreparedResource(_MemoryResource):
             return
         marker = self.store.peek_marker(partition)
         if marker is None or marker.epoch < plan.epoch:
-            msg = (f"epoch {plan.epoch} partition {partition}: neither prepared work "
-                   f"{gid(plan, partition)} nor a marker of the epoch (marker: {marker})")
+            msg = (
+                f"epoch {plan.epoch} partition {partition}: neither prepared work "
+                f"{gid(plan, partition)} nor a marker of the epoch (marker: {marker})"
+            )
             raise PreparedWorkLostError(msg, partition=partition)
 
     def rollback_prepared(self, plan: EpochPlan, partition: int) -> None:

@@ -190,7 +190,7 @@ class EpochLine:
         """Parse an app stdout line; ``None`` if it is not an epoch line."""
         if not line.startswith("EPOCH "):
             return None
-        return cls(**json.loads(line[len("EPOCH "):]))
+        return cls(**json.loads(line[len("EPOCH ") :]))
 
 
 def make_spark(master: str, app_name: str = "eos-demo") -> Any:
@@ -242,9 +242,14 @@ def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
     from connectors.kafka import KafkaSink
 
     return KafkaSink(
-        cfg.bootstrap, cfg.output_topic, sink_id, parallelism=cfg.parallelism,
+        cfg.bootstrap,
+        cfg.output_topic,
+        sink_id,
+        parallelism=cfg.parallelism,
         transaction_timeout_ms=cfg.transaction_timeout_ms,
-        producer_config=dict(cfg.producer_config) or None, order_by=ORDER_COLUMNS, **options,
+        producer_config=dict(cfg.producer_config) or None,
+        order_by=ORDER_COLUMNS,
+        **options,
     )
 
 
@@ -254,10 +259,17 @@ def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
     assert cfg.postgres_dsn and cfg.postgres_table  # noqa: S101 - checked by the config
     keys = () if cfg.postgres_write_mode == "append" else ("key",)
     return PostgresSink(
-        cfg.postgres_dsn, cfg.postgres_table, sink_id, schema=cfg.postgres_schema,
-        control_schema=cfg.postgres_control_schema, write_mode=cfg.postgres_write_mode,
-        key_columns=keys, commit_protocol=cfg.postgres_protocol, parallelism=cfg.parallelism,
-        order_by=ORDER_COLUMNS, **options,
+        cfg.postgres_dsn,
+        cfg.postgres_table,
+        sink_id,
+        schema=cfg.postgres_schema,
+        control_schema=cfg.postgres_control_schema,
+        write_mode=cfg.postgres_write_mode,
+        key_columns=keys,
+        commit_protocol=cfg.postgres_protocol,
+        parallelism=cfg.parallelism,
+        order_by=ORDER_COLUMNS,
+        **options,
     )
 
 
@@ -292,7 +304,9 @@ def input_stream(spark: Any, cfg: PipelineConfig) -> Any:
 
 
 def run_query(
-    spark: Any, cfg: PipelineConfig, on_epoch: Callable[[EpochLine], None] | None = None,
+    spark: Any,
+    cfg: PipelineConfig,
+    on_epoch: Callable[[EpochLine], None] | None = None,
     on_start: Callable[[Any, Any], None] | None = None,
 ) -> None:
     """Run the query of ``cfg`` to the end of its input (module contract).
@@ -310,8 +324,15 @@ def run_query(
         result = sink(frame(df), batch_id)
         if on_epoch is not None:
             rows = sum(r.rows for r in result.reports) // members
-            on_epoch(EpochLine(batch_id, rows, result.skipped, result.committed,
-                               round(time.monotonic() - started, 3)))
+            on_epoch(
+                EpochLine(
+                    batch_id,
+                    rows,
+                    result.skipped,
+                    result.committed,
+                    round(time.monotonic() - started, 3),
+                )
+            )
 
     stream = input_stream(spark, cfg)
     query = (

@@ -36,7 +36,11 @@ class AppProcess:
     """One subprocess run of the streaming query (see the module contract)."""
 
     def __init__(
-        self, cfg: PipelineConfig, workdir: str | Path, name: str = "app", *,
+        self,
+        cfg: PipelineConfig,
+        workdir: str | Path,
+        name: str = "app",
+        *,
         allow_kill_app: bool = False,
     ) -> None:
         """Describe one run; nothing starts before :meth:`start`.
@@ -69,7 +73,10 @@ class AppProcess:
         with self.stderr_path.open("w") as err:
             self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "connectors.demo.app", str(config_path)],
-                stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
                 start_new_session=True,
             )
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -29,12 +29,14 @@ import pyarrow.parquet as pq
 
 from connectors.verify import Record, read_topic
 
-SCHEMA = pa.schema([
-    ("key", pa.string()),
-    ("value", pa.binary()),
-    ("in_partition", pa.int32()),
-    ("in_offset", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("value", pa.binary()),
+        ("in_partition", pa.int32()),
+        ("in_offset", pa.int64()),
+    ]
+)
 # Spark DDL of the same schema, for ``readStream.schema``.
 SPARK_SCHEMA_DDL = "key STRING, value BINARY, in_partition INT, in_offset BIGINT"
 
@@ -61,13 +63,16 @@ def write_chunks(
     count = 0
     for count, start in enumerate(range(0, len(ordered), chunk_records), start=1):
         index = first_chunk + count - 1
-        chunk = ordered[start:start + chunk_records]
-        table = pa.table({
-            "key": [None if r.key is None else r.key.decode() for r in chunk],
-            "value": [r.value for r in chunk],
-            "in_partition": [r.partition for r in chunk],
-            "in_offset": [r.offset for r in chunk],
-        }, schema=SCHEMA)
+        chunk = ordered[start : start + chunk_records]
+        table = pa.table(
+            {
+                "key": [None if r.key is None else r.key.decode() for r in chunk],
+                "value": [r.value for r in chunk],
+                "in_partition": [r.partition for r in chunk],
+                "in_offset": [r.offset for r in chunk],
+            },
+            schema=SCHEMA,
+        )
         final = folder / f"chunk-{index:06d}.parquet"
         tmp = folder / f".chunk-{index:06d}.parquet.tmp"
         pq.write_table(table, tmp)

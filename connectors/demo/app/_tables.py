@@ -64,7 +64,9 @@ def record_op(record: Record) -> str:
     return changelog_op(int(body["id"]), int(body["seq"]))
 
 
-def create_table(dsn: str, table: str, *, schema: str = "public", write_mode: str = "append") -> None:
+def create_table(
+    dsn: str, table: str, *, schema: str = "public", write_mode: str = "append"
+) -> None:
     """Create ``schema.table`` for ``write_mode`` (and the schema) if they do not exist."""
     import psycopg
     from psycopg import sql
@@ -72,8 +74,11 @@ def create_table(dsn: str, table: str, *, schema: str = "public", write_mode: st
     key = "" if write_mode == "append" else ", PRIMARY KEY (key)"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {}.{} (" + _DDL + key + ")").format(
-            sql.Identifier(schema), sql.Identifier(table)))
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {}.{} (" + _DDL + key + ")").format(
+                sql.Identifier(schema), sql.Identifier(table)
+            )
+        )
 
 
 def table_rows(df: Any, write_mode: str) -> Any:

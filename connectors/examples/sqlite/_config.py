@@ -57,8 +57,10 @@ class SqliteSinkConfig(StageOptions):
     def __post_init__(self) -> None:
         super().__post_init__()  # the stage options: parallelism >= 1, stage_retries >= 0, ...
         if self.aligned:
-            msg = ("mode='aligned' deadlocks on SQLite: every partition's transaction waits for "
-                   "the vote holding the database's only write lock; use mode='unaligned'")
+            msg = (
+                "mode='aligned' deadlocks on SQLite: every partition's transaction waits for "
+                "the vote holding the database's only write lock; use mode='unaligned'"
+            )
             raise AlignedModeError(msg)
         if not isinstance(self.sink_id, str) or not _SINK_ID.match(self.sink_id):
             msg = f"sink_id must be 1-64 characters from A-Z a-z 0-9 . _ -, got {self.sink_id!r}"
@@ -89,4 +91,6 @@ class SqliteSinkConfig(StageOptions):
         doc = {"v": SCHEME_VERSION, "table": self.table, **self.routing_fingerprint()}
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
+
+
 # --8<-- [end:config]

@@ -39,20 +39,25 @@ def quote(name: str) -> str:
 def connect(cfg: SqliteSinkConfig) -> sqlite3.Connection:
     """Open the existing database file; transactions are explicit (``BEGIN IMMEDIATE``)."""
     uri = Path(cfg.path).as_uri() + "?mode=rw"  # never create an empty database by mistake
-    return sqlite3.connect(uri, uri=True, timeout=cfg.busy_timeout_s, isolation_level=None,
-                           check_same_thread=False)
+    return sqlite3.connect(
+        uri, uri=True, timeout=cfg.busy_timeout_s, isolation_level=None, check_same_thread=False
+    )
 
 
 def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Connection], T]) -> T:
     """Run ``call`` on a new connection; retry SQLITE_BUSY/LOCKED, map the rest to typed errors."""
+
     def once() -> T:
         with contextlib.closing(connect(cfg)) as conn:
             return call(conn)
 
     policy = RetryPolicy(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
     try:
-        return retry(once, policy=policy, retriable=lambda e: (
-            isinstance(e, sqlite3.Error) and classify(e) is ErrorAction.RETRY))
+        return retry(
+            once,
+            policy=policy,
+            retriable=lambda e: isinstance(e, sqlite3.Error) and classify(e) is ErrorAction.RETRY,
+        )
     except sqlite3.Error as exc:
         if not os.path.exists(cfg.path):
             msg = f"the database file {cfg.path} does not exist; create it and table {cfg.table!r}"
@@ -62,8 +67,11 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
 
 def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
     """Return the target table's column names (raise :class:`TableNotFoundError`)."""
-    rows = _driver_call(cfg, "reading the table", lambda conn: conn.execute(
-        f"PRAGMA table_info({quote(cfg.table)})").fetchall())  # quoted name
+    rows = _driver_call(
+        cfg,
+        "reading the table",
+        lambda conn: conn.execute(f"PRAGMA table_info({quote(cfg.table)})").fetchall(),
+    )  # quoted name
     if not rows:
         msg = f"table {cfg.table!r} does not exist in {cfg.path}; create it first"
         raise TableNotFoundError(msg)
@@ -72,10 +80,15 @@ def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
 
 def prepare_database(cfg: SqliteSinkConfig) -> None:
     """Create the marker table if needed and check the target table (driver, before epoch 0)."""
-    _driver_call(cfg, "creating the marker table", lambda conn: conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (sink_id TEXT NOT NULL, "
-        "write_partition INTEGER NOT NULL, epoch INTEGER NOT NULL, row_count INTEGER NOT NULL, "
-        "checksum TEXT NOT NULL, PRIMARY KEY (sink_id, write_partition, epoch))"))
+    _driver_call(
+        cfg,
+        "creating the marker table",
+        lambda conn: conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (sink_id TEXT NOT NULL, "
+            "write_partition INTEGER NOT NULL, epoch INTEGER NOT NULL, row_count INTEGER NOT NULL, "
+            "checksum TEXT NOT NULL, PRIMARY KEY (sink_id, write_partition, epoch))"
+        ),
+    )
     table_columns(cfg)
 
 
@@ -83,15 +96,17 @@ def read_marker(conn: sqlite3.Connection, sink_id: str, partition: int) -> Marke
     """Return the last epoch ``partition`` of ``sink_id`` committed, or None."""
     row = conn.execute(
         f"SELECT epoch, row_count, checksum FROM {MARKER_TABLE} WHERE sink_id = ? "  # noqa: S608
-        "AND write_partition = ? ORDER BY epoch DESC LIMIT 1", (sink_id, partition)).fetchone()
+        "AND write_partition = ? ORDER BY epoch DESC LIMIT 1",
+        (sink_id, partition),
+    ).fetchone()
     return None if row is None else Marker(int(row[0]), int(row[1]), str(row[2]))
 
 
 def read_markers(cfg: SqliteSinkConfig, partitions: int) -> dict[int, Marker]:
     """Return the committed marker of each write partition ``0..partitions-1`` that has one."""
+
     def read(conn: sqlite3.Connection) -> dict[int, Marker]:
         found = {p: read_marker(conn, cfg.sink_id, p) for p in range(partitions)}
         return {p: m for p, m in found.items() if m is not None}
 
     return _driver_call(cfg, "reading the markers", read)
-

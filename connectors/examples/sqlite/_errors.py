@@ -84,8 +84,11 @@ def to_sink_error(exc: sqlite3.Error, where: str) -> SqliteWriteError:
     """Return the typed error for ``exc`` raised while doing ``where``."""
     action, code = classify(exc), getattr(exc, "sqlite_errorcode", None)
     data = isinstance(exc, sqlite3.IntegrityError) or (
-        code is not None and code & 0xFF in _DATA_CODES)
+        code is not None and code & 0xFF in _DATA_CODES
+    )
     cls = SqliteRejectedError if data or action is ErrorAction.FATAL else SqliteWriteError
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return cls(f"{where}: SQLite said {name}: {exc}", action=action, code=code)
+
+
 # --8<-- [end:classify]

@@ -25,8 +25,9 @@ class SqlitePartition(Participant[ArrowPartition]):
     SQLite (its journal) before anyone else writes, so there is nothing to fence on ``open``.
     """
 
-    def __init__(self, cfg: SqliteSinkConfig, columns: tuple[str, ...], plan: EpochPlan,
-                 partition: int) -> None:
+    def __init__(
+        self, cfg: SqliteSinkConfig, columns: tuple[str, ...], plan: EpochPlan, partition: int
+    ) -> None:
         self._cfg, self._plan, self._partition = cfg, plan, partition
         self._columns = columns
         names = ", ".join(quote(c) for c in columns)
@@ -41,8 +42,10 @@ class SqlitePartition(Participant[ArrowPartition]):
         try:
             yield
         except sqlite3.Error as exc:
-            where = (f"{what} epoch {self._plan.epoch} partition {self._partition} of sink "
-                     f"{self._cfg.sink_id!r}")
+            where = (
+                f"{what} epoch {self._plan.epoch} partition {self._partition} of sink "
+                f"{self._cfg.sink_id!r}"
+            )
             raise to_sink_error(exc, where) from exc
 
     def committed_marker(self) -> Marker | None:
@@ -63,8 +66,10 @@ class SqlitePartition(Participant[ArrowPartition]):
             self._in_txn = True
             marker = self.committed_marker()
         if marker is not None and marker.epoch >= epoch:
-            msg = (f"partition {self._partition} of sink {self._cfg.sink_id!r}: another instance "
-                   f"committed epoch {marker.epoch} while this one waited to write epoch {epoch}")
+            msg = (
+                f"partition {self._partition} of sink {self._cfg.sink_id!r}: another instance "
+                f"committed epoch {marker.epoch} while this one waited to write epoch {epoch}"
+            )
             raise PartitionConflictError(msg)
 
     def write(self, rows: ArrowPartition) -> RowSummary:
@@ -81,10 +86,15 @@ class SqlitePartition(Participant[ArrowPartition]):
             return
         sink, part, epoch = self._cfg.sink_id, self._partition, self._plan.epoch
         with self._errors("recording the marker of"):
-            self._conn.execute(f"INSERT INTO {MARKER_TABLE} VALUES (?, ?, ?, ?, ?)",  # noqa: S608
-                               (sink, part, epoch, summary.rows, summary.checksum))
-            self._conn.execute(f"DELETE FROM {MARKER_TABLE} WHERE sink_id = ? "  # noqa: S608
-                               "AND write_partition = ? AND epoch < ?", (sink, part, epoch))
+            self._conn.execute(
+                f"INSERT INTO {MARKER_TABLE} VALUES (?, ?, ?, ?, ?)",  # noqa: S608
+                (sink, part, epoch, summary.rows, summary.checksum),
+            )
+            self._conn.execute(
+                f"DELETE FROM {MARKER_TABLE} WHERE sink_id = ? "  # noqa: S608
+                "AND write_partition = ? AND epoch < ?",
+                (sink, part, epoch),
+            )
 
     def commit(self) -> None:
         """Commit rows and marker together (durable when this returns)."""
@@ -103,6 +113,8 @@ class SqlitePartition(Participant[ArrowPartition]):
         """Roll back anything still open and close the connection."""
         self.abort()
         self._conn.close()
+
+
 # --8<-- [end:participant]
 
 
@@ -126,4 +138,6 @@ class SqliteResource(Resource[ArrowPartition]):
     def fingerprint(self) -> str:
         """Return the config's fingerprint."""
         return self.cfg.fingerprint()
+
+
 # --8<-- [end:resource]

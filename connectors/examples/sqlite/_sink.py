@@ -13,8 +13,17 @@ from connectors.examples.sqlite._participant import SqliteResource
 from connectors.stage import InputPlan, InputSchemaError, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
-_SPARK_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "string",
-                "boolean", "binary")
+_SPARK_TYPES = (
+    "tinyint",
+    "smallint",
+    "int",
+    "bigint",
+    "float",
+    "double",
+    "string",
+    "boolean",
+    "binary",
+)
 
 
 def check_input(schema: Any, table: Sequence[str], order_by: Sequence[str] = ()) -> InputPlan:
@@ -31,7 +40,6 @@ def check_input(schema: Any, table: Sequence[str], order_by: Sequence[str] = ())
             msg = f"column {f.name!r} has type {kind}; this sink writes {', '.join(_SPARK_TYPES)}"
             raise InputSchemaError(msg, column=f.name)
     return InputPlan(columns=tuple(f.name for f in schema.fields), order_by=tuple(order_by))
-
 
 
 # --8<-- [start:connector]
@@ -74,8 +82,9 @@ class SqliteSink(TransactionalSink):
     ``options`` are the fields of :class:`SqliteSinkConfig`, validated here without I/O.
     """
 
-    def __init__(self, path: str | os.PathLike[str], table: str, sink_id: str,
-                 **options: Any) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], table: str, sink_id: str, **options: Any
+    ) -> None:
         cfg = SqliteSinkConfig.build(path=path, table=table, sink_id=sink_id, **options)
         super().__init__(SqliteConnector(cfg))
 
@@ -87,4 +96,6 @@ class SqliteSink(TransactionalSink):
             msg = "a SqliteSink always holds a SqliteConnector"
             raise SqliteSinkError(msg)
         return connector.cfg
+
+
 # --8<-- [end:connector]

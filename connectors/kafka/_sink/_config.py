@@ -179,8 +179,10 @@ class SinkConfig(StageOptions):
         _require_name("epoch_log_topic", self.epoch_log_topic, _MAX_TOPIC_LEN)
         _require_name("marker_topic", self.marker_topic, _MAX_TOPIC_LEN)
         timeout = self.transaction_timeout_ms
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or (
-            timeout < MIN_TRANSACTION_TIMEOUT_MS
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int)
+            or (timeout < MIN_TRANSACTION_TIMEOUT_MS)
         ):
             msg = (
                 f"transaction_timeout_ms must be an int >= {MIN_TRANSACTION_TIMEOUT_MS}, "
@@ -204,7 +206,11 @@ class SinkConfig(StageOptions):
     @property
     def warn_after_s(self) -> float | None:
         """Half the transaction timeout: a slower epoch risks a broker-side abort."""
-        return self.transaction_timeout_ms / 1000.0 * TIMEOUT_WARN_FRACTION if self.transactional else None
+        return (
+            self.transaction_timeout_ms / 1000.0 * TIMEOUT_WARN_FRACTION
+            if self.transactional
+            else None
+        )
 
     def producer_settings(self, transactional_id: str | None) -> dict[str, str]:
         """Full librdkafka settings of a write-task producer."""

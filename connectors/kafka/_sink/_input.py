@@ -88,8 +88,16 @@ def data_columns(layout: Layout) -> list[str]:
     """Return the columns shipped to the write tasks, in order."""
     names = ["key"] if layout.key else []
     names.append("value")
-    names += [n for n, present in (("topic", layout.topic), ("partition", layout.partition),
-                                   ("headers", layout.headers), ("op", layout.changelog)) if present]
+    names += [
+        n
+        for n, present in (
+            ("topic", layout.topic),
+            ("partition", layout.partition),
+            ("headers", layout.headers),
+            ("op", layout.changelog),
+        )
+        if present
+    ]
     return names
 
 

@@ -50,7 +50,9 @@ def decode_marker(offset: int, metadata: str | None) -> Marker | None:
         return None
     try:
         doc = json.loads(metadata or "")
-        marker = Marker(epoch=int(doc["epoch"]), rows=int(doc["rows"]), checksum=str(doc["checksum"]))
+        marker = Marker(
+            epoch=int(doc["epoch"]), rows=int(doc["rows"]), checksum=str(doc["checksum"])
+        )
     except (ValueError, KeyError, TypeError) as exc:
         msg = (
             f"marker offset {offset} has unreadable metadata {metadata!r} ({exc}); another "
@@ -94,7 +96,10 @@ def read_marker(consumer: Consumer, marker_topic: str) -> Marker | None:
 
 
 def read_markers(
-    bootstrap_servers: str, sink_id: str, parallelism: int, *,
+    bootstrap_servers: str,
+    sink_id: str,
+    parallelism: int,
+    *,
     marker_topic: str = _names.DEFAULT_MARKER_TOPIC,
 ) -> dict[int, Marker | None]:
     """Marker of every write partition ``0 .. parallelism-1`` of sink ``sink_id``."""

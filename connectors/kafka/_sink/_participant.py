@@ -79,8 +79,14 @@ class KafkaParticipant(Participant[ArrowPartition]):
     """
 
     def __init__(
-        self, cfg: SinkConfig, layout: Layout, plan: EpochPlan, partition: int,
-        *, task: TaskInfo | None = None, pool: _pool.ClientPool = _pool.POOL,
+        self,
+        cfg: SinkConfig,
+        layout: Layout,
+        plan: EpochPlan,
+        partition: int,
+        *,
+        task: TaskInfo | None = None,
+        pool: _pool.ClientPool = _pool.POOL,
     ) -> None:
         self._cfg = cfg
         self._plan = plan
@@ -97,7 +103,9 @@ class KafkaParticipant(Participant[ArrowPartition]):
             why = self._open()
         self.why_new = "" if self.reused else why
         log.debug(
-            "epoch %d partition %d: %s in %.1f ms", plan.epoch, partition,
+            "epoch %d partition %d: %s in %.1f ms",
+            plan.epoch,
+            partition,
             "pooled producer" if self.reused else f"new producer ({why})",
             1000 * (time.perf_counter() - started),
         )
@@ -191,9 +199,13 @@ class KafkaParticipant(Participant[ArrowPartition]):
         """Whether the epoch ended cleanly: the lease may keep the producer."""
         clean = self._states.state is _S.DONE and self._clients.errors.first is None
         if not clean:
-            log.debug("epoch %d partition %d: producer not pooled (state %s, delivery error %s)",
-                      self._plan.epoch, self._partition, self._states.state.value,
-                      self._clients.errors.first)
+            log.debug(
+                "epoch %d partition %d: producer not pooled (state %s, delivery error %s)",
+                self._plan.epoch,
+                self._partition,
+                self._states.state.value,
+                self._clients.errors.first,
+            )
         return clean
 
 
@@ -247,8 +259,13 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         spare = None
         if clients.consumer is None:
             spare = self._lease.take_spare()
-            clients.consumer = spare.consumer if spare is not None else marker_consumer(
-                self._cfg.bootstrap_servers, self._cfg.marker_group(self._partition))
+            clients.consumer = (
+                spare.consumer
+                if spare is not None
+                else marker_consumer(
+                    self._cfg.bootstrap_servers, self._cfg.marker_group(self._partition)
+                )
+            )
         try:
             return self._reuse_or_init(spare)
         except BaseException:

@@ -180,15 +180,22 @@ class ClientPool:
         """
         with self._lock:
             self._check_pid()
-            missing = [k for k in wanted if k not in self._entries
-                       and k not in self._spares and k not in self._filling]
+            missing = [
+                k
+                for k in wanted
+                if k not in self._entries and k not in self._spares and k not in self._filling
+            ]
             room = self._max_spares - len(self._spares) - len(self._filling)
             missing = missing[: max(0, room)]
             self._filling.update(missing)
             owner = self._owner_pid
         if missing:
-            threading.Thread(target=self._create, args=(missing, wanted, owner),
-                             name="kafka-sink-spares", daemon=True).start()
+            threading.Thread(
+                target=self._create,
+                args=(missing, wanted, owner),
+                name="kafka-sink-spares",
+                daemon=True,
+            ).start()
 
     def _create(self, keys: list[Key], wanted: dict[Key, Callable[[], Spare]], owner: int) -> None:
         for key in keys:

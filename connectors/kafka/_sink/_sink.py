@@ -84,8 +84,9 @@ class KafkaConnector(SinkConnector):
 
         """
         cfg = self.cfg
-        admin = connect_admin({"bootstrap.servers": cfg.bootstrap_servers},
-                              setting="bootstrap_servers")  # KafkaConnectError: unreachable
+        admin = connect_admin(
+            {"bootstrap.servers": cfg.bootstrap_servers}, setting="bootstrap_servers"
+        )  # KafkaConnectError: unreachable
         topics = existing_topics(admin)
         if cfg.topic is not None and cfg.topic not in topics:
             if cfg.create_topics:

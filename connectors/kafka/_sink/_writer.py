@@ -200,8 +200,9 @@ class RecordWriter:
                 return
             except BufferError:
                 i = start + len(rest_values) - operator.length_hint(values_it) - 1
-                self._wait_for_room(functools.partial(produce, topic, values[i], keys[i]),
-                                    keys[i], values[i])
+                self._wait_for_room(
+                    functools.partial(produce, topic, values[i], keys[i]), keys[i], values[i]
+                )
             except KafkaException as exc:
                 i = start + len(rest_values) - operator.length_hint(values_it) - 1
                 raise self._produce_error(exc, keys[i], values[i]) from exc
@@ -224,14 +225,19 @@ class RecordWriter:
             try:
                 produce(topic, **kwargs)
             except BufferError:
-                self._wait_for_room(functools.partial(produce, topic, **kwargs), keys[i],
-                                    values[i], topic, parts[i])
+                self._wait_for_room(
+                    functools.partial(produce, topic, **kwargs), keys[i], values[i], topic, parts[i]
+                )
             except KafkaException as exc:
                 raise self._produce_error(exc, keys[i], values[i], topic, parts[i]) from exc
 
     def _wait_for_room(
-        self, retry: Callable[[], None], key: object, value: object,
-        topic: str | None = None, partition: int | None = None,
+        self,
+        retry: Callable[[], None],
+        key: object,
+        value: object,
+        topic: str | None = None,
+        partition: int | None = None,
     ) -> None:
         """Back-pressure: serve delivery reports until the queue has room, then produce.
 
@@ -248,8 +254,12 @@ class RecordWriter:
             return
 
     def _produce_error(
-        self, exc: KafkaException, key: object, value: object,
-        topic: str | None = None, partition: int | None = None,
+        self,
+        exc: KafkaException,
+        key: object,
+        value: object,
+        topic: str | None = None,
+        partition: int | None = None,
     ) -> Exception:
         err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
@@ -280,8 +290,11 @@ class RecordWriter:
         except SystemError as exc:
             cause = exc.__cause__
             if not isinstance(cause, KafkaException):
-                cause = KafkaException(KafkaError(
-                    FATAL, f"librdkafka failed while serving callbacks: {exc}", fatal=True))
+                cause = KafkaException(
+                    KafkaError(
+                        FATAL, f"librdkafka failed while serving callbacks: {exc}", fatal=True
+                    )
+                )
             raise to_write_error(cause, what) from exc
 
     def flush(self, timeout_s: float) -> None:
@@ -295,7 +308,9 @@ class RecordWriter:
         self.raise_delivery_error()
         if remaining:
             err = KafkaException(KafkaError(TIMED_OUT, f"{remaining} records unsent"))
-            raise to_write_error(err, f"flush ({remaining} records still queued after {timeout_s}s)")
+            raise to_write_error(
+                err, f"flush ({remaining} records still queued after {timeout_s}s)"
+            )
 
     def raise_delivery_error(self) -> None:
         """Raise the first delivery failure seen so far, typed."""

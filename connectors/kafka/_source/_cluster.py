@@ -78,9 +78,7 @@ class _NotSettled(Exception):
 
 
 def _should_retry(exc: BaseException) -> bool:
-    return isinstance(exc, _NotSettled) or (
-        isinstance(exc, KafkaException) and is_transient(exc)
-    )
+    return isinstance(exc, _NotSettled) or (isinstance(exc, KafkaException) and is_transient(exc))
 
 
 class _Confirmation:
@@ -137,7 +135,8 @@ class ClusterView:
         if self._admin is None:
             try:
                 self._admin = _connect.connect_admin(
-                    self._options.admin_config(), setting="kafka.bootstrap.servers")
+                    self._options.admin_config(), setting="kafka.bootstrap.servers"
+                )
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
                 raise SourceOptionError(msg) from exc

@@ -25,8 +25,9 @@ READ_TIMEOUT_S = 30.0
 REPLY_MARGIN_S = 15.0
 
 
-def gather_votes(ticket: VoteTicket, vote: Vote, *,
-                 reply_timeout_s: float = GATHER_TIMEOUT_S + REPLY_MARGIN_S) -> list[Vote]:
+def gather_votes(
+    ticket: VoteTicket, vote: Vote, *, reply_timeout_s: float = GATHER_TIMEOUT_S + REPLY_MARGIN_S
+) -> list[Vote]:
     """Send ``vote`` to the driver and return every partition's vote (run in the task).
 
     Raises:
@@ -50,8 +51,12 @@ def claim_partition(ticket: VoteTicket, partition: int, attempt_id: int) -> bool
         VoteRejectedError / VoteChannelError: as :func:`gather_votes`; the caller must not write.
 
     """
-    request = {**_round_fields(ticket), "op": "claim", "partition": partition,
-               "attempt_id": attempt_id}
+    request = {
+        **_round_fields(ticket),
+        "op": "claim",
+        "partition": partition,
+        "attempt_id": attempt_id,
+    }
     answer, where = _exchange(ticket, request, READ_TIMEOUT_S)
     if isinstance(answer, dict) and answer.get("ok") is True:
         granted = answer.get("granted")
@@ -63,26 +68,36 @@ def claim_partition(ticket: VoteTicket, partition: int, attempt_id: int) -> bool
 
 
 def _round_fields(ticket: VoteTicket) -> dict[str, Any]:
-    return {"v": PROTOCOL_VERSION, "sink_id": ticket.sink_id, "epoch": ticket.epoch,
-            "plan_attempt": ticket.plan_attempt, "stage_attempt": ticket.stage_attempt,
-            "token": ticket.token}
+    return {
+        "v": PROTOCOL_VERSION,
+        "sink_id": ticket.sink_id,
+        "epoch": ticket.epoch,
+        "plan_attempt": ticket.plan_attempt,
+        "stage_attempt": ticket.stage_attempt,
+        "token": ticket.token,
+    }
 
 
-def _exchange(ticket: VoteTicket, request: dict[str, Any], reply_timeout_s: float) -> tuple[Any, str]:
+def _exchange(
+    ticket: VoteTicket, request: dict[str, Any], reply_timeout_s: float
+) -> tuple[Any, str]:
     """Send ``request`` to the ticket's server; return its answer and the server's address."""
     where = f"{ticket.host}:{ticket.port}"
     try:
         sock = socket.create_connection((ticket.host, ticket.port), timeout=CONNECT_TIMEOUT_S)
     except OSError as exc:
-        msg = (f"cannot reach the driver's vote server at {where} ({exc}); executors must be "
-               "able to connect to the driver, otherwise use vote_channel='barrier'")
+        msg = (
+            f"cannot reach the driver's vote server at {where} ({exc}); executors must be "
+            "able to connect to the driver, otherwise use vote_channel='barrier'"
+        )
         raise VoteChannelError(msg) from exc
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             send_message(sock, request)
-            answer = recv_message(sock, MAX_MESSAGE_BYTES * (ticket.parallelism + 1),
-                                  reply_timeout_s)
+            answer = recv_message(
+                sock, MAX_MESSAGE_BYTES * (ticket.parallelism + 1), reply_timeout_s
+            )
         except TimeoutError as exc:
             msg = f"no answer from the vote server at {where} within {reply_timeout_s:.0f}s"
             raise VoteTimeoutError(msg) from exc

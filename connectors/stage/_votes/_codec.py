@@ -30,8 +30,14 @@ class VoteTicket:
 def vote_to_doc(vote: Vote) -> dict[str, Any]:
     """Return ``vote`` as a JSON-ready dict (error text cut to :data:`MAX_ERROR_CHARS`)."""
     error = vote.error if vote.error is None else vote.error[:MAX_ERROR_CHARS]
-    return {"epoch": vote.epoch, "partition": vote.partition, "kind": vote.kind.value,
-            "rows": vote.rows, "checksum": vote.checksum, "error": error}
+    return {
+        "epoch": vote.epoch,
+        "partition": vote.partition,
+        "kind": vote.kind.value,
+        "rows": vote.rows,
+        "checksum": vote.checksum,
+        "error": error,
+    }
 
 
 def vote_from_doc(doc: Any) -> Vote:
@@ -52,11 +58,16 @@ def vote_from_doc(doc: Any) -> Vote:
     if not isinstance(doc.get("checksum"), str) or not (error is None or isinstance(error, str)):
         msg = "vote field checksum must be a string and error a string or null"
         raise ValueError(msg)
-    return Vote(doc["epoch"], doc["partition"], VoteKind(doc.get("kind")), doc["rows"],
-                doc["checksum"], error)
+    return Vote(
+        doc["epoch"],
+        doc["partition"],
+        VoteKind(doc.get("kind")),
+        doc["rows"],
+        doc["checksum"],
+        error,
+    )
 
 
 def canonical(vote: Vote) -> str:
     """Return the canonical JSON text of ``vote`` (equal votes, equal text)."""
     return json.dumps(vote_to_doc(vote), sort_keys=True, separators=(",", ":"))
-

@@ -32,7 +32,6 @@ def recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     return b"".join(chunks)
 
 
-
 def recv_message(sock: socket.socket, limit: int, timeout_s: float) -> Any:
     """Read one message of at most ``limit`` bytes within ``timeout_s`` seconds."""
     deadline = time.monotonic() + timeout_s

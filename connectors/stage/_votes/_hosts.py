@@ -23,7 +23,9 @@ def server_hosts(master: str, conf_get: Any) -> tuple[str, str]:
         return "127.0.0.1", "127.0.0.1"
     host = conf_get("spark.driver.host")
     if not host:
-        msg = ("spark.driver.host is not set, so the vote server does not know the driver's "
-               "address; set it or use vote_channel='barrier'")
+        msg = (
+            "spark.driver.host is not set, so the vote server does not know the driver's "
+            "address; set it or use vote_channel='barrier'"
+        )
         raise VoteChannelError(msg)
     return str(conf_get("spark.driver.bindAddress") or host), str(host)

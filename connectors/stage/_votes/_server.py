@@ -62,14 +62,20 @@ class _Round:
         if self.broken is not None:  # a broken round never completes: no partial decision
             return self.broken
         if vote.epoch != t.epoch:
-            return error_answer("rejected", f"vote for epoch {vote.epoch} in a round of epoch {t.epoch}")
+            return error_answer(
+                "rejected", f"vote for epoch {vote.epoch} in a round of epoch {t.epoch}"
+            )
         if not 0 <= vote.partition < t.parallelism:
-            return error_answer("rejected", f"partition {vote.partition} is outside 0..{t.parallelism - 1}")
+            return error_answer(
+                "rejected", f"partition {vote.partition} is outside 0..{t.parallelism - 1}"
+            )
         text = canonical(vote)
         known = self.votes.get(vote.partition)
         if known is not None and known[1] != text:
-            return error_answer("rejected", f"partition {vote.partition} already voted differently in "
-                                      "this stage attempt")
+            return error_answer(
+                "rejected",
+                f"partition {vote.partition} already voted differently in this stage attempt",
+            )
         self.votes[vote.partition] = (vote, text)
         if self.result is None and len(self.votes) == t.parallelism:
             self.result = [vote_to_doc(self.votes[p][0]) for p in range(t.parallelism)]
@@ -85,8 +91,9 @@ class _Claims:
 
     def claim(self, partition: int, attempt_id: int) -> dict[str, Any]:
         if not 0 <= partition < self.ticket.parallelism:
-            return error_answer("rejected", f"partition {partition} is outside "
-                                            f"0..{self.ticket.parallelism - 1}")
+            return error_answer(
+                "rejected", f"partition {partition} is outside 0..{self.ticket.parallelism - 1}"
+            )
         owner = self.owners.setdefault(partition, attempt_id)
         return {"ok": True, "granted": owner == attempt_id}
 
@@ -146,8 +153,13 @@ class VoteServer:
     runs at interpreter exit. Thread-safe.
     """
 
-    def __init__(self, bind_host: str, advertise_host: str | None = None, *,
-                 gather_timeout_s: float = GATHER_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        bind_host: str,
+        advertise_host: str | None = None,
+        *,
+        gather_timeout_s: float = GATHER_TIMEOUT_S,
+    ) -> None:
         self._bind_host = bind_host
         self._advertise_host = advertise_host or bind_host
         self._gather_timeout_s = gather_timeout_s
@@ -177,12 +189,18 @@ class VoteServer:
         try:
             server = _TCPServer((self._bind_host, 0), self)
         except OSError as exc:
-            msg = (f"cannot start the vote server on {self._bind_host!r} ({exc}); check "
-                   "spark.driver.bindAddress / spark.driver.host or use vote_channel='barrier'")
+            msg = (
+                f"cannot start the vote server on {self._bind_host!r} ({exc}); check "
+                "spark.driver.bindAddress / spark.driver.host or use vote_channel='barrier'"
+            )
             raise VoteChannelError(msg) from exc
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,),
-                                        name="kafka-sink-votes", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            args=(SHUTDOWN_POLL_S,),
+            name="kafka-sink-votes",
+            daemon=True,
+        )
         self._thread.start()
         atexit.register(self.close)
         log.info("vote server listening on %s:%d", *self.address)
@@ -196,7 +214,9 @@ class VoteServer:
         self._server = self._thread = None
         with self._cond:
             for rnd in self._rounds.values():
-                rnd.broken = rnd.broken or error_answer("closed", "the driver's vote server stopped")
+                rnd.broken = rnd.broken or error_answer(
+                    "closed", "the driver's vote server stopped"
+                )
             self._rounds.clear()
             self._cond.notify_all()
         server.shutdown()
@@ -216,17 +236,29 @@ class VoteServer:
 
         """
         host, port = self.address
-        ticket = VoteTicket(host, port, plan.sink_id, plan.epoch, plan.attempt, stage_attempt,
-                            plan.parallelism, secrets.token_hex(16))
+        ticket = VoteTicket(
+            host,
+            port,
+            plan.sink_id,
+            plan.epoch,
+            plan.attempt,
+            stage_attempt,
+            plan.parallelism,
+            secrets.token_hex(16),
+        )
         key = (plan.sink_id, plan.epoch, plan.attempt)
         with self._cond:
             old = self._rounds.get(key)
             if old is not None and old.ticket.stage_attempt >= stage_attempt:
-                msg = (f"round {key} stage attempt {stage_attempt} is not newer than the open "
-                       f"stage attempt {old.ticket.stage_attempt}")
+                msg = (
+                    f"round {key} stage attempt {stage_attempt} is not newer than the open "
+                    f"stage attempt {old.ticket.stage_attempt}"
+                )
                 raise VoteChannelError(msg)
             if old is not None:
-                old.broken = error_answer("rejected", f"superseded by stage attempt {stage_attempt}")
+                old.broken = error_answer(
+                    "rejected", f"superseded by stage attempt {stage_attempt}"
+                )
                 self._cond.notify_all()
             self._rounds[key] = _Round(ticket)
         return ticket
@@ -239,8 +271,9 @@ class VoteServer:
             if rnd is not None and rnd.ticket is ticket:
                 del self._rounds[key]
                 if rnd.result is None:
-                    rnd.broken = rnd.broken or error_answer("closed", "the round was closed: the "
-                                                      "write stage ended without all votes")
+                    rnd.broken = rnd.broken or error_answer(
+                        "closed", "the round was closed: the write stage ended without all votes"
+                    )
                 self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -255,8 +288,16 @@ class VoteServer:
     def open_claims(self, plan: EpochPlan) -> VoteTicket:
         """Open the at-most-once claims of ``plan`` (one per plan: no stage is re-run)."""
         host, port = self.address
-        ticket = VoteTicket(host, port, plan.sink_id, plan.epoch, plan.attempt, 0,
-                            plan.parallelism, secrets.token_hex(16))
+        ticket = VoteTicket(
+            host,
+            port,
+            plan.sink_id,
+            plan.epoch,
+            plan.attempt,
+            0,
+            plan.parallelism,
+            secrets.token_hex(16),
+        )
         with self._cond:
             self._claims[(plan.sink_id, plan.epoch, plan.attempt)] = _Claims(ticket)
         return ticket
@@ -319,8 +360,10 @@ class VoteServer:
             if remaining <= 0:
                 t = rnd.ticket
                 rnd.broken = error_answer(
-                    "timeout", f"epoch {t.epoch}: only {len(rnd.votes)} of {t.parallelism} "
-                    f"votes arrived within {self._gather_timeout_s:.0f}s")
+                    "timeout",
+                    f"epoch {t.epoch}: only {len(rnd.votes)} of {t.parallelism} "
+                    f"votes arrived within {self._gather_timeout_s:.0f}s",
+                )
                 self._cond.notify_all()
                 return rnd.broken
             self._cond.wait(remaining)
@@ -336,21 +379,28 @@ def _parse_request(message: Any) -> tuple[_RoundKey, int, str, Vote]:
         raise ValueError(msg)
     sink_id, epoch, attempt = message["sink_id"], message["epoch"], message["plan_attempt"]
     stage_attempt, token = message["stage_attempt"], message["token"]
-    if not (isinstance(sink_id, str) and isinstance(token, str)
-            and all(isinstance(i, int) for i in (epoch, attempt, stage_attempt))):
+    if not (
+        isinstance(sink_id, str)
+        and isinstance(token, str)
+        and all(isinstance(i, int) for i in (epoch, attempt, stage_attempt))
+    ):
         msg = "sink_id and token must be strings; epoch and attempts integers"
         raise ValueError(msg)
     return (sink_id, epoch, attempt), stage_attempt, token, vote_from_doc(message["vote"])
 
 
-def _admit(rnd: _Round | None, key: _RoundKey, stage_attempt: int,
-           token: str) -> dict[str, Any] | None:
+def _admit(
+    rnd: _Round | None, key: _RoundKey, stage_attempt: int, token: str
+) -> dict[str, Any] | None:
     """Return an error answer unless the message belongs to the open round ``rnd``."""
     if rnd is None:
         return error_answer("rejected", f"no open vote round for {key}")
     if stage_attempt < rnd.ticket.stage_attempt:
-        return error_answer("rejected", f"stage attempt {stage_attempt} is older than the open "
-                                  f"stage attempt {rnd.ticket.stage_attempt}")
+        return error_answer(
+            "rejected",
+            f"stage attempt {stage_attempt} is older than the open "
+            f"stage attempt {rnd.ticket.stage_attempt}",
+        )
     if stage_attempt != rnd.ticket.stage_attempt:
         return error_answer("rejected", f"no open round for stage attempt {stage_attempt}")
     if not secrets.compare_digest(token.encode(), rnd.ticket.token.encode()):

@@ -16,8 +16,17 @@ from connectors.verify import Record, json_identity, make_input_value
 
 
 def test_pipeline_config_round_trips_through_json_and_pickle() -> None:
-    cfg = PipelineConfig("h:1", "/in", "/ck", "out", "sink", mode="unaligned", parallelism=3,
-                         fault_plan="/f.json", producer_config={"linger.ms": "5"})
+    cfg = PipelineConfig(
+        "h:1",
+        "/in",
+        "/ck",
+        "out",
+        "sink",
+        mode="unaligned",
+        parallelism=3,
+        fault_plan="/f.json",
+        producer_config={"linger.ms": "5"},
+    )
     assert PipelineConfig.from_json(cfg.to_json()) == cfg
     assert pickle.loads(pickle.dumps(cfg)) == cfg
 
@@ -50,8 +59,16 @@ def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
 
     from connectors.demo.app import PipelineConfigError
 
-    cfg = PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka",
-                         input_topic="in", max_offsets_per_trigger=100)
+    cfg = PipelineConfig(
+        "h:1",
+        "/in",
+        "/ck",
+        "out",
+        "sink",
+        source="kafka",
+        input_topic="in",
+        max_offsets_per_trigger=100,
+    )
     assert PipelineConfig.from_json(cfg.to_json()) == cfg
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     with pytest.raises(PipelineConfigError, match="source must be one of"):
@@ -59,8 +76,16 @@ def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
     with pytest.raises(PipelineConfigError, match="needs input_topic"):
         PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka")
     with pytest.raises(PipelineConfigError):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka", input_topic="in",
-                       max_offsets_per_trigger=0)
+        PipelineConfig(
+            "h:1",
+            "/in",
+            "/ck",
+            "out",
+            "sink",
+            source="kafka",
+            input_topic="in",
+            max_offsets_per_trigger=0,
+        )
 
 
 PG = {"postgres_dsn": "host=db dbname=app", "postgres_table": "t"}
@@ -71,8 +96,17 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
 
     from connectors.demo.app import PipelineConfigError
 
-    cfg = PipelineConfig("h:1", "/in", "/ck", "", "sink", sink="postgres",
-                         postgres_write_mode="changelog", postgres_protocol="two-phase", **PG)
+    cfg = PipelineConfig(
+        "h:1",
+        "/in",
+        "/ck",
+        "",
+        "sink",
+        sink="postgres",
+        postgres_write_mode="changelog",
+        postgres_protocol="two-phase",
+        **PG,
+    )
     assert PipelineConfig.from_json(cfg.to_json()) == cfg
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     assert (cfg.writes_kafka, cfg.writes_postgres) == (False, True)
@@ -83,11 +117,13 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
     with pytest.raises(PipelineConfigError, match="needs postgres_dsn and postgres_table"):
         PipelineConfig("h:1", "/in", "/ck", "out", "sink", sink="postgres")
     with pytest.raises(PipelineConfigError, match="postgres_write_mode must be one of"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", sink="postgres",
-                       postgres_write_mode="merge", **PG)
+        PipelineConfig(
+            "h:1", "/in", "/ck", "out", "sink", sink="postgres", postgres_write_mode="merge", **PG
+        )
     with pytest.raises(PipelineConfigError, match="postgres_protocol must be one of"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", sink="postgres",
-                       postgres_protocol="3pc", **PG)
+        PipelineConfig(
+            "h:1", "/in", "/ck", "out", "sink", sink="postgres", postgres_protocol="3pc", **PG
+        )
 
 
 def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
@@ -98,16 +134,30 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
 
     kafka = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s1"))
     assert isinstance(kafka, KafkaSink)
-    pg = build_sink(PipelineConfig("h:1", "/in", "/ck", "", "s2", sink="postgres",
-                                   postgres_write_mode="upsert",
-                                   postgres_protocol="idempotency-table", parallelism=3, **PG))
+    pg = build_sink(
+        PipelineConfig(
+            "h:1",
+            "/in",
+            "/ck",
+            "",
+            "s2",
+            sink="postgres",
+            postgres_write_mode="upsert",
+            postgres_protocol="idempotency-table",
+            parallelism=3,
+            **PG,
+        )
+    )
     assert isinstance(pg, PostgresSink)
     cfg = pg.config
     assert (cfg.sink_id, cfg.table, cfg.key_columns, cfg.parallelism) == ("s2", "t", ("key",), 3)
     assert (cfg.write_mode.value, cfg.commit_protocol.value) == ("upsert", "idempotency-table")
     assert cfg.order_by == ("in_partition", "in_offset")
-    both = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s3", sink="kafka+postgres",
-                                     mode="unaligned", **PG))
+    both = build_sink(
+        PipelineConfig(
+            "h:1", "/in", "/ck", "out", "s3", sink="kafka+postgres", mode="unaligned", **PG
+        )
+    )
     assert isinstance(both, TransactionalSinks)
     assert both.sink_id == "s3"
     assert both.connector.sink_id == member_ids("s3")[0]  # the Kafka member comes first

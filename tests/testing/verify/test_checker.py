@@ -35,8 +35,14 @@ class World:
 
     def check(self) -> CheckReport:
         ends = self.ends or {p: s.last_stable_offset for p, s in self.scans.items()}
-        return analyze(self.inputs, self.committed, self.uncommitted,
-                       scans=self.scans, committed_ends=ends, identity=json_identity)
+        return analyze(
+            self.inputs,
+            self.committed,
+            self.uncommitted,
+            scans=self.scans,
+            committed_ends=ends,
+            identity=json_identity,
+        )
 
 
 def clean_world(n: int = 40, keys: int = 4, out_parts: int = 2) -> World:
@@ -55,8 +61,12 @@ def clean_world(n: int = 40, keys: int = 4, out_parts: int = 2) -> World:
         committed.append(Record("out", p, off, f"k{k}".encode(), value))
         spans[p].append(BatchSpan(off, off, 1000 + p, 0, True))
         next_off[p] = off + 2  # record + commit marker
-    scans = {p: PartitionScan(p, next_off[p], next_off[p], committed=tuple(spans[p]),
-                              commit_markers=len(spans[p])) for p in range(out_parts)}
+    scans = {
+        p: PartitionScan(
+            p, next_off[p], next_off[p], committed=tuple(spans[p]), commit_markers=len(spans[p])
+        )
+        for p in range(out_parts)
+    }
     return World(inputs, committed, list(committed), scans)
 
 
@@ -86,8 +96,12 @@ def test_flags_duplicate_from_distinct_producers() -> None:
     w.committed.append(copy)
     w.uncommitted.append(copy)
     scan = w.scans[p]
-    w.scans[p] = replace(scan, high_watermark=hwm + 2, last_stable_offset=hwm + 2,
-                         committed=scan.committed + (BatchSpan(hwm, hwm, 4242, 0, True),))
+    w.scans[p] = replace(
+        scan,
+        high_watermark=hwm + 2,
+        last_stable_offset=hwm + 2,
+        committed=scan.committed + (BatchSpan(hwm, hwm, 4242, 0, True),),
+    )
     report = w.check()
     assert report.count(AnomalyKind.DUPLICATE) == 1
     assert report.count(AnomalyKind.ZOMBIE_COMMIT) == 0
@@ -104,8 +118,12 @@ def test_duplicate_from_older_producer_epoch_is_a_zombie_commit() -> None:
     w.uncommitted.append(copy)
     scan = w.scans[p]
     # same producer id as the original copy (1000 + p), a different producer epoch
-    w.scans[p] = replace(scan, high_watermark=hwm + 2, last_stable_offset=hwm + 2,
-                         committed=scan.committed + (BatchSpan(hwm, hwm, 1000 + p, 3, True),))
+    w.scans[p] = replace(
+        scan,
+        high_watermark=hwm + 2,
+        last_stable_offset=hwm + 2,
+        committed=scan.committed + (BatchSpan(hwm, hwm, 1000 + p, 3, True),),
+    )
     report = w.check()
     assert report.count(AnomalyKind.ZOMBIE_COMMIT) == 1
     assert not report.ok
@@ -144,8 +162,13 @@ def test_flags_aborted_data_visible_to_read_committed() -> None:
     leaked = Record("out", p, hwm, w.committed[0].key, w.committed[0].value)
     w.committed.append(leaked)
     w.uncommitted.append(leaked)
-    w.scans[p] = replace(scan, high_watermark=hwm + 2, last_stable_offset=hwm + 2,
-                         aborted=(BatchSpan(hwm, hwm, 1000, 1, True),), abort_markers=1)
+    w.scans[p] = replace(
+        scan,
+        high_watermark=hwm + 2,
+        last_stable_offset=hwm + 2,
+        aborted=(BatchSpan(hwm, hwm, 1000, 1, True),),
+        abort_markers=1,
+    )
     report = w.check()
     assert report.count(AnomalyKind.ABORTED_READ) == 1
     assert not report.ok
@@ -158,8 +181,13 @@ def test_aborted_data_hidden_from_read_committed_is_fine() -> None:
     hwm = scan.high_watermark
     aborted = Record("out", p, hwm, w.committed[0].key, w.committed[0].value)
     w.uncommitted.append(aborted)
-    w.scans[p] = replace(scan, high_watermark=hwm + 2, last_stable_offset=hwm + 2,
-                         aborted=(BatchSpan(hwm, hwm, 1000, 1, True),), abort_markers=1)
+    w.scans[p] = replace(
+        scan,
+        high_watermark=hwm + 2,
+        last_stable_offset=hwm + 2,
+        aborted=(BatchSpan(hwm, hwm, 1000, 1, True),),
+        abort_markers=1,
+    )
     report = w.check()
     assert report.ok, report.examples
     assert report.aborted_records == 1
@@ -171,8 +199,12 @@ def test_flags_open_transaction() -> None:
     scan = w.scans[p]
     hwm = scan.high_watermark
     w.uncommitted.append(Record("out", p, hwm, b"k1", make_input_value(999, "k1", 0)))
-    w.scans[p] = replace(scan, high_watermark=hwm + 1, last_stable_offset=hwm,
-                         open=(BatchSpan(hwm, hwm, 1001, 2, True),))
+    w.scans[p] = replace(
+        scan,
+        high_watermark=hwm + 1,
+        last_stable_offset=hwm,
+        open=(BatchSpan(hwm, hwm, 1001, 2, True),),
+    )
     report = w.check()
     # the open batch, and the LSO below the high watermark
     assert report.count(AnomalyKind.OPEN_TRANSACTION) == 2
@@ -239,15 +271,15 @@ def test_epoch_log_agreeing_with_markers_passes() -> None:
 
 
 def test_epoch_log_mismatches_are_flagged() -> None:
-    h = FakeHistory({1: FakePlan(1, 2), 2: FakePlan(2, 2)}, last=2,
-                    doubt=[FakePlan(3, 2)])
+    h = FakeHistory({1: FakePlan(1, 2), 2: FakePlan(2, 2)}, last=2, doubt=[FakePlan(3, 2)])
     markers = {0: FakeMarker(1, 5), 1: None, 2: FakeMarker(7, 1)}
     kinds = [a.kind for a in check_epoch_log(h, markers)]
     assert kinds.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
     # p0 behind, p1 missing, p2 names an epoch never planned
     assert kinds.count(AnomalyKind.EPOCH_LOG_MISMATCH) == 3
     assert check_epoch_log(FakeHistory({}, last=None), {0: FakeMarker(1, 1)})[0].kind is (
-        AnomalyKind.EPOCH_LOG_MISMATCH)
+        AnomalyKind.EPOCH_LOG_MISMATCH
+    )
 
 
 def test_report_and_records_pickle_round_trip() -> None:

@@ -19,8 +19,9 @@ from connectors.verify import (
 )
 
 
-def rec(value: bytes | None, offset: int = 0, key: bytes | None = None,
-        partition: int = 0) -> Record:
+def rec(
+    value: bytes | None, offset: int = 0, key: bytes | None = None, partition: int = 0
+) -> Record:
     return Record("t", partition, offset, key, value)
 
 
@@ -35,7 +36,8 @@ def test_default_identity_reads_the_id_and_key_fields() -> None:
 
 def test_a_nested_field_path_and_the_kafka_key_as_ordering_key() -> None:
     ident = record_identity("order.id", kafka_key)(
-        js({"order": {"id": "o-9", "account": "a"}}, key=b"acct-1"))
+        js({"order": {"id": "o-9", "account": "a"}}, key=b"acct-1")
+    )
     assert (ident.id, ident.key) == ("o-9", "acct-1")
 
 
@@ -47,14 +49,17 @@ def test_no_ordering_key_makes_each_record_its_own_key() -> None:
     assert by_kafka(js({"id": 1})).key != by_kafka(js({"id": 2})).key
 
 
-@pytest.mark.parametrize(("record", "text"), [
-    (rec(b"\x00\x01 not json"), "is not JSON"),
-    (rec(None), "has no value"),
-    (js({"order": {"no_id": 1}}), "has no field 'order.id'"),
-    (js({"order": "flat"}), "has no field 'order.id'"),
-    (js({"order": {"id": None}}), "is null"),
-    (js({"order": {"id": {"a": 1}}}), "not a string or number"),
-])
+@pytest.mark.parametrize(
+    ("record", "text"),
+    [
+        (rec(b"\x00\x01 not json"), "is not JSON"),
+        (rec(None), "has no value"),
+        (js({"order": {"no_id": 1}}), "has no field 'order.id'"),
+        (js({"order": "flat"}), "has no field 'order.id'"),
+        (js({"order": {"id": None}}), "is null"),
+        (js({"order": {"id": {"a": 1}}}), "not a string or number"),
+    ],
+)
 def test_records_without_the_identity_raise_a_format_error_naming_the_record(
     record: Record, text: str
 ) -> None:
@@ -70,19 +75,26 @@ def test_malformed_field_paths_are_refused_at_construction(path: str) -> None:
 
 
 def test_functions_by_import_path() -> None:
-    ident = record_identity(load_callable("tests.testing.verify.idfns:csv_id"),
-                            load_callable("tests.testing.verify.idfns:csv_account"))
+    ident = record_identity(
+        load_callable("tests.testing.verify.idfns:csv_id"),
+        load_callable("tests.testing.verify.idfns:csv_account"),
+    )
     assert ident(rec(b"r-1,acct-7,100")) == ident(rec(b"r-1,acct-7,100"))
     assert (ident(rec(b"r-1,acct-7,100")).id, ident(rec(b"r-1,acct-7,100")).key) == (
-        "r-1", "acct-7")
+        "r-1",
+        "acct-7",
+    )
 
 
-@pytest.mark.parametrize(("path", "text"), [
-    ("tests.testing.verify.idfns", "package.module:function"),
-    ("tests.testing.verify.no_such_module:f", "ModuleNotFoundError"),
-    ("tests.testing.verify.idfns:nope", "AttributeError"),
-    ("tests.testing.verify.idfns:NOT_CALLABLE", "not a function"),
-])
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("tests.testing.verify.idfns", "package.module:function"),
+        ("tests.testing.verify.no_such_module:f", "ModuleNotFoundError"),
+        ("tests.testing.verify.idfns:nope", "AttributeError"),
+        ("tests.testing.verify.idfns:NOT_CALLABLE", "not a function"),
+    ],
+)
 def test_bad_import_paths_are_option_errors(path: str, text: str) -> None:
     with pytest.raises(IdentityOptionError, match=text):
         load_callable(path)
@@ -103,6 +115,7 @@ def test_ordering_key_other_than_the_kafka_key_finds_a_reordering() -> None:
     kwargs = {"scans": {}, "committed_ends": {}}
     by_field = analyze(inputs, output, output, identity=record_identity("id", "acct"), **kwargs)
     assert by_field.count(AnomalyKind.REORDERED) == 1
-    by_kafka_key = analyze(inputs, output, output, identity=record_identity("id", kafka_key),
-                           **kwargs)
+    by_kafka_key = analyze(
+        inputs, output, output, identity=record_identity("id", kafka_key), **kwargs
+    )
     assert by_kafka_key.ok

@@ -34,8 +34,11 @@ def inputs(n: int = 40) -> list[Record]:
     for i in range(n):
         k = i % KEYS
         part = k % 2
-        out.append(Record("in", part, offsets[part], f"k{k}".encode(),
-                          make_input_value(i, f"k{k}", seq[k])))
+        out.append(
+            Record(
+                "in", part, offsets[part], f"k{k}".encode(), make_input_value(i, f"k{k}", seq[k])
+            )
+        )
         seq[k] += 1
         offsets[part] += 1
     return out
@@ -59,8 +62,7 @@ def last_per_key(records: list[Record], deleted: frozenset[str] = frozenset()) -
 
 
 def check(rows: list[TableRow], mode: str = "append", **kwargs: object) -> TableReport:
-    return analyze_table(inputs(), rows, write_mode=mode, identity=json_identity,
-                         **kwargs)  # type: ignore[arg-type]
+    return analyze_table(inputs(), rows, write_mode=mode, identity=json_identity, **kwargs)  # type: ignore[arg-type]
 
 
 def only(report: TableReport, kind: AnomalyKind, n: int = 1) -> None:
@@ -136,10 +138,11 @@ def test_a_prepared_transaction_left_is_an_open_transaction() -> None:
 
 
 def test_epoch_log_anomalies_found_elsewhere_are_reported() -> None:
-    extra = [Anomaly(AnomalyKind.EPOCH_LOG_MISMATCH, "p1 behind", partition=1),
-             Anomaly(AnomalyKind.IN_DOUBT_EPOCH, "epoch 3 in doubt")]
-    report = check(appended(inputs()), extra=extra, epoch_log_checked=True,
-                   last_committed_epoch=2)
+    extra = [
+        Anomaly(AnomalyKind.EPOCH_LOG_MISMATCH, "p1 behind", partition=1),
+        Anomaly(AnomalyKind.IN_DOUBT_EPOCH, "epoch 3 in doubt"),
+    ]
+    report = check(appended(inputs()), extra=extra, epoch_log_checked=True, last_committed_epoch=2)
     assert report.count(AnomalyKind.EPOCH_LOG_MISMATCH) == 1
     assert report.count(AnomalyKind.IN_DOUBT_EPOCH) == 1
     assert not report.ok
