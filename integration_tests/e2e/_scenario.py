@@ -124,6 +124,21 @@ def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
     raise TimeoutError(f"topic {name} not ready after {TOPIC_READY_TIMEOUT_S}s")
 
 
+def topic_maker(bootstrap: str) -> Callable[..., str]:
+    """Return ``make_topic(prefix, partitions=1)``: a new, uniquely named topic, listed and led."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def make_topic(prefix: str, partitions: int = 1) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+        wait_until_listed(admin, name, partitions)
+        return name
+
+    return make_topic
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float = APP_RUN_TIMEOUT_S) -> bool:
     """Poll ``condition`` until it holds or ``timeout_s`` passed; return whether it held."""
     deadline = time.monotonic() + timeout_s

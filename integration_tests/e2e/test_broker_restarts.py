@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
     Scenario,
     assert_exact,
-    wait_until_listed,
+    topic_maker,
 )
 
 pytestmark = [
@@ -64,7 +63,6 @@ def _restart(broker: object, how: str) -> None:
 
 @pytest.mark.parametrize("mode", ["aligned", "unaligned"])
 def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from minikafka import BrokerProcess
 
@@ -72,13 +70,7 @@ def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> Non
         data_dir=str(tmp_path / "broker"), extra_args=["--topic-load-delay-ms", str(LOAD_DELAY_MS)]
     ) as broker:
         time.sleep(LOAD_DELAY_MS / 1000 + 0.5)
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-
-        def make_topic(prefix: str, partitions: int = 1) -> str:
-            name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
-            wait_until_listed(admin, name, partitions)
-            return name
+        make_topic = topic_maker(broker.bootstrap_servers)
 
         sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic, n=RECORDS)
         epochs = sc.stage()

@@ -9,7 +9,6 @@ order kept, no transaction left open, epoch log and markers in agreement.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,8 +24,8 @@ from integration_tests.e2e._scenario import (
     Scenario,
     assert_exact,
     fired,
+    topic_maker,
     wait_until,
-    wait_until_listed,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -353,18 +352,11 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
     "restarted by the test",
 )
 def test_broker_restarted_during_commits(tmp_path: Path) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from minikafka import BrokerProcess
 
     with BrokerProcess(data_dir=str(tmp_path / "broker"), port=0) as broker:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-
-        def make_topic(prefix: str, partitions: int = 1) -> str:
-            name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
-            wait_until_listed(admin, name, partitions)
-            return name
+        make_topic = topic_maker(broker.bootstrap_servers)
 
         sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic)
         epochs = sc.stage()
