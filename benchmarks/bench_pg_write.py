@@ -7,7 +7,7 @@ streaming job). Run ``python -m benchmarks.bench_pg_write`` (``--full`` adds 1M-
 amount double precision, ts timestamptz) rows, no Spark involved:
 
 1. ``copy-append``: the sink's bulk writer, COPY (CSV made by Arrow) straight into the table;
-2. ``copy-upsert``: the sink's bulk writer, COPY into the unlogged staging table plus one
+2. ``copy-upsert``: the sink's bulk writer, COPY into the unlogged load table plus one
    ``INSERT ... ON CONFLICT`` (half of the keys exist already);
 3. ``executemany-append`` / ``executemany-upsert``: psycopg ``executemany`` of
    ``INSERT`` (``... ON CONFLICT``) over Python tuples, which psycopg pipelines: what a
@@ -50,8 +50,8 @@ from connectors.postgres import (
     describe_table,
     prepare_resource,
 )
-from connectors.postgres._control import ensure_control_tables, qualified, stage_table_name
-from connectors.postgres._writer import ensure_stage_table
+from connectors.postgres._control import ensure_control_tables, load_table_name, qualified
+from connectors.postgres._writer import ensure_load_table
 from connectors.stage import HASH_COLUMN, ArrowPartition
 from txn import Coordinator, InProcessChannel
 
@@ -124,14 +124,14 @@ def cfg_for(dsn: str, mode: str, protocol: str = "auto") -> PostgresSinkConfig:
 def run_copy(conn: Conn, dsn: str, mode: str, batches: list[pa.RecordBatch]) -> None:
     cfg = cfg_for(dsn, mode)
     layout = check_input(batches[0].schema, describe_table(conn, SCHEMA, "t"), cfg)
-    stage = None
+    load_table = None
     if mode != "append":
         ensure_control_tables(conn, SCHEMA)
-        name = stage_table_name(cfg.sink_id, 0, layout.digest())
-        ensure_stage_table(conn, layout, SCHEMA, name)
-        stage = qualified(SCHEMA, name)
+        name = load_table_name(cfg.sink_id, 0, layout.digest())
+        ensure_load_table(conn, layout, SCHEMA, name)
+        load_table = qualified(SCHEMA, name)
     with conn.transaction():
-        BulkWriter(conn, layout, stage).write(batches)
+        BulkWriter(conn, layout, load_table).write(batches)
 
 
 def run_executemany(conn: Conn, upsert: bool, batches: list[pa.RecordBatch]) -> None:

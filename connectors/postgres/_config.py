@@ -22,7 +22,7 @@ from connectors.postgres._errors import SinkConfigError
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
 
-# Version of the write scheme (staging, merge, marker layout); part of the fingerprint.
+# Version of the write scheme (load table, merge, marker layout); part of the fingerprint.
 SCHEME_VERSION = 1
 # Seconds libpq may take to open a connection before it gives up (then retried).
 CONNECT_TIMEOUT_S = 10
@@ -40,7 +40,7 @@ KEEPALIVES_COUNT = 3
 
 # PostgreSQL truncates identifiers longer than NAMEDATALEN - 1 = 63 bytes.
 MAX_IDENTIFIER_BYTES = 63
-# sink ids appear in transaction ids (at most 200 bytes) and in lock and staging names.
+# sink ids appear in transaction ids (at most 200 bytes) and in lock and load table names.
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -123,7 +123,7 @@ class PostgresSinkConfig(StageOptions):
     :class:`connectors.stage.StageOptions`; the PostgreSQL ones:
 
     * ``dsn``: a libpq connection string or URI; ``table`` in ``schema``;
-    * ``sink_id``: the sink's identity (gids, markers, locks, staging tables derive from it);
+    * ``sink_id``: the sink's identity (gids, markers, locks, load tables derive from it);
     * ``write_mode``: append, upsert on ``key_columns``, or a changelog (``op_column``);
     * ``commit_protocol``: two-phase, idempotency table, or auto (the server decides);
     * ``control_schema``: where the markers and the epoch log tables live;

@@ -5,7 +5,7 @@
   transaction as the data, in both commit protocols (see ``_markers``).
 * ``epoch_log`` / ``epoch_log_head``: the records and the sealed header of every sink's
   epoch log (see ``_epoch_log``).
-* ``stage_<digest>``: unlogged staging tables of upserts and changelogs, one per (sink,
+* ``stage_<digest>``: unlogged load tables of upserts and changelogs, one per (sink,
   partition, column layout) (see ``_writer``).
 
 DDL runs under a transaction-level advisory lock, so concurrent first uses (several
@@ -23,7 +23,8 @@ from connectors.postgres._connect import Conn
 MARKERS_TABLE = "sink_markers"
 LOG_TABLE = "epoch_log"
 LOG_HEAD_TABLE = "epoch_log_head"
-STAGE_PREFIX = "stage_"
+# Name prefix of the load tables (the value predates the name: tables of existing sinks keep it).
+LOAD_TABLE_PREFIX = "stage_"
 # Advisory lock key serializing the sink's DDL (an arbitrary constant: "eosddl" in ASCII).
 DDL_LOCK_KEY = 0x656F7364646C
 
@@ -72,7 +73,7 @@ def ensure_control_tables(conn: Conn, schema: str) -> None:
     )
 
 
-def stage_table_name(sink_id: str, partition: int, layout_digest: str) -> str:
-    """Name of the staging table of one (sink, partition, column layout): at most 63 bytes."""
+def load_table_name(sink_id: str, partition: int, layout_digest: str) -> str:
+    """Name of the load table of one (sink, partition, column layout): at most 63 bytes."""
     digest = hashlib.sha256(f"{sink_id}\0{partition}\0{layout_digest}".encode()).hexdigest()
-    return f"{STAGE_PREFIX}{digest[:24]}"
+    return f"{LOAD_TABLE_PREFIX}{digest[:24]}"

@@ -30,11 +30,11 @@ from connectors.postgres import _markers, _twophase
 from connectors.postgres._classify import to_sink_error
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import Conn, connect
-from connectors.postgres._control import advisory_key, qualified, stage_table_name
+from connectors.postgres._control import advisory_key, load_table_name, qualified
 from connectors.postgres._errors import PostgresSinkError
 from connectors.postgres._schema import Layout
 from connectors.postgres._twophase import Gid
-from connectors.postgres._writer import BulkWriter, ensure_stage_table
+from connectors.postgres._writer import BulkWriter, ensure_load_table
 from connectors.stage import ArrowPartition
 from connectors.stage._states import ParticipantState, ParticipantStates
 from txn import EpochPlan, Marker, Participant, RowSummary
@@ -93,7 +93,7 @@ class PostgresParticipant(Participant[ArrowPartition]):
         self._plan = plan
         self._partition = partition
         self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
-        self._stage: sql.Composed | None = None
+        self._load_table: sql.Composed | None = None
         self._states = ParticipantStates(_MOVES, f"partition {partition}", error=PostgresSinkError)
         self._conn = connect(cfg, f"p{partition}", autocommit=True)
         try:
@@ -123,9 +123,9 @@ class PostgresParticipant(Participant[ArrowPartition]):
                     _twophase.rollback_prepared(conn, gid)
             _markers.ensure_marker_row(conn, cfg.control_schema, cfg.sink_id, self._partition)
         if self._layout.write_mode is not WriteMode.APPEND:
-            name = stage_table_name(cfg.sink_id, self._partition, self._layout.digest())
-            ensure_stage_table(conn, self._layout, cfg.control_schema, name)
-            self._stage = qualified(cfg.control_schema, name)
+            name = load_table_name(cfg.sink_id, self._partition, self._layout.digest())
+            ensure_load_table(conn, self._layout, cfg.control_schema, name)
+            self._load_table = qualified(cfg.control_schema, name)
 
     def committed_marker(self) -> Marker | None:
         """Return the partition's committed marker (None without exactly-once)."""
@@ -164,7 +164,7 @@ class PostgresParticipant(Participant[ArrowPartition]):
     def write(self, rows: ArrowPartition) -> RowSummary:
         """Bulk-write the rows in the open transaction; return their summary."""
         with self._step(_S.WRITTEN, "writing"):
-            BulkWriter(self._conn, self._layout, self._stage).write(rows.batches())
+            BulkWriter(self._conn, self._layout, self._load_table).write(rows.batches())
         return rows.summary()
 
     def pre_commit(self, summary: RowSummary) -> None:

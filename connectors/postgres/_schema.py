@@ -123,7 +123,7 @@ class Layout:
         return tuple(name for name, _ in self.columns)
 
     def digest(self) -> str:
-        """Stable digest of the column layout (names the staging table)."""
+        """Stable digest of the column layout (names the load table)."""
         raw = repr((self.columns, self.keys, self.op_column)).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
 

@@ -3,16 +3,16 @@
 Statements per task, whatever the number of rows (never a round trip per row):
 
 * append: one ``COPY target (columns) FROM STDIN (FORMAT csv)`` streaming every batch;
-* upsert / changelog: ``TRUNCATE`` the partition's staging table, one ``COPY`` into it, one
+* upsert / changelog: ``TRUNCATE`` the partition's load table, one ``COPY`` into it, one
   merge statement, ``TRUNCATE`` again. The merge keeps the last row of each key
   (``DISTINCT ON (key) ... ORDER BY key, _eos_seq DESC``), so a key repeated within the
   partition never hits ``ON CONFLICT`` twice; a changelog deletes the keys whose last op
   is ``delete`` and upserts the others, in one statement (a data-modifying CTE).
 
-Why not a TEMP staging table: PostgreSQL refuses to ``PREPARE TRANSACTION`` a
-transaction that touched a temporary table (SQLSTATE 0A000). The staging table is a
+Why not a TEMP load table: PostgreSQL refuses to ``PREPARE TRANSACTION`` a
+transaction that touched a temporary table (SQLSTATE 0A000). The load table is a
 regular UNLOGGED table of the control schema, one per (sink, partition, column layout),
-created outside the data transaction by :func:`ensure_stage_table`; only one live
+created outside the data transaction by :func:`ensure_load_table`; only one live
 instance of a partition exists (the participant fences older ones), and the TRUNCATE
 lock is held until the prepared transaction is finished, so instances never share rows.
 """
@@ -35,8 +35,8 @@ def _idents(names: Iterable[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
-def ensure_stage_table(conn: Conn, layout: Layout, control_schema: str, name: str) -> None:
-    """Create the unlogged staging table of ``layout`` if absent (autocommit connection)."""
+def ensure_load_table(conn: Conn, layout: Layout, control_schema: str, name: str) -> None:
+    """Create the unlogged load table of ``layout`` if absent (autocommit connection)."""
     columns = [
         sql.SQL("{} {}").format(sql.Identifier(col), sql.SQL(type_sql))
         for col, type_sql in layout.columns
@@ -54,8 +54,8 @@ def ensure_stage_table(conn: Conn, layout: Layout, control_schema: str, name: st
     )
 
 
-def merge_statement(layout: Layout, stage: sql.Composable) -> sql.Composed:
-    """Return the statement moving the staged rows into the target (upsert or changelog)."""
+def merge_statement(layout: Layout, load_table: sql.Composable) -> sql.Composed:
+    """Return the statement moving the load table's rows into the target (upsert or changelog)."""
     target = qualified(layout.schema, layout.table)
     cols = _idents(layout.column_names)
     keys = _idents(layout.keys)
@@ -71,8 +71,8 @@ def merge_statement(layout: Layout, stage: sql.Composable) -> sql.Composed:
         action = sql.SQL("DO NOTHING")
     extra = sql.SQL(", {}").format(sql.Identifier(OP_COLUMN)) if layout.op_column else sql.SQL("")
     last = sql.SQL(
-        "SELECT DISTINCT ON ({keys}) {cols}{extra} FROM {stage} ORDER BY {keys}, {seq} DESC"
-    ).format(keys=keys, cols=cols, extra=extra, stage=stage, seq=sql.Identifier(SEQ_COLUMN))
+        "SELECT DISTINCT ON ({keys}) {cols}{extra} FROM {load} ORDER BY {keys}, {seq} DESC"
+    ).format(keys=keys, cols=cols, extra=extra, load=load_table, seq=sql.Identifier(SEQ_COLUMN))
     if layout.write_mode is WriteMode.UPSERT:
         return sql.SQL(
             "INSERT INTO {target} ({cols}) SELECT {cols} FROM ({last}) s "
@@ -105,13 +105,13 @@ class BulkWriter:
     Nothing is committed here; any error leaves the transaction to be rolled back.
     """
 
-    def __init__(self, conn: Conn, layout: Layout, stage: sql.Composable | None) -> None:
-        if layout.write_mode is not WriteMode.APPEND and stage is None:
-            msg = f"write_mode {layout.write_mode.value!r} needs a staging table"
+    def __init__(self, conn: Conn, layout: Layout, load_table: sql.Composable | None) -> None:
+        if layout.write_mode is not WriteMode.APPEND and load_table is None:
+            msg = f"write_mode {layout.write_mode.value!r} needs a load table"
             raise ValueError(msg)
         self._conn = conn
         self._layout = layout
-        self._stage = stage
+        self._load_table = load_table
 
     def _copy(
         self, into: sql.Composable, names: list[str], batches: Iterable[pa.RecordBatch]
@@ -135,14 +135,14 @@ class BulkWriter:
             return self._copy(
                 qualified(layout.schema, layout.table), list(layout.column_names), batches
             )
-        assert self._stage is not None  # noqa: S101 - checked in __init__
+        assert self._load_table is not None  # noqa: S101 - checked in __init__
         names = [*layout.column_names, SEQ_COLUMN]
         if layout.write_mode is WriteMode.CHANGELOG:
             names.append(OP_COLUMN)
-        truncate = sql.SQL("TRUNCATE {}").format(self._stage)
+        truncate = sql.SQL("TRUNCATE {}").format(self._load_table)
         self._conn.execute(truncate)
-        rows = self._copy(self._stage, names, batches)
+        rows = self._copy(self._load_table, names, batches)
         if rows:
-            self._conn.execute(merge_statement(layout, self._stage))
+            self._conn.execute(merge_statement(layout, self._load_table))
             self._conn.execute(truncate)
         return rows

@@ -56,20 +56,20 @@ def test_a_gid_in_use_cannot_be_prepared_twice(pg: Conn, schema: str, postgres_d
     assert count(pg, schema) == 0
 
 
-def test_prepare_refuses_temporary_tables_so_staging_is_unlogged(
+def test_prepare_refuses_temporary_tables_so_the_load_table_is_unlogged(
     pg: Conn, schema: str, postgres_dsn: str
 ) -> None:
-    """Why the upsert staging table is a regular UNLOGGED table, not a TEMP one."""
+    """Why the upsert load table is a regular UNLOGGED table, not a TEMP one."""
     pg.execute(sql.SQL("CREATE TABLE {} (x int)").format(qualified(schema, "t")))
     gid = Gid(f"{schema}-sink", 1, 0, 0)
     with psycopg.connect(postgres_dsn) as conn:
-        conn.execute("CREATE TEMP TABLE staging (x int)")
-        conn.execute("INSERT INTO staging VALUES (1)")
-        conn.execute(sql.SQL("INSERT INTO {} SELECT x FROM staging").format(qualified(schema, "t")))
+        conn.execute("CREATE TEMP TABLE load (x int)")
+        conn.execute("INSERT INTO load VALUES (1)")
+        conn.execute(sql.SQL("INSERT INTO {} SELECT x FROM load").format(qualified(schema, "t")))
         with pytest.raises(errors.FeatureNotSupported, match="temporary"):
             prepare(conn, gid)
     with psycopg.connect(postgres_dsn) as conn:
-        unlogged = qualified(schema, "staging")
+        unlogged = qualified(schema, "load")
         conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} (x int)").format(unlogged))
         conn.commit()
         conn.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(unlogged))

@@ -26,8 +26,8 @@ from connectors.postgres import (
     describe_table,
     to_sink_error,
 )
-from connectors.postgres._control import ensure_control_tables, qualified, stage_table_name
-from connectors.postgres._writer import ensure_stage_table
+from connectors.postgres._control import ensure_control_tables, load_table_name, qualified
+from connectors.postgres._writer import ensure_load_table
 from integration_tests.postgres.conftest import Conn, with_hash
 
 Make = Callable[..., PostgresSinkConfig]
@@ -38,17 +38,17 @@ def create(pg: Conn, schema: str, ddl: str) -> None:
 
 
 def write(pg: Conn, cfg: PostgresSinkConfig, batches: list[pa.RecordBatch]) -> int:
-    """Check the input, then write it in one transaction (staging table if needed)."""
+    """Check the input, then write it in one transaction (load table if needed)."""
     layout = check_input(batches[0].schema, describe_table(pg, cfg.schema, cfg.table), cfg)
-    stage = None
+    load_table = None
     if layout.keys:
         ensure_control_tables(pg, cfg.control_schema)
-        name = stage_table_name(cfg.sink_id, 0, layout.digest())
-        ensure_stage_table(pg, layout, cfg.control_schema, name)
-        stage = qualified(cfg.control_schema, name)
+        name = load_table_name(cfg.sink_id, 0, layout.digest())
+        ensure_load_table(pg, layout, cfg.control_schema, name)
+        load_table = qualified(cfg.control_schema, name)
     try:
         with pg.transaction():
-            return BulkWriter(pg, layout, stage).write(batches)
+            return BulkWriter(pg, layout, load_table).write(batches)
     except psycopg.Error as exc:
         raise to_sink_error(exc, "test write") from exc
 
@@ -180,11 +180,11 @@ def test_upsert_updates_existing_rows_and_keeps_the_last_row_of_a_key(
     )
     assert write(pg, cfg, [first, second]) == 5
     assert rows(pg, schema) == [(1, "new", 1), (2, "c", 4), (3, None, 5), (9, "keep", 9)]
-    stage = pg.execute(
+    load_tables = pg.execute(
         "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename LIKE 'stage_%%'",
         (schema,),
     ).fetchone()
-    assert stage == (1,)
+    assert load_tables == (1,)
     persistence = pg.execute(
         "SELECT c.relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname LIKE 'stage_%%'",
