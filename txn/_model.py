@@ -237,7 +237,7 @@ class Participant(abc.ABC, Generic[Rows]):
 
     @abc.abstractmethod
     def pre_commit(self, summary: RowSummary) -> None:
-        """Make the transaction durable-but-invisible and stage the marker; raise on failure."""
+        """Make the transaction durable-but-invisible with the marker in it; raise on failure."""
 
     @abc.abstractmethod
     def commit(self) -> None:

@@ -21,7 +21,7 @@ class ParticipantState(str, enum.Enum):
     READY = "ready"  # marker read
     IN_TXN = "in-transaction"  # transaction begun
     WRITTEN = "written"  # rows written into the transaction
-    PRE_COMMITTED = "pre-committed"  # flushed, marker staged, not committed
+    PRE_COMMITTED = "pre-committed"  # flushed, marker in the transaction, not committed
     PREPARED = "prepared"  # two-phase: prepared (durable, invisible)
     DONE = "done"  # committed or aborted cleanly
     FAILED_IN_TXN = "failed-in-transaction"  # a call failed with a transaction open

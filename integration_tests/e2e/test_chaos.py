@@ -195,7 +195,7 @@ def test_application_killed_after_some_partitions_committed(scenario: Scenario, 
     scenario.stage()
     epoch = 1
     # 1. write partition 1 is held in epoch 1, not committed: unaligned, in the middle of
-    #    its rows (its transaction open, no marker staged); aligned, after the all-yes
+    #    its rows (its transaction open, no marker in it); aligned, after the all-yes
     #    decision, before its commit (pre-committed, marker pending). Write partition 0
     #    waits until partition 1 is held, commits epoch 1, then SIGKILLs the whole
     #    application (driver, JVM, Python workers) from inside its task.

@@ -101,11 +101,13 @@ class MemoryStore:
         with self.lock:
             self.fail_writes.discard((epoch, partition))
 
-    def stage_marker(self, partition: int, marker: Marker, token: int) -> None:
+    def put_marker(self, partition: int, marker: Marker, token: int) -> None:
         """Put ``marker`` in the open transaction (commit-in-task pre-commit)."""
         with self.lock:
             self._check(partition, token)
             self.open_txns[partition].marker = marker
+
+    stage_marker = put_marker  # the name before the renames of docs/upgrading.md
 
     def commit(self, partition: int, token: int) -> None:
         """Commit the open transaction: its rows and its marker become visible at once."""

@@ -161,12 +161,12 @@ class KafkaParticipant(Participant[ArrowPartition]):
             return rows.summary()
 
     def pre_commit(self, summary: RowSummary) -> None:
-        """Flush, surfacing delivery errors (and stage the marker, exactly-once)."""
+        """Flush, surfacing delivery errors (and put the marker in the transaction, exactly-once)."""
         with self._states.step(_S.PRE_COMMITTED, _failed), _budget():
             self._writer.flush(self._cfg.transaction_timeout_ms / 1000.0)
-            self._stage_marker(summary)
+            self._put_marker(summary)
 
-    def _stage_marker(self, summary: RowSummary) -> None:
+    def _put_marker(self, summary: RowSummary) -> None:
         return None
 
     def commit(self) -> None:
@@ -245,7 +245,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
     only when the transaction ended cleanly (state DONE).
     """
 
-    _staged: Marker | None = None
+    _pending_marker: Marker | None = None  # in the open transaction, not yet committed
 
     def _pool_key(self) -> _pool.Key:
         return pool_key(self._cfg, self._partition)
@@ -322,10 +322,10 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         except KafkaException as exc:
             raise to_write_error(exc, "begin_transaction") from exc
 
-    def _stage_marker(self, summary: RowSummary) -> None:
+    def _put_marker(self, summary: RowSummary) -> None:
         assert self._clients.consumer is not None  # noqa: S101 - kept from open to close
-        staged = Marker(self._plan.epoch, summary.rows, summary.checksum)
-        offset, meta = encode_marker(staged)
+        marker = Marker(self._plan.epoch, summary.rows, summary.checksum)
+        offset, meta = encode_marker(marker)
         tp = TopicPartition(self._cfg.marker_topic, 0, offset, metadata=meta)
         group = self._clients.consumer.consumer_group_metadata()
         producer = self._live()
@@ -333,7 +333,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             "send_offsets_to_transaction",
             lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
         )
-        self._staged = staged
+        self._pending_marker = marker
 
     def _commit(self) -> None:
         """Commit the transaction (retried while retriable; fenced raises)."""
@@ -346,7 +346,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             if classify(exc) is ErrorAction.FATAL:
                 self._drop()
             raise
-        self._clients.committed = self._staged
+        self._clients.committed = self._pending_marker
 
     def _abort(self) -> None:
         """Abort the open transaction; a fenced or fatal producer is dropped instead."""
