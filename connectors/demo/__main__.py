@@ -9,8 +9,8 @@ Steps:
    records, each with a unique id, a key from a small key space and a per-key sequence number;
 3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
    ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
-   with ``--source files`` the input is first staged as chunk files, one micro-batch each
-   (see ``connectors.demo.app.stage_input``);
+   with ``--source files`` the input is first written as chunk files, one micro-batch each
+   (see ``connectors.demo.app.chunk_input``);
 4. run the streaming query as a Spark application (local mode, or on the cluster that
    ``--master spark://host:port`` names) writing through ``KafkaSink``
    (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with
@@ -51,10 +51,10 @@ from connectors.demo.app import (
     AppProcess,
     EpochLine,
     PipelineConfig,
+    chunk_input,
     create_table,
     member_ids,
     record_op,
-    stage_input,
 )
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, _clients
 from connectors.verify import (
@@ -99,7 +99,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         choices=SOURCES,
         default=SOURCE_KAFKA,
         help="read the input topic with the kafka-rc source (default), or "
-        "from staged Parquet chunk files",
+        "from Parquet chunk files written from it first",
     )
     parser.add_argument(
         "--chaos",
@@ -246,9 +246,9 @@ def _run(
         )
     chunk = -(-args.records // args.epochs)
     if args.source == SOURCE_FILES:
-        epochs = stage_input(bootstrap, input_topic, work / "input", chunk)
+        epochs = chunk_input(bootstrap, input_topic, work / "input", chunk)
         console.print(
-            f"input: {args.records:,} records in {input_topic}, staged as {epochs} "
+            f"input: {args.records:,} records in {input_topic}, cut into {epochs} "
             f"micro-batches of up to {chunk:,}"
         )
     else:

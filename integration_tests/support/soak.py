@@ -3,7 +3,7 @@
 A longer randomized chaos run of the exactly-once pipeline (not part of ``make test``):
 
 1. start minikafka with a data dir (or use ``--bootstrap-servers`` / KAFKA_BOOTSTRAP_SERVERS);
-2. produce ``--records`` input records and stage them as ``--epochs`` micro-batches;
+2. produce ``--records`` input records and cut them into ``--epochs`` chunk files;
 3. draw ``--faults`` faults at random (seeded) over every fault type: task-side kill/raise at
    each step of the write protocol, whole-app SIGKILLs from inside a write task at each
    step (``kill_app``), driver-side kills at each coordinator step, whole-app SIGKILLs
@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connectors.demo.app import AppProcess, EpochLine, PipelineConfig, stage_input
+from connectors.demo.app import AppProcess, EpochLine, PipelineConfig, chunk_input
 from connectors.kafka import _clients
 from connectors.stage import DRIVER_STEPS, TASK_STEPS
 from connectors.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
@@ -151,7 +151,7 @@ def _soak(
         produce_input(
             bootstrap, inp, args.records, on_progress=lambda n: prog.update(task, completed=n)
         )
-    epochs = stage_input(bootstrap, inp, work / "input", -(-args.records // args.epochs))
+    epochs = chunk_input(bootstrap, inp, work / "input", -(-args.records // args.epochs))
     faults, app_kills = draw_faults(rng, args.faults, epochs)
     plan = work / "faults.json"
     plan.write_text(json.dumps(faults))

@@ -1,12 +1,15 @@
 """The demo's application harness: the kit's streaming query, runnable as its own Spark app.
 
 Part of the demo (an application, not a testing helper). Used by the demo (``python -m connectors.demo``), the end-to-end chaos tests, the soak run
-and the benchmarks: staging input topics as chunk files, the query itself
+and the benchmarks: input topics cut into chunk files, the query itself
 (input -> ``KafkaSink``, ``PostgresSink``, or both in one epoch), the PostgreSQL table it
 writes, and running it as a separate Spark application
 (``python -m connectors.demo.app CONFIG``) that a test can kill.
 """
 
+from typing import TYPE_CHECKING
+
+from connectors.demo.app._chunks import SCHEMA, SPARK_SCHEMA_DDL, chunk_input, write_chunks
 from connectors.demo.app._pipeline import (
     ORDER_COLUMNS,
     POSTGRES_PROTOCOLS,
@@ -28,7 +31,6 @@ from connectors.demo.app._pipeline import (
     run_query,
 )
 from connectors.demo.app._runner import AppProcess
-from connectors.demo.app._staging import SCHEMA, SPARK_SCHEMA_DDL, stage_input, write_chunks
 from connectors.demo.app._tables import (
     CHANGELOG_OP_SQL,
     TABLE_COLUMNS,
@@ -37,6 +39,7 @@ from connectors.demo.app._tables import (
     record_op,
     table_rows,
 )
+from txn._renamed import renamed_names
 
 __all__ = [
     "CHANGELOG_OP_SQL",
@@ -60,12 +63,18 @@ __all__ = [
     "input_stream",
     "build_sink",
     "changelog_op",
+    "chunk_input",
     "create_table",
     "make_spark",
     "member_ids",
     "record_op",
     "run_query",
-    "stage_input",
     "table_rows",
     "write_chunks",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if TYPE_CHECKING:
+    stage_input = chunk_input
+else:
+    __getattr__ = renamed_names(__name__, {"stage_input": "chunk_input"})

@@ -1,6 +1,6 @@
 """Subprocess entry of the streaming query: ``python -m connectors.demo.app CONFIG_JSON_FILE``.
 
-Exit codes: 0 when the whole input was written (every staged file, or the input topic up to
+Exit codes: 0 when the whole input was written (every chunk file, or the input topic up to
 the offsets it had when the query started), or when SIGTERM stopped the query gracefully
 after the epoch in flight (it prints ``STOPPED``); 3 when the query failed (the error is
 printed to stderr). A driver-side fault of the sink's fault plan kills this process with

@@ -3,7 +3,7 @@
 Two inputs (``PipelineConfig.source``), both giving the columns ``key STRING, value BINARY,
 in_partition INT, in_offset BIGINT`` (:data:`SPARK_SCHEMA_DDL`):
 
-* ``"files"`` (the default): staged chunk files (``connectors.demo.app._staging``) read with
+* ``"files"`` (the default): chunk files (``connectors.demo.app._chunks``) read with
   Spark's file source, one file per micro-batch (``maxFilesPerTrigger=1``);
 * ``"kafka"``: the input topic itself, read with the kit's ``read_committed`` source
   (format ``kafka-rc``) from the earliest offsets, at most ``max_offsets_per_trigger``
@@ -31,7 +31,7 @@ Contract of :func:`run_query`:
    keeps the last change of each key);
 3. after each batch call ``on_epoch`` with an :class:`EpochLine`;
 4. run with ``trigger(availableNow=True)``: the query stops once everything present at its
-   start is written (every staged file, or the topic up to its last stable offset), and a
+   start is written (every chunk file, or the topic up to its last stable offset), and a
    restart with the same checkpoint resumes (and replays an in-doubt batch).
 """
 
@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from connectors.demo.app._staging import SPARK_SCHEMA_DDL
+from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
 from connectors.demo.app._tables import table_rows
 
 # Seconds Spark waits for a python worker to connect back; generous on a busy machine.

@@ -4,7 +4,7 @@ The ``files`` input of the pipeline (``PipelineConfig.source="files"``): the end
 and ``python -m connectors.demo --source files`` feed the streaming query with Spark's file
 source, which lets a test decide exactly which records form which micro-batch and add input
 between runs. (The demo's default, ``--source kafka``, reads the topic with the kit's
-``kafka-rc`` source instead and needs no staging.)
+``kafka-rc`` source instead and needs no chunk files.)
 
 1. read the input topic with ``read_committed`` to its end;
 2. sort by (partition, offset) and cut into chunks of ``chunk_records`` records;
@@ -41,10 +41,10 @@ SCHEMA = pa.schema(
 SPARK_SCHEMA_DDL = "key STRING, value BINARY, in_partition INT, in_offset BIGINT"
 
 
-def stage_input(
+def chunk_input(
     bootstrap: str, topic: str, input_dir: str | Path, chunk_records: int, *, first_chunk: int = 0
 ) -> int:
-    """Stage every record of ``topic`` as chunk files from ``first_chunk`` on; return the count."""
+    """Write every record of ``topic`` as chunk files from ``first_chunk`` on; return the count."""
     records = read_topic(bootstrap, topic)
     return write_chunks(records, input_dir, chunk_records, first_chunk=first_chunk)
 
