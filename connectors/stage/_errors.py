@@ -74,7 +74,7 @@ class VoteTimeoutError(VoteChannelError):
 
 
 class VoteRejectedError(VoteChannelError):
-    """The vote server refused a vote (wrong token, stale stage attempt, conflicting vote)."""
+    """The vote server refused a vote (wrong token, stale stage run, conflicting vote)."""
 
 
 def rebuild_error(cls: type[Exception], message: str, kwargs: dict[str, Any]) -> Exception:

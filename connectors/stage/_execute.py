@@ -112,35 +112,35 @@ class EpochExecution:
         Re-running is safe: each task fences the previous attempt's clients and skips
         by marker what already committed. Spark itself cannot retry a failed barrier
         result stage, so in aligned mode this is the only retry within one call. Each
-        run is its own vote round (stage attempt ``attempt``, fresh token).
+        run is its own vote round (stage run ``run``, fresh token).
         """
         retries = self.options.effective_stage_retries
-        attempt = 0
+        run = 0
         while True:
             try:
-                return self._run_once(jobs, attempt, votes)
+                return self._run_once(jobs, run, votes)
             except Exception as exc:
-                if attempt >= retries or not can_retry_stage(exc):
+                if run >= retries or not can_retry_stage(exc):
                     raise
-                attempt += 1
+                run += 1
                 self.reuse.renew("a stage re-run fences the failed run's clients")
                 log.warning(
                     "epoch %d write stage failed (%s: %s); re-running it (retry %d of %d)",
                     jobs[0][1].plan.epoch,
                     type(exc).__name__,
                     str(exc)[:300],
-                    attempt,
+                    run,
                     retries,
                 )
 
     def _run_once(
-        self, jobs: list[Job], attempt: int, votes: VoteServer | None
+        self, jobs: list[Job], stage_run: int, votes: VoteServer | None
     ) -> list[PartitionReport]:
-        ticket = self.reuse.ticket(jobs[0][1].plan, attempt)
+        ticket = self.reuse.ticket(jobs[0][1].plan, stage_run)
         runs = [(df, replace(spec, reuse=ticket)) for df, spec in jobs]
         started = time.monotonic()
         try:
-            reports, stats = run_jobs(runs, votes, attempt, self._on_task_retry)
+            reports, stats = run_jobs(runs, votes, stage_run, self._on_task_retry)
         except BaseException:
             self.recorder.stage_ran(time.monotonic() - started, (), failed=True)
             raise

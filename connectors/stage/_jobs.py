@@ -26,7 +26,7 @@ Job = tuple[Any, TaskSpec]  # (routed DataFrame, the spec of its tasks)
 def run_jobs(
     jobs: Sequence[Job],
     votes: VoteServer | None,
-    stage_attempt: int,
+    stage_run: int,
     on_task_retry: Callable[[], None],
 ) -> tuple[list[PartitionReport], list[TaskStats]]:
     """Run every job of one stage run; return all reports (plan order) and task stats.
@@ -38,7 +38,7 @@ def run_jobs(
     if votes is None:
         return _run_all(jobs, on_task_retry, None)
     plan = jobs[0][1].plan
-    with votes.voting(plan, stage_attempt) as ticket:
+    with votes.voting(plan, stage_run) as ticket:
         voting = [(df, replace(spec, votes=ticket)) for df, spec in jobs]
         return _run_all(voting, on_task_retry, lambda: votes.close_round(ticket))
 

@@ -56,11 +56,11 @@ class ReuseTicket:
 
     generation: str
     plan_attempt: int = 0
-    stage_attempt: int = 0
+    stage_run: int = 0
 
     def may_reuse(self, task_attempt: int) -> bool:
         """Rule 1: True only for the first attempt of everything."""
-        return task_attempt == 0 and self.stage_attempt == 0 and self.plan_attempt == 0
+        return task_attempt == 0 and self.stage_run == 0 and self.plan_attempt == 0
 
     def decide(
         self,
@@ -104,7 +104,7 @@ class ReusePolicy:
         self._generation = _new_generation()
         log.debug("new client generation (%s)", why)
 
-    def ticket(self, plan: EpochPlan, stage_attempt: int) -> ReuseTicket:
+    def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
         """Return the ticket of one run of ``plan``'s write stage.
 
         A change of parallelism renews the generation first: the shrink's lingering-abort
@@ -114,4 +114,4 @@ class ReusePolicy:
             if self._parallelism is not None:
                 self.renew(f"parallelism {self._parallelism} -> {plan.parallelism}")
             self._parallelism = plan.parallelism
-        return ReuseTicket(self._generation, plan.attempt, stage_attempt)
+        return ReuseTicket(self._generation, plan.attempt, stage_run)

@@ -118,7 +118,7 @@ def test_client_side_timeout_is_the_same_typed_error(server):
         gather_votes(ticket, yes(0), reply_timeout_s=0.3)
 
 
-def test_newer_stage_attempt_replaces_the_round_and_rejects_the_older(server):
+def test_newer_stage_run_replaces_the_round_and_rejects_the_older(server):
     p = plan(2)
     first = server.open_round(p, 0)
     waiting = Task(first, yes(0))
@@ -193,7 +193,7 @@ def test_oversize_message_is_refused_without_reading_it(server):
                 "sink_id": "sink-a",
                 "epoch": 7,
                 "plan_attempt": 0,
-                "stage_attempt": 0,
+                "stage_run": 0,
                 "token": "x",
                 "vote": {"epoch": "7"},
             }

@@ -12,9 +12,9 @@ Protocol of one round (one run of the write stage of one epoch):
    :class:`VoteTicket` (address, round key, ``parallelism`` P and a fresh random token),
    which travels to the tasks inside the pickled task spec;
 2. each task connects, sends one message: a 4-byte big-endian length, then compact JSON
-   ``{"v", "sink_id", "epoch", "plan_attempt", "stage_attempt", "token", "vote"}``
+   ``{"v", "sink_id", "epoch", "plan_attempt", "stage_run", "token", "vote"}``
    (JSON only: nothing received is ever unpickled), and waits for the answer;
-3. the server checks the message (size, round, stage attempt, token, epoch, partition in
+3. the server checks the message (size, round, stage run, token, epoch, partition in
    ``0..P-1``, one vote per partition; a re-sent vote of the same partition is accepted
    only if identical) and answers an error at once when a check fails;
 4. when all P votes are in, every waiting task is answered with the same full list of
@@ -24,10 +24,10 @@ Protocol of one round (one run of the write stage of one epoch):
    tasks abort. A partial set of votes is never answered;
 6. the driver closes the round when the job ends (waiting tasks get an error answer).
 
-A round is keyed by ``(sink_id, epoch, plan attempt)``; the stage attempt (the sink's own
+A round is keyed by ``(sink_id, epoch, plan attempt)``; the stage run (the sink's own
 re-run of the write stage within one call, since Spark aborts a failed barrier result
 stage instead of retrying it, and PySpark does not expose the JVM's stage attempt number
-to Python tasks) orders the rounds of one key: opening a later stage attempt closes the
+to Python tasks) orders the rounds of one key: opening a later stage run closes the
 older round, whose late votes are rejected.
 
 Not guaranteed: tasks that die after the last vote arrived may miss the answer; the

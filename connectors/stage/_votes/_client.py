@@ -73,7 +73,7 @@ def _round_fields(ticket: VoteTicket) -> dict[str, Any]:
         "sink_id": ticket.sink_id,
         "epoch": ticket.epoch,
         "plan_attempt": ticket.plan_attempt,
-        "stage_attempt": ticket.stage_attempt,
+        "stage_run": ticket.stage_run,
         "token": ticket.token,
     }
 

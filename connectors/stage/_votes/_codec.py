@@ -22,7 +22,7 @@ class VoteTicket:
     sink_id: str
     epoch: int
     plan_attempt: int
-    stage_attempt: int
+    stage_run: int
     parallelism: int
     token: str = field(repr=False)
 

@@ -74,7 +74,7 @@ class _Round:
         if known is not None and known[1] != text:
             return error_answer(
                 "rejected",
-                f"partition {vote.partition} already voted differently in this stage attempt",
+                f"partition {vote.partition} already voted differently in this stage run",
             )
         self.votes[vote.partition] = (vote, text)
         if self.result is None and len(self.votes) == t.parallelism:
@@ -225,14 +225,14 @@ class VoteServer:
             thread.join(STOP_TIMEOUT_S)
         atexit.unregister(self.close)
 
-    def open_round(self, plan: EpochPlan, stage_attempt: int) -> VoteTicket:
-        """Open the round of ``plan``'s write stage attempt ``stage_attempt``.
+    def open_round(self, plan: EpochPlan, stage_run: int) -> VoteTicket:
+        """Open the round of ``plan``'s write stage run ``stage_run``.
 
-        An open round of an older stage attempt of the same epoch and plan attempt is
+        An open round of an older stage run of the same epoch and plan attempt is
         closed (its waiting tasks get an error; its late votes are rejected).
 
         Raises:
-            VoteChannelError: not running, or ``stage_attempt`` is not newer than the open one.
+            VoteChannelError: not running, or ``stage_run`` is not newer than the open one.
 
         """
         host, port = self.address
@@ -242,23 +242,21 @@ class VoteServer:
             plan.sink_id,
             plan.epoch,
             plan.attempt,
-            stage_attempt,
+            stage_run,
             plan.parallelism,
             secrets.token_hex(16),
         )
         key = (plan.sink_id, plan.epoch, plan.attempt)
         with self._cond:
             old = self._rounds.get(key)
-            if old is not None and old.ticket.stage_attempt >= stage_attempt:
+            if old is not None and old.ticket.stage_run >= stage_run:
                 msg = (
-                    f"round {key} stage attempt {stage_attempt} is not newer than the open "
-                    f"stage attempt {old.ticket.stage_attempt}"
+                    f"round {key} stage run {stage_run} is not newer than the open "
+                    f"stage run {old.ticket.stage_run}"
                 )
                 raise VoteChannelError(msg)
             if old is not None:
-                old.broken = error_answer(
-                    "rejected", f"superseded by stage attempt {stage_attempt}"
-                )
+                old.broken = error_answer("rejected", f"superseded by stage run {stage_run}")
                 self._cond.notify_all()
             self._rounds[key] = _Round(ticket)
         return ticket
@@ -277,9 +275,9 @@ class VoteServer:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def voting(self, plan: EpochPlan, stage_attempt: int) -> Iterator[VoteTicket]:
+    def voting(self, plan: EpochPlan, stage_run: int) -> Iterator[VoteTicket]:
         """Open a round for the duration of the ``with`` block (the Spark job)."""
-        ticket = self.open_round(plan, stage_attempt)
+        ticket = self.open_round(plan, stage_run)
         try:
             yield ticket
         finally:
@@ -334,12 +332,12 @@ class VoteServer:
         if isinstance(message, dict) and message.get("op") == "claim":
             return self._claim(message)
         try:
-            key, stage_attempt, token, vote = _parse_request(message)
+            key, stage_run, token, vote = _parse_request(message)
         except (ValueError, KeyError, TypeError) as exc:
             return error_answer("malformed", f"bad vote message: {exc}")
         with self._cond:
             rnd = self._rounds.get(key)
-            refusal = _admit(rnd, key, stage_attempt, token)
+            refusal = _admit(rnd, key, stage_run, token)
             if refusal is not None or rnd is None:
                 return refusal or error_answer("rejected", "no open round")
             refusal = rnd.add(vote)
@@ -378,31 +376,28 @@ def _parse_request(message: Any) -> tuple[_RoundKey, int, str, Vote]:
         msg = f"expected a protocol version {PROTOCOL_VERSION} object"
         raise ValueError(msg)
     sink_id, epoch, attempt = message["sink_id"], message["epoch"], message["plan_attempt"]
-    stage_attempt, token = message["stage_attempt"], message["token"]
+    stage_run, token = message["stage_run"], message["token"]
     if not (
         isinstance(sink_id, str)
         and isinstance(token, str)
-        and all(isinstance(i, int) for i in (epoch, attempt, stage_attempt))
+        and all(isinstance(i, int) for i in (epoch, attempt, stage_run))
     ):
         msg = "sink_id and token must be strings; epoch and attempts integers"
         raise ValueError(msg)
-    return (sink_id, epoch, attempt), stage_attempt, token, vote_from_doc(message["vote"])
+    return (sink_id, epoch, attempt), stage_run, token, vote_from_doc(message["vote"])
 
 
-def _admit(
-    rnd: _Round | None, key: _RoundKey, stage_attempt: int, token: str
-) -> dict[str, Any] | None:
+def _admit(rnd: _Round | None, key: _RoundKey, stage_run: int, token: str) -> dict[str, Any] | None:
     """Return an error answer unless the message belongs to the open round ``rnd``."""
     if rnd is None:
         return error_answer("rejected", f"no open vote round for {key}")
-    if stage_attempt < rnd.ticket.stage_attempt:
+    if stage_run < rnd.ticket.stage_run:
         return error_answer(
             "rejected",
-            f"stage attempt {stage_attempt} is older than the open "
-            f"stage attempt {rnd.ticket.stage_attempt}",
+            f"stage run {stage_run} is older than the open stage run {rnd.ticket.stage_run}",
         )
-    if stage_attempt != rnd.ticket.stage_attempt:
-        return error_answer("rejected", f"no open round for stage attempt {stage_attempt}")
+    if stage_run != rnd.ticket.stage_run:
+        return error_answer("rejected", f"no open round for stage run {stage_run}")
     if not secrets.compare_digest(token.encode(), rnd.ticket.token.encode()):
         return error_answer("rejected", "wrong round token")
     return None
