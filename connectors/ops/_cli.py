@@ -120,7 +120,7 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--sink-id", help="also check the sink's epoch log against its markers")
     s.add_argument(
         "--composite-id",
-        help="the sink is a member of TransactionalSinks with "
+        help="the sink is a member of CompositeSink with "
         "this sink_id: its epoch log is the composite's (needs --members)",
     )
     s.add_argument("--members", type=int, help="members of that composite")

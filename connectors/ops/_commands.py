@@ -246,7 +246,7 @@ def preflight(
 class VerifySpec:
     """What ``eos verify`` checks: the topics, the records' identity, optionally the log.
 
-    ``log``: the sink's epoch log (the composite's, for a member of ``TransactionalSinks``)
+    ``log``: the sink's epoch log (the composite's, for a member of ``CompositeSink``)
     and marker topic; None checks the topics only. ``sink_id``: whose markers to read;
     ``members``: the composite's member count (None: a single sink).
     """

@@ -9,8 +9,10 @@ stage retries, recovery at start-up and slot checks. The Kafka sink
 (``connectors.kafka.KafkaSink``) is built this way. The protocol: docs/architecture.md.
 """
 
+from typing import TYPE_CHECKING
+
 from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
-from connectors.stage._composite import TransactionalSinks
+from connectors.stage._composite import CompositeSink
 from connectors.stage._connector import SimpleConnector, SinkConnector
 from connectors.stage._errors import (
     InputError,
@@ -43,6 +45,7 @@ from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedErro
 from connectors.stage._sink import TransactionalSink
 from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
 from connectors.stage._task import TaskBound, TaskInfo
+from txn._renamed import renamed_names
 
 __all__ = [
     "DEFAULT_STAGE_RETRIES",
@@ -54,6 +57,7 @@ __all__ = [
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
+    "CompositeSink",
     "EpochMetrics",
     "InputError",
     "InputPlan",
@@ -82,7 +86,6 @@ __all__ = [
     "TaskSlots",
     "TaskStats",
     "TransactionalSink",
-    "TransactionalSinks",
     "VoteChannelError",
     "VoteRejectedError",
     "VoteTimeoutError",
@@ -92,3 +95,9 @@ __all__ = [
     "task_slots",
     "wait_for_task_slots",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if TYPE_CHECKING:
+    TransactionalSinks = CompositeSink
+else:
+    __getattr__ = renamed_names(__name__, {"TransactionalSinks": "CompositeSink"})

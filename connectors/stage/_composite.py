@@ -1,4 +1,4 @@
-"""``TransactionalSinks``: one epoch across several sinks (Kafka and PostgreSQL, say).
+"""``CompositeSink``: one epoch across several sinks (Kafka and PostgreSQL, say).
 
 One coordinator, one epoch log, one plan: the members' write partitions are the plan's
 partitions one after the other (``txn.CompositeResource``), every member's write tasks
@@ -28,7 +28,7 @@ from connectors.stage._sink import Select, TransactionalSink, _Member
 from txn import ConfigError, EpochLog, FileEpochLog
 
 
-class TransactionalSinks(TransactionalSink):
+class CompositeSink(TransactionalSink):
     """Several sinks as one ``foreachBatch`` callable, committing each epoch together.
 
     ``sinks``: the member sinks, or ``(sink, select)`` pairs where ``select`` turns the
@@ -58,7 +58,7 @@ class TransactionalSinks(TransactionalSink):
     ) -> None:
         members = [_Member(*_split(s)) for s in sinks]
         if not members:
-            msg = "TransactionalSinks needs at least one member sink"
+            msg = "CompositeSink needs at least one member sink"
             raise ConfigError(msg)
         opts = StageOptions(**options)
         for member in members:
@@ -119,11 +119,11 @@ class SelectColumns:
 
 def _split(item: TransactionalSink | tuple[TransactionalSink, Select]) -> tuple[Any, Any]:
     if isinstance(item, tuple) and len(item) != 2:  # a (sink, select) pair
-        msg = f"a member of TransactionalSinks is a sink or a (sink, select) pair, got {item!r}"
+        msg = f"a member of CompositeSink is a sink or a (sink, select) pair, got {item!r}"
         raise ConfigError(msg)
     sink, select = item if isinstance(item, tuple) else (item, None)
-    if isinstance(sink, TransactionalSinks) or not isinstance(sink, TransactionalSink):
-        msg = f"members of TransactionalSinks are single sinks (KafkaSink, ...), got {sink!r}"
+    if isinstance(sink, CompositeSink) or not isinstance(sink, TransactionalSink):
+        msg = f"members of CompositeSink are single sinks (KafkaSink, ...), got {sink!r}"
         raise ConfigError(msg)
     return sink.connector, _select(sink.sink_id, select)
 

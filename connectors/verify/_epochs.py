@@ -135,7 +135,7 @@ class _MemberHistory:
 
 
 def member_history(history: HistoryLike, members: int) -> HistoryLike:
-    """Return the epoch log of a composite sink (``TransactionalSinks``) as one member sees it.
+    """Return the epoch log of a composite sink (``CompositeSink``) as one member sees it.
 
     For a composite of ``members`` members with the same parallelism each (a plan of
     parallelism ``P`` gives every member ``P / members`` write partitions, numbered from 0

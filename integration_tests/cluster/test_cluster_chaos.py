@@ -3,7 +3,7 @@
 Same query, input and checks as ``integration_tests/e2e`` (100 records per epoch, 12 keys,
 verified by ``connectors.verify``), run as a Spark application on the session's
 cluster: two workers of one core, so write tasks run in two executor JVMs. Every epoch goes
-to both sinks at once (``sink="kafka+postgres"``, one ``TransactionalSinks`` epoch): the topic
+to both sinks at once (``sink="kafka+postgres"``, one ``CompositeSink`` epoch): the topic
 through ``KafkaSink`` and a table through ``PostgresSink`` (two-phase commit when aligned, the
 idempotency table when unaligned). Aligned mode gives each sink one write partition, so the
 barrier stage's two tasks fit the cluster's two slots; unaligned mode gives each two. The faults come from outside the

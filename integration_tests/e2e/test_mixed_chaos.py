@@ -1,7 +1,7 @@
 """End-to-end chaos test of one epoch across Kafka and PostgreSQL (``sink="kafka+postgres"``).
 
 The query writes every micro-batch to the output topic and to the table in one epoch
-(``TransactionalSinks``: Kafka commits in its tasks, PostgreSQL is prepared and committed by
+(``CompositeSink``: Kafka commits in its tasks, PostgreSQL is prepared and committed by
 the coordinator only after every Kafka partition committed). The whole application is
 SIGKILLed in the middle of an epoch, with the topic side partly committed; at the restart
 the table must not show an epoch the topic does not fully hold, and after recovery both

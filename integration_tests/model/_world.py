@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from connectors.stage import TransactionalSinks
+from connectors.stage import CompositeSink
 from connectors.testing import FaultPlan
 from integration_tests.conftest import wait_for_topic
 from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed
@@ -139,7 +139,7 @@ class World:
                 self.servers.bootstrap, self.topic, sink_id=f"{self.name}-k", parallelism=1
             )
             table = self._table_sink(parallelism=1)
-            return TransactionalSinks(
+            return CompositeSink(
                 [(kafka, _to_kafka), (table, _to_table)], sink_id=f"{self.name}-c", **opts
             )
         if self.kind.kafka:

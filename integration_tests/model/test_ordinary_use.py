@@ -1,7 +1,7 @@
 """A model-based test of ordinary use: random sequences of what users do every day.
 
 Hypothesis' stateful testing drives one sink of each kind (Kafka aligned/unaligned,
-PostgreSQL two-phase/idempotency table, ``TransactionalSinks`` over both) through a real
+PostgreSQL two-phase/idempotency table, ``CompositeSink`` over both) through a real
 streaming query (a JSON file source, one file per micro-batch) and checks the output
 against a simple model after every step. The steps: batches of 0 rows (an empty file, or
 rows a filter drops), 1 row and many (also all with one key, so one write partition gets

@@ -361,7 +361,7 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
 @pytest.mark.spark
 def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys):
     from connectors.kafka import KafkaSink
-    from connectors.stage import TransactionalSinks
+    from connectors.stage import CompositeSink
 
     source, out_a, out_b = (
         new_topic("eos-cmp-in", 1),
@@ -391,9 +391,7 @@ def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, 
         )
         for n, out in (("a", out_a), ("b", out_b))
     ]
-    sink = TransactionalSinks(
-        [(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite
-    )
+    sink = CompositeSink([(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite)
     for epoch in range(2):
         sink(df.where(f"seq >= {15 * epoch} AND seq < {15 * (epoch + 1)}"), epoch)
     assert sink.metrics()[-1].member_rows == {f"{composite}-a": 15, f"{composite}-b": 15}

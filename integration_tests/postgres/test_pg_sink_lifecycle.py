@@ -16,7 +16,7 @@ import pytest
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresEpochLog, PostgresSink, SinkInUseError
-from connectors.stage import TransactionalSinks
+from connectors.stage import CompositeSink
 from integration_tests.postgres._queries import (
     PER_FILE,
     create_table,
@@ -210,7 +210,7 @@ def test_closing_a_composite_closes_its_member_sinks(
     table = make()
     table(df, 0)  # used on its own first: it holds its own epoch log
     kafka = KafkaSink(kafka_bootstrap, new_topic("life", 1), f"{schema}-k", parallelism=1)
-    with TransactionalSinks(
+    with CompositeSink(
         [
             (kafka, lambda d: d.selectExpr("CAST(id AS STRING) AS value")),
             (table, lambda d: d.select("id", "v")),

@@ -17,7 +17,7 @@ import pytest
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from connectors.stage import TransactionalSink, TransactionalSinks
+from connectors.stage import CompositeSink, TransactionalSink
 from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed
 from integration_tests.postgres._queries import (
     create_table,
@@ -142,7 +142,7 @@ def test_composite_starts_over_after_a_new_checkpoint(
     create_table(pg, schema)
     topic, sink_id = new_topic("so", 2), f"so-{uuid.uuid4().hex[:8]}"
 
-    def make(**options: Any) -> TransactionalSinks:
+    def make(**options: Any) -> CompositeSink:
         # One write task each: aligned mode runs both members' tasks at once on local[2].
         kafka = (KafkaSink(kafka_bootstrap, topic, f"{sink_id}-k", parallelism=1), to_kafka)
         table = (
@@ -157,7 +157,7 @@ def test_composite_starts_over_after_a_new_checkpoint(
             to_table,
         )
         members = [kafka, table] if first == "kafka" else [table, kafka]
-        return TransactionalSinks(members, sink_id=sink_id, **options)
+        return CompositeSink(members, sink_id=sink_id, **options)
 
     start_over_scenario(spark, tmp_path, epochs, make)
     rows = expected_rows(epochs)

@@ -1,4 +1,4 @@
-"""One epoch across Kafka and PostgreSQL (``TransactionalSinks``), through real Spark.
+"""One epoch across Kafka and PostgreSQL (``CompositeSink``), through real Spark.
 
 Invariants checked after every step: the table never shows an epoch the topic does not
 fully hold; once recovered, both hold exactly the same epochs, every row once; nothing of
@@ -19,7 +19,7 @@ from psycopg import sql
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from connectors.stage import TransactionalSinks
+from connectors.stage import CompositeSink
 from connectors.testing import FaultPlan
 from integration_tests.kafka_sink._support import (
     lso_reaches_high_watermark,
@@ -62,7 +62,7 @@ class World:
             )
         )
 
-    def sink(self, table_select: Any = to_table, **options: Any) -> TransactionalSinks:
+    def sink(self, table_select: Any = to_table, **options: Any) -> CompositeSink:
         # One write task each: aligned mode runs both members' tasks at once on local[2].
         kafka = KafkaSink(self.kafka, self.topic, f"{self.sink_id}-k", parallelism=1)
         table = PostgresSink(
@@ -73,7 +73,7 @@ class World:
             control_schema=self.schema,
             parallelism=1,
         )
-        return TransactionalSinks(
+        return CompositeSink(
             [(kafka, to_kafka), (table, table_select)],
             sink_id=self.sink_id,
             epoch_log=self.tmp / "epochs.log",

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from connectors.stage import TransactionalSink, TransactionalSinks
+from connectors.stage import CompositeSink, TransactionalSink
 from integration_tests.kafka_sink._support import (
     lso_reaches_high_watermark,
     read_committed,
@@ -165,7 +165,7 @@ def test_transactional_sinks_commit_empty_epochs(
         parallelism=1,
         commit_protocol="two-phase",
     )
-    sink = TransactionalSinks(
+    sink = CompositeSink(
         [(kafka, to_kafka), (table, to_table)],
         sink_id=name,
         epoch_log=tmp_path / "epochs.log",
@@ -210,7 +210,7 @@ def test_transactional_sinks_commit_when_one_member_gets_no_row(
         commit_protocol="two-phase",
     )
     small = lambda df: to_table(df.filter("id < 1000"))  # a select function
-    sink = TransactionalSinks(
+    sink = CompositeSink(
         [(kafka, to_kafka), (table, small)],
         sink_id=name,
         epoch_log=tmp_path / "epochs.log",

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from connectors.kafka import KafkaSink
-from connectors.stage import TransactionalSinks
+from connectors.stage import CompositeSink
 from connectors.stage._composite import SelectColumns
 from connectors.stage._listener import source_name
 from connectors.stage._metrics import EpochRecorder
@@ -24,16 +24,16 @@ def test_a_select_that_is_neither_a_function_nor_column_names_fails_at_construct
     select: object,
 ) -> None:
     with pytest.raises(ConfigError, match="select of member 'm-k' must be a function"):
-        TransactionalSinks([(member("m-k"), select)], sink_id="m")  # type: ignore[list-item]
+        CompositeSink([(member("m-k"), select)], sink_id="m")  # type: ignore[list-item]
 
 
 def test_a_pair_must_have_two_parts() -> None:
     with pytest.raises(ConfigError, match="sink or a \\(sink, select\\) pair"):
-        TransactionalSinks([(member("m-k"), None, None)], sink_id="m")  # type: ignore[list-item]
+        CompositeSink([(member("m-k"), None, None)], sink_id="m")  # type: ignore[list-item]
 
 
 def test_column_names_become_a_picklable_projection() -> None:
-    sinks = TransactionalSinks(
+    sinks = CompositeSink(
         [(member("m-k"), ["key", "value"]), (member("m-j"), lambda df: df)], sink_id="m"
     )
     select = sinks._members[0].select

@@ -18,7 +18,7 @@ Three sinks (``PipelineConfig.sink``, built by :func:`build_sink`):
 * ``"postgres"``: ``PostgresSink`` into ``postgres_table`` (the rows of
   ``connectors.demo.app._tables``: the table is created by the caller, with
   :func:`create_table`); ``output_topic`` is not used;
-* ``"kafka+postgres"``: both in one epoch (``connectors.stage.TransactionalSinks``, sink id
+* ``"kafka+postgres"``: both in one epoch (``connectors.stage.CompositeSink``, sink id
   ``sink_id``; the members are ``{sink_id}-kafka`` and ``{sink_id}-pg``, see
   :func:`member_ids`), each with ``parallelism`` write partitions.
 
@@ -228,14 +228,14 @@ def build_sink(cfg: PipelineConfig) -> Any:
         return _kafka_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
     if cfg.sink == SINK_POSTGRES:
         return _postgres_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
-    from connectors.stage import TransactionalSinks
+    from connectors.stage import CompositeSink
 
     kafka_id, pg_id = member_ids(cfg.sink_id)
     members = [
         _kafka_sink(cfg, kafka_id, guarantee=cfg.guarantee),
         (_postgres_sink(cfg, pg_id, guarantee=cfg.guarantee), _table_rows_of(cfg)),
     ]
-    return TransactionalSinks(members, sink_id=cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
+    return CompositeSink(members, sink_id=cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
 
 
 def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:

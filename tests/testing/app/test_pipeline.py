@@ -130,7 +130,7 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
     from connectors.demo.app import build_sink, member_ids
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
-    from connectors.stage import TransactionalSinks
+    from connectors.stage import CompositeSink
 
     kafka = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s1"))
     assert isinstance(kafka, KafkaSink)
@@ -158,7 +158,7 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
             "h:1", "/in", "/ck", "out", "s3", sink="kafka+postgres", mode="unaligned", **PG
         )
     )
-    assert isinstance(both, TransactionalSinks)
+    assert isinstance(both, CompositeSink)
     assert both.sink_id == "s3"
     assert both.connector.sink_id == member_ids("s3")[0]  # the Kafka member comes first
 
