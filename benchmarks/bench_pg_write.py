@@ -53,7 +53,7 @@ from connectors.postgres import (
 from connectors.postgres._control import ensure_control_tables, load_table_name, qualified
 from connectors.postgres._writer import ensure_load_table
 from connectors.stage import HASH_COLUMN, ArrowPartition
-from txn import Coordinator, InProcessChannel
+from txn import Coordinator, InProcessExecutor
 
 RESULTS = Path(__file__).parent / "results"
 BATCH_ROWS = 10_000  # rows per Arrow batch, like a Spark Arrow batch
@@ -160,12 +160,12 @@ def run_epoch(dsn: str, protocol: str, batches: list[pa.RecordBatch]) -> None:
         resource = resource.with_layout(layout)
         coordinator = Coordinator(log, resource, sink_id=cfg.sink_id)
         coordinator.recover()
-        channel = InProcessChannel(
+        executor = InProcessExecutor(
             resource, lambda plan, p: ArrowPartition(parts[p].to_batches(max_chunksize=BATCH_ROWS))
         )
         history = log.load()
         epoch = (history.max_epoch() or -1) + 1
-        coordinator.run_epoch(epoch, PARTITIONS, channel)
+        coordinator.run_epoch(epoch, PARTITIONS, executor)
 
 
 def measure(dsn: str, variant: str, rows: int) -> float:

@@ -6,13 +6,14 @@ See docs/architecture.md for the protocol. The pieces:
 * :class:`Participant` / :class:`Resource` - what a sink implements (task / driver side);
 * :class:`EpochLog` / :class:`FileEpochLog` / :class:`EpochHistory` - the write-ahead log;
 * :func:`run_partition` - the task-side driver; :class:`Coordinator` - the driver side;
-* :class:`InProcessChannel` - a thread-based write stage for tests and the demo;
+* :class:`InProcessExecutor` - runs the write stage in threads, for tests and the demo;
 * :class:`CompositeResource` - one epoch across several resources (Kafka and PostgreSQL);
 * ``encode_record`` / ``decode_record`` and the lower-level ``seal`` / ``unseal`` /
   ``record_from_body`` / ``corrupt_error`` - the record format, for EpochLog implementations.
 """
 
-from txn._channel import InProcessChannel, VoteHook
+from typing import TYPE_CHECKING
+
 from txn._codec import (
     FORMAT_VERSION,
     corrupt_error,
@@ -43,6 +44,7 @@ from txn._errors import (
     TxnError,
     can_retry_stage,
 )
+from txn._executor import InProcessExecutor, VoteHook
 from txn._history import EpochEntry, EpochHistory, check_next_record
 from txn._log import DEFAULT_RETAIN_EPOCHS, EpochLog, FileEpochLog
 from txn._model import (
@@ -64,6 +66,7 @@ from txn._model import (
     VoteKind,
 )
 from txn._outcome import EpochResult, RecoveryReport
+from txn._renamed import renamed_names
 from txn._state import EpochState
 from txn._steps import CoordinatorStep, TaskStep
 from txn._task import Gather, TaskHooks, run_partition
@@ -96,7 +99,7 @@ __all__ = [
     "Gather",
     "Guarantee",
     "IllegalTransitionError",
-    "InProcessChannel",
+    "InProcessExecutor",
     "LogRecord",
     "Marker",
     "Member",
@@ -127,3 +130,9 @@ __all__ = [
     "seal",
     "unseal",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if TYPE_CHECKING:
+    InProcessChannel = InProcessExecutor
+else:
+    __getattr__ = renamed_names(__name__, {"InProcessChannel": "InProcessExecutor"})

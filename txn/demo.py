@@ -26,9 +26,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from txn._channel import InProcessChannel
 from txn._coordinator import Coordinator
 from txn._errors import EpochAbortedError, ParticipantError
+from txn._executor import InProcessExecutor
 from txn._log import FileEpochLog
 from txn._model import CommitMode, EpochPlan, Resource
 from txn._steps import CoordinatorStep, TaskStep
@@ -146,14 +146,14 @@ def _run_kind(kind: str, mode: CommitMode, epochs: int, rng: random.Random) -> l
                         hooks=injector.coordinator,
                     )
                     coordinator.recover()
-                    channel = InProcessChannel(
+                    executor = InProcessExecutor(
                         resource,
                         lambda plan, p: OnePassRows(
                             partition_rows(rows_of(plan.epoch), plan.parallelism)[p]
                         ),
                         task_hooks=injector.task,
                     )
-                    result = coordinator.run_epoch(epoch, PARALLELISM, channel)
+                    result = coordinator.run_epoch(epoch, PARALLELISM, executor)
                     attempt = result.plan.attempt if result.plan else attempt
                     break
                 except (SimulatedCrash, EpochAbortedError, ParticipantError):

@@ -146,7 +146,7 @@ def test_aligned_mode_deadlocks_on_the_database_write_lock(tmp_path: Path) -> No
     """Why the config refuses aligned mode: every partition's transaction waits for the vote
     holding SQLite's only write lock, so the others time out and the epoch can never commit."""
     from connectors.examples.sqlite import SqliteWriteError
-    from txn import Coordinator, InProcessChannel
+    from txn import Coordinator, InProcessExecutor
 
     world = SqliteWorld(tmp_path)
     world.create_table()
@@ -158,7 +158,7 @@ def test_aligned_mode_deadlocks_on_the_database_write_lock(tmp_path: Path) -> No
     with FileEpochLog(tmp_path / "aligned.log", sink_id="s") as log:
         coordinator = Coordinator(log, resource, sink_id="s", mode=CommitMode.ALIGNED)
         with pytest.raises(SqliteWriteError) as info:
-            coordinator.run_epoch(0, 3, InProcessChannel(resource, world.rows_for))
+            coordinator.run_epoch(0, 3, InProcessExecutor(resource, world.rows_for))
     assert info.value.code is not None and info.value.code & 0xFF == sqlite3.SQLITE_BUSY
     with sqlite3.connect(cfg.path) as db:
         assert db.execute("SELECT count(*) FROM t").fetchone() == (0,)

@@ -126,11 +126,11 @@ def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
     world.run_epoch(0)
     assert world.coordinator is not None
     with pytest.raises(EpochAbortedError, match=r"partitions \[0\]"):
-        world.coordinator.run_epoch(1, world.parallelism, world.channel())
+        world.coordinator.run_epoch(1, world.parallelism, world.executor())
     world.store.fail_write(1, 0)
     for _ in range(2):  # the redo fails: the decision stays, the commits stay
         with pytest.raises(ParticipantError, match="injected write failure"):
-            world.coordinator.run_epoch(1, world.parallelism, world.channel())
+            world.coordinator.run_epoch(1, world.parallelism, world.executor())
         history = world.history()
         assert history.state(1) is EpochState.COMMIT_DECIDED
         decision = history.decision(1)
@@ -138,7 +138,7 @@ def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
     assert sorted(c.partition for c in world.store.commits if c.epoch == 1) == [1, 2]
     assert world.store.dangling() == []
     world.store.heal_write(1, 0)
-    assert world.coordinator.run_epoch(1, world.parallelism, world.channel()).committed
+    assert world.coordinator.run_epoch(1, world.parallelism, world.executor()).committed
     world.run_epochs(3)
     world.check_exactly_once(3)
 
@@ -150,7 +150,7 @@ def test_recover_leaves_lost_partitions_for_the_replay(tmp_path: Path) -> None:
     world.run_epoch(0)
     assert world.coordinator is not None
     with pytest.raises(BaseException, match="crash at"):
-        world.coordinator.run_epoch(1, world.parallelism, world.channel())
+        world.coordinator.run_epoch(1, world.parallelism, world.executor())
     world.crash()
     coordinator = world.start()  # recover() in start(): commits 0 and 1, leaves 2
     assert coordinator.recover().awaiting_replay == (1,)

@@ -21,7 +21,7 @@ from txn import (
     EpochResult,
     FileEpochLog,
     Guarantee,
-    InProcessChannel,
+    InProcessExecutor,
     Marker,
     NonDeterministicReplayError,
     Participant,
@@ -61,7 +61,7 @@ def _crash_epoch_one(world: MemoryWorld, crash: Crash) -> None:
     world.crashes = [crash]
     assert world.coordinator is not None
     with pytest.raises(BaseException, match="crash at"):
-        world.coordinator.run_epoch(1, world.parallelism, world.channel())
+        world.coordinator.run_epoch(1, world.parallelism, world.executor())
     world.crash()
 
 
@@ -71,7 +71,7 @@ def test_non_deterministic_replay_is_detected(tmp_path: Path, mode: CommitMode) 
     _crash_epoch_one(world, Crash("task", TaskStep.DECIDED, partition=1))
     coordinator = world.start()
     assert world.resource is not None
-    changed = InProcessChannel(
+    changed = InProcessExecutor(
         world.resource,
         lambda plan, p: OnePassRows(partition_rows([*epoch_rows(1), "extra"], plan.parallelism)[p]),
     )
@@ -114,7 +114,7 @@ def test_fingerprint_change_while_in_doubt_is_refused(tmp_path: Path) -> None:
         coordinator = Coordinator(log, resource, sink_id=SINK)
         coordinator.recover()
         with pytest.raises(PlanMismatchError, match="sink configuration changed"):
-            coordinator.run_epoch(1, 3, InProcessChannel(resource, lambda plan, p: []))
+            coordinator.run_epoch(1, 3, InProcessExecutor(resource, lambda plan, p: []))
     world.run_epochs(3)  # with the old configuration it completes
     world.check_exactly_once(3)
 
@@ -125,11 +125,11 @@ def test_fingerprint_change_after_two_phase_rollback_is_allowed(tmp_path: Path) 
     with FileEpochLog(world.log_path, sink_id=SINK) as log:
         resource = world.new_resource(fingerprint="v2")
         coordinator = Coordinator(log, resource, sink_id=SINK)  # no recover(): run_epoch resolves
-        channel = InProcessChannel(
+        executor = InProcessExecutor(
             resource,
             lambda plan, p: OnePassRows(partition_rows(epoch_rows(1), plan.parallelism)[p]),
         )
-        result = coordinator.run_epoch(1, 3, channel)
+        result = coordinator.run_epoch(1, 3, executor)
         assert result.committed and result.plan is not None
         assert result.plan.fingerprint == "v2" and result.plan.attempt == 1
     assert sorted(world.store.rows_by_epoch()[1]) == sorted(epoch_rows(1))
@@ -208,7 +208,7 @@ def test_a_no_vote_aborts_or_leaves_the_epoch_in_doubt(
     world.store.fail_writes.add((1, 1))
     assert world.coordinator is not None
     with pytest.raises(ParticipantError, match="injected write failure"):
-        world.coordinator.run_epoch(1, 3, world.channel())
+        world.coordinator.run_epoch(1, 3, world.executor())
     committed_p = {c.partition for c in world.store.commits if c.epoch == 1}
     if mode is CommitMode.ALIGNED or kind == PG_LIKE:
         assert committed_p == set()  # nobody committed: the vote was gathered / not decided
@@ -230,7 +230,7 @@ def test_mixed_epoch_commits_the_prepared_side_only_after_the_task_side(
     store.fail_writes.add((1, 1))  # local partition 1 of the failing member
     assert world.coordinator is not None
     with pytest.raises(ParticipantError, match="injected write failure"):
-        world.coordinator.run_epoch(1, world.parallelism, world.channel())
+        world.coordinator.run_epoch(1, world.parallelism, world.executor())
     kafka_epoch1 = {c.partition for c in world.store.commits if c.epoch == 1}
     assert [c for c in world.pg_store.commits if c.epoch == 1] == []  # the table: nothing
     assert world.pg_store.dangling() == []  # and nothing left prepared
@@ -257,12 +257,12 @@ def test_aligned_abort_reports_the_culprit(tmp_path: Path) -> None:
     store = MemoryStore()
     store.fail_writes.add((0, 2))
     resource = CommitInTaskResource(store)
-    channel = InProcessChannel(resource, lambda plan, p: [f"r{p}"])
+    executor = InProcessExecutor(resource, lambda plan, p: [f"r{p}"])
     plan = EpochPlan(SINK, 0, 3, "v1")
     with pytest.raises(ParticipantError, match="injected"):
-        channel(plan)
+        executor(plan)
     assert store.commits == [] and store.dangling() == []
-    run = InProcessChannel(resource, lambda plan, p: [f"r{p}"])
+    run = InProcessExecutor(resource, lambda plan, p: [f"r{p}"])
     store.fail_writes.clear()
     reports = run(plan)
     assert [r.outcome for r in reports] == [PartitionOutcome.COMMITTED] * 3
@@ -508,10 +508,10 @@ def test_mixed_epoch_without_every_task_side_commit_logs_no_decision(tmp_path: P
     # the coordinator to commit the prepared side.
     world = MemoryWorld(tmp_path, MIXED)
     coordinator = world.start()
-    channel = world.channel()
+    executor = world.executor()
 
     def execute(plan: EpochPlan) -> Sequence[PartitionReport]:
-        reports = list(channel(plan))
+        reports = list(executor(plan))
         reports[1] = PartitionReport(plan.epoch, 1, PartitionOutcome.ABORTED, error="lost")
         return reports
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple
 
-from txn._channel import InProcessChannel
 from txn._coordinator import Coordinator
 from txn._errors import EpochAbortedError, ParticipantError, TxnError
+from txn._executor import InProcessExecutor
 from txn._history import EpochHistory
 from txn._log import EpochLog
 from txn._model import CommitMode, EpochPlan, Guarantee, Resource, Rows, Vote
@@ -213,7 +213,7 @@ class CrashWorld(abc.ABC, Generic[Rows]):
     :meth:`run_epoch` runs an epoch like Spark: a crash, an aborted epoch or any error
     the stage would retry (``txn.can_retry_stage``) kills the driver (:meth:`crash`), a
     new one starts and replays the epoch; an error no re-run can fix is raised.
-    The write stage is :class:`txn.InProcessChannel` (a thread per partition).
+    The write stage runs in :class:`txn.InProcessExecutor` (a thread per partition).
     """
 
     mode: CommitMode = CommitMode.ALIGNED
@@ -301,14 +301,16 @@ class CrashWorld(abc.ABC, Generic[Rows]):
         for crash in self.crashes:
             crash.maybe_fire("vote", None, vote.epoch, None)
 
-    def channel(self) -> InProcessChannel[Rows]:
-        """Return the write stage of the running driver (call :meth:`start` first)."""
+    def executor(self) -> InProcessExecutor[Rows]:
+        """Return the write stage's executor of the running driver (call :meth:`start` first)."""
         if self.resource is None:
             msg = "no driver is running: call start() first"
             raise RuntimeError(msg)
-        return InProcessChannel(
+        return InProcessExecutor(
             self.resource, self.rows_for, task_hooks=self._task_hook, vote_hook=self._vote_hook
         )
+
+    channel = executor  # the name before the renames of docs/upgrading.md
 
     # -- driving ---------------------------------------------------------------------
     def run_epoch(self, epoch: int) -> EpochResult:
@@ -316,7 +318,7 @@ class CrashWorld(abc.ABC, Generic[Rows]):
         while True:
             try:
                 coordinator = self.coordinator or self.start()
-                return coordinator.run_epoch(epoch, self.parallelism, self.channel())
+                return coordinator.run_epoch(epoch, self.parallelism, self.executor())
             except (SimulatedCrash, EpochAbortedError, ParticipantError):
                 self.crash()
             except TxnError as exc:

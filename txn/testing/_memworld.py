@@ -2,7 +2,7 @@
 
 Durable: the epoch log file and the :class:`MemoryStore` (the external system; ``MIXED``:
 one per member). In-process (dropped at every crash): the :class:`FileEpochLog` handle,
-the resource, the coordinator, the channel. How a connector writes its own world:
+the resource, the coordinator, the executor. How a connector writes its own world:
 :class:`CrashWorld`.
 """
 

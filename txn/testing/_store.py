@@ -1,7 +1,7 @@
 """The external system of the protocol tests: a store of committed rows and markers.
 
 A :class:`MemoryStore` plays Kafka or PostgreSQL: it survives a simulated crash, while
-every in-process object (coordinator, participants, channel) is dropped. Participants
+every in-process object (coordinator, participants, executor) is dropped. Participants
 talk to it only through its methods, so the same participants work against a store
 served to other processes (``_remote``), for example Spark's Python workers.
 """

@@ -1,4 +1,4 @@
-"""An in-process vote channel: runs every write partition of an epoch in its own thread."""
+"""An in-process executor of the write stage: every write partition of an epoch in its own thread."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from txn._task import TaskHooks, run_partition
 VoteHook = Callable[[Vote, int], None]
 
 
-class InProcessChannel(Generic[Rows]):
+class InProcessExecutor(Generic[Rows]):
     """``execute`` implementation for :meth:`~txn.Coordinator.run_epoch` using threads.
 
     1. one thread per partition runs :func:`~txn.run_partition` with
@@ -65,8 +65,8 @@ class InProcessChannel(Generic[Rows]):
 class _Run(Generic[Rows]):
     """State of one execution of one plan."""
 
-    def __init__(self, channel: InProcessChannel[Rows], plan: EpochPlan) -> None:
-        self.channel = channel
+    def __init__(self, executor: InProcessExecutor[Rows], plan: EpochPlan) -> None:
+        self.executor = executor
         self.plan = plan
         self.barrier = threading.Barrier(plan.parallelism, timeout=GATHER_TIMEOUT_S)
         self.lock = threading.Lock()
@@ -80,12 +80,12 @@ class _Run(Generic[Rows]):
         aligned = self.plan.mode is CommitMode.ALIGNED
         try:
             report = run_partition(
-                self.channel._resource,  # noqa: SLF001 - same module
+                self.executor._resource,  # noqa: SLF001 - same module
                 self.plan,
                 partition,
-                self.channel._rows_for(self.plan, partition),  # noqa: SLF001
+                self.executor._rows_for(self.plan, partition),  # noqa: SLF001
                 gather=self.gather if aligned else None,
-                hooks=self.channel._task_hooks,  # noqa: SLF001
+                hooks=self.executor._task_hooks,  # noqa: SLF001
             )
         except BaseException as exc:  # noqa: BLE001 - recorded and re-raised by result()
             with self.lock:
@@ -103,7 +103,7 @@ class _Run(Generic[Rows]):
         with self.lock:
             self.votes[vote.partition] = vote
             count = len(self.votes)
-        hook = self.channel._vote_hook  # noqa: SLF001
+        hook = self.executor._vote_hook  # noqa: SLF001
         if hook is not None:
             try:
                 hook(vote, count)
