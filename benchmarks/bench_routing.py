@@ -58,12 +58,12 @@ from connectors.stage._input import ROUTE_COLUMN
 RESULTS = Path(__file__).parent / "results"
 REFERENCE = "eos-aligned"
 BASE_VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink", "baseline", "noop")
-Prepare = Callable[[Any, Any, int], Any]  # (df, the stage's InputPlan, parallelism)
+Prepare = Callable[[Any, Any, int], Any]  # (df, the stage's InputSpec, parallelism)
 
 
-def _sql_parts(plan_in: Any) -> tuple[list[str], str, str]:
-    layout = plan_in.layout
-    names = list(plan_in.columns)
+def _sql_parts(input_spec: Any) -> tuple[list[str], str, str]:
+    layout = input_spec.layout
+    names = list(input_spec.columns)
     row_hash = "xxhash64(" + ", ".join(f"isnull({n}), {n}" for n in names) + ")"
     route = (
         "CASE WHEN key IS NOT NULL THEN xxhash64(key) ELSE xxhash64(1, value) END"
@@ -73,31 +73,31 @@ def _sql_parts(plan_in: Any) -> tuple[list[str], str, str]:
     return names, row_hash, route
 
 
-def _check(plan_in: Any) -> None:
-    if plan_in.order_by or plan_in.layout.changelog or not plan_in.layout.key:
+def _check(input_spec: Any) -> None:
+    if input_spec.order_by or input_spec.layout.changelog or not input_spec.layout.key:
         msg = "the what-if plans cover keyed rows without order_by or changelog only"
         raise ValueError(msg)
 
 
-def prepare_sql(df: Any, plan_in: Any, parallelism: int) -> Any:
+def prepare_sql(df: Any, input_spec: Any, parallelism: int) -> Any:
     """The sink's plan (same hash, same routing), built with a few py4j calls."""
-    _check(plan_in)
-    names, row_hash, route = _sql_parts(plan_in)
+    _check(input_spec)
+    names, row_hash, route = _sql_parts(input_spec)
     routed = df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}", f"{route} AS {ROUTE_COLUMN}")
     return routed.repartition(parallelism, ROUTE_COLUMN).select(*names, HASH_COLUMN)
 
 
-def prepare_key_hash(df: Any, plan_in: Any, parallelism: int) -> Any:
+def prepare_key_hash(df: Any, input_spec: Any, parallelism: int) -> Any:
     """Spark's hash partitioning of ``key``; row hash before the exchange."""
-    _check(plan_in)
-    names, row_hash, _ = _sql_parts(plan_in)
+    _check(input_spec)
+    names, row_hash, _ = _sql_parts(input_spec)
     return df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}").repartition(parallelism, "key")
 
 
-def prepare_hash_after(df: Any, plan_in: Any, parallelism: int) -> Any:
+def prepare_hash_after(df: Any, input_spec: Any, parallelism: int) -> Any:
     """Spark's hash partitioning of ``key``; row hash after the exchange."""
-    _check(plan_in)
-    names, row_hash, _ = _sql_parts(plan_in)
+    _check(input_spec)
+    names, row_hash, _ = _sql_parts(input_spec)
     return (
         df.selectExpr(*names)
         .repartition(parallelism, "key")
@@ -105,10 +105,10 @@ def prepare_hash_after(df: Any, plan_in: Any, parallelism: int) -> Any:
     )
 
 
-def prepare_no_exchange(df: Any, plan_in: Any, parallelism: int) -> Any:
+def prepare_no_exchange(df: Any, input_spec: Any, parallelism: int) -> Any:
     """Keep the upstream partitioning (``parallelism`` must equal the input partitions)."""
-    _check(plan_in)
-    names, row_hash, _ = _sql_parts(plan_in)
+    _check(input_spec)
+    names, row_hash, _ = _sql_parts(input_spec)
     return df.selectExpr(*names, f"{row_hash} AS {HASH_COLUMN}")
 
 
@@ -139,12 +139,12 @@ class WhatIfWriters(Writers):
         original = _stage_sink.route
         chosen: Prepare = WHAT_IF.get(name, original)
 
-        def counted(df: Any, plan_in: Any, parallelism: int) -> Any:
+        def counted(df: Any, input_spec: Any, parallelism: int) -> Any:
             stack = _probe.py4j_stack()
             stack.append([name, 0, 0.0])
             t0 = time.perf_counter()
             try:
-                return chosen(df, plan_in, parallelism)
+                return chosen(df, input_spec, parallelism)
             finally:
                 _, calls, _s = stack.pop()
                 self.plan_calls.setdefault(name, []).append((calls, time.perf_counter() - t0))

@@ -112,7 +112,8 @@ def run_once(
     else:  # connect and get the producer id outside the measurement, like init above
         producer.produce(cfg.topic, b"warm-up")
         producer.flush(KAFKA_TIMEOUT_S)
-    writer = impl.RecordWriter(producer, errors, impl.Layout(key=True), cfg.topic)
+    layout = getattr(impl, "RecordLayout", None) or impl.Layout  # Layout before the renames
+    writer = impl.RecordWriter(producer, errors, layout(key=True), cfg.topic)
     t0, c0 = time.perf_counter(), time.thread_time()
     writer.write(iter(batches))
     t1 = time.perf_counter()

@@ -17,7 +17,7 @@ from connectors.kafka import (
 )
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
 from connectors.kafka._sink._participant import KafkaResource
-from connectors.kafka._sink._writer import Layout
+from connectors.kafka._sink._writer import RecordLayout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.stage import start_over_offset
 from connectors.verify import (
@@ -198,7 +198,7 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
     ids = [_names.transactional_id(ref.sink_id, p) for p in range(width)]
     if not dry_run and width:
         sink = KafkaSink(ref.bootstrap, None, ref.sink_id, marker_topic=ref.marker_topic)
-        KafkaResource(sink.config, Layout()).abort_lingering(range(width))
+        KafkaResource(sink.config, RecordLayout()).abort_lingering(range(width))
     return Result(
         {
             "sink_id": ref.sink_id,

@@ -6,7 +6,7 @@
 * :func:`prepare_resource` / :class:`PostgresResource` - the ``txn.Resource``: two-phase
   commit (PREPARE TRANSACTION, COMMIT PREPARED from the coordinator) when the server
   allows it, else the idempotency table; :class:`PostgresParticipant` writes a partition;
-* :func:`describe_table` / :func:`check_input` / :class:`Layout` - target introspection
+* :func:`describe_table` / :func:`check_input` / :class:`TableLayout` - target introspection
   and the input check (errors name the column);
 * :class:`BulkWriter` - COPY (CSV from Arrow) and one merge statement per task;
 * :class:`PostgresEpochLog` - the epoch log in a table of the same database;
@@ -20,6 +20,8 @@ connector): docs/writing-a-db-connector.md; the protocol: docs/architecture.md.
 Needs psycopg, the ``postgres`` extra (``pip install 'spark-kafka-eos[postgres]'``);
 without it this import raises ``MissingExtraError`` saying so.
 """
+
+from typing import TYPE_CHECKING
 
 from connectors._extras import require
 
@@ -61,11 +63,18 @@ from connectors.postgres._resource import (
     choose_two_phase,
     prepare_resource,
 )
-from connectors.postgres._schema import ColumnInfo, Layout, TableInfo, check_input, describe_table
+from connectors.postgres._schema import (
+    ColumnInfo,
+    TableInfo,
+    TableLayout,
+    check_input,
+    describe_table,
+)
 from connectors.postgres._sink import PostgresConnector, PostgresSink
 from connectors.postgres._twophase import Gid, list_prepared, max_prepared_transactions, parse_gid
 from connectors.postgres._writer import BulkWriter
 from connectors.stage import SinkInUseError
+from txn._renamed import renamed_names
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -80,7 +89,6 @@ __all__ = [
     "InputError",
     "InputSchemaError",
     "InvalidValueError",
-    "Layout",
     "LingeringPreparedError",
     "PartitionConflictError",
     "PostgresEpochLog",
@@ -98,6 +106,7 @@ __all__ = [
     "SinkConfigError",
     "SinkInUseError",
     "TableInfo",
+    "TableLayout",
     "TableNotFoundError",
     "ValueTooLargeError",
     "WriteMode",
@@ -113,3 +122,9 @@ __all__ = [
     "read_markers",
     "to_sink_error",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if TYPE_CHECKING:
+    Layout = TableLayout
+else:
+    __getattr__ = renamed_names(__name__, {"Layout": "TableLayout"})

@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 
 from connectors.postgres._config import WriteMode
 from connectors.postgres._errors import InputSchemaError, RecordError, ValueTooLargeError
-from connectors.postgres._schema import Layout
+from connectors.postgres._schema import TableLayout
 from connectors.stage import HASH_COLUMN
 
 SEQ_COLUMN = "_eos_seq"
@@ -38,7 +38,7 @@ ALL_OPS = (*WRITTEN_OPS, "update_before")
 _CSV_OPTIONS = pacsv.WriteOptions(include_header=False, quoting_style="needed")
 
 
-def _check_columns(batch: pa.RecordBatch, layout: Layout) -> pa.RecordBatch:
+def _check_columns(batch: pa.RecordBatch, layout: TableLayout) -> pa.RecordBatch:
     names = [n for n in batch.schema.names if n not in (HASH_COLUMN, layout.op_column)]
     types = [str(batch.schema.field(n).type) for n in names]
     if tuple(names) != layout.column_names or tuple(types) != layout.arrow_types:
@@ -51,7 +51,7 @@ def _check_columns(batch: pa.RecordBatch, layout: Layout) -> pa.RecordBatch:
     return batch
 
 
-def _changelog_ops(batch: pa.RecordBatch, layout: Layout) -> tuple[pa.RecordBatch, pa.Array]:
+def _changelog_ops(batch: pa.RecordBatch, layout: TableLayout) -> tuple[pa.RecordBatch, pa.Array]:
     assert layout.op_column is not None  # noqa: S101 - changelog layouts have one
     op = batch.column(batch.schema.get_field_index(layout.op_column))
     known = pc.fill_null(pc.is_in(op, value_set=pa.array(ALL_OPS)), False)
@@ -69,7 +69,7 @@ def _changelog_ops(batch: pa.RecordBatch, layout: Layout) -> tuple[pa.RecordBatc
     return batch, op
 
 
-def _check_values(batch: pa.RecordBatch, layout: Layout) -> None:
+def _check_values(batch: pa.RecordBatch, layout: TableLayout) -> None:
     for key in layout.keys:
         nulls = batch.column(batch.schema.get_field_index(key)).null_count
         if nulls:
@@ -116,7 +116,7 @@ def hex_bytea(column: pa.Array) -> pa.Array:
     )
 
 
-def encode_batch(batch: pa.RecordBatch, layout: Layout, seq_start: int) -> tuple[bytes, int]:
+def encode_batch(batch: pa.RecordBatch, layout: TableLayout, seq_start: int) -> tuple[bytes, int]:
     """Return the CSV COPY data of ``batch`` and its number of rows (see module docstring)."""
     _check_columns(batch, layout)
     op: pa.Array | None = None

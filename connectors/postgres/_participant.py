@@ -32,7 +32,7 @@ from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import Conn, connect
 from connectors.postgres._control import advisory_key, load_table_name, qualified
 from connectors.postgres._errors import PostgresSinkError
-from connectors.postgres._schema import Layout
+from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
 from connectors.postgres._writer import BulkWriter, ensure_load_table
 from connectors.stage import ArrowPartition
@@ -82,7 +82,7 @@ class PostgresParticipant(Participant[ArrowPartition]):
     def __init__(
         self,
         cfg: PostgresSinkConfig,
-        layout: Layout,
+        layout: TableLayout,
         two_phase: bool,
         plan: EpochPlan,
         partition: int,

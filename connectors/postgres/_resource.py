@@ -42,7 +42,7 @@ from connectors.postgres._participant import (
     partition_lock_key,
     terminate_holders,
 )
-from connectors.postgres._schema import Layout
+from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
 from connectors.stage import ArrowPartition
 from txn import EpochPlan, Resource
@@ -100,14 +100,14 @@ class PostgresResource(Resource[ArrowPartition]):
 
     cfg: PostgresSinkConfig
     two_phase: bool
-    layout: Layout | None = None
+    layout: TableLayout | None = None
     completable_by_coordinator: bool = field(init=False)
 
     def __post_init__(self) -> None:
         completable = self.two_phase and self.cfg.transactional
         object.__setattr__(self, "completable_by_coordinator", completable)
 
-    def with_layout(self, layout: Layout) -> PostgresResource:
+    def with_layout(self, layout: TableLayout) -> PostgresResource:
         """Return the same resource writing rows shaped by ``layout`` (per epoch)."""
         return dataclasses.replace(self, layout=layout)
 

@@ -3,7 +3,7 @@
 :func:`describe_table` reads the catalog (columns with their base types, NOT NULL,
 defaults, generated/identity columns, varchar limits, primary and unique keys);
 :func:`check_input` compares an Arrow schema (what Spark hands to ``mapInArrow``) with it
-and returns the :class:`Layout` the write tasks use, or raises an :class:`InputError`
+and returns the :class:`TableLayout` the write tasks use, or raises an :class:`InputError`
 subclass naming the column and the fix. The type rules are in :mod:`._types`.
 """
 
@@ -98,7 +98,7 @@ def describe_table(conn: Conn, schema: str, table: str) -> TableInfo:
 
 
 @dataclass(frozen=True)
-class Layout:
+class TableLayout:
     """What a write task needs to know about the table and the input (picklable).
 
     ``columns``: the written columns in input order with their SQL types; ``keys``: the
@@ -176,8 +176,8 @@ def _resolve_keys(cfg: PostgresSinkConfig, table: TableInfo, written: list[str])
     return tuple(keys)
 
 
-def check_input(schema: pa.Schema, table: TableInfo, cfg: PostgresSinkConfig) -> Layout:
-    """Check the input's Arrow ``schema`` against ``table``; return the write :class:`Layout`.
+def check_input(schema: pa.Schema, table: TableInfo, cfg: PostgresSinkConfig) -> TableLayout:
+    """Check the input's Arrow ``schema`` against ``table``; return the write :class:`TableLayout`.
 
     Raises:
         InputSchemaError: a column is missing in the table (or a NOT NULL one in the
@@ -219,7 +219,7 @@ def check_input(schema: pa.Schema, table: TableInfo, cfg: PostgresSinkConfig) ->
     keys: tuple[str, ...] = ()
     if cfg.write_mode is not WriteMode.APPEND:
         keys = _resolve_keys(cfg, table, written)
-    return Layout(
+    return TableLayout(
         schema=table.schema,
         table=table.name,
         write_mode=cfg.write_mode,

@@ -11,8 +11,8 @@ from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._epoch_log import PostgresEpochLog
 from connectors.postgres._errors import InputSchemaError, PostgresSinkError
 from connectors.postgres._resource import PostgresResource, prepare_resource
-from connectors.postgres._schema import Layout, TableInfo, check_input, describe_table
-from connectors.stage import InputPlan, SinkConnector, TransactionalSink
+from connectors.postgres._schema import TableInfo, TableLayout, check_input, describe_table
+from connectors.stage import InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class PostgresConnector(SinkConnector):
         with connect(self.cfg, "coordinator", autocommit=True) as conn:
             return describe_table(conn, self.cfg.schema, self.cfg.table)
 
-    def check_input(self, schema: StructType) -> InputPlan:
+    def check_input(self, schema: StructType) -> InputSpec:
         """Check the DataFrame against the table (errors name the column).
 
         ``order_by`` columns that the table does not have only order the rows; the others
@@ -81,24 +81,24 @@ class PostgresConnector(SinkConnector):
                 arrow = arrow.remove(arrow.get_field_index(name))
         layout = check_input(arrow, table, self.cfg)
         shipped = layout.column_names + ((layout.op_column,) if layout.op_column else ())
-        return InputPlan(
+        return InputSpec(
             columns=shipped, route_by=layout.keys, order_by=self.cfg.order_by, layout=layout
         )
 
-    def transform(self, df: DataFrame, plan: InputPlan) -> DataFrame:
+    def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Changelog input: drop ``update_before`` rows (the after-image carries the change)."""
-        layout: Layout = plan.layout
+        layout: TableLayout = spec.layout
         if self.cfg.write_mode is not WriteMode.CHANGELOG or layout.op_column is None:
             return df
         from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 
         return df.filter(~F.col(layout.op_column).eqNullSafe(F.lit("update_before")))
 
-    def resource(self, plan: InputPlan) -> PostgresResource:
-        """Return the resource writing rows shaped by ``plan`` (after preflight)."""
+    def resource(self, spec: InputSpec) -> PostgresResource:
+        """Return the resource writing rows shaped by ``spec`` (after preflight)."""
         if self._resource is None:
             self._resource = prepare_resource(self.cfg)
-        return self._resource.with_layout(plan.layout)
+        return self._resource.with_layout(spec.layout)
 
     def open_epoch_log(self) -> EpochLog:
         """Open the epoch log table in the database (or the file log if ``epoch_log`` is set)."""

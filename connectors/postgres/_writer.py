@@ -28,14 +28,14 @@ from connectors.postgres._config import WriteMode
 from connectors.postgres._connect import Conn
 from connectors.postgres._control import qualified, run_ddl
 from connectors.postgres._encode import OP_COLUMN, SEQ_COLUMN, encode_batch
-from connectors.postgres._schema import Layout
+from connectors.postgres._schema import TableLayout
 
 
 def _idents(names: Iterable[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
-def ensure_load_table(conn: Conn, layout: Layout, control_schema: str, name: str) -> None:
+def ensure_load_table(conn: Conn, layout: TableLayout, control_schema: str, name: str) -> None:
     """Create the unlogged load table of ``layout`` if absent (autocommit connection)."""
     columns = [
         sql.SQL("{} {}").format(sql.Identifier(col), sql.SQL(type_sql))
@@ -54,7 +54,7 @@ def ensure_load_table(conn: Conn, layout: Layout, control_schema: str, name: str
     )
 
 
-def merge_statement(layout: Layout, load_table: sql.Composable) -> sql.Composed:
+def merge_statement(layout: TableLayout, load_table: sql.Composable) -> sql.Composed:
     """Return the statement moving the load table's rows into the target (upsert or changelog)."""
     target = qualified(layout.schema, layout.table)
     cols = _idents(layout.column_names)
@@ -105,7 +105,7 @@ class BulkWriter:
     Nothing is committed here; any error leaves the transaction to be rolled back.
     """
 
-    def __init__(self, conn: Conn, layout: Layout, load_table: sql.Composable | None) -> None:
+    def __init__(self, conn: Conn, layout: TableLayout, load_table: sql.Composable | None) -> None:
         if layout.write_mode is not WriteMode.APPEND and load_table is None:
             msg = f"write_mode {layout.write_mode.value!r} needs a load table"
             raise ValueError(msg)

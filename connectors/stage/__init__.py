@@ -30,7 +30,7 @@ from connectors.stage._errors import (
     VoteTimeoutError,
 )
 from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS, StepHooks
-from connectors.stage._input import InputPlan
+from connectors.stage._input import InputSpec
 from connectors.stage._listener import MetricsListener, ProgressView, offsets_lag
 from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics, TaskStats
 from connectors.stage._options import (
@@ -60,7 +60,7 @@ __all__ = [
     "CompositeSink",
     "EpochMetrics",
     "InputError",
-    "InputPlan",
+    "InputSpec",
     "InputSchemaError",
     "InsufficientSlotsError",
     "MetricsListener",
@@ -99,5 +99,8 @@ __all__ = [
 # Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
 if TYPE_CHECKING:
     TransactionalSinks = CompositeSink
+    InputPlan = InputSpec
 else:
-    __getattr__ = renamed_names(__name__, {"TransactionalSinks": "CompositeSink"})
+    __getattr__ = renamed_names(
+        __name__, {"TransactionalSinks": "CompositeSink", "InputPlan": "InputSpec"}
+    )

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from connectors.stage._input import InputPlan
+from connectors.stage._input import InputSpec
 from connectors.stage._options import StageOptions
 from connectors.stage._rows import ArrowPartition
 from txn import ConfigError, EpochLog, FileEpochLog, Resource
@@ -40,12 +40,12 @@ class SinkConnector(abc.ABC):
         """The validated options (a connector's config extends :class:`StageOptions`)."""
 
     @abc.abstractmethod
-    def check_input(self, schema: Any) -> InputPlan:
+    def check_input(self, schema: Any) -> InputSpec:
         """Check a Spark schema; raise :class:`~connectors.stage.InputSchemaError` naming the column."""
 
     @abc.abstractmethod
-    def resource(self, plan: InputPlan) -> Resource[ArrowPartition]:
-        """Return the picklable resource that writes rows shaped by ``plan``."""
+    def resource(self, spec: InputSpec) -> Resource[ArrowPartition]:
+        """Return the picklable resource that writes rows shaped by ``spec``."""
 
     @abc.abstractmethod
     def open_epoch_log(self) -> EpochLog:
@@ -64,7 +64,7 @@ class SinkConnector(abc.ABC):
         )
         raise ConfigError(msg)
 
-    def transform(self, df: Any, plan: InputPlan) -> Any:
+    def transform(self, df: Any, spec: InputSpec) -> Any:
         """Return ``df`` as the rows to route (e.g. drop changelog ``update_before`` rows)."""
         return df
 
@@ -86,7 +86,7 @@ class SimpleConnector(SinkConnector):
         self,
         sink_id: str,
         resource: Resource[ArrowPartition],
-        check_input: Callable[[Any], InputPlan],
+        check_input: Callable[[Any], InputSpec],
         epoch_log: str | os.PathLike[str],
         options: StageOptions | None = None,
     ) -> None:
@@ -106,11 +106,11 @@ class SimpleConnector(SinkConnector):
         """The stage options."""
         return self._options
 
-    def check_input(self, schema: Any) -> InputPlan:
+    def check_input(self, schema: Any) -> InputSpec:
         """Run the given schema check."""
         return self._check_input(schema)
 
-    def resource(self, plan: InputPlan) -> Resource[ArrowPartition]:
+    def resource(self, spec: InputSpec) -> Resource[ArrowPartition]:
         """Return the given resource (the same for every input shape)."""
         return self._resource
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from connectors.stage._connector import SinkConnector
-from connectors.stage._input import InputPlan, route
+from connectors.stage._input import InputSpec, route
 from connectors.stage._jobs import Job, run_jobs
 from connectors.stage._metrics import EpochRecorder
 from connectors.stage._options import StageOptions
@@ -40,14 +40,14 @@ log = logging.getLogger("connectors.stage")
 class EpochExecution:
     """The write stage of one epoch, run for the coordinator (``txn.Execute``).
 
-    ``frames`` / ``plans_in``: each member connector's rows and input plan, in member
+    ``frames`` / ``input_specs``: each member connector's rows and input spec, in member
     order; ``vote_server`` returns the driver's running vote server (None: none used).
     """
 
     options: StageOptions
     connectors: Sequence[SinkConnector]
     frames: Sequence[Any]
-    plans_in: Sequence[InputPlan]
+    input_specs: Sequence[InputSpec]
     resource: Resource[Any]
     reuse: ReusePolicy
     recorder: EpochRecorder
@@ -70,15 +70,17 @@ class EpochExecution:
     def _route(self, plan: EpochPlan, aligned: bool) -> list[Job]:
         ticket = self.reuse.ticket(plan, 0)
         jobs: list[Job] = []
-        for index, (connector, frame, plan_in) in enumerate(
-            zip(self.connectors, self.frames, self.plans_in, strict=True)
+        for index, (connector, frame, input_spec) in enumerate(
+            zip(self.connectors, self.frames, self.input_specs, strict=True)
         ):
             offset, width = _share(self.resource, plan, index)
             self.recorder.add_member(index, connector.sink_id, offset, width)
             keep = connector.options.keep_partitioning
             if keep:
                 _check_kept(frame, width, plan)
-            routed = route(connector.transform(frame, plan_in), plan_in, None if keep else width)
+            routed = route(
+                connector.transform(frame, input_spec), input_spec, None if keep else width
+            )
             hooks = connector.options.fault_plan or self.options.fault_plan
             jobs.append(
                 (
@@ -88,7 +90,7 @@ class EpochExecution:
                         plan,
                         aligned,
                         ticket,
-                        ordered=plan_in.ordered,
+                        ordered=input_spec.ordered,
                         hooks=hooks,
                         offset=offset,
                         partitions=width,

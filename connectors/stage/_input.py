@@ -1,6 +1,6 @@
 """What the stage ships to the write tasks, and how rows are routed and checksummed.
 
-A connector's schema check returns an :class:`InputPlan`; :func:`route` then turns the
+A connector's schema check returns an :class:`InputSpec`; :func:`route` then turns the
 micro-batch into exactly ``P`` write partitions (docs/architecture.md, section 9, step 4.1
 of an epoch on Spark):
 
@@ -26,7 +26,7 @@ _ORDER_PREFIX = "_eos_order_"
 
 
 @dataclass(frozen=True)
-class InputPlan:
+class InputSpec:
     """What a connector's schema check decided about the micro-batch's columns.
 
     ``columns``: shipped to the write tasks, in this order (the content hash covers them).
@@ -54,36 +54,36 @@ def _q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def routing_expressions(plan: InputPlan) -> tuple[str, str]:
+def routing_expressions(spec: InputSpec) -> tuple[str, str]:
     """Spark SQL of the content hash and of the routing hash (steps 1 and 2)."""
-    hashed = ", ".join(f"isnull({_q(n)}), {_q(n)}" for n in plan.columns)
-    fallback = ", ".join(_q(c) for c in (plan.fallback or plan.columns))
+    hashed = ", ".join(f"isnull({_q(n)}), {_q(n)}" for n in spec.columns)
+    fallback = ", ".join(_q(c) for c in (spec.fallback or spec.columns))
     by_fallback = f"xxhash64(1, {fallback})"
-    if plan.route_by:
-        present = " AND ".join(f"{_q(c)} IS NOT NULL" for c in plan.route_by)
-        keys = ", ".join(_q(c) for c in plan.route_by)
+    if spec.route_by:
+        present = " AND ".join(f"{_q(c)} IS NOT NULL" for c in spec.route_by)
+        keys = ", ".join(_q(c) for c in spec.route_by)
         routing = f"CASE WHEN {present} THEN xxhash64({keys}) ELSE {by_fallback} END"
     else:
         routing = by_fallback
     return f"xxhash64({hashed})", routing
 
 
-def route(df: Any, plan: InputPlan, parallelism: int | None) -> Any:
+def route(df: Any, spec: InputSpec, parallelism: int | None) -> Any:
     """Return ``df`` routed into ``parallelism`` partitions with the hash column (steps 1-3).
 
     ``parallelism`` None keeps the input's partitions (``keep_partitioning``: no routing
     shuffle). The plan is built from SQL strings: a handful of py4j calls on the driver
     instead of a few hundred for the same expressions built as Column objects.
     """
-    row_hash, routing = routing_expressions(plan)
-    order = [f"{_q(c)} AS {_ORDER_PREFIX}{i}" for i, c in enumerate(plan.order_by)]
+    row_hash, routing = routing_expressions(spec)
+    order = [f"{_q(c)} AS {_ORDER_PREFIX}{i}" for i, c in enumerate(spec.order_by)]
     routes = [] if parallelism is None else [f"{routing} AS {ROUTE_COLUMN}"]
     routed = df.selectExpr(
-        *[_q(n) for n in plan.columns], *order, f"{row_hash} AS {HASH_COLUMN}", *routes
+        *[_q(n) for n in spec.columns], *order, f"{row_hash} AS {HASH_COLUMN}", *routes
     )
     if parallelism is not None:
         routed = routed.repartition(parallelism, ROUTE_COLUMN)
-    if plan.order_by:
-        keys = [f"{_ORDER_PREFIX}{i}" for i in range(len(plan.order_by))]
+    if spec.order_by:
+        keys = [f"{_ORDER_PREFIX}{i}" for i in range(len(spec.order_by))]
         routed = routed.sortWithinPartitions(*keys, HASH_COLUMN)
-    return routed.selectExpr(*[_q(n) for n in plan.columns], HASH_COLUMN)
+    return routed.selectExpr(*[_q(n) for n in spec.columns], HASH_COLUMN)

@@ -12,7 +12,7 @@ from connectors.stage._binding import QueryBinder, query_id_of
 from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkStoppedError, SparkConnectError
 from connectors.stage._execute import EpochExecution
-from connectors.stage._input import InputPlan
+from connectors.stage._input import InputSpec
 from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
 from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, MetricsBook
 from connectors.stage._options import StageOptions
@@ -113,7 +113,7 @@ class TransactionalSink(SinkLifecycle):
         self._refuse_if_stopping(batch_id)
         frames = [m.frame(df) for m in self._members]
         # Step 1: check the input; a bad schema raises before anything is logged or written.
-        plans_in = [
+        input_specs = [
             m.connector.check_input(f.schema) for m, f in zip(self._members, frames, strict=True)
         ]
         query_id = query_id_of(df)
@@ -124,7 +124,7 @@ class TransactionalSink(SinkLifecycle):
             recorder = EpochRecorder(self._sink_id, batch_id, query_id)
             appends_before = self._open_log().appends  # step 2 opens the log on the first call
             try:
-                result = self._write_locked(frames, plans_in, query_id, batch_id, recorder)
+                result = self._write_locked(frames, input_specs, query_id, batch_id, recorder)
             except BaseException as exc:
                 # Step 5: a failed epoch renews the client generation and propagates.
                 self._reuse.renew("a failed epoch: retries may have fenced pooled clients")
@@ -144,7 +144,7 @@ class TransactionalSink(SinkLifecycle):
     def _write_locked(
         self,
         frames: list[Any],
-        plans_in: list[InputPlan],
+        input_specs: list[InputSpec],
         query_id: str | None,
         batch_id: int,
         recorder: EpochRecorder,
@@ -156,7 +156,7 @@ class TransactionalSink(SinkLifecycle):
         widths = [
             _width(m.connector.options, f, sc) for m, f in zip(self._members, frames, strict=True)
         ]
-        resource = self._resource(plans_in, widths)
+        resource = self._resource(input_specs, widths)
         coordinator = self._coordinator(resource)
         self._recover(coordinator)
         epoch = self._binder.epoch(self._open_log(), query_id, batch_id)  # the query binding
@@ -169,7 +169,7 @@ class TransactionalSink(SinkLifecycle):
             self._options,
             [m.connector for m in self._members],
             frames,
-            plans_in,
+            input_specs,
             resource,
             self._reuse,
             recorder,
@@ -198,9 +198,11 @@ class TransactionalSink(SinkLifecycle):
         if sc is not None and (opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE):
             self._vote_server(sc)  # started before the plan is logged: fail early
 
-    def _resource(self, plans_in: Sequence[InputPlan], widths: Sequence[int]) -> Resource[Any]:
+    def _resource(self, input_specs: Sequence[InputSpec], widths: Sequence[int]) -> Resource[Any]:
         """One member's resource, or the composite of every member's (one epoch for all)."""
-        resources = [m.connector.resource(p) for m, p in zip(self._members, plans_in, strict=True)]
+        resources = [
+            m.connector.resource(p) for m, p in zip(self._members, input_specs, strict=True)
+        ]
         if len(resources) == 1:
             return resources[0]
         return CompositeResource([Member(r, w) for r, w in zip(resources, widths, strict=True)])

@@ -16,7 +16,7 @@ import pytest
 from connectors.kafka import KafkaSink, KafkaWriteError, RecordError, read_markers
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant, KafkaResource, pool_key
-from connectors.kafka._sink._writer import Layout
+from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
 from integration_tests.kafka_sink._support import (
     expected,
@@ -77,7 +77,7 @@ def run(
 ):
     """Run partition 0 of ``epoch`` as a write task would; ``reuse=False``: a task retry."""
     task = TaskInfo(0, 0 if reuse else 1, ReuseTicket(generation, attempt, 0))
-    resource = RecordingResource(sink.config, Layout()).for_task(task)
+    resource = RecordingResource(sink.config, RecordLayout()).for_task(task)
     plan = EpochPlan(
         sink.config.sink_id,
         epoch,
@@ -141,7 +141,7 @@ def test_fenced_pooled_producer_fails_and_is_discarded(sink):
     run(sink, 0, reuse=True)
     # Another instance of the id (a retry elsewhere, or start-up recovery) fences it
     # without committing, so the marker still matches the pooled producer's commit.
-    KafkaResource(sink.config, Layout()).abort_lingering([0])
+    KafkaResource(sink.config, RecordLayout()).abort_lingering([0])
     with pytest.raises(KafkaWriteError):
         run(sink, 1, reuse=True)
     entry = _pool.POOL.take(pool_key(sink.config, 0))
@@ -227,17 +227,17 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
         cfg.sink_id,
         0,
         2,
-        KafkaResource(cfg, Layout()).fingerprint(),
+        KafkaResource(cfg, RecordLayout()).fingerprint(),
         Guarantee.EXACTLY_ONCE,
         CommitMode.UNALIGNED,
     )
-    first = RecordingResource(cfg, Layout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
+    first = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
     run_partition(first, two, 0, epoch_rows(0))
     deadline = time.monotonic() + 30
     while _pool.POOL.spares() < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _pool.POOL.take(pool_key(cfg, 1)) is None and _pool.POOL.spares() >= 1
-    second = RecordingResource(cfg, Layout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
+    second = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
     report = run_partition(second, two, 1, epoch_rows(1))
     assert report.outcome is PartitionOutcome.COMMITTED
     assert second.opened[0].why_new.endswith("a spare producer, created earlier")
@@ -248,7 +248,7 @@ def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic)
     alo = KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-least-once")
     reused = []
     for epoch in range(2):
-        resource = RecordingResource(alo.config, Layout())
+        resource = RecordingResource(alo.config, RecordLayout())
         plan = EpochPlan(
             alo.config.sink_id,
             epoch,

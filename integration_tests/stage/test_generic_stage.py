@@ -19,8 +19,8 @@ import pytest
 
 from connectors.stage import (
     ArrowPartition,
-    InputPlan,
     InputSchemaError,
+    InputSpec,
     SimpleConnector,
     StageOptions,
     TransactionalSink,
@@ -39,13 +39,13 @@ def decode(rows: ArrowPartition) -> list[str]:
     return sorted(v for batch in rows.batches() for v in batch.column("value").to_pylist())
 
 
-def check_input(schema: Any) -> InputPlan:
+def check_input(schema: Any) -> InputSpec:
     """The connector's schema check: one string column ``value``."""
     names = {f.name: f.dataType.simpleString() for f in schema.fields}
     if names.get("value") != "string":
         msg = "the DataFrame needs a string column 'value'"
         raise InputSchemaError(msg, column="value")
-    return InputPlan(("value",))
+    return InputSpec(("value",))
 
 
 @pytest.fixture

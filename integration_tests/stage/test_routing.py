@@ -5,28 +5,28 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F  # noqa: N812
 
-from connectors.stage import HASH_COLUMN, InputPlan
+from connectors.stage import HASH_COLUMN, InputSpec
 from connectors.stage._input import route
 
 pytestmark = pytest.mark.spark
 
 
-def expected_routing(df, plan: InputPlan, parallelism: int):
+def expected_routing(df, spec: InputSpec, parallelism: int):
     """docs/architecture.md, section 9, step 4.1, written with Column objects."""
-    hashed = [c for n in plan.columns for c in (F.isnull(F.col(n)), F.col(n))]
-    fallback = F.xxhash64(F.lit(1), *[F.col(c) for c in (plan.fallback or plan.columns)])
+    hashed = [c for n in spec.columns for c in (F.isnull(F.col(n)), F.col(n))]
+    fallback = F.xxhash64(F.lit(1), *[F.col(c) for c in (spec.fallback or spec.columns)])
     present = F.lit(True)
-    for name in plan.route_by:
+    for name in spec.route_by:
         present = present & F.col(name).isNotNull()
     routing = (
-        F.when(present, F.xxhash64(*[F.col(c) for c in plan.route_by])).otherwise(fallback)
-        if plan.route_by
+        F.when(present, F.xxhash64(*[F.col(c) for c in spec.route_by])).otherwise(fallback)
+        if spec.route_by
         else fallback
     )
     return (
-        df.select(*plan.columns, F.xxhash64(*hashed).alias(HASH_COLUMN), routing.alias("r"))
+        df.select(*spec.columns, F.xxhash64(*hashed).alias(HASH_COLUMN), routing.alias("r"))
         .repartition(parallelism, "r")
-        .select(*plan.columns, HASH_COLUMN)
+        .select(*spec.columns, HASH_COLUMN)
     )
 
 
@@ -39,18 +39,18 @@ def placement(df):
 
 
 @pytest.mark.parametrize(
-    "plan",
+    "spec",
     [
-        InputPlan(("key", "value"), route_by=("key",), fallback=("value",)),
-        InputPlan(("value",), fallback=("value",)),
-        InputPlan(("key", "value", "odd name"), route_by=("key", "odd name")),
+        InputSpec(("key", "value"), route_by=("key",), fallback=("value",)),
+        InputSpec(("value",), fallback=("value",)),
+        InputSpec(("key", "value", "odd name"), route_by=("key", "odd name")),
     ],
     ids=["by-key", "by-value", "two-keys-quoted"],
 )
-def test_routing_matches_the_formula(spark, plan: InputPlan) -> None:
+def test_routing_matches_the_formula(spark, spec: InputSpec) -> None:
     df = spark.range(300).selectExpr(
         "CASE WHEN id % 7 = 0 THEN NULL ELSE concat('k', id % 11) END AS key",
         "concat('v', id) AS value",
         "id % 3 AS `odd name`",
     )
-    assert placement(route(df, plan, 3)) == placement(expected_routing(df, plan, 3))
+    assert placement(route(df, spec, 3)) == placement(expected_routing(df, spec, 3))

@@ -23,8 +23,8 @@ from connectors.kafka import (
 )
 from connectors.kafka._sink._input import check_input, data_columns, input_layout
 from connectors.kafka._sink._participant import KafkaResource
-from connectors.kafka._sink._writer import Layout
-from connectors.stage import InputPlan, ReuseTicket, TaskInfo
+from connectors.kafka._sink._writer import RecordLayout
+from connectors.stage import InputSpec, ReuseTicket, TaskInfo
 from connectors.stage._task import TaskResult, TaskSpec
 from connectors.stage._votes import VoteTicket
 from txn import EpochPlan, PartitionOutcome, PartitionReport, Vote, VoteKind
@@ -55,7 +55,7 @@ def test_full_layout_accepted():
         ),
         cfg(),
     )
-    assert layout == Layout(key=True, topic=True, partition=True, headers=True)
+    assert layout == RecordLayout(key=True, topic=True, partition=True, headers=True)
     assert data_columns(layout) == ["key", "value", "topic", "partition", "headers"]
 
 
@@ -101,14 +101,14 @@ def test_order_by_columns_must_exist():
     assert info.value.column == "offset"
 
 
-def test_input_plan_routes_by_key_and_falls_back_to_the_value():
-    plan = check_input(schema(key=StringType(), value=StringType()), cfg(order_by=["key"]))
-    assert plan == InputPlan(
+def test_input_spec_routes_by_key_and_falls_back_to_the_value():
+    spec = check_input(schema(key=StringType(), value=StringType()), cfg(order_by=["key"]))
+    assert spec == InputSpec(
         ("key", "value"),
         route_by=("key",),
         fallback=("value",),
         order_by=("key",),
-        layout=Layout(key=True),
+        layout=RecordLayout(key=True),
     )
     keyless = check_input(schema(value=StringType()), cfg())
     assert keyless.route_by == () and keyless.fallback == ("value",)
@@ -117,7 +117,10 @@ def test_input_plan_routes_by_key_and_falls_back_to_the_value():
 def test_task_payloads_pickle_round_trip():
     plan = EpochPlan("s", 3, 2, "fp")
     spec = TaskSpec(
-        KafkaResource(cfg(), Layout(key=True)), plan, aligned=True, reuse=ReuseTicket("g", 0, 1)
+        KafkaResource(cfg(), RecordLayout(key=True)),
+        plan,
+        aligned=True,
+        reuse=ReuseTicket("g", 0, 1),
     )
     assert pickle.loads(pickle.dumps(spec)) == spec
     bound = spec.resource.for_task(TaskInfo(1, 2, spec.reuse))

@@ -8,7 +8,7 @@ import pytest
 from connectors.kafka import KafkaSink
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaResource, pool_key
-from connectors.kafka._sink._writer import DeliveryErrors, Layout
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
 from connectors.stage import ReuseTicket, TaskInfo
 from connectors.stage._task import TaskResult
 from txn import Marker
@@ -96,7 +96,7 @@ def cfg(**over):
 
 
 def test_resource_is_unbound_until_its_task_binds_it_and_pickles():
-    res = KafkaResource(cfg(), Layout(key=True))
+    res = KafkaResource(cfg(), RecordLayout(key=True))
     assert res.task is None
     bound = res.for_task(TaskInfo(0, 0, ReuseTicket("g", 0, 2)))
     assert bound.task is not None and not bound.task.may_reuse  # a stage re-run

@@ -5,7 +5,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka import KafkaWriteError, RecordError, RecordTooLargeError
-from connectors.kafka._sink._writer import DeliveryErrors, Layout, RecordWriter
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from connectors.testing import InjectedFault
 
@@ -40,7 +40,7 @@ def batch(**cols):
     return pa.record_batch({**cols, HASH_COLUMN: pa.array(range(n), pa.int64())})
 
 
-KEYED = Layout(key=True)
+KEYED = RecordLayout(key=True)
 
 
 def writer(producer, layout=KEYED, topic="out", errors=None):
@@ -70,7 +70,7 @@ def test_back_pressure_polls_and_retries_without_losing_rows():
 
 def test_topic_partition_and_headers_columns():
     p = FakeProducer()
-    layout = Layout(key=True, topic=True, partition=True, headers=True)
+    layout = RecordLayout(key=True, topic=True, partition=True, headers=True)
     w = writer(p, layout, topic="default")
     headers = pa.array(
         [[{"key": "h", "value": b"v"}], None],
@@ -101,14 +101,14 @@ def test_null_value_is_refused_naming_the_column():
 
 def test_null_topic_without_default_is_refused():
     with pytest.raises(RecordError) as info:
-        writer(FakeProducer(), Layout(topic=True), topic=None).write(
+        writer(FakeProducer(), RecordLayout(topic=True), topic=None).write(
             [batch(value=["x"], topic=[None])]
         )
     assert info.value.column == "topic"
 
 
 def test_changelog_validation():
-    layout = Layout(key=True, changelog=True)
+    layout = RecordLayout(key=True, changelog=True)
     ok = FakeProducer()
     writer(ok, layout).write([batch(key=["a", "b"], value=["1", None], op=["insert", "delete"])])
     assert [v for _, _, v, _, _ in ok.sent] == ["1", None]  # delete -> tombstone

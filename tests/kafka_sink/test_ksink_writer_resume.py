@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka import RecordTooLargeError
-from connectors.kafka._sink._writer import DeliveryErrors, Layout, RecordWriter
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
 from connectors.stage import HASH_COLUMN
 
 
@@ -51,7 +51,7 @@ def batch(keys, values):
 
 
 def write(producer, *batches):
-    w = RecordWriter(producer, DeliveryErrors(), Layout(key=True), "out")
+    w = RecordWriter(producer, DeliveryErrors(), RecordLayout(key=True), "out")
     w.write([batch(k, v) for k, v in batches])
     return w
 

@@ -111,9 +111,9 @@ def test_forcing_two_phase_without_slots_is_refused_with_the_fix() -> None:
 
 
 def test_resource_pickles_and_knows_who_completes_prepared_work() -> None:
-    from connectors.postgres import Layout, PostgresResource
+    from connectors.postgres import PostgresResource, TableLayout
 
-    layout = Layout("public", "t", WriteMode.APPEND, (("id", "bigint"),), ("int64",))
+    layout = TableLayout("public", "t", WriteMode.APPEND, (("id", "bigint"),), ("int64",))
     two_phase = PostgresResource(build(), True).with_layout(layout)
     back = pickle.loads(pickle.dumps(two_phase))
     assert back == two_phase and back.layout == layout and back.completable_by_coordinator

@@ -12,8 +12,8 @@ from psycopg import sql
 from connectors.postgres import (
     Gid,
     InputSchemaError,
-    Layout,
     RecordError,
+    TableLayout,
     ValueTooLargeError,
     WriteMode,
     parse_gid,
@@ -24,7 +24,7 @@ from connectors.postgres._writer import merge_statement
 from connectors.stage import HASH_COLUMN
 
 
-def layout(mode: WriteMode = WriteMode.APPEND, **kw: object) -> Layout:
+def layout(mode: WriteMode = WriteMode.APPEND, **kw: object) -> TableLayout:
     base: dict[str, object] = {
         "schema": "public",
         "table": "t",
@@ -36,7 +36,7 @@ def layout(mode: WriteMode = WriteMode.APPEND, **kw: object) -> Layout:
         base |= {"keys": ("id",), "update_columns": ("name",)}
     if mode is WriteMode.CHANGELOG:
         base["op_column"] = "op"
-    return Layout(**(base | kw))  # type: ignore[arg-type]
+    return TableLayout(**(base | kw))  # type: ignore[arg-type]
 
 
 def batch(

@@ -10,9 +10,9 @@ import pytest
 from connectors.postgres import (
     ColumnInfo,
     InputSchemaError,
-    Layout,
     PostgresSinkConfig,
     TableInfo,
+    TableLayout,
     WriteMode,
     check_input,
 )
@@ -174,6 +174,6 @@ def test_changelog_layout_keeps_op_out_of_the_written_columns() -> None:
 
 
 def test_layout_digest_follows_the_columns() -> None:
-    a = Layout("s", "t", WriteMode.UPSERT, (("id", "bigint"),), ("int64",), ("id",))
-    b = Layout("s", "t", WriteMode.UPSERT, (("id", "integer"),), ("int32",), ("id",))
-    assert a.digest() != b.digest() and a.digest() == Layout(*vars(a).values()).digest()
+    a = TableLayout("s", "t", WriteMode.UPSERT, (("id", "bigint"),), ("int64",), ("id",))
+    b = TableLayout("s", "t", WriteMode.UPSERT, (("id", "integer"),), ("int32",), ("id",))
+    assert a.digest() != b.digest() and a.digest() == TableLayout(*vars(a).values()).digest()

@@ -10,7 +10,7 @@ from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._database import prepare_database, table_columns
 from connectors.examples.sqlite._errors import SqliteSinkError
 from connectors.examples.sqlite._participant import SqliteResource
-from connectors.stage import InputPlan, InputSchemaError, SinkConnector, TransactionalSink
+from connectors.stage import InputSchemaError, InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
 _SPARK_TYPES = (
@@ -26,7 +26,7 @@ _SPARK_TYPES = (
 )
 
 
-def check_input(schema: Any, table: Sequence[str], order_by: Sequence[str] = ()) -> InputPlan:
+def check_input(schema: Any, table: Sequence[str], order_by: Sequence[str] = ()) -> InputSpec:
     """Check a Spark schema against the table's columns; errors name the column."""
     if not schema.fields:
         msg = "the DataFrame has no column to write"
@@ -39,7 +39,7 @@ def check_input(schema: Any, table: Sequence[str], order_by: Sequence[str] = ())
         if kind not in _SPARK_TYPES:
             msg = f"column {f.name!r} has type {kind}; this sink writes {', '.join(_SPARK_TYPES)}"
             raise InputSchemaError(msg, column=f.name)
-    return InputPlan(columns=tuple(f.name for f in schema.fields), order_by=tuple(order_by))
+    return InputSpec(columns=tuple(f.name for f in schema.fields), order_by=tuple(order_by))
 
 
 # --8<-- [start:connector]
@@ -59,13 +59,13 @@ class SqliteConnector(SinkConnector):
         """The validated configuration (stage options included)."""
         return self.cfg
 
-    def check_input(self, schema: Any) -> InputPlan:
+    def check_input(self, schema: Any) -> InputSpec:
         """Check the DataFrame against the table, read anew every epoch."""
         return check_input(schema, table_columns(self.cfg), self.cfg.order_by)
 
-    def resource(self, plan: InputPlan) -> SqliteResource:
-        """Return the resource writing the plan's columns."""
-        return SqliteResource(self.cfg, plan.columns)
+    def resource(self, spec: InputSpec) -> SqliteResource:
+        """Return the resource writing the spec's columns."""
+        return SqliteResource(self.cfg, spec.columns)
 
     def open_epoch_log(self) -> EpochLog:
         """Open the coordinator's log: a file next to the database (driver-local)."""

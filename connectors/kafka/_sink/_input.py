@@ -2,7 +2,7 @@
 
 Columns (as Spark's own Kafka sink): ``value`` (string or binary, required), ``key``,
 ``topic``, ``partition``, ``headers``; with ``changelog=True`` an ``op`` column and a key.
-:func:`check_input` returns the stage's :class:`~connectors.stage.InputPlan`: the shipped
+:func:`check_input` returns the stage's :class:`~connectors.stage.InputSpec`: the shipped
 columns, routing by key (rows without a key by value), the configured order.
 :func:`transform` applies the changelog rules before routing: ``update_before`` rows are
 dropped, ``delete`` rows become tombstones (null value).
@@ -15,8 +15,8 @@ from typing import Any
 
 from connectors.kafka._errors import InputSchemaError
 from connectors.kafka._sink._config import SinkConfig
-from connectors.kafka._sink._writer import Layout
-from connectors.stage import InputPlan
+from connectors.kafka._sink._writer import RecordLayout
+from connectors.stage import InputSpec
 
 _STRING_OR_BINARY = ("string", "binary")
 
@@ -25,7 +25,7 @@ def _type_name(dtype: Any) -> str:
     return str(dtype.simpleString())
 
 
-def input_layout(schema: Any, cfg: SinkConfig) -> Layout:
+def input_layout(schema: Any, cfg: SinkConfig) -> RecordLayout:
     """Check ``schema`` (a Spark StructType); return which optional columns are present.
 
     Raises:
@@ -75,7 +75,7 @@ def input_layout(schema: Any, cfg: SinkConfig) -> Layout:
         if name not in types:
             msg = f"order_by names column {name!r}, which the DataFrame does not have"
             raise InputSchemaError(msg, column=name)
-    return Layout(
+    return RecordLayout(
         key="key" in types,
         topic="topic" in types,
         partition="partition" in types,
@@ -84,7 +84,7 @@ def input_layout(schema: Any, cfg: SinkConfig) -> Layout:
     )
 
 
-def data_columns(layout: Layout) -> list[str]:
+def data_columns(layout: RecordLayout) -> list[str]:
     """Return the columns shipped to the write tasks, in order."""
     names = ["key"] if layout.key else []
     names.append("value")
@@ -101,10 +101,10 @@ def data_columns(layout: Layout) -> list[str]:
     return names
 
 
-def check_input(schema: Any, cfg: SinkConfig) -> InputPlan:
+def check_input(schema: Any, cfg: SinkConfig) -> InputSpec:
     """Check ``schema`` and return what the stage ships, how it routes and orders it."""
     layout = input_layout(schema, cfg)
-    return InputPlan(
+    return InputSpec(
         columns=tuple(data_columns(layout)),
         route_by=("key",) if layout.key else (),
         fallback=("value",),
@@ -113,11 +113,11 @@ def check_input(schema: Any, cfg: SinkConfig) -> InputPlan:
     )
 
 
-def transform(df: Any, plan: InputPlan) -> Any:
+def transform(df: Any, spec: InputSpec) -> Any:
     """Apply the changelog rules (module docstring); other input passes unchanged."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 
-    layout: Layout = plan.layout
+    layout: RecordLayout = spec.layout
     if not layout.changelog:
         return df
     df = df.filter(~F.col("op").eqNullSafe(F.lit("update_before")))

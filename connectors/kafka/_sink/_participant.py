@@ -33,7 +33,7 @@ from connectors.kafka._sink._producers import (
     plain_pool_key,
     pool_key,
 )
-from connectors.kafka._sink._writer import DeliveryErrors, Layout, RecordWriter
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
 from connectors.stage import ArrowPartition, TaskInfo
 from connectors.stage._retry import step_budget
 from connectors.stage._states import ParticipantState, ParticipantStates
@@ -81,7 +81,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
     def __init__(
         self,
         cfg: SinkConfig,
-        layout: Layout,
+        layout: RecordLayout,
         plan: EpochPlan,
         partition: int,
         *,
@@ -386,7 +386,7 @@ class KafkaResource(Resource[ArrowPartition]):
     """
 
     cfg: SinkConfig
-    layout: Layout
+    layout: RecordLayout
     task: TaskInfo | None = None
 
     def for_task(self, task: TaskInfo) -> KafkaResource:

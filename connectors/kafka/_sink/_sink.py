@@ -18,7 +18,7 @@ from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from connectors.kafka._sink._participant import KafkaResource
-from connectors.stage import InputPlan, SinkConnector, TransactionalSink
+from connectors.stage import InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
 log = logging.getLogger("connectors.kafka")
@@ -40,17 +40,17 @@ class KafkaConnector(SinkConnector):
         """The validated configuration (stage options included)."""
         return self.cfg
 
-    def check_input(self, schema: Any) -> InputPlan:
+    def check_input(self, schema: Any) -> InputSpec:
         """Check Spark's Kafka sink columns (see ``_input``)."""
         return _input.check_input(schema, self.cfg)
 
-    def transform(self, df: Any, plan: InputPlan) -> Any:
+    def transform(self, df: Any, spec: InputSpec) -> Any:
         """Apply the changelog rules before routing."""
-        return _input.transform(df, plan)
+        return _input.transform(df, spec)
 
-    def resource(self, plan: InputPlan) -> KafkaResource:
-        """Return the Kafka resource for rows shaped by ``plan``."""
-        return KafkaResource(self.cfg, plan.layout)
+    def resource(self, spec: InputSpec) -> KafkaResource:
+        """Return the Kafka resource for rows shaped by ``spec``."""
+        return KafkaResource(self.cfg, spec.layout)
 
     def open_epoch_log(self) -> EpochLog:
         """Open the file log if ``epoch_log`` is set, else the Kafka epoch log."""

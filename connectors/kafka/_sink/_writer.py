@@ -53,7 +53,7 @@ ALL_OPS = (*WRITTEN_OPS, "update_before")
 
 
 @dataclass(frozen=True)
-class Layout:
+class RecordLayout:
     """Which of the optional input columns the DataFrame has (decided on the driver)."""
 
     key: bool = False
@@ -100,7 +100,7 @@ class RecordWriter:
     """Produces the rows of one task through ``producer`` (see module docstring)."""
 
     def __init__(
-        self, producer: Producer, errors: DeliveryErrors, layout: Layout, topic: str | None
+        self, producer: Producer, errors: DeliveryErrors, layout: RecordLayout, topic: str | None
     ) -> None:
         self._producer = producer
         self._errors = errors
