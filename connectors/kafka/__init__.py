@@ -15,21 +15,23 @@ Both ask one error classifier, :func:`classify` (retry / abort / fatal, ``txn.Er
 Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
 """
 
+from typing import TYPE_CHECKING
+
 from connectors.kafka._classify import classify
 from connectors.kafka._connect import KafkaAuthenticationError, KafkaConnectError
 from connectors.kafka._errors import (
     BrokerUnavailableError,
-    EpochLogFencedError,
-    InputError,
-    InputSchemaError,
+    KafkaEpochLogFencedError,
+    KafkaInputError,
+    KafkaInputSchemaError,
+    KafkaRecordError,
+    KafkaSinkConfigError,
     KafkaSinkError,
     KafkaWriteError,
     MarkerError,
     PreflightError,
     ProducerFencedError,
-    RecordError,
     RecordTooLargeError,
-    SinkConfigError,
     TopicMissingError,
 )
 from connectors.kafka._names import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
@@ -65,6 +67,7 @@ from connectors.stage import (
     VoteTimeoutError,
 )
 from txn import ErrorAction
+from txn._renamed import renamed_names
 
 __all__ = [
     "DEFAULT_EPOCH_LOG_TOPIC",
@@ -75,19 +78,21 @@ __all__ = [
     "SOURCE_NAME",
     "BrokerUnavailableError",
     "DataLossError",
-    "EpochLogFencedError",
     "EpochMetrics",
     "ErrorAction",
-    "InputError",
-    "InputSchemaError",
     "InsufficientSlotsError",
     "KafkaAuthenticationError",
     "KafkaConnectError",
     "KafkaEpochLog",
+    "KafkaEpochLogFencedError",
+    "KafkaInputError",
+    "KafkaInputSchemaError",
     "KafkaOffsets",
     "KafkaRcDataSource",
     "KafkaReadTimeoutError",
+    "KafkaRecordError",
     "KafkaSink",
+    "KafkaSinkConfigError",
     "KafkaSinkError",
     "KafkaSourceError",
     "KafkaSourceFatalError",
@@ -99,10 +104,8 @@ __all__ = [
     "PreflightError",
     "ProducerFencedError",
     "QueryMismatchError",
-    "RecordError",
     "RecordTooLargeError",
     "SinkConfig",
-    "SinkConfigError",
     "SinkInUseError",
     "SinkStoppedError",
     "SourceOptionError",
@@ -117,3 +120,22 @@ __all__ = [
     "read_markers",
     "register",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if TYPE_CHECKING:
+    InputError = KafkaInputError
+    InputSchemaError = KafkaInputSchemaError
+    RecordError = KafkaRecordError
+    SinkConfigError = KafkaSinkConfigError
+    EpochLogFencedError = KafkaEpochLogFencedError
+else:
+    __getattr__ = renamed_names(
+        __name__,
+        {
+            "InputError": "KafkaInputError",
+            "InputSchemaError": "KafkaInputSchemaError",
+            "RecordError": "KafkaRecordError",
+            "SinkConfigError": "KafkaSinkConfigError",
+            "EpochLogFencedError": "KafkaEpochLogFencedError",
+        },
+    )

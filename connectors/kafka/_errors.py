@@ -7,27 +7,25 @@ the generic Spark stage from :mod:`connectors.stage` (the vote channel, slots); 
 errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkError`::
 
     KafkaSinkError (txn.TxnError)
-    +-- SinkConfigError (txn.ConfigError)        a bad option, raised at construction
+    +-- KafkaSinkConfigError (txn.ConfigError)   a bad option, raised at construction
     +-- PreflightError                           the cluster is unusable at the first write
     |   +-- BrokerUnavailableError               no broker answered
     |       +-- KafkaConnectError                first contact failed (``_connect``; also a source error)
     |           +-- KafkaAuthenticationError     the cluster refused the credentials
     |   +-- TopicMissingError                    the output topic is not in fresh metadata
-    +-- InputError (connectors.stage.InputError) the DataFrame cannot be written
-    |   +-- InputSchemaError                     a column missing or mistyped (driver)
-    |   +-- RecordError                          one record cannot be written (task)
+    +-- KafkaInputError (connectors.stage.InputError)  the DataFrame cannot be written
+    |   +-- KafkaInputSchemaError                a column missing or mistyped (driver)
+    |   +-- KafkaRecordError                     one record cannot be written (task)
     |       +-- RecordTooLargeError              over the message size limit
     +-- KafkaWriteError                          Kafka refused a call; ``action`` says why
     |   +-- ProducerFencedError                  a newer instance of the transactional id
     +-- MarkerError                              a marker group holds an offset the sink did not write
-    +-- EpochLogFencedError (txn.EpochLogLockedError)  another coordinator took the log over
+    +-- KafkaEpochLogFencedError (txn.EpochLogLockedError)  another coordinator took the log over
 """
 
 from __future__ import annotations
 
-from connectors.stage import InputError as StageInputError
-from connectors.stage import InputSchemaError as StageInputSchemaError
-from connectors.stage import RecordError as StageRecordError
+from connectors.stage import InputError, InputSchemaError, RecordError
 from connectors.stage._errors import rebuild_error
 from txn import ConfigError, EpochLogLockedError, ErrorAction, TxnError
 
@@ -36,7 +34,7 @@ class KafkaSinkError(TxnError):
     """Base class of every error raised by the Kafka sink."""
 
 
-class SinkConfigError(KafkaSinkError, ConfigError):
+class KafkaSinkConfigError(KafkaSinkError, ConfigError):
     """A sink option is invalid (raised at construction, before any network I/O)."""
 
 
@@ -54,19 +52,19 @@ class TopicMissingError(PreflightError):
     retry_stage = False
 
 
-class InputError(KafkaSinkError, StageInputError):
+class KafkaInputError(KafkaSinkError, InputError):
     """The DataFrame handed to the sink cannot be written; the message names the column."""
 
 
-class InputSchemaError(InputError, StageInputSchemaError):
+class KafkaInputSchemaError(KafkaInputError, InputSchemaError):
     """A column is missing or has a type the sink cannot write (detected on the driver)."""
 
 
-class RecordError(InputError, StageRecordError):
+class KafkaRecordError(KafkaInputError, RecordError):
     """One record cannot be written (null where a value is required, unknown op, ...)."""
 
 
-class RecordTooLargeError(RecordError):
+class RecordTooLargeError(KafkaRecordError):
     """A record exceeds the producer's or the broker's message size limit."""
 
 
@@ -92,5 +90,5 @@ class MarkerError(KafkaSinkError):
     retry_stage = False
 
 
-class EpochLogFencedError(KafkaSinkError, EpochLogLockedError):
+class KafkaEpochLogFencedError(KafkaSinkError, EpochLogLockedError):
     """Another coordinator took over the sink's Kafka epoch log (a second driver runs)."""

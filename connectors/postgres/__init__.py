@@ -40,19 +40,19 @@ from connectors.postgres._config import (
 from connectors.postgres._epoch_log import PostgresEpochLog
 from connectors.postgres._errors import (
     ConstraintViolationError,
-    EpochLogFencedError,
-    InputError,
-    InputSchemaError,
     InvalidValueError,
-    PartitionConflictError,
+    PostgresEpochLogFencedError,
     PostgresFatalError,
+    PostgresInputError,
+    PostgresInputSchemaError,
+    PostgresPartitionConflictError,
+    PostgresRecordError,
+    PostgresSinkConfigError,
     PostgresSinkError,
+    PostgresTableNotFoundError,
     PostgresWriteError,
     PreparedTransactionLostError,
     PreparedTransactionsUnavailableError,
-    RecordError,
-    SinkConfigError,
-    TableNotFoundError,
     ValueTooLargeError,
 )
 from connectors.postgres._markers import read_markers
@@ -84,30 +84,30 @@ __all__ = [
     "ColumnInfo",
     "CommitProtocol",
     "ConstraintViolationError",
-    "EpochLogFencedError",
     "Gid",
-    "InputError",
-    "InputSchemaError",
     "InvalidValueError",
     "LingeringPreparedError",
-    "PartitionConflictError",
     "PostgresEpochLog",
+    "PostgresEpochLogFencedError",
     "PostgresFatalError",
     "PostgresConnector",
+    "PostgresInputError",
+    "PostgresInputSchemaError",
     "PostgresParticipant",
+    "PostgresPartitionConflictError",
+    "PostgresRecordError",
     "PostgresResource",
     "PostgresSink",
     "PostgresSinkConfig",
+    "PostgresSinkConfigError",
     "PostgresSinkError",
+    "PostgresTableNotFoundError",
     "PostgresWriteError",
     "PreparedTransactionLostError",
     "PreparedTransactionsUnavailableError",
-    "RecordError",
-    "SinkConfigError",
     "SinkInUseError",
     "TableInfo",
     "TableLayout",
-    "TableNotFoundError",
     "ValueTooLargeError",
     "WriteMode",
     "call_with_retry",
@@ -126,5 +126,24 @@ __all__ = [
 # Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
 if TYPE_CHECKING:
     Layout = TableLayout
+    InputError = PostgresInputError
+    InputSchemaError = PostgresInputSchemaError
+    RecordError = PostgresRecordError
+    SinkConfigError = PostgresSinkConfigError
+    EpochLogFencedError = PostgresEpochLogFencedError
+    TableNotFoundError = PostgresTableNotFoundError
+    PartitionConflictError = PostgresPartitionConflictError
 else:
-    __getattr__ = renamed_names(__name__, {"Layout": "TableLayout"})
+    __getattr__ = renamed_names(
+        __name__,
+        {
+            "Layout": "TableLayout",
+            "InputError": "PostgresInputError",
+            "InputSchemaError": "PostgresInputSchemaError",
+            "RecordError": "PostgresRecordError",
+            "SinkConfigError": "PostgresSinkConfigError",
+            "EpochLogFencedError": "PostgresEpochLogFencedError",
+            "TableNotFoundError": "PostgresTableNotFoundError",
+            "PartitionConflictError": "PostgresPartitionConflictError",
+        },
+    )

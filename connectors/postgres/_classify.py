@@ -28,8 +28,8 @@ from connectors.postgres._errors import (
     InvalidValueError,
     PostgresFatalError,
     PostgresSinkError,
+    PostgresTableNotFoundError,
     PostgresWriteError,
-    TableNotFoundError,
 )
 from connectors.stage._retry import RetryPolicy, retry
 from txn import ErrorAction
@@ -122,7 +122,7 @@ def to_sink_error(exc: BaseException, what: str) -> PostgresSinkError:
     column = exc.diag.column_name if isinstance(exc, psycopg.Error) else None
     text = f"{what} failed ({action.value}, SQLSTATE {code or 'none'}): {_describe(exc)}"
     if code == "42P01":
-        return TableNotFoundError(f"{text}; create the table or fix table=/schema=")
+        return PostgresTableNotFoundError(f"{text}; create the table or fix table=/schema=")
     if code is not None and code.startswith("23"):
         return ConstraintViolationError(
             f"{text}; the epoch was rolled back, nothing of it is visible. Fix the rows or the "

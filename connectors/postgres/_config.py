@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from connectors.postgres._errors import SinkConfigError
+from connectors.postgres._errors import PostgresSinkConfigError
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
 
@@ -82,35 +82,35 @@ def _parse_enum(enum_type: type[enum.Enum], what: str, value: object) -> enum.En
     except ValueError:
         choices = ", ".join(str(m.value) for m in enum_type)
         msg = f"{what} must be one of: {choices}; got {value!r}"
-        raise SinkConfigError(msg) from None
+        raise PostgresSinkConfigError(msg) from None
 
 
 def _identifier(what: str, value: object) -> str:
     if not isinstance(value, str) or not value or "\0" in value:
         msg = f"{what} must be a non-empty name, got {value!r}"
-        raise SinkConfigError(msg)
+        raise PostgresSinkConfigError(msg)
     if len(value.encode()) > MAX_IDENTIFIER_BYTES:
         msg = f"{what} {value!r} is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES}-byte name limit"
-        raise SinkConfigError(msg)
+        raise PostgresSinkConfigError(msg)
     return value
 
 
 def _positive_int(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         msg = f"{what} must be a positive int, got {value!r}"
-        raise SinkConfigError(msg)
+        raise PostgresSinkConfigError(msg)
     return value
 
 
 def _check_dsn(dsn: object) -> str:
     if not isinstance(dsn, str):
         msg = f"dsn must be a libpq connection string or URI, got {type(dsn).__name__}"
-        raise SinkConfigError(msg)
+        raise PostgresSinkConfigError(msg)
     try:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         msg = f"dsn is not a valid libpq connection string ({exc}); e.g. 'host=db dbname=app'"
-        raise SinkConfigError(msg) from None
+        raise PostgresSinkConfigError(msg) from None
     return dsn
 
 
@@ -147,32 +147,32 @@ class PostgresSinkConfig(StageOptions):
 
     @classmethod
     def build(cls, **options: Any) -> PostgresSinkConfig:
-        """Validate raw options and return the config, or raise :class:`SinkConfigError`."""
-        return build_config(cls, options, SinkConfigError, "PostgresSink")
+        """Validate raw options and return the config, or raise :class:`PostgresSinkConfigError`."""
+        return build_config(cls, options, PostgresSinkConfigError, "PostgresSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.sink_id, str) or not _SINK_ID.match(self.sink_id):
             msg = f"sink_id must be 1-64 characters from A-Z a-z 0-9 . _ -, got {self.sink_id!r}"
-            raise SinkConfigError(msg)
+            raise PostgresSinkConfigError(msg)
         mode = WriteMode(_parse_enum(WriteMode, "write_mode", self.write_mode))
         if isinstance(self.key_columns, str):
             msg = (
                 "key_columns must be a sequence of column names, e.g. ['id'], got "
                 f"{self.key_columns!r}"
             )
-            raise SinkConfigError(msg)
+            raise PostgresSinkConfigError(msg)
         keys = tuple(_identifier("key column", k) for k in self.key_columns)
         if keys and mode is WriteMode.APPEND:
             msg = "key_columns is only used by write_mode 'upsert' and 'changelog'; remove it"
-            raise SinkConfigError(msg)
+            raise PostgresSinkConfigError(msg)
         if len(set(keys)) != len(keys):
             msg = f"key_columns {list(keys)} names a column twice"
-            raise SinkConfigError(msg)
+            raise PostgresSinkConfigError(msg)
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
             msg = "epoch_log must be a file path, or None for the epoch log table"
-            raise SinkConfigError(msg)
+            raise PostgresSinkConfigError(msg)
         set_ = object.__setattr__
         set_(self, "dsn", _check_dsn(self.dsn))
         set_(self, "table", _identifier("table", self.table))

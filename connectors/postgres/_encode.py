@@ -3,9 +3,9 @@ r"""Arrow batches to COPY data: checked, filtered and encoded as CSV in vectoriz
 Per batch (no per-row Python):
 
 1. the batch's columns must be the ones checked on the driver (names and Arrow types),
-   else :class:`InputSchemaError`; the hidden ``_eos_hash`` column is dropped;
+   else :class:`PostgresInputSchemaError`; the hidden ``_eos_hash`` column is dropped;
 2. changelog: every ``op`` must be insert / update_before / update_after / delete
-   (else :class:`RecordError`); ``update_before`` rows are dropped;
+   (else :class:`PostgresRecordError`); ``update_before`` rows are dropped;
 3. key columns must not be null; varchar(n)/char(n) values must fit
    (:class:`ValueTooLargeError` naming the column);
 4. binary columns become ``\\x``-hex text (bytea's input form);
@@ -25,7 +25,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from connectors.postgres._config import WriteMode
-from connectors.postgres._errors import InputSchemaError, RecordError, ValueTooLargeError
+from connectors.postgres._errors import (
+    PostgresInputSchemaError,
+    PostgresRecordError,
+    ValueTooLargeError,
+)
 from connectors.postgres._schema import TableLayout
 from connectors.stage import HASH_COLUMN
 
@@ -47,7 +51,7 @@ def _check_columns(batch: pa.RecordBatch, layout: TableLayout) -> pa.RecordBatch
             f"{list(zip(layout.column_names, layout.arrow_types, strict=True))}; the input schema changed "
             "within one epoch"
         )
-        raise InputSchemaError(msg)
+        raise PostgresInputSchemaError(msg)
     return batch
 
 
@@ -61,7 +65,7 @@ def _changelog_ops(batch: pa.RecordBatch, layout: TableLayout) -> tuple[pa.Recor
             f"column {layout.op_column!r} holds {sample!r}; a changelog row's op must be one "
             f"of {', '.join(ALL_OPS)}"
         )
-        raise RecordError(msg, column=layout.op_column)
+        raise PostgresRecordError(msg, column=layout.op_column)
     keep = pc.not_equal(op, "update_before")
     if not pc.all(keep).as_py():
         batch = batch.filter(keep)
@@ -74,7 +78,7 @@ def _check_values(batch: pa.RecordBatch, layout: TableLayout) -> None:
         nulls = batch.column(batch.schema.get_field_index(key)).null_count
         if nulls:
             msg = f"key column {key!r} is null in {nulls} row(s); every row needs its key"
-            raise RecordError(msg, column=key)
+            raise PostgresRecordError(msg, column=key)
     for name, limit in layout.max_chars:
         column = batch.column(batch.schema.get_field_index(name))
         longest = pc.max(pc.utf8_length(column)).as_py()

@@ -11,7 +11,7 @@ Layout (shared by every sink of the database, keyed by sink id):
 Protocol:
 
 1. opening takes a session-level advisory lock of the sink (``pg_try_advisory_lock``): a
-   second coordinator is refused at once (:class:`EpochLogFencedError`, a kind of
+   second coordinator is refused at once (:class:`PostgresEpochLogFencedError`, a kind of
    ``txn.EpochLogLockedError``, naming the holder's backend); then, in one transaction,
    it reads and verifies the log and bumps ``generation``;
 2. each ``append`` is one transaction (``synchronous_commit = on``): lock the header row,
@@ -48,7 +48,7 @@ from connectors.postgres._control import (
     ensure_control_tables,
     qualified,
 )
-from connectors.postgres._errors import EpochLogFencedError, PostgresWriteError
+from connectors.postgres._errors import PostgresEpochLogFencedError, PostgresWriteError
 from txn import (
     DEFAULT_RETAIN_EPOCHS,
     FORMAT_VERSION,
@@ -117,7 +117,7 @@ class PostgresEpochLog(EpochLog):
         """
         try:
             return call_with_retry(f"{what} {self._where}", fn)
-        except EpochLogFencedError:
+        except PostgresEpochLogFencedError:
             self.close()
             raise
         except PostgresWriteError as exc:
@@ -141,7 +141,7 @@ class PostgresEpochLog(EpochLog):
                 f"epoch log {self._where} is held by another coordinator ({holder}); only one "
                 f"driver may run sink {self._cfg.sink_id!r} at a time: stop the other query first"
             )
-            raise EpochLogFencedError(msg)
+            raise PostgresEpochLogFencedError(msg)
         self._conn = conn
         return conn
 
@@ -272,7 +272,7 @@ class PostgresEpochLog(EpochLog):
                 f"{header.get('generation')}, ours {self._generation}); this coordinator is "
                 "fenced: stop it"
             )
-            raise EpochLogFencedError(msg)
+            raise PostgresEpochLogFencedError(msg)
 
     def load(self) -> EpochHistory:
         """Read, verify and fold the log (fenced if another coordinator took it over)."""

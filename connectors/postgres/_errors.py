@@ -5,20 +5,20 @@ protocol itself come from :mod:`txn` (for example ``txn.NonDeterministicReplayEr
 the ones here are specific to PostgreSQL. The tree::
 
     PostgresSinkError (a txn.TxnError)
-    +-- SinkConfigError (txn.ConfigError)              a bad option; fix the value named
-    |   +-- PreparedTransactionsUnavailableError       two-phase forced, server has 0 slots
-    +-- InputError (connectors.stage.InputError)       the input cannot be written
-    |   +-- TableNotFoundError                         the target table does not exist
-    |   +-- InputSchemaError (stage.InputSchemaError)  missing column, type mismatch, no key
-    |   +-- RecordError (stage.RecordError)            one value cannot be written
-    |       +-- ValueTooLargeError                     a value exceeds its column's limit
-    +-- PostgresWriteError                             the server refused a statement
-    |   +-- ConstraintViolationError                   NOT NULL / unique / check / FK
-    |   +-- InvalidValueError                          the server rejected a value (22xxx)
-    |   +-- PostgresFatalError                         authentication, privileges, server I/O
-    +-- PartitionConflictError                         another instance committed this epoch
+    +-- PostgresSinkConfigError (txn.ConfigError)              a bad option; fix the value named
+    |   +-- PreparedTransactionsUnavailableError               two-phase forced, server has 0 slots
+    +-- PostgresInputError (connectors.stage.InputError)       the input cannot be written
+    |   +-- PostgresTableNotFoundError                         the target table does not exist
+    |   +-- PostgresInputSchemaError (stage.InputSchemaError)  missing column, type mismatch, no key
+    |   +-- PostgresRecordError (stage.RecordError)            one value cannot be written
+    |       +-- ValueTooLargeError                             a value exceeds its column's limit
+    +-- PostgresWriteError                                     the server refused a statement
+    |   +-- ConstraintViolationError                           NOT NULL / unique / check / FK
+    |   +-- InvalidValueError                                  the server rejected a value (22xxx)
+    |   +-- PostgresFatalError                                 authentication, privileges, server I/O
+    +-- PostgresPartitionConflictError                         another instance committed this epoch
     +-- PreparedTransactionLostError (txn.PreparedWorkLostError)  decided commit, work gone
-    +-- EpochLogFencedError (txn.EpochLogLockedError)  another coordinator owns the log
+    +-- PostgresEpochLogFencedError (txn.EpochLogLockedError)  another coordinator owns the log
 
 Each class says whether re-running the write stage can help (``retry_stage``, see
 :class:`txn.TxnError`): not for bad input, rejected values, violated constraints, fatal
@@ -28,9 +28,7 @@ driver pickled; the keyword attributes survive.
 
 from __future__ import annotations
 
-from connectors.stage import InputError as StageInputError
-from connectors.stage import InputSchemaError as StageInputSchemaError
-from connectors.stage import RecordError as StageRecordError
+from connectors.stage import InputError, InputSchemaError, RecordError
 from connectors.stage._errors import rebuild_error
 from txn import ConfigError, EpochLogLockedError, ErrorAction, PreparedWorkLostError, TxnError
 
@@ -39,31 +37,31 @@ class PostgresSinkError(TxnError):
     """Base class of every error raised by :mod:`connectors.postgres`."""
 
 
-class SinkConfigError(PostgresSinkError, ConfigError):
+class PostgresSinkConfigError(PostgresSinkError, ConfigError):
     """A sink option is invalid (raised at construction, before any network I/O)."""
 
 
-class PreparedTransactionsUnavailableError(SinkConfigError):
+class PreparedTransactionsUnavailableError(PostgresSinkConfigError):
     """``commit_protocol='two-phase'`` was asked for, but the server allows no prepared transaction."""
 
 
-class InputError(PostgresSinkError, StageInputError):
+class PostgresInputError(PostgresSinkError, InputError):
     """The rows handed to the sink cannot be written; ``column`` names the culprit if known."""
 
 
-class TableNotFoundError(InputError):
+class PostgresTableNotFoundError(PostgresInputError):
     """The target table (or its schema) does not exist."""
 
 
-class InputSchemaError(InputError, StageInputSchemaError):
+class PostgresInputSchemaError(PostgresInputError, InputSchemaError):
     """A column is missing, has a type the table column cannot take, or no key is known."""
 
 
-class RecordError(InputError, StageRecordError):
+class PostgresRecordError(PostgresInputError, RecordError):
     """A value of the input cannot be written (a null key, an unknown changelog op, ...)."""
 
 
-class ValueTooLargeError(RecordError):
+class ValueTooLargeError(PostgresRecordError):
     """A value exceeds the limit of its column (for example a varchar(n) length)."""
 
 
@@ -106,7 +104,7 @@ class PostgresFatalError(PostgresWriteError):
     retry_stage = False
 
 
-class PartitionConflictError(PostgresSinkError):
+class PostgresPartitionConflictError(PostgresSinkError):
     """The idempotency marker shows another instance committed this partition's epoch."""
 
 
@@ -120,5 +118,5 @@ class PreparedTransactionLostError(PostgresSinkError, PreparedWorkLostError):
     retry_stage = False
 
 
-class EpochLogFencedError(PostgresSinkError, EpochLogLockedError):
+class PostgresEpochLogFencedError(PostgresSinkError, EpochLogLockedError):
     """Another coordinator owns (or took over) the sink's epoch log table; stop this one."""

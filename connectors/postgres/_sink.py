@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._epoch_log import PostgresEpochLog
-from connectors.postgres._errors import InputSchemaError, PostgresSinkError
+from connectors.postgres._errors import PostgresInputSchemaError, PostgresSinkError
 from connectors.postgres._resource import PostgresResource, prepare_resource
 from connectors.postgres._schema import TableInfo, TableLayout, check_input, describe_table
 from connectors.stage import InputSpec, SinkConnector, TransactionalSink
@@ -76,7 +76,7 @@ class PostgresConnector(SinkConnector):
         for name in self.cfg.order_by:
             if arrow.get_field_index(name) < 0:
                 msg = f"order_by names column {name!r}, which the DataFrame does not have"
-                raise InputSchemaError(msg, column=name)
+                raise PostgresInputSchemaError(msg, column=name)
             if table.column(name) is None:
                 arrow = arrow.remove(arrow.get_field_index(name))
         layout = check_input(arrow, table, self.cfg)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from connectors.examples.sqlite import SqliteSink, TableNotFoundError, read_markers
+from connectors.examples.sqlite import SqliteSink, SqliteTableNotFoundError, read_markers
 from connectors.stage import InputSchemaError
 from connectors.testing import FaultPlan
 from txn import EpochState
@@ -175,7 +175,7 @@ def test_bad_input_is_refused_before_anything_is_logged(spark: Any, db: Path) ->
     assert rows(db) == Counter()
     assert not Path(sink.config.epoch_log_path).exists()
     missing = SqliteSink(db.with_name("none.db"), "orders", sink_id="none")
-    with pytest.raises(TableNotFoundError, match="does not exist"):
+    with pytest.raises(SqliteTableNotFoundError, match="does not exist"):
         missing(batch(spark, 0, 3), 0)
     assert not db.with_name("none.db").exists()
 

@@ -13,11 +13,11 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.kafka import (
     BrokerUnavailableError,
-    InputSchemaError,
     InsufficientSlotsError,
+    KafkaInputSchemaError,
+    KafkaRecordError,
     KafkaSink,
     PreflightError,
-    RecordError,
     RecordTooLargeError,
     TopicMissingError,
     read_markers,
@@ -247,7 +247,7 @@ def test_changelog_drops_update_before_and_writes_tombstones(
 def test_changelog_without_key_is_a_clear_error(spark, kafka_bootstrap):
     sink = KafkaSink(kafka_bootstrap, "unused", sid(), changelog=True)
     df = spark.createDataFrame([("1", "insert")], "value string, op string")
-    with pytest.raises(InputSchemaError, match="key"):
+    with pytest.raises(KafkaInputSchemaError, match="key"):
         sink(df, 0)
 
 
@@ -264,7 +264,7 @@ def test_null_value_raises_typed_error_and_nothing_is_visible(spark, kafka_boots
         "value", F.when(F.col("key") == "k150", F.lit(None)).otherwise(F.col("value"))
     )
     try:
-        with pytest.raises(RecordError, match="'value'") as info:
+        with pytest.raises(KafkaRecordError, match="'value'") as info:
             sink(df, 0)
         assert info.value.column == "value"
         _assert_nothing_visible(kafka_bootstrap, topic, sink)
@@ -279,7 +279,7 @@ def test_wrong_column_type_raises_before_anything_runs(spark, kafka_bootstrap, n
     topic = new_topic("ks-type")
     sink = KafkaSink(kafka_bootstrap, topic, sid())
     try:
-        with pytest.raises(InputSchemaError, match="'value' has type bigint") as info:
+        with pytest.raises(KafkaInputSchemaError, match="'value' has type bigint") as info:
             sink(spark.range(5).selectExpr("id AS value"), 0)
         assert info.value.column == "value"
         assert sink.epoch_log_history().plan(0) is None

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.kafka import KafkaSink, KafkaWriteError, RecordError, read_markers
+from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant, KafkaResource, pool_key
 from connectors.kafka._sink._writer import RecordLayout
@@ -154,7 +154,7 @@ def test_fenced_pooled_producer_fails_and_is_discarded(sink):
 
 def test_error_discards_the_producer(sink):
     run(sink, 0, reuse=True)
-    with pytest.raises(RecordError):
+    with pytest.raises(KafkaRecordError):
         run(sink, 1, reuse=True, null_value=True)
     entry = _pool.POOL.take(pool_key(sink.config, 0))
     assert entry is not None and entry.producer is None and entry.consumer is not None

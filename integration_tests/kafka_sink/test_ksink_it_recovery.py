@@ -8,7 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.kafka import EpochLogFencedError, KafkaEpochLog, KafkaSink, read_markers
+from connectors.kafka import KafkaEpochLog, KafkaEpochLogFencedError, KafkaSink, read_markers
 from connectors.testing import FaultPlan, InjectedFault
 from integration_tests.kafka_sink._support import (
     expected,
@@ -236,7 +236,7 @@ def test_kafka_epoch_log_fences_a_second_coordinator(kafka_bootstrap):
         assert second.load().plan(0) is not None  # reading never fences
         first.append(EpochCompletion(sink_id, 0, committed=True))
         second.append(EpochPlan(sink_id, 1, 2, "fp"))  # takes over: fences `first`
-        with pytest.raises(EpochLogFencedError, match="another coordinator"):
+        with pytest.raises(KafkaEpochLogFencedError, match="another coordinator"):
             first.append(EpochPlan(sink_id, 1, 3, "fp"))  # legal in first's view, but fenced
         second.append(EpochCompletion(sink_id, 1, committed=True))
     finally:

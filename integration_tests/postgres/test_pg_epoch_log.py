@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from connectors.postgres import EpochLogFencedError, PostgresEpochLog, PostgresSinkConfig
+from connectors.postgres import PostgresEpochLog, PostgresEpochLogFencedError, PostgresSinkConfig
 from connectors.postgres._control import LOG_HEAD_TABLE, LOG_TABLE, qualified
 from integration_tests.postgres.conftest import Conn
 from txn import (
@@ -86,7 +86,7 @@ def test_second_coordinator_is_refused_while_the_first_runs(make_cfg: Make) -> N
     cfg = make_cfg()
     first = PostgresEpochLog(cfg)
     with pytest.raises(
-        EpochLogFencedError, match="held by another coordinator.*backend pid"
+        PostgresEpochLogFencedError, match="held by another coordinator.*backend pid"
     ) as info:
         PostgresEpochLog(cfg)
     assert isinstance(info.value, EpochLogLockedError)
@@ -111,7 +111,7 @@ def test_a_coordinator_that_lost_its_session_is_fenced_once_another_took_over(
     first.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
     _terminate(pg, cfg)  # the first coordinator's session (and advisory lock) is gone
     second = PostgresEpochLog(cfg)
-    with pytest.raises(EpochLogFencedError, match="held by another coordinator"):
+    with pytest.raises(PostgresEpochLogFencedError, match="held by another coordinator"):
         first.append(EpochCompletion(cfg.sink_id, 0, committed=True))  # lock taken: refused
     with pytest.raises(EpochLogError, match="closed"):
         first.load()  # a fenced coordinator released the log for good
@@ -129,7 +129,7 @@ def test_a_coordinator_is_fenced_by_generation_when_the_lock_is_free_again(
     first.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
     _terminate(pg, cfg)
     PostgresEpochLog(cfg).close()  # another coordinator came and went: generation 2
-    with pytest.raises(EpochLogFencedError, match=r"taken over .*\(generation 2, ours 1\)"):
+    with pytest.raises(PostgresEpochLogFencedError, match=r"taken over .*\(generation 2, ours 1\)"):
         first.append(EpochCompletion(cfg.sink_id, 0, committed=True))
     with PostgresEpochLog(cfg) as third:
         assert third.generation == 3 and not third.load().is_committed(0)

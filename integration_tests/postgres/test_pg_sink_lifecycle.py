@@ -58,7 +58,7 @@ def log_is_free(sink: PostgresSink) -> bool:
         PostgresEpochLog(sink.config).close()
     except SinkInUseError:  # pragma: no cover - the log's own lock error is not this one
         raise
-    except Exception:  # noqa: BLE001 - EpochLogFencedError: the lock is held
+    except Exception:  # noqa: BLE001 - PostgresEpochLogFencedError: the lock is held
         return False
     return True
 
@@ -191,7 +191,7 @@ def test_with_block_close_and_collection_release_the_log_and_connections(
     config = collected.config
     del collected
     gc.collect()
-    probe = PostgresEpochLog(config)  # no EpochLogFencedError: the lock went with it
+    probe = PostgresEpochLog(config)  # no PostgresEpochLogFencedError: the lock went with it
     probe.close()
     wait_until("the driver's sessions closed", lambda: coordinator_sessions(pg, sink_id) == 0, 30)
     assert table_rows(pg, schema) == file_rows(range(2))

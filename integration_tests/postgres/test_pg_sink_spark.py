@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from connectors.postgres import InputSchemaError, PostgresSink
+from connectors.postgres import PostgresInputSchemaError, PostgresSink
 from txn import PartitionOutcome
 
 pytestmark = pytest.mark.spark
@@ -117,7 +117,7 @@ def test_bad_input_is_a_typed_error_naming_the_column(
     table(pg, schema, ddl)
     s = sink(postgres_dsn, schema)
     try:
-        with pytest.raises(InputSchemaError) as info:
+        with pytest.raises(PostgresInputSchemaError) as info:
             s(spark.range(5).selectExpr(*select), 0)
     finally:
         s.close()

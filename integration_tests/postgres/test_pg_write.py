@@ -17,10 +17,10 @@ from psycopg import sql
 from connectors.postgres import (
     BulkWriter,
     ConstraintViolationError,
-    InputSchemaError,
     InvalidValueError,
+    PostgresInputSchemaError,
     PostgresSinkConfig,
-    TableNotFoundError,
+    PostgresTableNotFoundError,
     ValueTooLargeError,
     check_input,
     describe_table,
@@ -137,7 +137,7 @@ def test_introspection_reports_keys_limits_and_generated_columns(pg: Conn, schem
     assert by_name["c"].base_type == "varchar" and by_name["name"].max_chars == 3
     assert by_name["name"].not_null and by_name["d"].has_default
     assert by_name["total"].generated and by_name["seq"].identity_always
-    with pytest.raises(TableNotFoundError, match=f"{schema}.missing does not exist"):
+    with pytest.raises(PostgresTableNotFoundError, match=f"{schema}.missing does not exist"):
         describe_table(pg, schema, "missing")
 
 
@@ -147,13 +147,13 @@ def test_a_missing_or_mistyped_column_is_named_before_anything_is_written(
     create(pg, schema, "CREATE TABLE {t} (id integer PRIMARY KEY, name text NOT NULL)")
     info = describe_table(pg, schema, "t")
     wrong_type = with_hash({"id": pa.array([1]), "name": pa.array(["a"])})  # int64 into integer
-    with pytest.raises(InputSchemaError, match="'id'.*LongType.*integer") as info_err:
+    with pytest.raises(PostgresInputSchemaError, match="'id'.*LongType.*integer") as info_err:
         check_input(wrong_type.schema, info, make_cfg())
     assert info_err.value.column == "id"
     extra = with_hash(
         {"id": pa.array([1], pa.int32()), "name": pa.array(["a"]), "color": pa.array(["red"])}
     )
-    with pytest.raises(InputSchemaError, match="'color' does not exist"):
+    with pytest.raises(PostgresInputSchemaError, match="'color' does not exist"):
         check_input(extra.schema, info, make_cfg())
     assert rows(pg, schema) == []
 

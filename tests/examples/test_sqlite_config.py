@@ -13,14 +13,14 @@ import pytest
 
 from connectors.examples.sqlite import (
     AlignedModeError,
-    PartitionConflictError,
     SqliteConfigError,
+    SqlitePartitionConflictError,
     SqliteRejectedError,
     SqliteResource,
     SqliteSink,
     SqliteSinkConfig,
+    SqliteTableNotFoundError,
     SqliteWriteError,
-    TableNotFoundError,
     classify,
     prepare_database,
     table_columns,
@@ -111,17 +111,17 @@ def test_config_resource_and_errors_pickle(tmp_path: Path) -> None:
         ErrorAction.FATAL,
         8,
     )
-    missing = pickle.loads(pickle.dumps(TableNotFoundError("gone")))
-    assert isinstance(missing, TableNotFoundError) and str(missing) == "gone"
+    missing = pickle.loads(pickle.dumps(SqliteTableNotFoundError("gone")))
+    assert isinstance(missing, SqliteTableNotFoundError) and str(missing) == "gone"
 
 
 def test_missing_database_or_table_is_typed_and_creates_nothing(tmp_path: Path) -> None:
     cfg = config(tmp_path)
-    with pytest.raises(TableNotFoundError, match="does not exist"):
+    with pytest.raises(SqliteTableNotFoundError, match="does not exist"):
         prepare_database(cfg)
     assert not os.path.exists(cfg.path)  # never an empty database by mistake
     sqlite3.connect(cfg.path).close()
-    with pytest.raises(TableNotFoundError, match="table 't'"):
+    with pytest.raises(SqliteTableNotFoundError, match="table 't'"):
         prepare_database(cfg)
     with sqlite3.connect(cfg.path) as db:
         db.execute("CREATE TABLE t (id INTEGER NOT NULL, name TEXT)")
@@ -197,7 +197,7 @@ def test_a_second_instance_of_a_partition_stops_at_the_marker(tmp_path: Path) ->
         old.commit()
         waiter.join()
         new.abort()
-        assert len(raised) == 1 and isinstance(raised[0], PartitionConflictError), raised
+        assert len(raised) == 1 and isinstance(raised[0], SqlitePartitionConflictError), raised
         assert "another instance committed epoch 0" in str(raised[0])
     finally:
         old.close()

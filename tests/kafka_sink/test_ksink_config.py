@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from connectors.kafka import KafkaSink, SinkConfig, SinkConfigError
+from connectors.kafka import KafkaSink, KafkaSinkConfigError, SinkConfig
 from connectors.testing import FaultPlan
 from txn import CommitMode, ConfigError, Guarantee, TxnError
 
@@ -54,7 +54,7 @@ def test_defaults_and_parsing():
     ],
 )
 def test_bad_options_raise_typed_error_naming_the_option(over, needle):
-    with pytest.raises(SinkConfigError, match=needle) as info:
+    with pytest.raises(KafkaSinkConfigError, match=needle) as info:
         make(**over)
     assert isinstance(info.value, ConfigError)
     assert isinstance(info.value, TxnError)
@@ -64,14 +64,14 @@ def test_bad_options_raise_typed_error_naming_the_option(over, needle):
     "key", ["transactional.id", "bootstrap.servers", "enable.idempotence", "transaction.timeout.ms"]
 )
 def test_reserved_producer_settings_are_refused_with_a_hint(key):
-    with pytest.raises(SinkConfigError, match="managed by the sink"):
+    with pytest.raises(KafkaSinkConfigError, match="managed by the sink"):
         make(producer_config={key: "x"})
 
 
 def test_unknown_librdkafka_setting_is_refused_at_construction():
-    with pytest.raises(SinkConfigError, match="librdkafka"):
+    with pytest.raises(KafkaSinkConfigError, match="librdkafka"):
         make(producer_config={"no.such.setting": "1"})
-    with pytest.raises(SinkConfigError, match="librdkafka"):
+    with pytest.raises(KafkaSinkConfigError, match="librdkafka"):
         make(producer_config={"linger.ms": "not-a-number"})
 
 
@@ -94,7 +94,7 @@ def test_producer_settings_pass_through_and_override_defaults():
 
 
 def test_producer_config_values_must_be_plain():
-    with pytest.raises(SinkConfigError, match="callbacks"):
+    with pytest.raises(KafkaSinkConfigError, match="callbacks"):
         make(producer_config={"linger.ms": object()})
 
 

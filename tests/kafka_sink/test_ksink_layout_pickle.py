@@ -12,13 +12,13 @@ from pyspark.sql.types import (
 )
 
 from connectors.kafka import (
-    InputSchemaError,
     KafkaAuthenticationError,
     KafkaConnectError,
+    KafkaInputSchemaError,
+    KafkaRecordError,
     KafkaSink,
     KafkaWriteError,
     ProducerFencedError,
-    RecordError,
     RecordTooLargeError,
 )
 from connectors.kafka._sink._input import check_input, data_columns, input_layout
@@ -71,13 +71,13 @@ def test_full_layout_accepted():
     ],
 )
 def test_wrong_columns_are_named(cols, column, needle):
-    with pytest.raises(InputSchemaError, match=needle) as info:
+    with pytest.raises(KafkaInputSchemaError, match=needle) as info:
         input_layout(schema(**cols), cfg())
     assert info.value.column == column
 
 
 def test_no_topic_anywhere_is_refused():
-    with pytest.raises(InputSchemaError, match="topic") as info:
+    with pytest.raises(KafkaInputSchemaError, match="topic") as info:
         input_layout(schema(value=StringType()), cfg(topic=None))
     assert info.value.column == "topic"
     assert input_layout(schema(value=StringType(), topic=StringType()), cfg(topic=None)).topic
@@ -85,10 +85,10 @@ def test_no_topic_anywhere_is_refused():
 
 def test_changelog_needs_op_and_key():
     c = cfg(changelog=True)
-    with pytest.raises(InputSchemaError) as info:
+    with pytest.raises(KafkaInputSchemaError) as info:
         input_layout(schema(key=StringType(), value=StringType()), c)
     assert info.value.column == "op"
-    with pytest.raises(InputSchemaError) as info:
+    with pytest.raises(KafkaInputSchemaError) as info:
         input_layout(schema(value=StringType(), op=StringType()), c)
     assert info.value.column == "key"
     layout = input_layout(schema(key=StringType(), value=StringType(), op=StringType()), c)
@@ -96,7 +96,7 @@ def test_changelog_needs_op_and_key():
 
 
 def test_order_by_columns_must_exist():
-    with pytest.raises(InputSchemaError) as info:
+    with pytest.raises(KafkaInputSchemaError) as info:
         input_layout(schema(value=StringType()), cfg(order_by=["offset"]))
     assert info.value.column == "offset"
 
@@ -139,9 +139,9 @@ def test_task_payloads_pickle_round_trip():
 @pytest.mark.parametrize(
     "error",
     [
-        RecordError("null value", column="value"),
+        KafkaRecordError("null value", column="value"),
         RecordTooLargeError("big", column="key"),
-        InputSchemaError("bad", column="op"),
+        KafkaInputSchemaError("bad", column="op"),
         KafkaWriteError("w", action="abort", code=10),
         ProducerFencedError("f", action="fatal", code=-144),
         KafkaConnectError("no broker", address="h:9092", setting="bootstrap_servers"),

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _classify
-from connectors.kafka._errors import EpochLogFencedError, MarkerError
+from connectors.kafka._errors import KafkaEpochLogFencedError, MarkerError
 from connectors.kafka._sink import _markers
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from txn import EpochHistory, EpochLogError, EpochPlan, encode_record
@@ -164,7 +164,7 @@ def test_an_outage_longer_than_the_bound_fails_the_append(monkeypatch: pytest.Mo
 
 def test_a_fenced_append_is_not_retried() -> None:
     producer = TxnProducer([KafkaError(KafkaError._FENCED, "fenced", fatal=True)])
-    with pytest.raises(EpochLogFencedError):
+    with pytest.raises(KafkaEpochLogFencedError):
         write(producer)
     assert producer.calls == ["begin", "commit"]
 

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka import KafkaWriteError, RecordError, RecordTooLargeError
+from connectors.kafka import KafkaRecordError, KafkaWriteError, RecordTooLargeError
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from connectors.testing import InjectedFault
@@ -93,14 +93,14 @@ def test_topic_partition_and_headers_columns():
 
 def test_null_value_is_refused_naming_the_column():
     p = FakeProducer()
-    with pytest.raises(RecordError, match="'value'.*changelog=True") as info:
+    with pytest.raises(KafkaRecordError, match="'value'.*changelog=True") as info:
         writer(p).write([batch(key=["a", "b"], value=["x", None])])
     assert info.value.column == "value"
     assert p.sent == []  # validated before producing the batch
 
 
 def test_null_topic_without_default_is_refused():
-    with pytest.raises(RecordError) as info:
+    with pytest.raises(KafkaRecordError) as info:
         writer(FakeProducer(), RecordLayout(topic=True), topic=None).write(
             [batch(value=["x"], topic=[None])]
         )
@@ -112,20 +112,20 @@ def test_changelog_validation():
     ok = FakeProducer()
     writer(ok, layout).write([batch(key=["a", "b"], value=["1", None], op=["insert", "delete"])])
     assert [v for _, _, v, _, _ in ok.sent] == ["1", None]  # delete -> tombstone
-    with pytest.raises(RecordError, match="'op'.*'upsert'") as info:
+    with pytest.raises(KafkaRecordError, match="'op'.*'upsert'") as info:
         writer(FakeProducer(), layout).write([batch(key=["a"], value=["1"], op=["upsert"])])
     assert info.value.column == "op"
-    with pytest.raises(RecordError) as info:
+    with pytest.raises(KafkaRecordError) as info:
         writer(FakeProducer(), layout).write(
             [batch(key=["a"], value=["1"], op=pa.array([None], pa.string()))]
         )
     assert info.value.column == "op"
-    with pytest.raises(RecordError) as info:
+    with pytest.raises(KafkaRecordError) as info:
         writer(FakeProducer(), layout).write(
             [batch(key=pa.array([None], pa.string()), value=["1"], op=["insert"])]
         )
     assert info.value.column == "key"
-    with pytest.raises(RecordError) as info:
+    with pytest.raises(KafkaRecordError) as info:
         writer(FakeProducer(), layout).write(
             [batch(key=["a"], value=pa.array([None], pa.string()), op=["update_after"])]
         )

@@ -10,22 +10,21 @@ from psycopg import errors
 
 from connectors.postgres import (
     ConstraintViolationError,
-    EpochLogFencedError,
-    InputSchemaError,
     InvalidValueError,
+    PostgresEpochLogFencedError,
     PostgresFatalError,
+    PostgresInputSchemaError,
+    PostgresRecordError,
+    PostgresTableNotFoundError,
     PostgresWriteError,
     PreparedTransactionLostError,
-    RecordError,
-    TableNotFoundError,
     ValueTooLargeError,
     _classify,
     call_with_retry,
     classify,
     to_sink_error,
 )
-from connectors.stage import InputError as StageInputError
-from connectors.stage import InputSchemaError as StageInputSchemaError
+from connectors.stage import InputError, InputSchemaError
 from txn import EpochLogLockedError, ErrorAction, PreparedWorkLostError, can_retry_stage
 
 
@@ -83,7 +82,7 @@ def test_typed_errors_carry_action_and_sqlstate() -> None:
     assert c.action is ErrorAction.ABORT and "nothing of it is visible" in str(c)
     v = to_sink_error(err("22003"), "writing")
     assert isinstance(v, InvalidValueError) and not can_retry_stage(v)
-    assert isinstance(to_sink_error(err("42P01"), "writing"), TableNotFoundError)
+    assert isinstance(to_sink_error(err("42P01"), "writing"), PostgresTableNotFoundError)
     f = to_sink_error(err("28P01"), "connecting")
     assert isinstance(f, PostgresFatalError) and not can_retry_stage(f)
     r = to_sink_error(err("40001"), "committing")
@@ -127,10 +126,10 @@ def test_call_with_retry_retries_transient_errors_then_escalates(
 ERRORS = [
     ConstraintViolationError("c", action=ErrorAction.ABORT, sqlstate="23505", column="id"),
     PostgresWriteError("w", action=ErrorAction.RETRY, sqlstate=None),
-    InputSchemaError("s", column="name"),
+    PostgresInputSchemaError("s", column="name"),
     ValueTooLargeError("v", column="name"),
-    TableNotFoundError("t"),
-    EpochLogFencedError("f"),
+    PostgresTableNotFoundError("t"),
+    PostgresEpochLogFencedError("f"),
     PreparedTransactionLostError("l"),
     PreparedTransactionLostError("l", partition=3),
 ]
@@ -144,13 +143,13 @@ def test_errors_survive_pickling_with_their_attributes(error: Exception) -> None
 
 
 def test_error_families() -> None:
-    schema_error = InputSchemaError("s", column="x")
-    assert isinstance(schema_error, StageInputSchemaError) and isinstance(schema_error, ValueError)
-    assert isinstance(ValueTooLargeError("v"), RecordError)
-    assert isinstance(RecordError("r"), StageInputError)
+    schema_error = PostgresInputSchemaError("s", column="x")
+    assert isinstance(schema_error, InputSchemaError) and isinstance(schema_error, ValueError)
+    assert isinstance(ValueTooLargeError("v"), PostgresRecordError)
+    assert isinstance(PostgresRecordError("r"), InputError)
     assert not can_retry_stage(schema_error)
-    assert isinstance(EpochLogFencedError("f"), EpochLogLockedError)
-    assert not can_retry_stage(EpochLogFencedError("f"))
+    assert isinstance(PostgresEpochLogFencedError("f"), EpochLogLockedError)
+    assert not can_retry_stage(PostgresEpochLogFencedError("f"))
 
 
 def test_a_lost_prepared_transaction_is_txn_lost_work() -> None:

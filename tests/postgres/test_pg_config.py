@@ -9,8 +9,8 @@ import pytest
 from connectors.postgres import (
     CommitProtocol,
     PostgresSinkConfig,
+    PostgresSinkConfigError,
     PreparedTransactionsUnavailableError,
-    SinkConfigError,
     WriteMode,
     choose_two_phase,
 )
@@ -62,7 +62,7 @@ def test_defaults_and_enum_parsing_without_connecting() -> None:
 def test_bad_options_raise_a_config_error_naming_the_option(
     kwargs: dict[str, object], match: str
 ) -> None:
-    with pytest.raises(SinkConfigError, match=match) as info:
+    with pytest.raises(PostgresSinkConfigError, match=match) as info:
         build(**kwargs)
     assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
 

@@ -11,8 +11,8 @@ from psycopg import sql
 
 from connectors.postgres import (
     Gid,
-    InputSchemaError,
-    RecordError,
+    PostgresInputSchemaError,
+    PostgresRecordError,
     TableLayout,
     ValueTooLargeError,
     WriteMode,
@@ -88,10 +88,10 @@ def test_changelog_drops_update_before_and_appends_the_op() -> None:
 
 
 def test_unknown_op_and_null_keys_are_record_errors() -> None:
-    with pytest.raises(RecordError, match="'upsert'") as info:
+    with pytest.raises(PostgresRecordError, match="'upsert'") as info:
         encode_batch(batch([1], ["a"], ["upsert"]), layout(WriteMode.CHANGELOG), 0)
     assert info.value.column == "op"
-    with pytest.raises(RecordError, match="null in 1 row") as info:
+    with pytest.raises(PostgresRecordError, match="null in 1 row") as info:
         encode_batch(batch([1, None], ["a", "b"]), layout(WriteMode.UPSERT), 0)
     assert info.value.column == "id"
 
@@ -114,7 +114,7 @@ def test_a_batch_of_another_schema_is_refused() -> None:
             HASH_COLUMN: pa.array([1], pa.int64()),
         }
     )
-    with pytest.raises(InputSchemaError, match="schema changed"):
+    with pytest.raises(PostgresInputSchemaError, match="schema changed"):
         encode_batch(other, layout(), 0)
 
 

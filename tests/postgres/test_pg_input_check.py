@@ -9,7 +9,7 @@ import pytest
 
 from connectors.postgres import (
     ColumnInfo,
-    InputSchemaError,
+    PostgresInputSchemaError,
     PostgresSinkConfig,
     TableInfo,
     TableLayout,
@@ -105,13 +105,15 @@ def test_type_rules(arrow: pa.DataType, base: str, ok: bool) -> None:
     if ok:
         check_column_type("c", arrow, base, base)
     else:
-        with pytest.raises(InputSchemaError) as info:
+        with pytest.raises(PostgresInputSchemaError) as info:
             check_column_type("c", arrow, base, base)
         assert info.value.column == "c" and "'c'" in str(info.value)
 
 
 def test_narrowing_names_the_spark_type_and_the_cast() -> None:
-    with pytest.raises(InputSchemaError, match=r"LongType .* integer; cast it in Spark .*'int'"):
+    with pytest.raises(
+        PostgresInputSchemaError, match=r"LongType .* integer; cast it in Spark .*'int'"
+    ):
         check_column_type("id", pa.int64(), "int4", "integer")
 
 
@@ -134,11 +136,11 @@ def test_upsert_uses_the_primary_key_or_a_unique_key() -> None:
     assert by_pk.keys == ("id",) and by_pk.update_columns == ("name", "amount")
     by_unique = check_input(s, TABLE, cfg(write_mode="upsert", key_columns=["amount", "name"]))
     assert by_unique.keys == ("amount", "name") and by_unique.update_columns == ("id",)
-    with pytest.raises(InputSchemaError, match="not a primary key or unique index") as info:
+    with pytest.raises(PostgresInputSchemaError, match="not a primary key or unique index") as info:
         check_input(s, TABLE, cfg(write_mode="upsert", key_columns=["name"]))
     assert info.value.column == "name"
     no_pk = TableInfo("public", "log", (col("id", "int8"),), (), ())
-    with pytest.raises(InputSchemaError, match="has no primary key; pass key_columns"):
+    with pytest.raises(PostgresInputSchemaError, match="has no primary key; pass key_columns"):
         check_input(schema(("id", pa.int64())), no_pk, cfg(write_mode="upsert"))
 
 
@@ -158,7 +160,7 @@ def test_upsert_uses_the_primary_key_or_a_unique_key() -> None:
 def test_input_errors_name_the_column(
     fields: tuple[tuple[str, pa.DataType], ...], mode: str, column: str, match: str
 ) -> None:
-    with pytest.raises(InputSchemaError, match=match) as info:
+    with pytest.raises(PostgresInputSchemaError, match=match) as info:
         check_input(schema(*fields), TABLE, cfg(write_mode=mode))
     assert info.value.column == column
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.kafka import SinkConfig
-from connectors.kafka import SinkConfigError as KafkaConfigError
-from connectors.postgres import PostgresSinkConfig
-from connectors.postgres import SinkConfigError as PostgresConfigError
+from connectors.kafka import KafkaSinkConfigError, SinkConfig
+from connectors.postgres import PostgresSinkConfig, PostgresSinkConfigError
 
 CASES = [
-    (SinkConfig.create, KafkaConfigError, "KafkaSink"),
-    (PostgresSinkConfig.build, PostgresConfigError, "PostgresSink"),
+    (SinkConfig.create, KafkaSinkConfigError, "KafkaSink"),
+    (PostgresSinkConfig.build, PostgresSinkConfigError, "PostgresSink"),
 ]
 REQUIRED = {
     "KafkaSink": {"bootstrap_servers": "127.0.0.1:9092", "topic": "t", "sink_id": "s"},

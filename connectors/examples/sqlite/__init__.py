@@ -25,6 +25,8 @@ Spark types: integers, floats, strings, booleans, binary. Usage::
     df.writeStream.foreachBatch(sink).option("checkpointLocation", ck).start()
 """
 
+from typing import TYPE_CHECKING
+
 from connectors.examples.sqlite._config import BUSY_TIMEOUT_S, SqliteSinkConfig
 from connectors.examples.sqlite._database import (
     MARKER_TABLE,
@@ -34,35 +36,49 @@ from connectors.examples.sqlite._database import (
 )
 from connectors.examples.sqlite._errors import (
     AlignedModeError,
-    PartitionConflictError,
     SqliteConfigError,
+    SqlitePartitionConflictError,
     SqliteRejectedError,
     SqliteSinkError,
+    SqliteTableNotFoundError,
     SqliteWriteError,
-    TableNotFoundError,
     classify,
 )
 from connectors.examples.sqlite._participant import SqlitePartition, SqliteResource
 from connectors.examples.sqlite._sink import SqliteConnector, SqliteSink, check_input
+from txn._renamed import renamed_names
 
 __all__ = [
     "BUSY_TIMEOUT_S",
     "MARKER_TABLE",
     "AlignedModeError",
-    "PartitionConflictError",
     "SqliteConfigError",
     "SqliteConnector",
     "SqlitePartition",
+    "SqlitePartitionConflictError",
     "SqliteRejectedError",
     "SqliteResource",
     "SqliteSink",
     "SqliteSinkConfig",
     "SqliteSinkError",
+    "SqliteTableNotFoundError",
     "SqliteWriteError",
-    "TableNotFoundError",
     "check_input",
     "classify",
     "prepare_database",
     "read_markers",
     "table_columns",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if TYPE_CHECKING:
+    TableNotFoundError = SqliteTableNotFoundError
+    PartitionConflictError = SqlitePartitionConflictError
+else:
+    __getattr__ = renamed_names(
+        __name__,
+        {
+            "TableNotFoundError": "SqliteTableNotFoundError",
+            "PartitionConflictError": "SqlitePartitionConflictError",
+        },
+    )

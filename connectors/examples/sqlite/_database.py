@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
-from connectors.examples.sqlite._errors import TableNotFoundError, classify, to_sink_error
+from connectors.examples.sqlite._errors import SqliteTableNotFoundError, classify, to_sink_error
 from connectors.stage._retry import RetryPolicy, retry
 from txn import ErrorAction, Marker
 
@@ -61,12 +61,12 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
     except sqlite3.Error as exc:
         if not os.path.exists(cfg.path):
             msg = f"the database file {cfg.path} does not exist; create it and table {cfg.table!r}"
-            raise TableNotFoundError(msg) from exc
+            raise SqliteTableNotFoundError(msg) from exc
         raise to_sink_error(exc, f"{what} of sink {cfg.sink_id!r}") from exc
 
 
 def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
-    """Return the target table's column names (raise :class:`TableNotFoundError`)."""
+    """Return the target table's column names (raise :class:`SqliteTableNotFoundError`)."""
     rows = _driver_call(
         cfg,
         "reading the table",
@@ -74,7 +74,7 @@ def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
     )  # quoted name
     if not rows:
         msg = f"table {cfg.table!r} does not exist in {cfg.path}; create it first"
-        raise TableNotFoundError(msg)
+        raise SqliteTableNotFoundError(msg)
     return tuple(str(row[1]) for row in rows)
 
 

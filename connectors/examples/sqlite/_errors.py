@@ -5,17 +5,17 @@ The tree (each class says whether re-running the write stage can help, ``retry_s
     SqliteSinkError (a txn.TxnError)
     +-- SqliteConfigError (txn.ConfigError)          a bad option; fix the value named
     |   +-- AlignedModeError                         aligned exactly-once: deadlocks on SQLite
-    +-- TableNotFoundError (connectors.stage.InputError)  no database file or no table
+    +-- SqliteTableNotFoundError (connectors.stage.InputError)  no database file or no table
     +-- SqliteWriteError                             SQLite refused a call (busy, locked, ...)
     |   +-- SqliteRejectedError                      a re-run cannot help (data, file)
-    +-- PartitionConflictError                       another instance committed the epoch
+    +-- SqlitePartitionConflictError                 another instance committed the epoch
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-from connectors.stage import InputError as StageInputError
+from connectors.stage import InputError
 from connectors.stage._errors import rebuild_error
 from txn import ConfigError, ErrorAction, TxnError
 
@@ -32,7 +32,7 @@ class AlignedModeError(SqliteConfigError):
     """Aligned exactly-once was asked for: SQLite's database-wide write lock deadlocks it."""
 
 
-class TableNotFoundError(SqliteSinkError, StageInputError):
+class SqliteTableNotFoundError(SqliteSinkError, InputError):
     """The database file or the target table does not exist."""
 
 
@@ -54,7 +54,7 @@ class SqliteRejectedError(SqliteWriteError):
     retry_stage = False
 
 
-class PartitionConflictError(SqliteSinkError):
+class SqlitePartitionConflictError(SqliteSinkError):
     """Another instance of the write partition committed this epoch first (a task retry)."""
 
 

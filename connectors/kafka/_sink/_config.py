@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from connectors.kafka import _clients, _names
-from connectors.kafka._errors import SinkConfigError
+from connectors.kafka._errors import KafkaSinkConfigError
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
 
@@ -72,13 +72,13 @@ _RESERVED = {
 def _require_name(what: str, value: object, max_len: int) -> str:
     if not isinstance(value, str) or not value:
         msg = f"{what} must be a non-empty string, got {value!r}"
-        raise SinkConfigError(msg)
+        raise KafkaSinkConfigError(msg)
     if len(value) > max_len or not _NAME.match(value) or value in {".", ".."}:
         msg = (
             f"{what} {value!r} is not a valid Kafka name: use at most {max_len} characters "
             "from A-Z a-z 0-9 . _ -"
         )
-        raise SinkConfigError(msg)
+        raise KafkaSinkConfigError(msg)
     return value
 
 
@@ -90,15 +90,15 @@ def _producer_items(raw: object) -> tuple[tuple[str, str], ...]:
         raw = dict(raw)
     if not isinstance(raw, Mapping):
         msg = f"producer_config must be a mapping of librdkafka settings, got {type(raw).__name__}"
-        raise SinkConfigError(msg)
+        raise KafkaSinkConfigError(msg)
     items: list[tuple[str, str]] = []
     for key, value in raw.items():
         if not isinstance(key, str):
             msg = f"producer_config keys must be strings, got {key!r}"
-            raise SinkConfigError(msg)
+            raise KafkaSinkConfigError(msg)
         if key in _RESERVED:
             msg = f"producer_config[{key!r}] is managed by the sink: {_RESERVED[key]}"
-            raise SinkConfigError(msg)
+            raise KafkaSinkConfigError(msg)
         if isinstance(value, bool):
             items.append((key, "true" if value else "false"))
         elif isinstance(value, (str, int, float)):
@@ -108,7 +108,7 @@ def _producer_items(raw: object) -> tuple[tuple[str, str], ...]:
                 f"producer_config[{key!r}] must be a string, number or bool (callbacks and "
                 f"objects cannot be shipped to Spark tasks), got {type(value).__name__}"
             )
-            raise SinkConfigError(msg)
+            raise KafkaSinkConfigError(msg)
     _check_librdkafka_accepts({**DEFAULT_PRODUCER_CONFIG, **dict(items)})
     return tuple(sorted(items))
 
@@ -121,7 +121,7 @@ def _check_librdkafka_accepts(settings: Mapping[str, str]) -> None:
         producer = _clients.producer(probe)
     except (KafkaException, ValueError, TypeError) as exc:
         msg = f"producer_config rejected by librdkafka: {exc}; fix or remove that setting"
-        raise SinkConfigError(msg) from exc
+        raise KafkaSinkConfigError(msg) from exc
     producer.flush(0)
 
 
@@ -160,10 +160,10 @@ class SinkConfig(StageOptions):
         """Validate raw options (as :class:`KafkaSink` takes them) and return the config.
 
         Raises:
-            SinkConfigError: an option is unknown or invalid; the message names it.
+            KafkaSinkConfigError: an option is unknown or invalid; the message names it.
 
         """
-        return build_config(cls, options, SinkConfigError, "KafkaSink")
+        return build_config(cls, options, KafkaSinkConfigError, "KafkaSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -172,7 +172,7 @@ class SinkConfig(StageOptions):
                 "bootstrap_servers must be 'host:port[,host:port...]', "
                 f"got {self.bootstrap_servers!r}"
             )
-            raise SinkConfigError(msg)
+            raise KafkaSinkConfigError(msg)
         if self.topic is not None:
             _require_name("topic", self.topic, _MAX_TOPIC_LEN)
         _require_name("sink_id", self.sink_id, _MAX_SINK_ID_LEN)
@@ -188,11 +188,11 @@ class SinkConfig(StageOptions):
                 f"transaction_timeout_ms must be an int >= {MIN_TRANSACTION_TIMEOUT_MS}, "
                 f"got {timeout!r}"
             )
-            raise SinkConfigError(msg)
+            raise KafkaSinkConfigError(msg)
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
             msg = "epoch_log must be a file path, or None for the Kafka epoch log"
-            raise SinkConfigError(msg)
+            raise KafkaSinkConfigError(msg)
         object.__setattr__(self, "epoch_log", log_path)
         object.__setattr__(self, "producer_config", _producer_items(self.producer_config))
         object.__setattr__(self, "create_topics", bool(self.create_topics))

@@ -22,7 +22,7 @@ Protocol:
 3. each ``append`` validates the record against the folded history, then writes it
    (plus tombstones and a new floor when old epochs are compacted) in one Kafka
    transaction; it returns once the transaction committed (durable);
-4. a fenced coordinator gets :class:`EpochLogFencedError` and must stop.
+4. a fenced coordinator gets :class:`KafkaEpochLogFencedError` and must stop.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from connectors.kafka._classify import (
     retry_over_restart,
     with_delivery_cause,
 )
-from connectors.kafka._errors import EpochLogFencedError
+from connectors.kafka._errors import KafkaEpochLogFencedError
 from txn import (
     DEFAULT_RETAIN_EPOCHS,
     EpochHistory,
@@ -228,7 +228,7 @@ class KafkaEpochLog(EpochLog):
             retry_over_restart(
                 f"appending to epoch log {self._topic}", lambda: self._append_once(record)
             )
-        except (EpochLogError, EpochLogFencedError):
+        except (EpochLogError, KafkaEpochLogFencedError):
             raise
         except Exception as exc:
             msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
@@ -300,7 +300,7 @@ class KafkaEpochLog(EpochLog):
                 f"epoch log of sink {self._sink_id!r} was taken over by another coordinator "
                 f"(fenced: {exc}); only one driver may run this sink: stop this one"
             )
-            raise EpochLogFencedError(msg) from exc
+            raise KafkaEpochLogFencedError(msg) from exc
         try:
             call_with_retry(
                 "epoch log abort", lambda: producer.abort_transaction(LOG_TXN_TIMEOUT_S)

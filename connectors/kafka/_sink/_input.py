@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from connectors.kafka._errors import InputSchemaError
+from connectors.kafka._errors import KafkaInputSchemaError
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import InputSpec
@@ -29,7 +29,7 @@ def input_layout(schema: Any, cfg: SinkConfig) -> RecordLayout:
     """Check ``schema`` (a Spark StructType); return which optional columns are present.
 
     Raises:
-        InputSchemaError: a required column is missing or a column has a wrong type.
+        KafkaInputSchemaError: a required column is missing or a column has a wrong type.
 
     """
     types = {f.name: _type_name(f.dataType) for f in schema.fields}
@@ -40,14 +40,14 @@ def input_layout(schema: Any, cfg: SinkConfig) -> RecordLayout:
                 f"column {name!r} has type {types[name]}; the Kafka sink needs "
                 f"{' or '.join(allowed)}: {fix}"
             )
-            raise InputSchemaError(msg, column=name)
+            raise KafkaInputSchemaError(msg, column=name)
 
     if "value" not in types:
         msg = (
             "the DataFrame has no 'value' column; select one, e.g. "
             "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')"
         )
-        raise InputSchemaError(msg, column="value")
+        raise KafkaInputSchemaError(msg, column="value")
     check("value", _STRING_OR_BINARY, "cast it, e.g. col('value').cast('string') or to_json(...)")
     check("key", _STRING_OR_BINARY, "cast it, e.g. col('key').cast('string')")
     check("topic", ("string",), "cast it with col('topic').cast('string')")
@@ -59,22 +59,22 @@ def input_layout(schema: Any, cfg: SinkConfig) -> RecordLayout:
     )
     if cfg.topic is None and "topic" not in types:
         msg = "no default topic and no 'topic' column; pass topic= to KafkaSink or add the column"
-        raise InputSchemaError(msg, column="topic")
+        raise KafkaInputSchemaError(msg, column="topic")
     if cfg.changelog:
         if "op" not in types:
             msg = (
                 "changelog=True needs an 'op' column (insert / update_before / update_after / "
                 "delete); add it or use changelog=False"
             )
-            raise InputSchemaError(msg, column="op")
+            raise KafkaInputSchemaError(msg, column="op")
         check("op", ("string",), "cast it with col('op').cast('string')")
         if "key" not in types:
             msg = "changelog=True needs a 'key' column: upserts and deletes are keyed"
-            raise InputSchemaError(msg, column="key")
+            raise KafkaInputSchemaError(msg, column="key")
     for name in cfg.order_by:
         if name not in types:
             msg = f"order_by names column {name!r}, which the DataFrame does not have"
-            raise InputSchemaError(msg, column=name)
+            raise KafkaInputSchemaError(msg, column=name)
     return RecordLayout(
         key="key" in types,
         topic="topic" in types,

@@ -127,7 +127,7 @@ class KafkaSink(TransactionalSink):
 
     ``options`` are the fields of :class:`~connectors.kafka.SinkConfig` (guarantee, mode,
     parallelism, epoch_log, transaction_timeout_ms, producer_config, changelog, order_by,
-    ...), validated here without network I/O (:class:`SinkConfigError` names a bad one).
+    ...), validated here without network I/O (:class:`KafkaSinkConfigError` names a bad one).
     One call ``sink(df, batch_id)`` runs epoch ``batch_id`` through the generic stage
     (:class:`connectors.stage.TransactionalSink`); the protocol: docs/architecture.md,
     the Kafka specifics (transactions, markers, producer reuse): docs/kafka-sink.md.

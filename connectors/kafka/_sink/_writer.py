@@ -3,7 +3,7 @@
 Steps per batch:
 
 1. validate it vectorized (null values, unknown changelog ops, missing keys or
-   topics) and raise a :class:`RecordError` naming the column and the fix;
+   topics) and raise a :class:`KafkaRecordError` naming the column and the fix;
 2. convert the needed columns once with ``to_pylist()``;
 3. produce: rows with only a key and a value go through ``Producer.produce`` driven by
    ``map`` (a loop in C, no Python bytecode per row); other rows through a Python loop.
@@ -43,7 +43,7 @@ from connectors.kafka._classify import (
     UNKNOWN_TOPIC,
     to_write_error,
 )
-from connectors.kafka._errors import RecordError, RecordTooLargeError
+from connectors.kafka._errors import KafkaRecordError, RecordTooLargeError
 
 # Seconds one poll waits for the producer queue to drain when it is full (back-pressure).
 BACKPRESSURE_POLL_S = 0.05
@@ -121,14 +121,14 @@ class RecordWriter:
                     f"column 'op' holds {sample!r}; a changelog row's op must be one of "
                     f"{', '.join(ALL_OPS)}. The epoch was aborted."
                 )
-                raise RecordError(msg, column="op")
+                raise KafkaRecordError(msg, column="op")
             key = batch.column(batch.schema.get_field_index("key"))
             if key.null_count:
                 msg = (
                     f"column 'key' is null in {key.null_count} changelog row(s); upserts and "
                     "deletes need a key. Filter or fill null keys. The epoch was aborted."
                 )
-                raise RecordError(msg, column="key")
+                raise KafkaRecordError(msg, column="key")
             missing = pc.and_(pc.is_null(value), pc.not_equal(op, "delete"))
             nulls = pc.sum(pc.cast(missing, pa.int64())).as_py() or 0
         else:
@@ -143,7 +143,7 @@ class RecordWriter:
                 f"column 'value' is null in {nulls} row(s); every record needs a value ({hint}). "
                 "Fill or filter null values. The epoch was aborted."
             )
-            raise RecordError(msg, column="value")
+            raise KafkaRecordError(msg, column="value")
         if layout.topic and self._topic is None:
             topic = batch.column(batch.schema.get_field_index("topic"))
             if topic.null_count:
@@ -152,7 +152,7 @@ class RecordWriter:
                     "default topic; pass topic= to KafkaSink or fill the column. "
                     "The epoch was aborted."
                 )
-                raise RecordError(msg, column="topic")
+                raise KafkaRecordError(msg, column="topic")
 
     # -- producing ----------------------------------------------------------------
     def write(self, batches: Iterable[pa.RecordBatch]) -> int:
@@ -270,7 +270,7 @@ class RecordWriter:
                 f"cannot produce to topic {topic or self._topic!r} partition {partition}: "
                 f"{err.str()}; fix column {column!r} (or create the topic). The epoch was aborted."
             )
-            return RecordError(msg, column=column)
+            return KafkaRecordError(msg, column=column)
         return to_write_error(exc, "produce")
 
     def _serve(self, call: Callable[[], int], what: str) -> int:
