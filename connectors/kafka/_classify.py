@@ -22,7 +22,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka._errors import KafkaWriteError, ProducerFencedError
-from connectors.stage._retry import RetryPolicy, retry
+from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction
 
 T = TypeVar("T")
@@ -172,9 +172,9 @@ def to_write_error(exc: BaseException, what: str) -> KafkaWriteError:
     return KafkaWriteError(msg, action=action, code=code)
 
 
-def _policy() -> RetryPolicy:
+def _bound() -> RetryBound:
     """At least ``RETRY_ATTEMPTS`` attempts, and retry until ``BROKER_RESTART_WAIT_S`` passed."""
-    return RetryPolicy(RETRY_ATTEMPTS, BROKER_RESTART_WAIT_S, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+    return RetryBound(RETRY_ATTEMPTS, BROKER_RESTART_WAIT_S, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -193,7 +193,7 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
 
     """
     try:
-        return retry(fn, policy=_policy(), retriable=_retriable)
+        return retry(fn, bound=_bound(), retriable=_retriable)
     except KafkaException as exc:
         err = to_write_error(exc, what)
         if err.action is ErrorAction.RETRY:
@@ -254,7 +254,7 @@ def retry_over_restart(what: str, fn: Callable[[], T]) -> T:
     """
     return retry(
         fn,
-        policy=_policy(),
+        bound=_bound(),
         retriable=broker_restart,
         on_retry=lambda exc, attempt: _log.warning(
             "%s failed (%s); the broker may be restarting, retrying (attempt %d)",

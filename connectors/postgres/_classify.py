@@ -31,7 +31,7 @@ from connectors.postgres._errors import (
     PostgresTableNotFoundError,
     PostgresWriteError,
 )
-from connectors.stage._retry import RetryPolicy, retry
+from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction
 
 T = TypeVar("T")
@@ -164,9 +164,9 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
             RETRY errors (escalated to abort).
 
     """
-    policy = RetryPolicy(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+    bound = RetryBound(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
     try:
-        return retry(fn, policy=policy, retriable=_retriable)
+        return retry(fn, bound=bound, retriable=_retriable)
     except psycopg.Error as exc:
         err = to_sink_error(exc, what)
         if classify(exc) is ErrorAction.RETRY:

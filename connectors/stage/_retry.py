@@ -2,7 +2,7 @@
 
 Each connector classifies its engine's errors (``RETRY`` / ``ABORT`` / ``FATAL``, see
 :class:`txn.ErrorAction`) and asks :func:`retry` to repeat a call while the error is
-one to retry. How long is set by a :class:`RetryPolicy` (at least ``attempts`` attempts,
+one to retry. How long is set by a :class:`RetryBound` (at least ``attempts`` attempts,
 and for ``window_s`` seconds at least), and inside :func:`step_budget` capped by the one
 deadline of the epoch step: every retried call of the step shares it, so a step of
 several calls that each wait out a broker restart still ends within its budget. After the bound the
@@ -28,7 +28,7 @@ _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RetryBound:
     """How long one call is retried: ``attempts`` at least, and ``window_s`` seconds at least.
 
     ``wait_min_s`` / ``wait_max_s``: the exponential back-off between attempts.
@@ -55,16 +55,16 @@ def step_budget(seconds: float) -> Iterator[None]:
         _deadline.reset(token)
 
 
-def _stop(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], bool]:
+def _stop(bound: RetryBound) -> Callable[[tenacity.RetryCallState], bool]:
     """At least ``attempts`` attempts and ``window_s`` seconds; never past the step's deadline."""
     deadline = _deadline.get()
 
     def stop(state: tenacity.RetryCallState) -> bool:
         if deadline is not None and time.monotonic() >= deadline:
             return True  # the step's budget is spent
-        if state.attempt_number < policy.attempts:
+        if state.attempt_number < bound.attempts:
             return False
-        return (state.seconds_since_start or 0.0) >= policy.window_s
+        return (state.seconds_since_start or 0.0) >= bound.window_s
 
     return stop
 
@@ -72,7 +72,7 @@ def _stop(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], bool]:
 def retry(
     fn: Callable[[], T],
     *,
-    policy: RetryPolicy,
+    bound: RetryBound,
     retriable: Callable[[BaseException], bool],
     on_retry: Callable[[BaseException, int], None] | None = None,
 ) -> T:
@@ -88,8 +88,8 @@ def retry(
             on_retry(exc, state.attempt_number)
 
     retrying = tenacity.Retrying(
-        stop=_stop(policy),
-        wait=tenacity.wait_exponential(min=policy.wait_min_s, max=policy.wait_max_s),
+        stop=_stop(bound),
+        wait=tenacity.wait_exponential(min=bound.wait_min_s, max=bound.wait_max_s),
         retry=tenacity.retry_if_exception(retriable),
         before_sleep=before_sleep,
         reraise=True,

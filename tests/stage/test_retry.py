@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from connectors.stage._retry import RetryPolicy, retry, step_budget
+from connectors.stage._retry import RetryBound, retry, step_budget
 
-NO_WAIT = RetryPolicy(attempts=3, wait_min_s=0.0, wait_max_s=0.0)
+NO_WAIT = RetryBound(attempts=3, wait_min_s=0.0, wait_max_s=0.0)
 
 
 class Transient(Exception):
@@ -27,7 +27,7 @@ def failing(calls: list[float], times: int) -> object:
 
 def test_retries_what_is_retriable_until_it_succeeds() -> None:
     calls: list[float] = []
-    assert retry(failing(calls, 2), policy=NO_WAIT, retriable=lambda e: True) == "ok"  # type: ignore[arg-type]
+    assert retry(failing(calls, 2), bound=NO_WAIT, retriable=lambda e: True) == "ok"  # type: ignore[arg-type]
     assert len(calls) == 3
 
 
@@ -37,7 +37,7 @@ def test_stops_after_the_attempts_and_raises_the_last_error_unchanged() -> None:
     with pytest.raises(Transient):
         retry(
             failing(calls, 10),
-            policy=NO_WAIT,
+            bound=NO_WAIT,
             retriable=lambda e: True,  # type: ignore[arg-type]
             on_retry=lambda e, n: retried.append(n),
         )
@@ -47,30 +47,30 @@ def test_stops_after_the_attempts_and_raises_the_last_error_unchanged() -> None:
 def test_an_error_not_to_retry_is_raised_at_once() -> None:
     calls: list[float] = []
     with pytest.raises(Transient):
-        retry(failing(calls, 10), policy=NO_WAIT, retriable=lambda e: False)  # type: ignore[arg-type]
+        retry(failing(calls, 10), bound=NO_WAIT, retriable=lambda e: False)  # type: ignore[arg-type]
     assert len(calls) == 1
 
 
 def test_the_window_keeps_retrying_beyond_the_attempts() -> None:
     calls: list[float] = []
-    policy = RetryPolicy(attempts=2, window_s=0.2, wait_min_s=0.0, wait_max_s=0.0)
+    bound = RetryBound(attempts=2, window_s=0.2, wait_min_s=0.0, wait_max_s=0.0)
     with pytest.raises(Transient):
-        retry(failing(calls, 10**6), policy=policy, retriable=lambda e: True)  # type: ignore[arg-type]
+        retry(failing(calls, 10**6), bound=bound, retriable=lambda e: True)  # type: ignore[arg-type]
     assert len(calls) > 2 and calls[-1] - calls[0] >= 0.2
 
 
 def test_calls_of_one_step_share_its_budget() -> None:
-    policy = RetryPolicy(attempts=1, window_s=60.0, wait_min_s=0.0, wait_max_s=0.0)
+    bound = RetryBound(attempts=1, window_s=60.0, wait_min_s=0.0, wait_max_s=0.0)
     first: list[float] = []
     second: list[float] = []
     started = time.monotonic()
     with step_budget(0.3):
         with pytest.raises(Transient):
-            retry(failing(first, 10**6), policy=policy, retriable=lambda e: True)  # type: ignore[arg-type]
+            retry(failing(first, 10**6), bound=bound, retriable=lambda e: True)  # type: ignore[arg-type]
         with pytest.raises(Transient):
-            retry(failing(second, 10**6), policy=policy, retriable=lambda e: True)  # type: ignore[arg-type]
+            retry(failing(second, 10**6), bound=bound, retriable=lambda e: True)  # type: ignore[arg-type]
         with step_budget(10.0):  # a nested budget never extends the step's
             with pytest.raises(Transient):
-                retry(failing([], 10**6), policy=policy, retriable=lambda e: True)  # type: ignore[arg-type]
+                retry(failing([], 10**6), bound=bound, retriable=lambda e: True)  # type: ignore[arg-type]
     assert time.monotonic() - started < 30.0  # not the calls' own 60 s windows
     assert len(second) == 1  # the budget was spent by the first call

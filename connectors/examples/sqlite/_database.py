@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._errors import SqliteTableNotFoundError, classify, to_sink_error
-from connectors.stage._retry import RetryPolicy, retry
+from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction, Marker
 
 T = TypeVar("T")
@@ -51,11 +51,11 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
         with contextlib.closing(connect(cfg)) as conn:
             return call(conn)
 
-    policy = RetryPolicy(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+    bound = RetryBound(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
     try:
         return retry(
             once,
-            policy=policy,
+            bound=bound,
             retriable=lambda e: isinstance(e, sqlite3.Error) and classify(e) is ErrorAction.RETRY,
         )
     except sqlite3.Error as exc:
