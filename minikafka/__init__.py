@@ -8,11 +8,14 @@ counters for benchmarks.
 See docs/minikafka.md.
 """
 
+import warnings
+from typing import TYPE_CHECKING
+
 from ._config import MAX_REQUEST_BYTES, BrokerConfig
 from ._embedded import EmbeddedKafka
 from ._errors import (
+    BrokerConfigError,
     BrokerStartError,
-    ConfigError,
     CorruptBatchError,
     KafkaProtocolError,
     MiniKafkaError,
@@ -27,9 +30,9 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "ApiKey",
     "BrokerConfig",
+    "BrokerConfigError",
     "BrokerProcess",
     "BrokerStartError",
-    "ConfigError",
     "CorruptBatchError",
     "EmbeddedKafka",
     "Faults",
@@ -39,3 +42,21 @@ __all__ = [
     "StorageError",
     "request_counts",
 ]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning. (The kit's
+# txn._renamed does the same for txn and connectors; the broker imports neither.)
+if TYPE_CHECKING:
+    ConfigError = BrokerConfigError
+else:
+
+    def __getattr__(name: str) -> object:
+        if name != "ConfigError":
+            msg = f"module {__name__!r} has no attribute {name!r}"
+            raise AttributeError(msg)
+        warnings.warn(
+            "minikafka.ConfigError is now minikafka.BrokerConfigError (docs/upgrading.md); "
+            "the former name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return BrokerConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ._errors import ConfigError
+from ._errors import BrokerConfigError
 
 # Largest request frame the broker reads (bytes); like Kafka's socket.request.max.bytes.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
@@ -74,7 +74,7 @@ class BrokerConfig:
             value = getattr(self, f.name)
             if f.type in ("int",) and (not isinstance(value, int) or isinstance(value, bool)):
                 msg = f"BrokerConfig.{f.name} must be an int, got {value!r}"
-                raise ConfigError(msg)
+                raise BrokerConfigError(msg)
         positive = (
             "num_partitions",
             "transaction_max_timeout_ms",
@@ -87,20 +87,20 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 msg = f"BrokerConfig.{name} must be > 0, got {getattr(self, name)!r}"
-                raise ConfigError(msg)
+                raise BrokerConfigError(msg)
         for name in ("group_initial_rebalance_delay_ms", "topic_load_delay_ms"):
             if getattr(self, name) < 0:
                 msg = f"BrokerConfig.{name} must be >= 0"
-                raise ConfigError(msg)
+                raise BrokerConfigError(msg)
         if self.fsync_policy not in FSYNC_POLICIES:
             msg = f"BrokerConfig.fsync_policy must be one of {FSYNC_POLICIES}, got {self.fsync_policy!r}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         if self.topic_load_mode not in TOPIC_LOAD_MODES:
             msg = (
                 f"BrokerConfig.topic_load_mode must be one of {TOPIC_LOAD_MODES}, "
                 f"got {self.topic_load_mode!r}"
             )
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             msg = "BrokerConfig.group_min_session_timeout_ms exceeds group_max_session_timeout_ms"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)

@@ -14,7 +14,7 @@ class MiniKafkaError(Exception):
     """Base class of every minikafka error."""
 
 
-class ConfigError(MiniKafkaError, ValueError):
+class BrokerConfigError(MiniKafkaError, ValueError):
     """A broker setting is invalid; the message names the setting and the fix."""
 
 

@@ -44,7 +44,7 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
 
 
 @dataclass
-class Member:
+class GroupMember:
     """One member of a consumer group."""
 
     member_id: str
@@ -71,7 +71,7 @@ class Group:
     protocol_type: str = ""
     protocol_name: str | None = None
     leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
+    members: dict[str, GroupMember] = field(default_factory=dict)
     join_deadline: float = 0.0
     earliest_completion: float = 0.0
 
@@ -130,7 +130,7 @@ class GroupCoordinator:
         return ErrorCode.none
 
     def check_txn_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
-        """Whether a TxnOffsetCommit may stage offsets (KIP-447).
+        """Whether a TxnOffsetCommit may add pending offsets (KIP-447).
 
         A member id and a generation are enforced only when given (not empty / not -1);
         a group that does not exist yet has generation 0.
@@ -175,7 +175,7 @@ class GroupCoordinator:
         names = set(self.groups) | set(self._offsets.groups())
         return [self.summary(name) for name in sorted(names)]
 
-    def members(self, group_id: str) -> list[Member]:
+    def members(self, group_id: str) -> list[GroupMember]:
         """Return the current members of ``group_id``."""
         g = self.groups.get(group_id)
         return list(g.members.values()) if g is not None else []
@@ -208,7 +208,7 @@ class GroupCoordinator:
             member_id = f"{req['client_id'] or 'member'}-{uuid.uuid4()}"
         member = g.members.get(member_id)
         if member is None:
-            member = Member(
+            member = GroupMember(
                 member_id,
                 req["instance_id"],
                 req["client_id"],
@@ -300,7 +300,7 @@ class GroupCoordinator:
                 },
             )
 
-    def _resolve_join(self, m: Member, resp: dict[str, Any]) -> None:
+    def _resolve_join(self, m: GroupMember, resp: dict[str, Any]) -> None:
         if m.join_future is not None and not m.join_future.done():
             m.join_future.set_result(resp)
         m.join_future = None

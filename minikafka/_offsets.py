@@ -5,7 +5,7 @@ commits, fetches, retention) and the transaction coordinator (transactional comm
 stay pending per (group, producer id) until the transaction ends).
 
 Contract:
-1. ``commit`` makes offsets visible at once; ``stage`` keeps them pending, invisible to
+1. ``commit`` makes offsets visible at once; ``add_pending`` keeps them pending, invisible to
    ``fetch`` (which only reports that a commit is pending, for KIP-447's
    ``require_stable``) until ``complete`` applies (commit) or drops (abort) them.
 2. Every change is journaled before it is applied, so replaying the journal
@@ -102,7 +102,7 @@ class OffsetStore:
         self._journal.append({"t": "off", "g": group, "o": _pack(offsets)})
         self._committed.setdefault(group, {}).update(offsets)
 
-    def stage(self, group: str, producer_id: int, offsets: Offsets) -> None:
+    def add_pending(self, group: str, producer_id: int, offsets: Offsets) -> None:
         """Keep transactional offsets pending until :meth:`complete`."""
         self._journal.append({"t": "toff", "g": group, "pid": producer_id, "o": _pack(offsets)})
         self._pending.setdefault(group, {}).setdefault(producer_id, {}).update(offsets)

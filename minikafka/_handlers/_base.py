@@ -76,17 +76,17 @@ def per_partition_offsets_error(req: Any, code: ErrorCode) -> Data:
     }
 
 
-def stage_offsets(
+def offsets_to_store(
     ctx: RequestContext, req: Any, code: ErrorCode, *, expire_ms: int | None = None
 ) -> tuple[Offsets, list[Data]]:
     """Check an offset commit's partitions; return the offsets to store and the answer topics.
 
     Partitions that do not exist get UNKNOWN_TOPIC_OR_PARTITION first (as Kafka answers);
-    the others get the request-level ``code``, and only with no error are they staged.
+    the others get the request-level ``code``, and only with no error are they stored.
     """
     broker = ctx.broker
     now = broker.clock.wall_ms()
-    staged: Offsets = {}
+    accepted: Offsets = {}
     topics: list[Data] = []
     for t in req.topics:
         parts = []
@@ -95,7 +95,7 @@ def stage_offsets(
             if broker.topics.partition(t.name, p.partition_index) is None:
                 pcode = ErrorCode.unknown_topic_or_partition
             if pcode == ErrorCode.none:
-                staged[(t.name, p.partition_index)] = CommittedOffset(
+                accepted[(t.name, p.partition_index)] = CommittedOffset(
                     p.committed_offset,
                     p.committed_metadata,
                     getattr(p, "committed_leader_epoch", -1),
@@ -104,4 +104,4 @@ def stage_offsets(
                 )
             parts.append({"partition_index": p.partition_index, "error_code": pcode})
         topics.append({"name": t.name, "partitions": parts})
-    return staged, topics
+    return accepted, topics

@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .._protocol import ms
-from ._base import Data, RequestContext, per_partition_offsets_error, register, stage_offsets
+from ._base import Data, RequestContext, offsets_to_store, per_partition_offsets_error, register
 
 
 @register(11, "JoinGroup", 0, 5)
@@ -81,9 +81,9 @@ def offset_commit(ctx: RequestContext, req: Any) -> Data:
     retention_ms = ms(getattr(req, "retention_time", None)) if ctx.version <= 4 else -1
     if retention_ms >= 0:  # v2-v4 may ask for its own retention; -1 means the broker's
         expire_ms = b.clock.wall_ms() + retention_ms
-    staged, topics = stage_offsets(ctx, req, code, expire_ms=expire_ms)
-    if staged:
-        b.offsets.commit(req.group_id, staged)
+    accepted, topics = offsets_to_store(ctx, req, code, expire_ms=expire_ms)
+    if accepted:
+        b.offsets.commit(req.group_id, accepted)
     return {"topics": topics}
 
 

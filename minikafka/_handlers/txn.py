@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .._protocol import ms
-from ._base import Data, RequestContext, per_partition_offsets_error, register, stage_offsets
+from ._base import Data, RequestContext, offsets_to_store, per_partition_offsets_error, register
 
 
 @register(22, "InitProducerId", 0, 4)
@@ -87,7 +87,7 @@ def end_txn(ctx: RequestContext, req: Any) -> Data:
 
 @register(28, "TxnOffsetCommit", 0, 3, per_partition_offsets_error)
 def txn_offset_commit(ctx: RequestContext, req: Any) -> Data:
-    """Stage offsets that become visible when the transaction commits."""
+    """Keep offsets pending until the transaction commits (then they become visible)."""
     b = ctx.broker
     code = b.txns.check_offsets_commit(
         req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, ctx.version
@@ -96,9 +96,9 @@ def txn_offset_commit(ctx: RequestContext, req: Any) -> Data:
         code = b.groups.check_txn_commit(
             req.group_id, getattr(req, "member_id", ""), getattr(req, "generation_id", -1)
         )
-    staged, topics = stage_offsets(ctx, req, code)
-    if staged:
-        b.offsets.stage(req.group_id, req.producer_id, staged)
+    accepted, topics = offsets_to_store(ctx, req, code)
+    if accepted:
+        b.offsets.add_pending(req.group_id, req.producer_id, accepted)
     return {"topics": topics}
 
 

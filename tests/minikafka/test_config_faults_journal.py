@@ -3,7 +3,7 @@ import pickle
 import pytest
 from confluent_kafka import KafkaError
 
-from minikafka import ApiKey, BrokerConfig, ConfigError, Faults
+from minikafka import ApiKey, BrokerConfig, BrokerConfigError, Faults
 from minikafka._faults import resolve_api
 from minikafka._journal import Journal
 
@@ -28,7 +28,7 @@ def test_config_defaults_and_pickle_roundtrip():
     ],
 )
 def test_config_rejects_bad_values(kwargs):
-    with pytest.raises(ConfigError):
+    with pytest.raises(BrokerConfigError):
         BrokerConfig(**kwargs)
 
 

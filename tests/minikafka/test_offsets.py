@@ -33,18 +33,18 @@ def test_plain_commit_is_visible_at_once():
 def test_transactional_offsets_stay_pending_until_commit_and_vanish_on_abort():
     store = _store()
     store.commit("g", {TP: _at(1)})
-    store.stage("g", 77, {TP: _at(9)})
+    store.add_pending("g", 77, {TP: _at(9)})
     assert store.fetch("g", TP) == (_at(1), True), "pending offsets are invisible, but flagged"
     store.complete("g", 77, commit=False)
     assert store.fetch("g", TP) == (_at(1), False)
-    store.stage("g", 77, {TP: _at(11)})
+    store.add_pending("g", 77, {TP: _at(11)})
     store.complete("g", 77, commit=True)
     assert store.fetch("g", TP) == (_at(11), False)
 
 
 def test_pending_offsets_alone_make_a_group_exist():
     store = _store()
-    store.stage("g", 5, {TP: _at(3)})
+    store.add_pending("g", 5, {TP: _at(3)})
     assert store.has_group("g") and store.partitions("g") == []
     store.complete("g", 5, commit=False)
     assert not store.has_group("g")
@@ -54,8 +54,8 @@ def test_journal_replay_rebuilds_the_same_state(tmp_path):
     clock = ManualClock()
     store = _store(tmp_path, clock)
     store.commit("g", {TP: _at(1, 10), ("t", 1): _at(2, 10)})
-    store.stage("g", 7, {TP: _at(4, 20)})
-    store.stage("h", 8, {TP: _at(6, 20)})
+    store.add_pending("g", 7, {TP: _at(4, 20)})
+    store.add_pending("h", 8, {TP: _at(6, 20)})
     store.complete("h", 8, commit=True)
     store.expire("g", now_ms=10 + DAY_MS, retention_ms=DAY_MS, empty_since_ms=None)
     replayed = OffsetStore(Journal(tmp_path / "journal.bin", fsync=False), clock)
@@ -100,7 +100,7 @@ def test_explicit_expiry_of_old_commit_versions_wins():
 
 def test_pending_transactional_offsets_never_expire():
     store = _store()
-    store.stage("g", 3, {TP: _at(1, commit_ms=0)})
+    store.add_pending("g", 3, {TP: _at(1, commit_ms=0)})
     assert store.expire("g", now_ms=10 * DAY_MS, retention_ms=1, empty_since_ms=None) == []
     store.complete("g", 3, commit=True)
     assert store.fetch("g", TP)[0] == _at(1, commit_ms=0)
@@ -111,6 +111,6 @@ def test_delete_group_drops_committed_and_pending(pending):
     store = _store()
     store.commit("g", {TP: _at(1)})
     if pending:
-        store.stage("g", 3, {TP: _at(2)})
+        store.add_pending("g", 3, {TP: _at(2)})
     store.delete_group("g")
     assert not store.has_group("g") and store.fetch("g", TP) == (None, False)
