@@ -20,7 +20,7 @@ from psycopg import sql
 
 from connectors.postgres._connect import Conn
 
-MARKERS_TABLE = "sink_markers"
+MARKER_TABLE = "sink_markers"
 LOG_TABLE = "epoch_log"
 LOG_HEAD_TABLE = "epoch_log_head"
 # Name prefix of the load tables (the value predates the name: tables of existing sinks keep it).
@@ -60,7 +60,7 @@ def ensure_control_tables(conn: Conn, schema: str) -> None:
                 " epoch bigint NOT NULL, row_count bigint NOT NULL, checksum text NOT NULL,"
                 " attempt integer NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),"
                 " PRIMARY KEY (sink_id, write_partition))"
-            ).format(qualified(schema, MARKERS_TABLE)),
+            ).format(qualified(schema, MARKER_TABLE)),
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} ("
                 " sink_id text NOT NULL, seq bigint NOT NULL, record text NOT NULL,"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from connectors.postgres._connect import Conn
-from connectors.postgres._control import MARKERS_TABLE, qualified
+from connectors.postgres._control import MARKER_TABLE, qualified
 from connectors.postgres._errors import PostgresPartitionConflictError
 from txn import Marker
 
@@ -30,7 +30,7 @@ NO_EPOCH = -1
 
 
 def _table(control_schema: str) -> sql.Composed:
-    return qualified(control_schema, MARKERS_TABLE)
+    return qualified(control_schema, MARKER_TABLE)
 
 
 def ensure_marker_row(conn: Conn, control_schema: str, sink_id: str, partition: int) -> None:
@@ -84,7 +84,7 @@ def lock_marker(conn: Conn, control_schema: str, sink_id: str, partition: int, e
     if row is None:
         msg = (
             f"sink {sink_id!r} partition {partition}: its marker row is missing (deleted from "
-            f"{control_schema}.{MARKERS_TABLE} while the sink ran?); the epoch is aborted"
+            f"{control_schema}.{MARKER_TABLE} while the sink ran?); the epoch is aborted"
         )
         raise PostgresPartitionConflictError(msg)
     if row[0] >= epoch:

@@ -36,7 +36,7 @@ from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
 from connectors.postgres._writer import BulkWriter, ensure_load_table
 from connectors.stage import ArrowPartition
-from connectors.stage._states import ParticipantState, ParticipantStates
+from connectors.stage._states import ParticipantState, ParticipantStateMachine
 from txn import EpochPlan, Marker, Participant, RowSummary
 
 # Milliseconds pg_terminate_backend waits for a fenced session to be gone.
@@ -94,7 +94,9 @@ class PostgresParticipant(Participant[ArrowPartition]):
         self._partition = partition
         self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
         self._load_table: sql.Composed | None = None
-        self._states = ParticipantStates(_MOVES, f"partition {partition}", error=PostgresSinkError)
+        self._states = ParticipantStateMachine(
+            _MOVES, f"partition {partition}", error=PostgresSinkError
+        )
         self._conn = connect(cfg, f"p{partition}", autocommit=True)
         try:
             with self._errors("opening"):

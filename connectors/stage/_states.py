@@ -1,7 +1,7 @@
 """The state machine of a participant: one enum of states, one table of legal moves.
 
 Every connector's participant (Kafka, PostgreSQL) tracks where it stands in the
-:class:`txn.Participant` contract with a :class:`ParticipantStates` over its own table of
+:class:`txn.Participant` contract with a :class:`ParticipantStateMachine` over its own table of
 moves between the shared :class:`ParticipantState` values. A call out of contract order
 raises before it touches the engine; a failed step moves to the failure state the
 participant names, so :meth:`~txn.Participant.abort` and ``close`` know what is left to undo.
@@ -32,7 +32,7 @@ class ParticipantState(str, enum.Enum):
 Moves = Mapping[ParticipantState, frozenset[ParticipantState]]
 
 
-class ParticipantStates:
+class ParticipantStateMachine:
     """The current state of one participant and the legal moves from it.
 
     ``where`` names the participant in errors; ``error`` is the exception type a call out
@@ -53,7 +53,7 @@ class ParticipantStates:
         self.state = start
 
     def __repr__(self) -> str:
-        return f"ParticipantStates({self._where}: {self.state.value})"
+        return f"ParticipantStateMachine({self._where}: {self.state.value})"
 
     def check(self, to: ParticipantState) -> None:
         """Raise ``error`` unless the participant may move to ``to`` now."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.stage._states import ParticipantState, ParticipantStates
+from connectors.stage._states import ParticipantState, ParticipantStateMachine
 
 S = ParticipantState
 MOVES = {
@@ -22,7 +22,7 @@ class OutOfOrder(Exception):
 
 
 def test_steps_move_along_the_table() -> None:
-    states = ParticipantStates(MOVES, "partition 0")
+    states = ParticipantStateMachine(MOVES, "partition 0")
     with states.step(S.READY, S.FAILED):
         pass
     states.move(S.IN_TXN)
@@ -30,7 +30,7 @@ def test_steps_move_along_the_table() -> None:
 
 
 def test_a_call_out_of_order_raises_the_connectors_error_before_running() -> None:
-    states = ParticipantStates(MOVES, "partition 3", error=OutOfOrder)
+    states = ParticipantStateMachine(MOVES, "partition 3", error=OutOfOrder)
     ran = []
     with pytest.raises(OutOfOrder, match="partition 3: call out of order, opened -> done"):
         with states.step(S.DONE, S.FAILED):
@@ -39,7 +39,7 @@ def test_a_call_out_of_order_raises_the_connectors_error_before_running() -> Non
 
 
 def test_a_failed_step_moves_to_the_failure_state_of_where_it_began() -> None:
-    states = ParticipantStates(MOVES, "p", start=S.READY)
+    states = ParticipantStateMachine(MOVES, "p", start=S.READY)
     with pytest.raises(ValueError, match="boom"):
         with states.step(S.IN_TXN, lambda start: S.FAILED_IN_TXN if start is S.READY else S.FAILED):
             raise ValueError("boom")
@@ -47,7 +47,7 @@ def test_a_failed_step_moves_to_the_failure_state_of_where_it_began() -> None:
 
 
 def test_dead_is_sticky() -> None:
-    states = ParticipantStates(MOVES, "p", start=S.FAILED_IN_TXN)
+    states = ParticipantStateMachine(MOVES, "p", start=S.FAILED_IN_TXN)
     states.move(S.DEAD)
     states.fail(S.FAILED)
     assert states.state is S.DEAD

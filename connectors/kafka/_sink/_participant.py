@@ -36,7 +36,7 @@ from connectors.kafka._sink._producers import (
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
 from connectors.stage import ArrowPartition, TaskInfo
 from connectors.stage._retry import step_budget
-from connectors.stage._states import ParticipantState, ParticipantStates
+from connectors.stage._states import ParticipantState, ParticipantStateMachine
 from txn import EpochPlan, ErrorAction, Marker, Participant, Resource, RowSummary
 
 log = logging.getLogger("connectors.kafka.participant")
@@ -93,7 +93,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
         self._partition = partition
         self._task = task
         self._pool = pool
-        self._states = ParticipantStates(_MOVES, f"partition {partition}")
+        self._states = ParticipantStateMachine(_MOVES, f"partition {partition}")
         self._marker: Marker | None = None
         self.reused = False
         started = time.perf_counter()
