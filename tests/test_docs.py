@@ -524,8 +524,8 @@ def documented_errors() -> frozenset[type[Exception]]:
 
 @pytest.mark.parametrize(("module", "error"), exported_errors())
 def test_every_exported_error_is_in_troubleshooting(module: str, error: str) -> None:
-    """The class itself, not only its name: ``txn.ConfigError`` and ``minikafka.ConfigError``
-    need a row each (in their package's section, or a row naming the package)."""
+    """The class itself, not only its name: two packages' classes of one name would need a row
+    each (in their package's section, or a row naming the package)."""
     cls = _error_class(module, error)
     assert cls in documented_errors(), (
         f"{module}.{error} has no entry in docs/troubleshooting.md (a table row in the section "
