@@ -7,10 +7,11 @@ Steps:
    (unless ``POSTGRES_DSN`` names one, see ``connectors.testing.postgres.postgres_dsn``);
 2. create an input and an output topic (and the table) and produce ``--records`` input
    records, each with a unique id, a key from a small key space and a per-key sequence number;
-3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
-   ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
-   with ``--source files`` the input is first written as chunk files, one micro-batch each
-   (see ``connectors.demo.app.chunk_input``);
+3. with ``--source kafka`` (the default from PySpark 4.2, which the source needs) the
+   query reads the input topic with the kit's ``read_committed`` source (``kafka-rc``),
+   ``records / epochs`` offsets per micro-batch; with ``--source files`` (the default on
+   older PySpark) the input is first written as chunk files, one micro-batch each (see
+   ``connectors.demo.app.chunk_input``);
 4. run the streaming query as a Spark application (local mode, or on the cluster that
    ``--master spark://host:port`` names) writing through ``KafkaSink``
    (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with
@@ -56,7 +57,8 @@ from connectors.demo.app import (
     member_ids,
     record_op,
 )
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, _clients
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, MINIMUM_SPARK, SparkVersionError, _clients
+from connectors.kafka._source import require_source_api, spark_has_source_api
 from connectors.verify import (
     check_exactly_once,
     check_table,
@@ -97,9 +99,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--source",
         choices=SOURCES,
-        default=SOURCE_KAFKA,
-        help="read the input topic with the kafka-rc source (default), or "
-        "from Parquet chunk files written from it first",
+        default=None,
+        help="read the input topic with the kafka-rc source (default; it needs PySpark "
+        f"{MINIMUM_SPARK}+), or from Parquet chunk files written from it first (the default "
+        "on older PySpark)",
     )
     parser.add_argument(
         "--chaos",
@@ -145,6 +148,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--records, --epochs and --parallelism must be positive")
     if args.master is not None and args.master.startswith("local"):
         parser.error("--master names a cluster (spark://host:port); leave it out for local mode")
+    if args.source is None:
+        args.source = SOURCE_KAFKA if spark_has_source_api() else SOURCE_FILES
+    elif args.source == SOURCE_KAFKA:
+        try:
+            require_source_api()
+        except SparkVersionError as exc:
+            parser.error(f"--source kafka: {exc}; or use --source files")
     return args
 
 

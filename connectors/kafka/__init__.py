@@ -93,7 +93,6 @@ __all__ = [
     "KafkaInputError",
     "KafkaInputSchemaError",
     "KafkaOffsets",
-    "KafkaRcDataSource",
     "KafkaReadTimeoutError",
     "KafkaRecordError",
     "KafkaSink",
@@ -126,6 +125,9 @@ __all__ = [
     "read_markers",
     "register",
 ]
+
+if _source.spark_has_source_api():  # PySpark 4.2 or later (connectors.kafka._source)
+    __all__ += ["KafkaRcDataSource"]
 
 # Former names (docs/upgrading.md): still importable, with a DeprecationWarning. The
 # source's Spark classes (KafkaRcDataSource): imported on first use (PySpark 4.2 or later).

@@ -53,14 +53,10 @@ __all__ = [
     "MINIMUM_SPARK",
     "SOURCE_NAME",
     "DataLossError",
-    "KafkaBatchReader",
-    "KafkaInputPartition",
     "KafkaOffsets",
-    "KafkaRcDataSource",
     "KafkaReadTimeoutError",
     "KafkaSourceError",
     "KafkaSourceFatalError",
-    "KafkaStreamReader",
     "KafkaUnavailableError",
     "OffsetBound",
     "OffsetRange",
@@ -71,14 +67,18 @@ __all__ = [
     "Subscription",
     "arrow_schema",
     "register",
+    "require_source_api",
     "spark_has_source_api",
     "spark_schema",
 ]
 
-# Built on PySpark's data source API: imported on first use (require_source_api).
+# Built on PySpark's data source API: imported on first use (require_source_api), public
+# where PySpark has it (a star import on older PySpark leaves them out instead of failing).
 SPARK_CLASSES = frozenset(
     {"KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"}
 )
+if spark_has_source_api():
+    __all__ += ["KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"]
 
 
 def register(spark: SparkSession) -> str:
