@@ -31,7 +31,7 @@ from connectors._extras import require
 
 require(
     "testcontainers",
-    extra="dev",
+    extra="testing",
     needed_for="the testcontainers fixtures (connectors.testing.containers)",
 )
 
