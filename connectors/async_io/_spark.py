@@ -10,9 +10,9 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, StructField, StructType
 
+from connectors._arrow_schema import arrow_schema
 from connectors.async_io._config import AsyncConfig
 from connectors.async_io._errors import AsyncConfigError
 from connectors.async_io._function import check_async_callable
@@ -137,9 +137,7 @@ def async_map(
         msg = f"enrichment columns {clash} already exist in the input; rename them"
         raise AsyncConfigError(msg)
     large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
-    arrow = to_arrow_schema(
-        enrichment, timezone="UTC", prefers_large_types=str(large).lower() == "true"
-    )
+    arrow = arrow_schema(enrichment, timezone="UTC", large_types=str(large).lower() == "true")
     AsyncOperator(fn, arrow, cfg)  # validates schema, config and timeout_default; no I/O
     nullable = [StructField(f.name, f.dataType, True, f.metadata) for f in enrichment.fields]
     result_schema = StructType([*df.schema.fields, *nullable])

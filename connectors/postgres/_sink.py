@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from connectors._arrow_schema import arrow_schema
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._epoch_log import PostgresEpochLog
@@ -27,21 +28,13 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     """Return the Arrow schema Spark's ``mapInArrow`` delivers for a Spark ``schema``.
 
     Timestamps carry the session time zone there, so they do here (the write tasks compare
-    each batch's types with the checked ones). Set here, not by ``to_arrow_schema``, which
-    takes the zone only from PySpark 4.2 on (before, it says UTC whatever the session's).
+    each batch's types with the checked ones).
     """
-    import pyarrow as pa
     from pyspark.sql import SparkSession
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import TimestampType
 
     session = SparkSession.getActiveSession()
     zone = session.conf.get("spark.sql.session.timeZone") if session is not None else None
-    arrow = to_arrow_schema(schema)
-    for i, field in enumerate(schema.fields):
-        if isinstance(field.dataType, TimestampType):
-            arrow = arrow.set(i, arrow.field(i).with_type(pa.timestamp("us", tz=zone or "UTC")))
-    return arrow
+    return arrow_schema(schema, timezone=zone or "UTC")
 
 
 class PostgresConnector(SinkConnector):
