@@ -148,7 +148,7 @@ def async_map(
 def _as_struct(schema: StructType | str) -> StructType:
     if isinstance(schema, str):
         try:
-            parsed: DataType = StructType.fromDDL(schema)
+            parsed = _parse_ddl(schema)
         except Exception as exc:  # Spark raises several parse error types
             msg = f"output_schema {schema!r} is not a valid DDL schema: {exc}"
             raise AsyncConfigError(msg) from exc
@@ -157,3 +157,18 @@ def _as_struct(schema: StructType | str) -> StructType:
         msg = f"output_schema must be a non-empty StructType or DDL string, got {schema!r}"
         raise AsyncConfigError(msg)
     return schema
+
+
+def _parse_ddl(ddl: str) -> DataType:
+    """Parse a DDL schema with ``StructType.fromDDL`` (PySpark 4.0 or later).
+
+    PySpark 3.5 lacks it; its own DDL parser there (the one ``createDataFrame`` uses) asks
+    the driver's JVM, which the caller of ``async_map`` has.
+    """
+    from_ddl = getattr(StructType, "fromDDL", None)
+    if from_ddl is not None:
+        parsed: DataType = from_ddl(ddl)
+        return parsed
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl)
