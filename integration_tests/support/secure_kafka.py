@@ -9,10 +9,14 @@ A secured listener is reached through a bootstrap address and librdkafka setting
    listener. A file may hold ``bootstrap.servers``; else ``KAFKA_SECURE_BOOTSTRAP_SERVERS``
    is the address. Tests that need a kind of listener no file describes skip, saying so.
    docker/README.md shows a real broker configured this way.
-2. Otherwise a minikafka broker per security protocol in a subprocess (started on first
+2. Otherwise, for SASL_PLAINTEXT where a Docker engine answers, a testcontainers Kafka
+   with a SASL_PLAINTEXT listener (``connectors.testing.containers.KafkaSasl``);
+3. otherwise a minikafka broker per security protocol in a subprocess (started on first
    use, stopped at the end of the session), with throwaway certificates from
-   :func:`connectors.testing._tls.make_tls_files` and one SCRAM/PLAIN user whose password
-   is new in every session (:data:`MINIKAFKA_USER`).
+   :func:`connectors.testing._tls.make_tls_files`.
+
+Started brokers have one user, :data:`TEST_USER`, with PLAIN and SCRAM credentials and a
+password that is new in every session.
 
 Tests receive only (bootstrap, settings): they never learn which broker is behind them.
 """
@@ -27,12 +31,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from connectors.testing._tls import TlsFiles, make_tls_files
+from connectors.testing.containers import KafkaSasl, docker_answers, kafka_container
 from minikafka import BrokerProcess, ListenerSecurity
 
 SECURE_CONFIG_ENV = "KAFKA_SECURE_CONFIG"
 SECURE_BOOTSTRAP_ENV = "KAFKA_SECURE_BOOTSTRAP_SERVERS"
 # The user of the minikafka listeners (its password is drawn per session).
-MINIKAFKA_USER = "eos-test"
+TEST_USER = "eos-test"
 # What the `secure_kafka` fixture asks for: the protocol and mechanism most clusters use.
 DEFAULT_PROTOCOL, DEFAULT_MECHANISM = "SASL_SSL", "SCRAM-SHA-512"
 # librdkafka settings that carry credentials (dropped for "a client without credentials").
@@ -104,7 +109,7 @@ class SecureListeners:
     """Secured listeners by (protocol, mechanism), configured or started on demand.
 
     Contract: :meth:`get` returns a listener of that kind or None when the configured
-    listeners have none (never None without ``KAFKA_SECURE_CONFIG``: a minikafka of that
+    listeners have none (never None without ``KAFKA_SECURE_CONFIG``: a broker of that
     protocol is started, once per protocol, with every SASL mechanism enabled);
     :meth:`close` stops what was started.
     """
@@ -114,6 +119,8 @@ class SecureListeners:
     password: str = field(default_factory=lambda: f"eos-pw-{secrets.token_hex(12)}")
     _tls: TlsFiles | None = None
     _brokers: dict[str, BrokerProcess] = field(default_factory=dict)
+    _container_bootstrap: str | None = None
+    _docker: bool | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def get(self, protocol: str, mechanism: str | None = None) -> SecureKafka | None:
@@ -123,17 +130,31 @@ class SecureListeners:
                 if listener.protocol == protocol and listener.mechanism == mechanism:
                     return listener
             return None
+        if protocol == "SASL_PLAINTEXT" and mechanism is not None and self._use_docker():
+            sasl = KafkaSasl(TEST_USER, self.password)
+            return SecureKafka(self._container(sasl), sasl.client_settings(mechanism))
         broker = self._broker(protocol)
         settings = {"security.protocol": protocol}
         if mechanism is not None:
             settings |= {
                 "sasl.mechanism": mechanism,
-                "sasl.username": MINIKAFKA_USER,
+                "sasl.username": TEST_USER,
                 "sasl.password": self.password,
             }
         if self._tls is not None and protocol.endswith("SSL"):
             settings["ssl.ca.location"] = self._tls.ca_file
         return SecureKafka(broker.bootstrap_servers, settings)
+
+    def _use_docker(self) -> bool:
+        if self._docker is None:
+            self._docker = docker_answers()
+        return self._docker
+
+    def _container(self, sasl: KafkaSasl) -> str:
+        if self._container_bootstrap is None:
+            container = self._stack.enter_context(kafka_container(sasl=sasl))
+            self._container_bootstrap = container.get_bootstrap_server()
+        return self._container_bootstrap
 
     def _broker(self, protocol: str) -> BrokerProcess:
         if protocol not in self._brokers:
@@ -143,7 +164,7 @@ class SecureListeners:
             sasl = protocol.startswith("SASL_")
             security = ListenerSecurity(
                 protocol=protocol,
-                users={MINIKAFKA_USER: self.password} if sasl else {},
+                users={TEST_USER: self.password} if sasl else {},
                 certfile=self._tls.cert_file if tls and self._tls else None,
                 keyfile=self._tls.key_file if tls and self._tls else None,
             )
