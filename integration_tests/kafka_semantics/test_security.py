@@ -7,7 +7,7 @@ else a secured minikafka. The tests see only a bootstrap address and librdkafka 
 What Kafka does and these tests pin:
 
 1. with the right settings, admin requests, transactions and read_committed consumer groups
-   work as on a PLAINTEXT listener;
+   work as on a PLAINTEXT listener (a subscribed group commits its offsets);
 2. a wrong password or an unknown user is answered SASL_AUTHENTICATION_FAILED, which
    librdkafka reports as ``_AUTHENTICATION`` within seconds (not a timeout);
 3. a client without SASL settings, or without TLS on a TLS listener, gets no metadata;
@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration_tests.support.secure_kafka import (
@@ -37,6 +37,7 @@ from integration_tests.support.secure_kafka import (
 from ._support import (
     CLIENT_TIMEOUT_S,
     commit_values,
+    group_consumer,
     produce_values,
     read_partition,
     txn_producer,
@@ -126,6 +127,32 @@ def test_transactions_and_groups_work_when_configured(
 
     assert values(committed) == ["a", "b", "c"]
     assert values(everything) == ["a", "b", "aborted", "c"]
+    # a, b, commit marker, aborted, abort marker, c (offset 5): the group commits 6
+    assert _consume_in_a_group(listener, secure_topic) == (["a", "b", "c"], 6)
+
+
+def _consume_in_a_group(listener: SecureKafka, topic: str) -> tuple[list[str], int]:
+    """Subscribe in a new group, read 3 records, commit; return them and the committed offset."""
+    group = unique("secure-group")
+    settings = {**listener.settings, "auto.offset.reset": "earliest"}
+    consumer = group_consumer(listener.bootstrap, group, committed=True, **settings)
+    consumer.subscribe([topic])
+    seen: list[str] = []
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    try:
+        while len(seen) < 3:
+            assert time.monotonic() < deadline, f"group {group} read only {seen}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            seen.append(msg.value().decode())
+        consumer.commit(asynchronous=False)
+        (position,) = consumer.committed([TopicPartition(topic, 0)], timeout=CLIENT_TIMEOUT_S)
+    finally:
+        consumer.close()
+    return seen, position.offset
 
 
 @pytest.mark.parametrize("listener", SASL_KINDS, indirect=True)
