@@ -177,6 +177,8 @@ class KafkaServer:
                 raise ProtocolError(msg)
             frame = await reader.readexactly(size)
             if sasl is not None and not sasl.authenticated:
+                while self.faults.paused:  # a paused broker does not authenticate either
+                    await asyncio.sleep(PAUSE_POLL_S)
                 answer = self._sasl_gate(sasl, frame)
                 if answer is not None:
                     if answer.delay_s:

@@ -185,3 +185,16 @@ def test_tls_clients_check_the_listener_certificate(tls: TlsFiles, tmp_path: Pat
         context = ssl.create_default_context(cafile=tls.ca_file)
         with WireClient(kafka.host, kafka.port, context) as client:
             assert client.metadata_broker_count() == 1
+
+
+def test_a_paused_broker_does_not_authenticate_until_resumed(sasl_kafka: EmbeddedKafka) -> None:
+    admin = AdminClient(sasl_config(sasl_kafka.bootstrap_servers))
+    sasl_kafka.faults.pause()
+    try:
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=2)
+        assert "SaslAuthenticate" not in sasl_kafka.request_counts()
+    finally:
+        sasl_kafka.faults.resume()
+    assert admin.list_topics(timeout=CLIENT_TIMEOUT_S).brokers
+    assert sasl_kafka.request_counts()["SaslAuthenticate"] >= 2  # SCRAM: two round trips
