@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ._broker import Broker
 from ._config import FSYNC_POLICIES, TOPIC_LOAD_MODES, BrokerConfig
-from ._errors import ConfigError
+from ._errors import BrokerConfigError
 from ._faults import Faults
 from ._security import (
     MIN_SCRAM_ITERATIONS,
@@ -108,13 +108,13 @@ def _security_args(p: argparse.ArgumentParser) -> None:
 
 
 def listener_security(args: argparse.Namespace) -> ListenerSecurity:
-    """Build the listener's security from the command line (ConfigError names the bad flag)."""
+    """Build the listener's security from the command line (BrokerConfigError names the bad flag)."""
     users = read_users_file(args.sasl_users_file) if args.sasl_users_file else {}
     for entry in args.sasl_user:
         name, sep, password = entry.partition("=")
         if not sep:
             msg = "--sasl-user takes USER=PASSWORD"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         users[name] = password
     mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
     return ListenerSecurity(
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         security = listener_security(args)
-    except (ConfigError, OSError) as exc:
+    except (BrokerConfigError, OSError) as exc:
         sys.exit(f"python -m minikafka: {exc}")
     asyncio.run(serve(args, security))
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from ._errors import BrokerStartError, ConfigError
+from ._errors import BrokerConfigError, BrokerStartError
 from ._security import ListenerSecurity, write_users_file
 from ._stats import request_counts
 
@@ -140,7 +140,7 @@ class BrokerProcess:
                 "request_counts() over TCP needs a PLAINTEXT listener; this broker's is "
                 f"{self.security.protocol} (use EmbeddedKafka.request_counts() in-process)"
             )
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         return request_counts(self.bootstrap_servers, reset=reset)
 
     def kill(self) -> None:

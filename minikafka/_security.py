@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._errors import ConfigError
+from ._errors import BrokerConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -57,7 +57,7 @@ class ListenerSecurity:
                 f"ListenerSecurity.protocol must be one of {SECURITY_PROTOCOLS}, "
                 f"got {self.protocol!r}"
             )
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         object.__setattr__(self, "users", dict(self.users))
         object.__setattr__(self, "mechanisms", tuple(self.mechanisms))
         self._check_users()
@@ -65,47 +65,47 @@ class ListenerSecurity:
         self._check_tls()
         if isinstance(self.scram_iterations, bool) or not isinstance(self.scram_iterations, int):
             msg = f"ListenerSecurity.scram_iterations must be an int, got {self.scram_iterations!r}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         if self.scram_iterations < MIN_SCRAM_ITERATIONS:
             msg = f"ListenerSecurity.scram_iterations must be >= {MIN_SCRAM_ITERATIONS}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
 
     def _check_users(self) -> None:
         for name, password in self.users.items():
             if not isinstance(name, str) or not name:
                 msg = f"ListenerSecurity.users: user names must be non-empty strings, got {name!r}"
-                raise ConfigError(msg)
+                raise BrokerConfigError(msg)
             if not isinstance(password, str) or not password:
                 msg = f"ListenerSecurity.users: the password of {name!r} must be a non-empty string"
-                raise ConfigError(msg)
+                raise BrokerConfigError(msg)
         if self.uses_sasl and not self.users:
             msg = f"ListenerSecurity.users must name at least one user for {self.protocol}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         if self.users and not self.uses_sasl:
             msg = f"ListenerSecurity.users need SASL_PLAINTEXT or SASL_SSL, not {self.protocol}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
 
     def _check_mechanisms(self) -> None:
         unknown = [m for m in self.mechanisms if m not in SASL_MECHANISMS]
         if unknown:
             msg = f"ListenerSecurity.mechanisms: {unknown} not among {SASL_MECHANISMS}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         if self.uses_sasl and not self.mechanisms:
             msg = f"ListenerSecurity.mechanisms must enable at least one mechanism for {self.protocol}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
 
     def _check_tls(self) -> None:
         if self.uses_tls and (self.certfile is None or self.keyfile is None):
             msg = f"ListenerSecurity.certfile and keyfile are required for {self.protocol}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         if not self.uses_tls and (self.certfile or self.keyfile or self.client_cafile):
             msg = f"ListenerSecurity: certfile/keyfile/client_cafile need SSL or SASL_SSL, not {self.protocol}"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         for name in ("certfile", "keyfile", "client_cafile"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 msg = f"ListenerSecurity.{name}: no such file {path!r}"
-                raise ConfigError(msg)
+                raise BrokerConfigError(msg)
 
     @property
     def uses_sasl(self) -> bool:
@@ -142,7 +142,7 @@ def read_users_file(path: str | Path) -> dict[str, str]:
         name, sep, password = line.partition("=")
         if not sep:
             msg = f"{path}:{number}: expected user=password (the line has no '=')"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
         users[name.strip()] = password
     return users
 
@@ -152,7 +152,7 @@ def write_users_file(path: str | Path, users: Mapping[str, str]) -> None:
     for name, password in users.items():
         if "=" in name or "\n" in name or "\n" in password:
             msg = f"user {name!r} cannot be written to a users file ('=' in the name or a newline)"
-            raise ConfigError(msg)
+            raise BrokerConfigError(msg)
     target = Path(path)
     target.touch(mode=0o600)
     target.write_text("".join(f"{n}={p}\n" for n, p in users.items()), encoding="utf-8")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from ._errors import ConfigError
+from ._errors import BrokerConfigError
 from ._security import ListenerSecurity
 
 # Seconds a client has to complete the TLS handshake before it is disconnected.
@@ -31,5 +31,5 @@ def server_context(security: ListenerSecurity) -> ssl.SSLContext | None:
             context.verify_mode = ssl.CERT_REQUIRED
     except (OSError, ssl.SSLError) as exc:
         msg = f"cannot load the listener's TLS certificate, key or client CA: {exc}"
-        raise ConfigError(msg) from exc
+        raise BrokerConfigError(msg) from exc
     return context

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.testing._tls import TlsFiles, make_tls_files
 from integration_tests.kafka_semantics._wire import WireClient, WireError, _string
-from minikafka import BrokerProcess, ConfigError, EmbeddedKafka, ListenerSecurity
+from minikafka import BrokerConfigError, BrokerProcess, EmbeddedKafka, ListenerSecurity
 
 from .conftest import CLIENT_TIMEOUT_S
 
@@ -154,7 +154,7 @@ def test_a_broker_process_gets_its_users_in_a_file_not_on_its_command_line(
             "ssl.ca.location": tls.ca_file,
         }
         assert create_topic(config)
-        with pytest.raises(ConfigError, match="PLAINTEXT listener"):
+        with pytest.raises(BrokerConfigError, match="PLAINTEXT listener"):
             broker.request_counts()
     assert "Sentinel-Pw-7" not in broker.log_path.read_text()
 

@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from connectors.testing._tls import make_tls_files
-from minikafka import ConfigError, ListenerSecurity
+from minikafka import BrokerConfigError, ListenerSecurity
 from minikafka.__main__ import listener_security, parse_args
 from minikafka._security import read_users_file, write_users_file
 from minikafka._tls import server_context
@@ -44,7 +44,7 @@ def test_the_default_is_plaintext():
     ],
 )
 def test_bad_settings_are_refused_naming_the_setting(kwargs, names):
-    with pytest.raises(ConfigError, match=names):
+    with pytest.raises(BrokerConfigError, match=names):
         ListenerSecurity(**kwargs)
 
 
@@ -71,7 +71,7 @@ def test_a_users_file_round_trips_and_only_its_owner_reads_it(tmp_path):
 def test_a_users_file_line_without_equals_names_the_line(tmp_path):
     path = tmp_path / "users"
     path.write_text("# comment\n\nalice=pw\nbob\n")
-    with pytest.raises(ConfigError, match=r"users:4: expected user=password"):
+    with pytest.raises(BrokerConfigError, match=r"users:4: expected user=password"):
         read_users_file(path)
 
 
@@ -100,7 +100,7 @@ def test_the_cli_default_is_a_plaintext_listener():
 
 def test_a_cli_user_without_password_is_refused():
     args = parse_args(["--security-protocol", "SASL_PLAINTEXT", "--sasl-user", "alice"])
-    with pytest.raises(ConfigError, match="USER=PASSWORD"):
+    with pytest.raises(BrokerConfigError, match="USER=PASSWORD"):
         listener_security(args)
 
 
@@ -118,5 +118,5 @@ def test_the_tls_context_requires_tls_1_2_and_client_certificates_only_when_aske
 
 def test_a_key_that_does_not_match_is_a_config_error(tls):
     sec = ListenerSecurity(protocol="SSL", certfile=tls.cert_file, keyfile=tls.client_key_file)
-    with pytest.raises(ConfigError, match="cannot load"):
+    with pytest.raises(BrokerConfigError, match="cannot load"):
         server_context(sec)
