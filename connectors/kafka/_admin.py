@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
-from connectors.kafka import _clients
 from connectors.kafka._classify import raise_if_denied
 from connectors.kafka._clients import Cluster
 from connectors.kafka._errors import BrokerUnavailableError, PreflightError
@@ -24,8 +23,17 @@ TOPIC_METADATA_POLL_S = 0.5
 
 
 def admin_client(cluster: Cluster) -> AdminClient:
-    """Return an AdminClient on ``cluster``."""
-    return _clients.admin(cluster)
+    """Return an AdminClient on ``cluster`` whose brokers answered (``_connect``).
+
+    Raises:
+        KafkaAuthenticationError: authentication failed (within seconds, typed).
+        KafkaConnectError: no broker answered.
+
+    """
+    # _connect imports the source package, which imports this module: import at call time.
+    from connectors.kafka._connect import connect_admin
+
+    return connect_admin(cluster)
 
 
 def _unreachable(exc: KafkaException) -> BrokerUnavailableError:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from connectors.kafka import _clients
+from connectors.kafka._admin import admin_client
 from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._records import make_input_value
 
@@ -57,8 +58,10 @@ def produce_input(
         if err is not None:
             errors.append(err)
 
+    cluster = cluster_of(bootstrap, client_config)
+    admin_client(cluster)  # first contact: a wrong address or credentials fail fast, typed
     producer = _clients.producer(
-        cluster_of(bootstrap, client_config),
+        cluster,
         {
             "enable.idempotence": True,
             "linger.ms": 20,

@@ -28,6 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from connectors.kafka import _clients
+from connectors.kafka._admin import admin_client
 from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._errors import ReadTimeoutError, RecordFormatError
 
@@ -99,7 +100,7 @@ def end_offsets(
     ``read_committed``: the last stable offset; ``read_uncommitted``: the high watermark.
     ``client_config``: the settings every client shares (security, as the sink's option).
     """
-    admin = _clients.admin(cluster_of(bootstrap, client_config))
+    admin = admin_client(cluster_of(bootstrap, client_config))  # typed if refused
     partitions = partition_ids(admin, topic)
     level = (
         IsolationLevel.READ_COMMITTED

@@ -22,7 +22,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from connectors.kafka import _clients
+from connectors.kafka._admin import admin_client
 from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._errors import WireError
 from connectors.verify._wire_auth import open_broker, recv_exact
@@ -90,7 +90,7 @@ def scan_topic(
     the raw connections honour them too (``_wire_auth``).
     """
     cluster = cluster_of(bootstrap, client_config)
-    admin = _clients.admin(cluster)
+    admin = admin_client(cluster)  # typed if refused
     md = admin.list_topics(topic=topic, timeout=SOCKET_TIMEOUT_S)
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:

@@ -21,6 +21,7 @@ import json
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _clients, _names
+from connectors.kafka._admin import admin_client
 from connectors.kafka._classify import broker_restart, call_with_retry, raise_if_denied
 from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.kafka._clients import Cluster
@@ -113,10 +114,13 @@ def read_markers(
 
     Raises:
         ClientConfigError: ``client_config`` is invalid.
+        KafkaConnectError: the cluster did not answer (``KafkaAuthenticationError``:
+            authentication failed).
         MarkerError: a marker group holds an offset the sink did not write.
 
     """
     cluster = cluster_of(bootstrap_servers, client_config)
+    admin_client(cluster)  # first contact: a wrong address or credentials fail fast, typed
     out: dict[int, Marker | None] = {}
     for p in range(parallelism):
         consumer = marker_consumer(cluster, _names.marker_group(sink_id, p))
