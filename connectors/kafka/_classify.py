@@ -79,8 +79,9 @@ AUTHENTICATION_CODES = frozenset(
 # (docs/deploying.md, "ACLs"; ``eos preflight --sink-id`` lists the names).
 AUTHORIZATION_ACLS = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: (
-        "WRITE and DESCRIBE on the output topic, READ and DESCRIBE on the epoch-log topic "
-        "and on every topic read (and CREATE on the topics the kit creates if missing)"
+        "WRITE and DESCRIBE on the output topics, READ and DESCRIBE on the marker and "
+        "epoch-log topics (WRITE too on the epoch log) and on every topic read, CREATE on "
+        "the topics the kit creates if missing"
     ),
     KafkaError.GROUP_AUTHORIZATION_FAILED: (
         "READ and DESCRIBE on the marker consumer groups '{sink_id}.marker.{partition}' "

@@ -54,7 +54,7 @@ def test_kafka_passthrough_and_managed_consumer_settings() -> None:
     assert conf["enable.auto.commit"] == "false"
     assert conf["auto.offset.reset"] == "error"
     assert conf["group.id"] == "g1"
-    admin = opts.admin_cluster()
+    admin = opts.consumer_cluster(admin=True)
     assert "fetch.max.bytes" not in admin.config.as_dict()
     assert admin.config.as_dict()["client.id"] == "me"
     assert admin.bootstrap_servers == opts.bootstrap_servers
@@ -70,7 +70,7 @@ def test_security_options_reach_every_client_and_stay_out_of_the_repr() -> None:
             "kafka.group.id": "mine",
         }
     )
-    for cluster in (opts.consumer_cluster(), opts.admin_cluster()):
+    for cluster in (opts.consumer_cluster(), opts.consumer_cluster(admin=True)):
         assert cluster.config.as_dict()["sasl.password"] == "SENTINEL-source"
         assert cluster.security_protocol == "SASL_SSL"
     assert opts.consumer_config("g")["group.id"] == "mine"

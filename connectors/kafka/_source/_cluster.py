@@ -134,7 +134,7 @@ class ClusterView:
     def _client(self) -> Any:
         if self._admin is None:
             try:
-                self._admin = _connect.connect_admin(self._options.admin_cluster())
+                self._admin = _connect.connect_admin(self._options.consumer_cluster(admin=True))
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
                 raise SourceOptionError(msg) from exc

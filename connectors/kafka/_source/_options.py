@@ -229,26 +229,16 @@ class SourceOptions:
             raise SourceOptionError(msg)
         return start, end
 
-    def consumer_cluster(self) -> Cluster:
-        """Return the cluster as a read task's consumer reaches it (every ``kafka.*`` option)."""
-        return Cluster(
-            self.bootstrap_servers,
-            self.kafka_config,
-            address_option=BOOTSTRAP_OPTION,
-            config_option=CLIENT_OPTIONS,
-        )
+    def consumer_cluster(self, *, admin: bool = False) -> Cluster:
+        """Return the cluster as a read task's consumer reaches it (every ``kafka.*`` option).
 
-    def admin_cluster(self) -> Cluster:
-        """Return the cluster as the driver's AdminClient reaches it (consumer-only dropped)."""
-        shared = Settings(
-            tuple(i for i in self.kafka_config.items if not i[0].startswith(_CONSUMER_ONLY))
-        )
-        return Cluster(
-            self.bootstrap_servers,
-            shared,
-            address_option=BOOTSTRAP_OPTION,
-            config_option=CLIENT_OPTIONS,
-        )
+        ``admin``: as the driver's AdminClient reaches it (the consumer-only ones dropped).
+        """
+        items = self.kafka_config.items
+        if admin:
+            items = tuple(i for i in items if not i[0].startswith(_CONSUMER_ONLY))
+        where = {"address_option": BOOTSTRAP_OPTION, "config_option": CLIENT_OPTIONS}
+        return Cluster(self.bootstrap_servers, Settings(items), **where)
 
     def consumer_config(self, group_id: str) -> dict[str, str]:
         """Return a range reader's own consumer settings (it never joins or commits).
