@@ -11,6 +11,7 @@ naming the settings to fix and never the password, with nothing written.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -120,3 +121,35 @@ def test_every_eos_subcommand_fails_typed_and_fast(
     out = capsys.readouterr().out
     assert code == 2 and "KafkaAuthenticationError" in out and "authentication failed" in out
     assert "--command-config" in out and SENTINEL not in out
+
+
+@pytest.mark.spark
+def test_a_sink_call_with_refused_credentials_fails_typed_before_any_epoch(
+    spark: Any,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    kafka_admin: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # transaction_timeout_ms=1000: the sink warns about epochs slower than 0.5 s; an epoch
+    # that never started must not be warned about.
+    topic, log_topic = new_topic("cc-call", 1), f"cc-log-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        f"cc-{uuid.uuid4().hex[:8]}",
+        client_config=REFUSED,
+        epoch_log_topic=log_topic,
+        transaction_timeout_ms=1000,
+    )
+    df = spark.createDataFrame([("k", "v")], "key STRING, value STRING")
+    try:
+        with caplog.at_level(logging.WARNING, logger="connectors"):
+            refused_in_seconds(lambda: sink(df, 0))
+        assert not [r for r in caplog.records if "took" in r.getMessage()], caplog.text
+        assert sink.metrics()[-1].epoch == -1
+        assert "authentication failed" in (sink.metrics()[-1].error or "")
+    finally:
+        sink.close()
+    assert end_offsets(kafka_bootstrap, topic, "read_uncommitted") == {0: 0}
+    assert log_topic not in kafka_admin.list_topics(timeout=30).topics
