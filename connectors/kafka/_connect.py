@@ -122,12 +122,12 @@ def connect_admin(cluster: Cluster) -> AdminClient:
             )
         if time.monotonic() >= deadline:
             raise KafkaConnectError(
-                _unreachable(address, setting, seen, last), address=address, setting=setting
+                _unreachable(cluster, seen, last), address=address, setting=setting
             )
 
 
 def _unreachable(
-    address: str, setting: str, seen: collections.deque[KafkaError], last: KafkaException
+    cluster: Cluster, seen: collections.deque[KafkaError], last: KafkaException
 ) -> str:
     all_down = KafkaError._ALL_BROKERS_DOWN  # noqa: SLF001 - librdkafka's local code
     conn = [e for e in seen if e.code() in CONNECTION_CODES and e.code() != all_down]
@@ -136,7 +136,10 @@ def _unreachable(
         if conn
         else f"no broker answered within {CONNECT_WAIT_S:.0f}s ({last.args[0] if last.args else last})"
     )
+    protocol = cluster.security_protocol
     return (
-        f"cannot connect to Kafka at {address} ({why}); check {setting} (host:port of "
-        "reachable brokers) and that the brokers run"
+        f"cannot connect to Kafka at {cluster.bootstrap_servers} ({_secrets.scrub(why)}); "
+        f"check {cluster.address_option} (host:port of reachable brokers) and that the "
+        f"brokers run, and that this listener speaks security.protocol={protocol} (set in "
+        f"{cluster.config_option}; a TLS or SASL listener needs its settings there)"
     )
