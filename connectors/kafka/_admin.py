@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
+from connectors.kafka import _clients
 from connectors.kafka._classify import raise_if_denied
 from connectors.kafka._clients import Cluster
 from connectors.kafka._errors import BrokerUnavailableError, PreflightError
@@ -24,6 +25,9 @@ TOPIC_METADATA_POLL_S = 0.5
 
 def admin_client(cluster: Cluster) -> AdminClient:
     """Return an AdminClient on ``cluster`` whose brokers answered (``_connect``).
+
+    For a first contact (bounded by ``CONNECT_WAIT_S``); the helpers below build plain
+    clients, whose requests wait their own timeouts (a restarting broker is waited for).
 
     Raises:
         KafkaAuthenticationError: authentication failed (within seconds, typed).
@@ -87,7 +91,7 @@ def ensure_topics(
         PreflightError: another failure to create a topic.
 
     """
-    admin = admin_client(cluster)
+    admin = _clients.admin(cluster)
     missing = sorted(set(names) - set(existing_topics(admin)))
     if not missing:
         return
@@ -114,7 +118,7 @@ def ensure_topics(
 
 def broker_config(cluster: Cluster, name: str) -> str | None:
     """Return the value of broker setting ``name`` of one broker (DescribeConfigs); None if unknown."""
-    admin = admin_client(cluster)
+    admin = _clients.admin(cluster)
     try:
         md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
         broker_id = next(iter(md.brokers))

@@ -87,9 +87,11 @@ def test_the_sinks_clients(built: Callable[[Callable[[], Any]], Built]) -> None:
 
 def test_the_epoch_logs_clients(built: Callable[[Callable[[], Any]], Built]) -> None:
     log = KafkaEpochLog("h:9093", "s1", create_topic=False, client_config=SHARED)
-    reader = built(log.load)
+    assert_shared(built(log.load), "AdminClient")  # the first contact
+    reader = built(log._read_messages)
     assert_shared(reader, "Consumer")
     assert reader.conf["isolation.level"] == "read_committed"
+    log._contacted = True
     writer = built(lambda: log.append(_plan()))
     assert_shared(writer, "Producer")
     assert writer.conf["transactional.id"] == "s1.coordinator"

@@ -36,7 +36,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from connectors.kafka import _clients, _names
-from connectors.kafka._admin import ensure_topics
+from connectors.kafka._admin import admin_client, ensure_topics
 from connectors.kafka._classify import (
     PARTITION_EOF,
     broker_restart,
@@ -105,6 +105,7 @@ class KafkaEpochLog(EpochLog):
         self._history: EpochHistory | None = None
         self._attempts: dict[int, int] = {}
         self._closed = False
+        self._contacted = False
 
     @property
     def sink_id(self) -> str:
@@ -125,6 +126,9 @@ class KafkaEpochLog(EpochLog):
         return self._read()
 
     def _read(self) -> EpochHistory:
+        if not self._contacted:  # a wrong address or credentials fail fast, typed
+            admin_client(self._cluster)
+            self._contacted = True
         if self._create_topic:
             ensure_topics(self._cluster, [self._topic], partitions=1, compacted=True)
         values = self._read_messages()
