@@ -51,11 +51,6 @@ OWNED: dict[str, str] = {
 }
 
 
-def managed(hint: str) -> str:
-    """Return the refusal text of a setting the caller manages, saying what to use instead."""
-    return _MANAGED + hint
-
-
 def librdkafka_settings(
     raw: object,
     *,
@@ -69,7 +64,7 @@ def librdkafka_settings(
 
     ``option`` names the option in messages; ``error`` builds the typed error raised;
     ``owned`` adds settings the caller refuses (name or ``prefix.`` -> the rest of the
-    message, e.g. :func:`managed`'s); ``address``
+    message); ``address``
     names where the address goes; ``base`` are settings librdkafka parses together with
     ``raw`` (a producer's defaults).
 

@@ -131,11 +131,6 @@ class Cluster:
     config_option: str = field(default="client_config", compare=False)
 
     @property
-    def secured(self) -> bool:
-        """True when the shared settings choose a protocol other than plaintext."""
-        return self.security_protocol != "PLAINTEXT"
-
-    @property
     def security_protocol(self) -> str:
         """``security.protocol`` of the shared settings, upper case (default PLAINTEXT)."""
         return str(self.config.get("security.protocol") or "PLAINTEXT").upper()

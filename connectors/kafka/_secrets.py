@@ -116,9 +116,6 @@ class Settings:
         """Return the value of setting ``key``, or ``default``."""
         return self.as_dict().get(key, default)
 
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
     def __repr__(self) -> str:
         return f"Settings({redact(dict(self.items))!r})"
 
