@@ -93,7 +93,7 @@ class KafkaSasl:
     password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
     def client_settings(self, mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
-        """Return a client's librdkafka settings for this listener (add ``bootstrap.servers``)."""
+        """Return a client's librdkafka settings for this listener (add the address)."""
         return {
             "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": mechanism,
