@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             times["pre-created producer"].append(
                 _timed(lambda p=spare: p.init_transactions(INIT_TIMEOUT_S))
             )
-            consumer = marker_consumer(bootstrap, cfg.marker_group(i))
+            consumer = marker_consumer(cfg.cluster, cfg.marker_group(i))
             times["new marker consumer"].append(
                 _timed(lambda c=consumer: read_marker(c, cfg.marker_topic))
             )

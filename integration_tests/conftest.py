@@ -11,6 +11,10 @@ PostgreSQL is reached only through a DSN, chosen in the same order: ``POSTGRES_D
 testcontainers PostgreSQL with prepared transactions, an embedded server
 (``connectors.testing.postgres``).
 
+Secured Kafka (SASL, TLS) is reached through a bootstrap address and client settings,
+``secure_kafka`` / ``secure_listeners``: the listeners ``KAFKA_SECURE_CONFIG`` describes, or
+secured minikafka brokers (``integration_tests.support.secure_kafka``).
+
 Tests must not special-case the server behind the address.
 """
 
@@ -31,6 +35,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.testing.containers import docker_answers, kafka_container
 from connectors.testing.postgres import postgres_dsn as select_postgres_dsn
+from integration_tests.support.secure_kafka import (
+    DEFAULT_MECHANISM,
+    DEFAULT_PROTOCOL,
+    SecureKafka,
+    SecureListeners,
+    configured_listeners,
+)
 
 # Seconds to wait for a new topic's metadata to show on the broker; generous because
 # the test machine is shared and busy.
@@ -66,6 +77,29 @@ def kafka_bootstrap() -> Iterator[str]:
 
     with BrokerProcess() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def secure_listeners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureListeners]:
+    """Secured listeners by protocol and mechanism (``SecureListeners.get``), for the session."""
+    listeners = SecureListeners(tmp_path_factory.mktemp("secure-kafka"), configured_listeners())
+    with contextlib.closing(listeners):
+        yield listeners
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(secure_listeners: SecureListeners) -> SecureKafka:
+    """A SASL_SSL listener with SCRAM-SHA-512: ``(bootstrap, settings)``.
+
+    ``settings`` are the librdkafka settings every client needs there (security.protocol,
+    sasl.mechanism, sasl.username, sasl.password, ssl.ca.location). With
+    ``KAFKA_SECURE_CONFIG`` set: its SASL_SSL/SCRAM-SHA-512 listener, else its first one.
+    """
+    listener = secure_listeners.get(DEFAULT_PROTOCOL, DEFAULT_MECHANISM)
+    if listener is None and secure_listeners.configured:
+        listener = secure_listeners.configured[0]
+    assert listener is not None, "KAFKA_SECURE_CONFIG names no file"
+    return listener
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 It implements what exactly-once pipelines need: record batch v2 produce/fetch,
 idempotent producers, transactions (markers, LSO, aborted index, timeouts,
 transactional offset commits), consumer groups, topic admin and configs, optional
-durability in a data directory, fault hooks for chaos tests, and per-API request
+durability in a data directory, TLS and SASL (PLAIN, SCRAM) listeners, fault hooks for chaos tests, and per-API request
 counters for benchmarks.
 See docs/minikafka.md.
 """
@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._faults import ApiKey, Faults
 from ._process import BrokerProcess
+from ._security import SASL_MECHANISMS, SECURITY_PROTOCOLS, ListenerSecurity
 from ._stats import request_counts
 
 __all__ = [
@@ -37,8 +38,11 @@ __all__ = [
     "EmbeddedKafka",
     "Faults",
     "KafkaProtocolError",
+    "ListenerSecurity",
     "MiniKafkaError",
     "ProtocolError",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
     "StorageError",
     "request_counts",
 ]

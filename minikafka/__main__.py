@@ -1,7 +1,8 @@
 """``python -m minikafka``: run a broker in this process.
 
 The first stdout line is ``LISTENING host:port`` (flushed); logs go to stderr.
-SIGTERM or SIGINT stops the broker cleanly.
+SIGTERM or SIGINT stops the broker cleanly. ``--security-protocol`` and the ``--sasl-*`` /
+``--ssl-*`` flags secure the listener (docs/minikafka.md, "Security").
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from pathlib import Path
 
 from ._broker import Broker
 from ._config import FSYNC_POLICIES, TOPIC_LOAD_MODES, BrokerConfig
+from ._errors import BrokerConfigError
 from ._faults import Faults
+from ._security import (
+    MIN_SCRAM_ITERATIONS,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    ListenerSecurity,
+    read_users_file,
+)
 from ._server import KafkaServer
 
 
@@ -58,10 +67,68 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "answer no topic at all",
     )
     p.add_argument("--log-level", default="INFO")
+    _security_args(p)
     return p.parse_args(argv)
 
 
-async def serve(args: argparse.Namespace) -> None:
+def _security_args(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("security (one listener; see docs/minikafka.md)")
+    s.add_argument("--security-protocol", choices=SECURITY_PROTOCOLS, default="PLAINTEXT")
+    s.add_argument(
+        "--sasl-mechanisms",
+        default=",".join(SASL_MECHANISMS),
+        help="comma-separated enabled mechanisms (default: all of them)",
+    )
+    s.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="USER=PASSWORD",
+        help="a SASL user (repeatable; visible to local users in the process list)",
+    )
+    s.add_argument(
+        "--sasl-users-file",
+        type=Path,
+        default=None,
+        help="file of user=password lines (keeps passwords off the command line)",
+    )
+    s.add_argument(
+        "--scram-iterations",
+        type=int,
+        default=MIN_SCRAM_ITERATIONS,
+        help="PBKDF2 iterations of the stored SCRAM credentials (>= 4096)",
+    )
+    s.add_argument("--ssl-certfile", default=None, help="PEM certificate chain of the listener")
+    s.add_argument("--ssl-keyfile", default=None, help="PEM private key of the listener")
+    s.add_argument(
+        "--ssl-client-cafile",
+        default=None,
+        help="PEM CA bundle; clients must present a certificate it signed",
+    )
+
+
+def listener_security(args: argparse.Namespace) -> ListenerSecurity:
+    """Build the listener's security from the command line (BrokerConfigError names the bad flag)."""
+    users = read_users_file(args.sasl_users_file) if args.sasl_users_file else {}
+    for entry in args.sasl_user:
+        name, sep, password = entry.partition("=")
+        if not sep:
+            msg = "--sasl-user takes USER=PASSWORD"
+            raise BrokerConfigError(msg)
+        users[name] = password
+    mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
+    return ListenerSecurity(
+        protocol=args.security_protocol,
+        users=users,
+        mechanisms=mechanisms,
+        certfile=args.ssl_certfile,
+        keyfile=args.ssl_keyfile,
+        client_cafile=args.ssl_client_cafile,
+        scram_iterations=args.scram_iterations,
+    )
+
+
+async def serve(args: argparse.Namespace, security: ListenerSecurity) -> None:
     """Run until SIGTERM/SIGINT."""
     config = BrokerConfig(
         num_partitions=args.num_partitions,
@@ -75,7 +142,7 @@ async def serve(args: argparse.Namespace) -> None:
         topic_load_delay_ms=args.topic_load_delay_ms,
         topic_load_mode=args.topic_load_mode,
     )
-    server = KafkaServer(Broker(config, args.data_dir), Faults(), args.host, args.port)
+    server = KafkaServer(Broker(config, args.data_dir), Faults(), args.host, args.port, security)
     await server.start()
     sys.stdout.write(f"LISTENING {args.host}:{server.port}\n")
     sys.stdout.flush()
@@ -96,7 +163,11 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(serve(args))
+    try:
+        security = listener_security(args)
+    except (BrokerConfigError, OSError) as exc:
+        sys.exit(f"python -m minikafka: {exc}")
+    asyncio.run(serve(args, security))
 
 
 if __name__ == "__main__":

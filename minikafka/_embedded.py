@@ -11,6 +11,7 @@ from ._broker import Broker
 from ._config import BrokerConfig
 from ._errors import BrokerStartError
 from ._faults import Faults
+from ._security import ListenerSecurity
 from ._server import KafkaServer
 from ._stats import RequestCounter
 
@@ -30,6 +31,8 @@ class EmbeddedKafka:
        lost, exactly as a real broker without disks would lose it.
     3. ``faults`` and the request counter stay the same objects across restarts.
     4. ``request_counts()`` may be called from any thread, running or not.
+    5. ``security`` (default PLAINTEXT) secures the listener with TLS and/or SASL
+       (docs/minikafka.md, "Security"); it stays the same across restarts.
     """
 
     def __init__(
@@ -39,11 +42,13 @@ class EmbeddedKafka:
         port: int = 0,
         data_dir: str | Path | None = None,
         config: BrokerConfig | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.config = config or BrokerConfig()
+        self.security = security or ListenerSecurity()
         self.faults = Faults()
         self.requests = RequestCounter()
         self._thread: threading.Thread | None = None
@@ -109,7 +114,7 @@ class EmbeddedKafka:
     async def _main(self, started: threading.Event) -> None:
         self._stop = asyncio.Event()
         broker = Broker(self.config, self.data_dir, requests=self.requests)
-        server = KafkaServer(broker, self.faults, self.host, self.port)
+        server = KafkaServer(broker, self.faults, self.host, self.port, self.security)
         await server.start()
         self.port = server.port
         self._server = server

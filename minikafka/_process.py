@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from ._errors import BrokerStartError
+from ._errors import BrokerConfigError, BrokerStartError
+from ._security import ListenerSecurity, write_users_file
 from ._stats import request_counts
 
 # Seconds to wait for the LISTENING line of a starting broker (busy CI machine).
@@ -30,6 +31,9 @@ class BrokerProcess:
     3. ``restart()`` starts a new child on the same port and data dir (after kill or
        terminate, or stops the running one first with SIGTERM).
     4. The child's stderr log goes to ``log_path``.
+    5. ``security`` secures the child's listener (the CLI's ``--security-protocol``,
+       ``--sasl-*`` and ``--ssl-*`` flags); passwords reach the child in a file only
+       its owner can read, never on its command line.
     """
 
     def __init__(
@@ -39,6 +43,7 @@ class BrokerProcess:
         port: int = 0,
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.port = port
@@ -47,6 +52,7 @@ class BrokerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._logdir = tempfile.mkdtemp(prefix="minikafka-log-")
         self.log_path = Path(self._logdir) / "broker.log"
+        self.security = security or ListenerSecurity()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -73,6 +79,7 @@ class BrokerProcess:
         cmd = [sys.executable, "-m", "minikafka", "--host", self.host, "--port", str(self.port)]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
+        cmd += self._security_args()
         cmd += list(self.extra_args)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ)
@@ -93,6 +100,23 @@ class BrokerProcess:
         self.port = int(line.rsplit(":", 1)[1])
         return self
 
+    def _security_args(self) -> list[str]:
+        sec = self.security
+        args = ["--security-protocol", sec.protocol]
+        if sec.uses_sasl:
+            users_file = Path(self._logdir) / "users.properties"
+            write_users_file(users_file, sec.users)
+            args += ["--sasl-mechanisms", ",".join(sec.mechanisms)]
+            args += ["--sasl-users-file", str(users_file)]
+        files = [("--ssl-certfile", sec.certfile), ("--ssl-keyfile", sec.keyfile)]
+        files.append(("--ssl-client-cafile", sec.client_cafile))
+        for flag, path in files:
+            if path is not None:
+                args += [flag, path]
+        if sec.scram_iterations != ListenerSecurity().scram_iterations:
+            args += ["--scram-iterations", str(sec.scram_iterations)]
+        return args
+
     def _read_first_line(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None  # noqa: S101
         result: list[bytes] = []
@@ -108,8 +132,15 @@ class BrokerProcess:
         """Return the requests the running broker served so far by API name (read over TCP).
 
         Same meaning as :meth:`minikafka.EmbeddedKafka.request_counts`; the counts start
-        from zero in every new child process (``restart()`` included).
+        from zero in every new child process (``restart()`` included). The read-out is
+        an unauthenticated plain-TCP request, so it needs a PLAINTEXT listener.
         """
+        if self.security.protocol != "PLAINTEXT":
+            msg = (
+                "request_counts() over TCP needs a PLAINTEXT listener; this broker's is "
+                f"{self.security.protocol} (use EmbeddedKafka.request_counts() in-process)"
+            )
+            raise BrokerConfigError(msg)
         return request_counts(self.bootstrap_servers, reset=reset)
 
     def kill(self) -> None:

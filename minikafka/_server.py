@@ -11,6 +11,10 @@ Bad input never takes the broker down:
    supported list, as Kafka does;
 3. a body that does not decode closes the connection (logged);
 4. a handler bug is logged with its traceback and answered UNKNOWN_SERVER_ERROR.
+
+On a secured listener (:class:`ListenerSecurity`), the TLS handshake comes first
+(:mod:`minikafka._tls`) and, on a SASL listener, every frame goes through the
+connection's :class:`SaslSession` until it has authenticated (:mod:`minikafka._sasl`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from ._protocol import (
     peek_key_version,
     prewarm,
 )
+from ._sasl import Credentials, SaslAnswer, SaslSession
+from ._security import ListenerSecurity
 from ._stats import STATS_API_KEY, encode_stats_response, stats_reset_requested
+from ._tls import TLS_HANDSHAKE_TIMEOUT_S, server_context
 
 log = logging.getLogger("minikafka.server")
 # How often group sessions and rebalance deadlines are checked (seconds).
@@ -48,11 +55,20 @@ PAUSE_POLL_S = 0.01
 class KafkaServer:
     """Serves one :class:`Broker` on a TCP port."""
 
-    def __init__(self, broker: Broker, faults: Faults, host: str, port: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        faults: Faults,
+        host: str,
+        port: int,
+        security: ListenerSecurity | None = None,
+    ) -> None:
         self.broker = broker
         self.faults = faults
         self.host = host
         self.port = port
+        self.security = security or ListenerSecurity()
+        self._credentials: Credentials | None = None
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -61,9 +77,17 @@ class KafkaServer:
     async def start(self) -> None:
         """Open the broker state and start listening."""
         prewarm({k: (s.max_version, s.max_version) for k, s in API_TABLE.items()})
+        tls = server_context(self.security)
+        if self.security.uses_sasl:
+            self._credentials = Credentials(self.security)
         self.broker.open()
         self._server = await asyncio.start_server(
-            self._on_client, self.host, self.port, reuse_address=True
+            self._on_client,
+            self.host,
+            self.port,
+            reuse_address=True,
+            ssl=tls,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -82,7 +106,7 @@ class KafkaServer:
             asyncio.create_task(self._every(GROUP_TICK_S, self.broker.groups.tick)),
             asyncio.create_task(self._every(offsets_interval, self.broker.groups.expire_offsets)),
         ]
-        log.info("listening on %s:%d", self.host, self.port)
+        log.info("listening on %s:%d (%s)", self.host, self.port, self.security.protocol)
 
     async def stop(self) -> None:
         """Stop listening, close connections and files."""
@@ -144,16 +168,42 @@ class KafkaServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
     ) -> None:
         limit = self.broker.config.max_request_bytes
+        credentials = self._credentials
+        sasl = SaslSession(credentials, host) if credentials is not None else None
         while True:
             size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
             if size < 0 or size > limit:
                 msg = f"request frame of {size} bytes outside 0..{limit} (max_request_bytes)"
                 raise ProtocolError(msg)
             frame = await reader.readexactly(size)
+            if sasl is not None and not sasl.authenticated:
+                while self.faults.paused:  # a paused broker does not authenticate either
+                    await asyncio.sleep(PAUSE_POLL_S)
+                answer = self._sasl_gate(sasl, frame)
+                if answer is not None:
+                    if answer.delay_s:
+                        await asyncio.sleep(answer.delay_s)
+                    if answer.response is not None:
+                        writer.write(answer.response)
+                        await writer.drain()
+                    if answer.close:
+                        return
+                    continue
             response = await self._dispatch(frame, host)
             if response is not None:
                 writer.write(response)
                 await writer.drain()
+
+    def _sasl_gate(self, sasl: SaslSession, frame: bytes) -> SaslAnswer | None:
+        """Let the connection's SASL session consume a frame; count what it answered."""
+        try:
+            answer = sasl.receive(frame)
+        except ProtocolError:
+            self.broker.requests.reject()
+            raise
+        if answer is not None and answer.api_key is not None:
+            self.broker.requests.count(answer.api_key)
+        return answer
 
     async def _dispatch(self, frame: bytes, host: str) -> bytes | None:
         requests = self.broker.requests

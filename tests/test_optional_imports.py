@@ -30,6 +30,7 @@ BLOCKED = (
     "grpc",
     "mypy",
     "ruff",
+    "trustme",
 )
 # Every public module of the kit that must import without the extras.
 PUBLIC = (
@@ -48,6 +49,7 @@ PUBLIC = (
     "connectors.demo.app",
     "connectors.testing.postgres",
     "connectors.testing.faults",
+    "connectors.testing._tls",
     "integration_tests.support.soak",
     "connectors.demo.__main__",
 )
@@ -110,6 +112,20 @@ def test_a_module_that_needs_an_extra_names_it(module: str, extra: str) -> None:
     """)
     assert out.returncode == 0, out.stderr
     assert f"pip install 'spark-kafka-eos[{extra}]'" in out.stdout
+
+
+def test_test_certificates_name_the_dev_extra(tmp_path: Path) -> None:
+    # connectors.testing._tls imports without trustme and names the extra when called.
+    out = run_blocked(f"""
+        from connectors._extras import MissingExtraError
+        from connectors.testing._tls import make_tls_files
+        try:
+            make_tls_files({str(tmp_path)!r})
+        except MissingExtraError as exc:
+            print("refused:", exc)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'spark-kafka-eos[dev]'" in out.stdout
 
 
 def test_the_demo_picks_a_postgres_server_without_testcontainers() -> None:

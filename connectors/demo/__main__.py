@@ -40,6 +40,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from connectors.demo._verify import verify_outputs
 from connectors.demo.app import (
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
@@ -54,19 +55,14 @@ from connectors.demo.app import (
     PipelineConfig,
     chunk_input,
     create_table,
-    member_ids,
-    record_op,
 )
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, MINIMUM_SPARK, SparkVersionError, _clients
+from connectors.kafka import MINIMUM_SPARK, ClientConfigError, SparkVersionError
+from connectors.kafka._admin import admin_client
+from connectors.kafka._client_config import cluster_of
+from connectors.kafka._clients import Cluster
 from connectors.kafka._source import require_source_api, spark_has_source_api
-from connectors.verify import (
-    check_exactly_once,
-    check_table,
-    load_history,
-    member_history,
-    print_report,
-    produce_input,
-)
+from connectors.ops._properties import PropertiesError, librdkafka_names, load_properties
+from connectors.verify import produce_input
 
 # Seconds to wait for topic creation on the broker.
 ADMIN_TIMEOUT_S = 30.0
@@ -115,6 +111,14 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="use this Kafka cluster instead of an embedded minikafka",
     )
     parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=None,
+        help="librdkafka client settings every Kafka client of the demo uses (security, "
+        "client.id) for --bootstrap-servers, in the Java properties format of Kafka's tools "
+        "(as eos --command-config)",
+    )
+    parser.add_argument(
         "--sink",
         choices=SINKS,
         default=SINK_KAFKA,
@@ -155,11 +159,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             require_source_api()
         except SparkVersionError as exc:
             parser.error(f"--source kafka: {exc}; or use --source files")
+    if args.command_config is not None and args.bootstrap_servers is None:
+        parser.error("--command-config goes with --bootstrap-servers (its cluster's settings)")
+    try:
+        args.client_config = (
+            librdkafka_names(load_properties(args.command_config)) if args.command_config else {}
+        )
+        cluster_of(args.bootstrap_servers or "", args.client_config)  # refused: usage error
+    except (PropertiesError, ClientConfigError) as exc:
+        parser.error(str(exc))
     return args
 
 
-def _create_topics(bootstrap: str, names: dict[str, int]) -> None:
-    admin = _clients.admin({"bootstrap.servers": bootstrap})
+def _create_topics(cluster: Cluster, names: dict[str, int]) -> None:
+    admin = admin_client(cluster)
     futures = admin.create_topics(
         [NewTopic(n, p, 1) for n, p in names.items()], request_timeout=ADMIN_TIMEOUT_S
     )
@@ -238,8 +251,10 @@ def _run(
     suffix = uuid.uuid4().hex[:8]
     input_topic, output_topic = f"demo-in-{suffix}", f"demo-out-{suffix}"
     sink_id, table = f"demo-{suffix}", f"demo_{suffix}"
+    shared: dict[str, str] = args.client_config
     _create_topics(
-        bootstrap, {input_topic: 2, **({output_topic: 3} if args.sink != "postgres" else {})}
+        cluster_of(bootstrap, shared),
+        {input_topic: 2, **({output_topic: 3} if args.sink != "postgres" else {})},
     )
     if dsn is not None:
         create_table(dsn, table, write_mode=args.write_mode)
@@ -253,10 +268,11 @@ def _run(
             input_topic,
             args.records,
             on_progress=lambda n: progress.update(task, completed=n),
+            client_config=shared,
         )
     chunk = -(-args.records // args.epochs)
     if args.source == SOURCE_FILES:
-        epochs = chunk_input(bootstrap, input_topic, work / "input", chunk)
+        epochs = chunk_input(bootstrap, input_topic, work / "input", chunk, client_config=shared)
         console.print(
             f"input: {args.records:,} records in {input_topic}, cut into {epochs} "
             f"micro-batches of up to {chunk:,}"
@@ -294,49 +310,11 @@ def _run(
         postgres_table=table if dsn else None,
         postgres_write_mode=args.write_mode,
         postgres_protocol=args.commit_protocol,
+        client_config=shared,
     )
     if not _run_to_end(cfg, console, work, args.records, epochs, chaos=args.chaos):
         return 1
-    return 0 if _verify(cfg, console) else 1
-
-
-def _verify(cfg: PipelineConfig, console: Console) -> bool:
-    """Check the topic and/or the table the query wrote; print the reports."""
-    assert cfg.input_topic is not None  # noqa: S101 - the demo always sets it
-    kafka_id, pg_id = member_ids(cfg.sink_id) if cfg.sink == SINK_BOTH else (cfg.sink_id,) * 2
-    shared = None
-    if cfg.sink == SINK_BOTH:  # one epoch log for both members: each sees its share
-        shared = member_history(
-            load_history(cfg.bootstrap, cfg.sink_id, None, DEFAULT_EPOCH_LOG_TOPIC), members=2
-        )
-    ok = True
-    if cfg.writes_kafka:
-        console.print("verifying the topic with read_committed and read_uncommitted readers ...")
-        report = check_exactly_once(
-            cfg.bootstrap,
-            input_topic=cfg.input_topic,
-            output_topic=cfg.output_topic,
-            sink_id=kafka_id,
-            epoch_log=shared,
-        )
-        print_report(report, console)
-        ok = report.ok
-    if cfg.writes_postgres:
-        assert cfg.postgres_dsn and cfg.postgres_table  # noqa: S101 - validated by the config
-        console.print(f"verifying table {cfg.postgres_table} ...")
-        table = check_table(
-            cfg.postgres_dsn,
-            table=cfg.postgres_table,
-            sink_id=pg_id,
-            bootstrap=cfg.bootstrap,
-            input_topic=cfg.input_topic,
-            write_mode=cfg.postgres_write_mode,
-            op_fn=record_op if cfg.postgres_write_mode == "changelog" else None,
-            epoch_log=shared,
-        )
-        print_report(table, console)
-        ok = ok and table.ok
-    return ok
+    return 0 if verify_outputs(cfg, console) else 1
 
 
 def _progress(console: Console) -> Progress:

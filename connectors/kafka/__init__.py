@@ -6,6 +6,9 @@ Sink (``foreachBatch``; built on :mod:`connectors.stage`; docs/kafka-sink.md):
   its validated :class:`SinkConfig`;
 * :class:`KafkaEpochLog` - the default epoch log, in a compacted Kafka topic;
 * :func:`read_markers` - the idempotency markers of a sink (for checkers and operators);
+* ``client_config`` (an option of the sink, the epoch log, the markers, the checker and
+  ``eos``): the librdkafka settings every Kafka client of the kit shares (security,
+  ``client.id``); :func:`kafka_options` turns it into the source's ``kafka.*`` options;
 * the error hierarchy rooted at :class:`KafkaSinkError` (a ``txn.TxnError``).
 
 Source (format ``kafka-rc``; docs/kafka-source.md): :func:`register`, its options and
@@ -21,9 +24,12 @@ from typing import TYPE_CHECKING
 
 from connectors.kafka import _source
 from connectors.kafka._classify import classify
+from connectors.kafka._client_config import kafka_options
 from connectors.kafka._connect import KafkaAuthenticationError, KafkaConnectError
 from connectors.kafka._errors import (
     BrokerUnavailableError,
+    ClientConfigError,
+    KafkaAuthorizationError,
     KafkaEpochLogFencedError,
     KafkaInputError,
     KafkaInputSchemaError,
@@ -82,11 +88,13 @@ __all__ = [
     "MINIMUM_SPARK",
     "SOURCE_NAME",
     "BrokerUnavailableError",
+    "ClientConfigError",
     "DataLossError",
     "EpochMetrics",
     "ErrorAction",
     "InsufficientSlotsError",
     "KafkaAuthenticationError",
+    "KafkaAuthorizationError",
     "KafkaConnectError",
     "KafkaEpochLog",
     "KafkaEpochLogFencedError",
@@ -122,6 +130,7 @@ __all__ = [
     "classify",
     "decode_marker",
     "encode_marker",
+    "kafka_options",
     "read_markers",
     "register",
 ]

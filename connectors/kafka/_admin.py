@@ -9,6 +9,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from connectors.kafka import _clients
+from connectors.kafka._classify import raise_if_denied
+from connectors.kafka._clients import Cluster
 from connectors.kafka._errors import BrokerUnavailableError, PreflightError
 
 # Seconds for one admin request (metadata, create topics, describe configs).
@@ -21,9 +23,29 @@ TOPIC_METADATA_WAIT_S = 30.0
 TOPIC_METADATA_POLL_S = 0.5
 
 
-def admin_client(bootstrap_servers: str) -> AdminClient:
-    """Return an AdminClient on ``bootstrap_servers``."""
-    return _clients.admin({"bootstrap.servers": bootstrap_servers})
+def admin_client(cluster: Cluster) -> AdminClient:
+    """Return an AdminClient on ``cluster`` whose brokers answered (``_connect``).
+
+    For a first contact (bounded by ``CONNECT_WAIT_S``); the helpers below build plain
+    clients, whose requests wait their own timeouts (a restarting broker is waited for).
+
+    Raises:
+        KafkaAuthenticationError: authentication failed (within seconds, typed).
+        KafkaConnectError: no broker answered.
+
+    """
+    # _connect imports the source package, which imports this module: import at call time.
+    from connectors.kafka._connect import connect_admin
+
+    return connect_admin(cluster)
+
+
+def _unreachable(exc: KafkaException) -> BrokerUnavailableError:
+    msg = (
+        f"Kafka stopped answering: {exc}; check that the brokers run and are reachable "
+        "(the first contact succeeded)"
+    )
+    return BrokerUnavailableError(msg)
 
 
 def existing_topics(admin: AdminClient) -> dict[str, int]:
@@ -31,8 +53,7 @@ def existing_topics(admin: AdminClient) -> dict[str, int]:
     try:
         md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
-        msg = f"Kafka is unreachable: {exc}; check bootstrap_servers and that the broker runs"
-        raise BrokerUnavailableError(msg) from exc
+        raise _unreachable(exc) from exc
     return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
 
@@ -57,15 +78,20 @@ def broker_count(admin: AdminClient) -> int:
     try:
         return max(1, len(admin.list_topics(timeout=ADMIN_TIMEOUT_S).brokers))
     except KafkaException as exc:
-        msg = f"Kafka is unreachable: {exc}; check bootstrap_servers and that the broker runs"
-        raise BrokerUnavailableError(msg) from exc
+        raise _unreachable(exc) from exc
 
 
 def ensure_topics(
-    bootstrap_servers: str, names: Iterable[str], *, partitions: int = 1, compacted: bool = False
+    cluster: Cluster, names: Iterable[str], *, partitions: int = 1, compacted: bool = False
 ) -> None:
-    """Create each topic of ``names`` that does not exist yet (already existing is fine)."""
-    admin = admin_client(bootstrap_servers)
+    """Create each topic of ``names`` that does not exist yet (already existing is fine).
+
+    Raises:
+        KafkaAuthorizationError: an ACL refused the creation (the message names it).
+        PreflightError: another failure to create a topic.
+
+    """
+    admin = _clients.admin(cluster)
     missing = sorted(set(names) - set(existing_topics(admin)))
     if not missing:
         return
@@ -85,13 +111,14 @@ def ensure_topics(
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
+            raise_if_denied(exc, f"creating topic {name!r}", cluster.config_option)
             msg = f"cannot create topic {name!r}: {exc}; create it yourself or grant CREATE"
             raise PreflightError(msg) from exc
 
 
-def broker_config(bootstrap_servers: str, name: str) -> str | None:
+def broker_config(cluster: Cluster, name: str) -> str | None:
     """Return the value of broker setting ``name`` of one broker (DescribeConfigs); None if unknown."""
-    admin = admin_client(bootstrap_servers)
+    admin = _clients.admin(cluster)
     try:
         md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
         broker_id = next(iter(md.brokers))
@@ -99,6 +126,7 @@ def broker_config(bootstrap_servers: str, name: str) -> str | None:
         result = admin.describe_configs([resource], request_timeout=ADMIN_TIMEOUT_S)
         configs = result[resource].result(timeout=ADMIN_TIMEOUT_S)
     except (KafkaException, StopIteration) as exc:
+        raise_if_denied(exc, "reading the broker configuration", cluster.config_option)
         msg = f"cannot read broker configuration ({exc}); DescribeConfigs must be allowed"
         raise PreflightError(msg) from exc
     entry = configs.get(name)

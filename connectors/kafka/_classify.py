@@ -10,7 +10,10 @@ by matching message text, only by error code and librdkafka's flags):
    let Spark retry it (the retry redoes or skips by marker).
 3. ``FATAL``: this producer instance is finished (``fatal()``, fenced by a newer
    instance of the same transactional id); drop it and create a new one, never call
-   anything on it again.
+   anything on it again. Failed authentication and refused authorization are FATAL too,
+   and their typed errors (:class:`KafkaAuthenticationError`,
+   :class:`KafkaAuthorizationError`) stop the query: they name the settings to fix or
+   the ACL to grant, and retrying cannot help until then.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka._errors import KafkaWriteError, ProducerFencedError
+from connectors.kafka._errors import (
+    KafkaAuthorizationError,
+    KafkaWriteError,
+    ProducerFencedError,
+)
 from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction
 
@@ -68,6 +75,28 @@ AUTHENTICATION_CODES = frozenset(
         KafkaError.UNSUPPORTED_SASL_MECHANISM,
     }
 )
+# Codes of an operation an ACL refused, each with the ACL the kit's clients need for it
+# (docs/deploying.md, "ACLs"; ``eos preflight --sink-id`` lists the names).
+AUTHORIZATION_ACLS = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: (
+        "WRITE and DESCRIBE on the output topics, READ and DESCRIBE on the marker and "
+        "epoch-log topics (WRITE too on the epoch log) and on every topic read, CREATE on "
+        "the topics the kit creates if missing"
+    ),
+    KafkaError.GROUP_AUTHORIZATION_FAILED: (
+        "READ and DESCRIBE on the marker consumer groups '{sink_id}.marker.{partition}' "
+        "(a PREFIXED ACL on '{sink_id}.') and on the kit's reader groups"
+    ),
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: (
+        "on the cluster: IDEMPOTENT_WRITE (brokers before Kafka 3.0), DESCRIBE_CONFIGS "
+        "(the preflight reads transaction.max.timeout.ms) and CREATE to create topics"
+    ),
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+        "WRITE and DESCRIBE on the transactional ids '{sink_id}-{partition}' and "
+        "'{sink_id}.coordinator' (a PREFIXED ACL on '{sink_id}')"
+    ),
+}
+AUTHORIZATION_CODES = frozenset(AUTHORIZATION_ACLS)
 # Codes of a connection that could not be made (wrong host or port, nothing listening).
 CONNECTION_CODES = frozenset({RESOLVE, TRANSPORT, ALL_BROKERS_DOWN})
 # Codes a broker restart produces while the broker is away or reloads its topics and
@@ -106,10 +135,12 @@ _FENCED_CODES = frozenset(
         FENCED,
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         KafkaError.INVALID_TXN_STATE,
     }
 )
+
+# Codes of a refused authentication or authorization: FATAL (see the module doc).
+_ACCESS_CODES = AUTHENTICATION_CODES | AUTHORIZATION_CODES
 
 # Transient codes librdkafka does not always flag retriable on transactional APIs.
 _TRANSIENT_CODES = frozenset(
@@ -147,7 +178,7 @@ def classify(error: KafkaError | BaseException) -> ErrorAction:
     err = error if isinstance(error, KafkaError) else kafka_error_of(error)
     if err is None:
         return ErrorAction.ABORT
-    if err.fatal() or err.code() in _FENCED_CODES:
+    if err.fatal() or err.code() in _FENCED_CODES or err.code() in _ACCESS_CODES:
         return ErrorAction.FATAL
     if err.txn_requires_abort():
         return ErrorAction.ABORT
@@ -156,8 +187,54 @@ def classify(error: KafkaError | BaseException) -> ErrorAction:
     return ErrorAction.ABORT
 
 
+def fix_authentication(config_option: str) -> str:
+    """Return what to fix after a failed authentication, in ``config_option``."""
+    return (
+        "check security.protocol, sasl.mechanism, sasl.username and sasl.password (or the "
+        f"ssl.* certificate settings) in {config_option}"
+    )
+
+
+def access_error(
+    exc: KafkaError | BaseException, what: str, config_option: str = "client_config"
+) -> KafkaWriteError | None:
+    """Return the typed error of a failed authentication or authorization, else None.
+
+    :class:`KafkaAuthenticationError` names the settings of ``config_option`` to fix,
+    :class:`KafkaAuthorizationError` the ACL to grant; both are FATAL.
+    """
+    # _connect defines the authentication error (a source error too) and imports this module.
+    from connectors.kafka._connect import KafkaAuthenticationError
+
+    if isinstance(exc, (KafkaAuthenticationError, KafkaAuthorizationError)):
+        return exc
+    code = code_of(exc)
+    if code in AUTHENTICATION_CODES:
+        msg = f"{what}: authentication failed ({exc}); {fix_authentication(config_option)}"
+        return KafkaAuthenticationError(msg, setting=config_option, code=code)
+    if code in AUTHORIZATION_ACLS:
+        msg = f"{what}: not authorized ({exc}); grant the client's principal {AUTHORIZATION_ACLS[code]}"
+        return KafkaAuthorizationError(msg, code=code)
+    return None
+
+
+def raise_if_denied(
+    exc: KafkaError | BaseException, what: str, config_option: str = "client_config"
+) -> None:
+    """Raise :func:`access_error`'s typed error for ``exc``, if it is one (chained to ``exc``)."""
+    denied = access_error(exc, what, config_option)
+    if denied is None:
+        return
+    if denied is exc:
+        raise denied
+    raise denied from (exc if isinstance(exc, BaseException) else None)
+
+
 def to_write_error(exc: BaseException, what: str) -> KafkaWriteError:
     """Wrap ``exc`` in the typed error of its action; ``what`` names the failed call."""
+    denied = access_error(exc, what)
+    if denied is not None:
+        return denied
     action = classify(exc)
     err = kafka_error_of(exc)
     code = err.code() if err is not None else None

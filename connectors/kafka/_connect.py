@@ -9,7 +9,7 @@ instead, which:
    connection errors (librdkafka's ``error_cb``) in between;
 2. returns the AdminClient as soon as the cluster answers;
 3. raises :class:`KafkaAuthenticationError` at the first authentication failure (SASL or
-   TLS: retrying with the same settings cannot help);
+   TLS: retrying with the same settings cannot help), naming the settings to fix;
 4. raises :class:`KafkaConnectError` after ``CONNECT_WAIT_S`` without an answer, naming
    the address, the option to fix and librdkafka's last connection error (connection
    refused, host not found) or, when nothing answered at all, the bound.
@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka import _clients
-from connectors.kafka._classify import AUTHENTICATION_CODES, CONNECTION_CODES
-from connectors.kafka._errors import BrokerUnavailableError
+from connectors.kafka import _clients, _secrets
+from connectors.kafka._classify import AUTHENTICATION_CODES, CONNECTION_CODES, fix_authentication
+from connectors.kafka._clients import Cluster
+from connectors.kafka._errors import BrokerUnavailableError, KafkaWriteError
 from connectors.kafka._source._errors import KafkaUnavailableError
 from connectors.stage._errors import rebuild_error
+from txn import ErrorAction
 
 # Seconds the first contact may take before the cluster is reported unreachable: a wrong
 # address never answers, a restarting broker accepts connections again within seconds.
@@ -62,25 +62,45 @@ class KafkaConnectError(BrokerUnavailableError, KafkaUnavailableError):
         )
 
 
-class KafkaAuthenticationError(KafkaConnectError):
-    """The cluster refused the client's credentials (SASL or TLS); retrying cannot help."""
+class KafkaAuthenticationError(KafkaConnectError, KafkaWriteError):
+    """Authentication failed (SASL or TLS): fix the security settings the message names.
+
+    Raised at the first contact (the sink's preflight, the source, ``eos``) and by the one
+    classifier for a call that failed so (``action`` FATAL): retrying with the same
+    settings cannot help, so the query stops instead of retrying. ``setting`` names the
+    option holding the security settings (``client_config``, the source's ``kafka.*``
+    options, ``--command-config``); ``code`` is librdkafka's error code.
+    """
+
+    retry_stage = False
+
+    def __init__(
+        self, message: str, *, address: str = "", setting: str = "", code: int | None = None
+    ) -> None:
+        Exception.__init__(self, message)
+        self.address = address
+        self.setting = setting
+        self.action = ErrorAction.FATAL
+        self.code = code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = {"address": self.address, "setting": self.setting, "code": self.code}
+        return (rebuild_error, (type(self), str(self), fields))
 
 
-def connect_admin(settings: Mapping[str, Any], *, setting: str) -> AdminClient:
-    """Return an AdminClient whose cluster answered (steps in the module doc).
+def connect_admin(cluster: Cluster) -> AdminClient:
+    """Return an AdminClient on ``cluster`` whose brokers answered (steps in the module doc).
 
-    ``settings`` are librdkafka settings with ``bootstrap.servers``; ``setting`` is the
-    name under which the user gave the address (``bootstrap_servers`` of a sink,
-    ``kafka.bootstrap.servers`` of the source).
+    Errors name the options of ``cluster`` (``address_option``, ``config_option``).
 
     Raises:
-        KafkaAuthenticationError: the cluster refused the client's credentials.
+        KafkaAuthenticationError: authentication failed (SASL or TLS).
         KafkaConnectError: no broker answered within ``CONNECT_WAIT_S``.
 
     """
     seen: collections.deque[KafkaError] = collections.deque(maxlen=_KEPT_ERRORS)
-    client = _clients.admin({**settings, "error_cb": seen.append})
-    address = str(settings.get("bootstrap.servers", ""))
+    client = _clients.admin(cluster, {"error_cb": seen.append})
+    address, setting = cluster.bootstrap_servers, cluster.address_option
     deadline = time.monotonic() + CONNECT_WAIT_S
     while True:
         try:
@@ -93,18 +113,21 @@ def connect_admin(settings: Mapping[str, Any], *, setting: str) -> AdminClient:
         auth = next((e for e in seen if e.code() in AUTHENTICATION_CODES), None)
         if auth is not None:
             msg = (
-                f"Kafka at {address} refused authentication ({auth.name()}: {auth.str()}); "
-                f"check the security settings (SASL/TLS) that go with {setting}"
+                f"authentication failed: Kafka at {address} refused the client "
+                f"({auth.name()}: {_secrets.scrub(auth.str())}, security.protocol="
+                f"{cluster.security_protocol}); {fix_authentication(cluster.config_option)}"
             )
-            raise KafkaAuthenticationError(msg, address=address, setting=setting)
+            raise KafkaAuthenticationError(
+                msg, address=address, setting=cluster.config_option, code=auth.code()
+            )
         if time.monotonic() >= deadline:
             raise KafkaConnectError(
-                _unreachable(address, setting, seen, last), address=address, setting=setting
+                _unreachable(cluster, seen, last), address=address, setting=setting
             )
 
 
 def _unreachable(
-    address: str, setting: str, seen: collections.deque[KafkaError], last: KafkaException
+    cluster: Cluster, seen: collections.deque[KafkaError], last: KafkaException
 ) -> str:
     all_down = KafkaError._ALL_BROKERS_DOWN  # noqa: SLF001 - librdkafka's local code
     conn = [e for e in seen if e.code() in CONNECTION_CODES and e.code() != all_down]
@@ -113,7 +136,10 @@ def _unreachable(
         if conn
         else f"no broker answered within {CONNECT_WAIT_S:.0f}s ({last.args[0] if last.args else last})"
     )
+    protocol = cluster.security_protocol
     return (
-        f"cannot connect to Kafka at {address} ({why}); check {setting} (host:port of "
-        "reachable brokers) and that the brokers run"
+        f"cannot connect to Kafka at {cluster.bootstrap_servers} ({_secrets.scrub(why)}); "
+        f"check {cluster.address_option} (host:port of reachable brokers) and that the "
+        f"brokers run, and that this listener speaks security.protocol={protocol} (set in "
+        f"{cluster.config_option}; a TLS or SASL listener needs its settings there)"
     )

@@ -7,11 +7,12 @@ the generic Spark stage from :mod:`connectors.stage` (the vote channel, slots); 
 errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkError`::
 
     KafkaSinkError (txn.TxnError)
-    +-- KafkaSinkConfigError (txn.ConfigError)   a bad option, raised at construction
+    +-- KafkaSinkConfigError (txn.ConfigError)        a bad option, raised at construction
+    |   +-- ClientConfigError                    a bad client_config (sink, log, checker, eos)
     +-- PreflightError                           the cluster is unusable at the first write
     |   +-- BrokerUnavailableError               no broker answered
     |       +-- KafkaConnectError                first contact failed (``_connect``; also a source error)
-    |           +-- KafkaAuthenticationError     the cluster refused the credentials
+    |           +-- KafkaAuthenticationError     authentication failed (also a KafkaWriteError)
     |   +-- TopicMissingError                    the output topic is not in fresh metadata
     +-- KafkaInputError (connectors.stage.InputError)  the DataFrame cannot be written
     |   +-- KafkaInputSchemaError                a column missing or mistyped (driver)
@@ -19,6 +20,8 @@ errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkE
     |       +-- RecordTooLargeError              over the message size limit
     +-- KafkaWriteError                          Kafka refused a call; ``action`` says why
     |   +-- ProducerFencedError                  a newer instance of the transactional id
+    |   +-- KafkaAuthorizationError              an ACL refused the call (fatal; names the ACL)
+    |   +-- KafkaAuthenticationError             (also under KafkaConnectError above; ``_connect``)
     +-- MarkerError                              a marker group holds an offset the sink did not write
     +-- KafkaEpochLogFencedError (txn.EpochLogLockedError)  another coordinator took the log over
 """
@@ -36,6 +39,14 @@ class KafkaSinkError(TxnError):
 
 class KafkaSinkConfigError(KafkaSinkError, ConfigError):
     """A sink option is invalid (raised at construction, before any network I/O)."""
+
+
+class ClientConfigError(KafkaSinkConfigError):
+    """``client_config`` (what every Kafka client of the kit shares) is invalid.
+
+    Raised before any network I/O by the sink, ``KafkaEpochLog``, ``read_markers``, the
+    checker and ``eos``; the message names the setting and what to use instead.
+    """
 
 
 class PreflightError(KafkaSinkError):
@@ -92,3 +103,18 @@ class MarkerError(KafkaSinkError):
 
 class KafkaEpochLogFencedError(KafkaSinkError, EpochLogLockedError):
     """Another coordinator took over the sink's Kafka epoch log (a second driver runs)."""
+
+
+class KafkaAuthorizationError(KafkaWriteError):
+    """An ACL refused a call (topic, group, transactional id, cluster): grant what it names.
+
+    ``action`` is FATAL: retrying cannot help until the ACL exists; the query stops.
+    """
+
+    retry_stage = False
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message, action=ErrorAction.FATAL, code=code)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (rebuild_error, (type(self), str(self), {"code": self.code}))

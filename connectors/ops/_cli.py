@@ -13,9 +13,19 @@ from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, PreflightError
+from connectors.kafka import (
+    DEFAULT_EPOCH_LOG_TOPIC,
+    DEFAULT_MARKER_TOPIC,
+    ClientConfigError,
+    KafkaAuthenticationError,
+    PreflightError,
+    _secrets,
+)
+from connectors.kafka._clients import Cluster
+from connectors.kafka._connect import connect_admin
 from connectors.ops import _commands as cmd
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.ops._properties import ENV_PREFIX, PropertiesError, command_cluster
 from connectors.verify import (
     IdentityFn,
     IdentityOptionError,
@@ -30,7 +40,8 @@ from txn import EpochLogError, TxnError
 EXIT_CODES = {
     cmd.OK: "done; the sink's log was read and is healthy / no anomaly",
     cmd.PROBLEM: "a check found a problem (anomalies, an epoch in doubt, a failed preflight)",
-    cmd.USAGE: "bad arguments (or records that do not fit the verify identity options)",
+    cmd.USAGE: "bad arguments (or records that do not fit the verify identity options, or "
+    "client settings the cluster refused: authentication failed)",
     cmd.UNAVAILABLE: "the cluster or the epoch log could not be read, or the log holds no "
     "record of the sink id (unknown sink)",
     cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log kind eos "
@@ -75,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
         help="Kafka bootstrap address (default: $KAFKA_BOOTSTRAP_SERVERS)",
     )
+    p.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="librdkafka client settings every client of the command uses (security.protocol, "
+        "sasl.*, ssl.*, client.id), in the Java properties format of Kafka's own tools; "
+        f"over the {ENV_PREFIX}* variables (docs/operations.md)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -105,9 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--query", help="the new query's id (default: whichever query writes next)")
     s = command("preflight", "check a cluster for a sink before starting it")
     s.add_argument("--topic", action="append", default=[], help="topic the sink needs")
-    s.add_argument("--sink-id", help="list the ids and groups this sink will use")
+    s.add_argument("--sink-id", help="list the ids, groups and ACLs this sink will use")
     s.add_argument("--parallelism", type=int, default=2)
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
+    s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC)
+    s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC)
     _verify_options(
         command("verify", "check exactly-once output against its input (docs/testing.md)")
     )
@@ -165,10 +185,11 @@ def _identity(args: argparse.Namespace) -> IdentityFn:
     return record_identity(id_of, order)
 
 
-def _run(args: argparse.Namespace) -> cmd.Result:
+def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
+    connect_admin(cluster)  # first contact: a wrong address or credentials fail fast, typed
     if args.command in ("status", "abort-lingering", "reset"):
         ref = cmd.SinkRef(
-            args.bootstrap_servers,
+            cluster,
             args.sink_id,
             args.epoch_log,
             args.epoch_log_topic,
@@ -180,13 +201,15 @@ def _run(args: argparse.Namespace) -> cmd.Result:
             return cmd.abort_lingering(ref, args.parallelism, args.dry_run)
         return cmd.reset(ref, args.query)
     if args.command == "preflight":
-        return cmd.preflight(
-            args.bootstrap_servers,
+        plan = cmd.SinkPlan(
             args.topic,
             args.sink_id,
             args.parallelism,
             args.transaction_timeout_ms,
+            args.epoch_log_topic,
+            args.marker_topic,
         )
+        return cmd.preflight(cluster, plan)
     if (args.composite_id is None) != (args.members is None) or (
         args.composite_id is not None and args.sink_id is None
     ):
@@ -196,7 +219,7 @@ def _run(args: argparse.Namespace) -> cmd.Result:
         None
         if args.sink_id is None
         else cmd.SinkRef(
-            args.bootstrap_servers,
+            cluster,
             args.composite_id or args.sink_id,
             args.epoch_log,
             args.epoch_log_topic,
@@ -205,7 +228,7 @@ def _run(args: argparse.Namespace) -> cmd.Result:
     )
     return cmd.verify(
         cmd.VerifySpec(
-            args.bootstrap_servers,
+            cluster,
             args.input_topic,
             args.output_topic,
             _identity(args),
@@ -223,12 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
-    if not args.bootstrap_servers:
-        print("eos: --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) is required", file=sys.stderr)
+    try:
+        cluster = command_cluster(args.bootstrap_servers, args.command_config, os.environ)
+    except (PropertiesError, ClientConfigError) as exc:
+        print(f"eos: {exc}", file=sys.stderr)
         return cmd.USAGE
     try:
-        result = _run(args)
-    except (IdentityOptionError, RecordFormatError) as exc:
+        result = _run(args, cluster)
+    except (IdentityOptionError, RecordFormatError, KafkaAuthenticationError) as exc:
         result = _failed(exc, cmd.USAGE)
     except UnknownSinkError as exc:
         result = _failed(exc, cmd.UNAVAILABLE)
@@ -243,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _failed(exc: Exception, code: int) -> cmd.Result:
-    return cmd.Result({"error": f"{type(exc).__name__}: {exc}"}, code, [str(exc)])
+    text = _secrets.scrub(str(exc))  # a library's words may quote a setting
+    return cmd.Result({"error": f"{type(exc).__name__}: {text}"}, code, [text])
 
 
 def _render(args: argparse.Namespace, result: cmd.Result) -> None:

@@ -15,7 +15,9 @@ from connectors.kafka import (
     _names,
     read_markers,
 )
+from connectors.kafka._acls import required_acls
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
+from connectors.kafka._clients import Cluster
 from connectors.kafka._sink._participant import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
@@ -46,9 +48,13 @@ _DSN = re.compile(r"^postgres(ql)?://|(^|\s)(host|dbname|user|port)\s*=")
 
 @dataclass(frozen=True)
 class SinkRef:
-    """Where a sink's state lives (the options of every sink command)."""
+    """Where a sink's state lives (the options of every sink command).
 
-    bootstrap: str
+    ``cluster``: the address and the client settings (``--command-config``) every Kafka
+    client of the command uses.
+    """
+
+    cluster: Cluster
     sink_id: str
     epoch_log: str | None = None  # a file path; None: the Kafka epoch log
     epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
@@ -70,21 +76,20 @@ class SinkRef:
                 )
             history = FileEpochLog(self.epoch_log, sink_id=self.sink_id, read_only=True).load()
         else:
-            if self.epoch_log_topic not in existing_topics(admin_client(self.bootstrap)):
+            if self.epoch_log_topic not in existing_topics(admin_client(self.cluster)):
                 raise UnknownSinkError(
                     self._unknown(
                         f"the Kafka epoch log topic {self.epoch_log_topic!r} does not exist at "
-                        f"{self.bootstrap}"
+                        f"{self.cluster.bootstrap_servers}"
                     )
                 )
-            history = KafkaEpochLog(
-                self.bootstrap, self.sink_id, topic=self.epoch_log_topic, create_topic=False
-            ).load()
+            history = self._kafka_log().load()
         if not history.records and history.committed_through is None:
             where = (
                 f"epoch log file {self.epoch_log}"
                 if self.epoch_log is not None
-                else f"Kafka epoch log topic {self.epoch_log_topic!r} at {self.bootstrap}"
+                else f"Kafka epoch log topic {self.epoch_log_topic!r} at "
+                f"{self.cluster.bootstrap_servers}"
             )
             raise UnknownSinkError(self._unknown(f"the {where} holds no record of it"))
         return history
@@ -94,8 +99,15 @@ class SinkRef:
         self._check_kind()
         if self.epoch_log is not None:
             return FileEpochLog(self.epoch_log, sink_id=self.sink_id)
+        return self._kafka_log()
+
+    def _kafka_log(self) -> KafkaEpochLog:
         return KafkaEpochLog(
-            self.bootstrap, self.sink_id, topic=self.epoch_log_topic, create_topic=False
+            self.cluster.bootstrap_servers,
+            self.sink_id,
+            topic=self.epoch_log_topic,
+            create_topic=False,
+            client_config=self.cluster.config,
         )
 
     def _check_kind(self) -> None:
@@ -129,7 +141,13 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
     """``eos status``: epochs, binding, markers, and the output partitions' LSO lag."""
     history = ref.read_log()
     width = history.max_parallelism()
-    markers = read_markers(ref.bootstrap, ref.sink_id, width, marker_topic=ref.marker_topic)
+    markers = read_markers(
+        ref.cluster.bootstrap_servers,
+        ref.sink_id,
+        width,
+        marker_topic=ref.marker_topic,
+        client_config=ref.cluster.config,
+    )
     in_doubt = history.in_doubt()
     data: dict[str, Any] = {
         "sink_id": ref.sink_id,
@@ -140,7 +158,7 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
         ],
         "binding": None if history.binding is None else asdict(history.binding),
         "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
-        "outputs": [_output(ref.bootstrap, t, scan) for t in topics],
+        "outputs": [_output(ref.cluster, t, scan) for t in topics],
     }
     problems = [
         f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
@@ -157,10 +175,11 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
     return Result(data, PROBLEM if problems else OK, problems)
 
 
-def _output(bootstrap: str, topic: str, scan: bool) -> dict[str, Any]:
-    lso = end_offsets(bootstrap, topic, READ_COMMITTED)
-    hw = end_offsets(bootstrap, topic, READ_UNCOMMITTED)
-    scans = scan_topic(bootstrap, topic) if scan else {}
+def _output(cluster: Cluster, topic: str, scan: bool) -> dict[str, Any]:
+    where, shared = cluster.bootstrap_servers, cluster.config
+    lso = end_offsets(where, topic, READ_COMMITTED, client_config=shared)
+    hw = end_offsets(where, topic, READ_UNCOMMITTED, client_config=shared)
+    scans = scan_topic(where, topic, client_config=shared) if scan else {}
     partitions = []
     for p in sorted(hw):
         row: dict[str, Any] = {
@@ -197,7 +216,13 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
         width = parallelism
     ids = [_names.transactional_id(ref.sink_id, p) for p in range(width)]
     if not dry_run and width:
-        sink = KafkaSink(ref.bootstrap, None, ref.sink_id, marker_topic=ref.marker_topic)
+        sink = KafkaSink(
+            ref.cluster.bootstrap_servers,
+            None,
+            ref.sink_id,
+            marker_topic=ref.marker_topic,
+            client_config=ref.cluster.config,
+        )
         KafkaResource(sink.config, RecordLayout()).abort_lingering(range(width))
     return Result(
         {
@@ -209,17 +234,25 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
     )
 
 
-def preflight(
-    bootstrap: str,
-    topics: list[str],
-    sink_id: str | None,
-    parallelism: int,
-    transaction_timeout_ms: int,
-) -> Result:
-    """``eos preflight``: reachable, topics, timeouts, and the names a sink will use."""
-    present = existing_topics(admin_client(bootstrap))
+@dataclass(frozen=True)
+class SinkPlan:
+    """What ``eos preflight`` checks for a sink not started yet (its options)."""
+
+    topics: list[str]
+    sink_id: str | None = None
+    parallelism: int = 2
+    transaction_timeout_ms: int = 60_000
+    epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
+    marker_topic: str = DEFAULT_MARKER_TOPIC
+
+
+def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
+    """``eos preflight``: reachable, topics, timeouts, the names and ACLs a sink will use."""
+    topics, sink_id, parallelism = plan.topics, plan.sink_id, plan.parallelism
+    transaction_timeout_ms = plan.transaction_timeout_ms
+    present = existing_topics(admin_client(cluster))
     missing = [t for t in topics if t not in present]
-    raw = broker_config(bootstrap, "transaction.max.timeout.ms")
+    raw = broker_config(cluster, "transaction.max.timeout.ms")
     limit = None if raw is None else int(raw)
     problems = [f"topic {t!r} does not exist" for t in missing]
     if limit is not None and transaction_timeout_ms > limit:
@@ -239,6 +272,13 @@ def preflight(
             "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
             "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
         }
+        acls = required_acls(
+            sink_id,
+            topics,
+            epoch_log_topic=plan.epoch_log_topic,
+            marker_topic=plan.marker_topic,
+        )
+        data["acls"] = [asdict(a) | {"operations": list(a.operations)} for a in acls]
     return Result(data, PROBLEM if problems else OK, problems)
 
 
@@ -251,7 +291,7 @@ class VerifySpec:
     ``members``: the composite's member count (None: a single sink).
     """
 
-    bootstrap: str
+    cluster: Cluster
     input_topic: str
     output_topic: str
     identity: IdentityFn
@@ -268,7 +308,7 @@ def verify(spec: VerifySpec) -> Result:
         if spec.members is not None:
             history = member_history(history, spec.members)
     report = check_exactly_once(
-        spec.bootstrap,
+        spec.cluster.bootstrap_servers,
         input_topic=spec.input_topic,
         output_topic=spec.output_topic,
         sink_id=spec.sink_id or "",
@@ -276,6 +316,7 @@ def verify(spec: VerifySpec) -> Result:
         epoch_log=history,
         marker_topic=DEFAULT_MARKER_TOPIC if spec.log is None else spec.log.marker_topic,
         verify_epoch_log=history is not None,
+        client_config=spec.cluster.config,
     )
     anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
     data = {

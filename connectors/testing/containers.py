@@ -18,13 +18,22 @@ PostgreSQL. ``docker/docker-compose.yml`` holds the same settings for a manual r
 The advertised Kafka listener must name the host port Docker maps, which is known only
 once the container runs; as in testcontainers' own Kafka modules, the container waits for
 a start script that :meth:`KafkaKraftContainer.start` copies in after the start.
+
+With ``sasl=KafkaSasl(...)`` the client listener is ``SASL_PLAINTEXT`` instead, with PLAIN,
+SCRAM-SHA-256 and SCRAM-SHA-512 enabled for one user: PLAIN's user from the JAAS file the
+start script is handed, the SCRAM credentials created with ``kafka-configs.sh`` once the
+broker runs (over the inter-broker listener inside the container). Clients take
+:meth:`KafkaSasl.client_settings`. No TLS listener: run a TLS broker yourself and point
+``KAFKA_SECURE_CONFIG`` at it (docker/README.md).
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+import secrets
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from connectors._extras import require
@@ -48,6 +57,8 @@ KAFKA_BROKER_PORT = 19092
 KAFKA_CONTROLLER_PORT = 9093
 KAFKA_START_SCRIPT = "/tmp/eos-kafka-start.sh"  # noqa: S108 - a path inside the container
 KAFKA_SCRIPT_READY = "/tmp/eos-kafka-start.ready"  # noqa: S108 - a path inside the container
+KAFKA_JAAS_FILE = "/tmp/eos-kafka-jaas.conf"  # noqa: S108 - a path inside the container
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 KAFKA_CLUSTER_ID = "eosKitSingleNode00001w"
 KAFKA_STARTED = re.compile(r"Kafka Server started")
 # Seconds for the broker to start (image already pulled); KRaft formats its storage first.
@@ -71,8 +82,70 @@ def docker_answers() -> bool:
     return True
 
 
-def kafka_broker_env() -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class KafkaSasl:
+    """The one SASL user of a container's ``SASL_PLAINTEXT`` client listener.
+
+    The password is drawn per object unless given, and kept out of the repr.
+    """
+
+    username: str = "eos"
+    password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+
+    def client_settings(self, mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """Return a client's librdkafka settings for this listener (add the address)."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism,
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+        }
+
+    def jaas_config(self) -> str:
+        """Return the broker's JAAS file: PLAIN's user list, and SCRAM (credentials in the cluster)."""
+        return (
+            "KafkaServer {\n"
+            "  org.apache.kafka.common.security.plain.PlainLoginModule required\n"
+            f'    user_{self.username}="{self.password}";\n'
+            "  org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+            "};\n"
+        )
+
+    def scram_command(self) -> list[str]:
+        """Return the ``kafka-configs.sh`` command creating the user's SCRAM credentials."""
+        credentials = ",".join(
+            f"{m}=[password={self.password}]" for m in KAFKA_SASL_MECHANISMS if m != "PLAIN"
+        )
+        return [
+            "/opt/kafka/bin/kafka-configs.sh",
+            "--bootstrap-server",
+            f"localhost:{KAFKA_BROKER_PORT}",
+            "--alter",
+            "--add-config",
+            credentials,
+            "--entity-type",
+            "users",
+            "--entity-name",
+            self.username,
+        ]
+
+
+def kafka_broker_env(sasl: KafkaSasl | None = None) -> dict[str, str]:
     """Environment of a single-node KRaft broker that supports transactions."""
+    env = _plain_broker_env()
+    if sasl is not None:
+        env["KAFKA_LISTENERS"] = env["KAFKA_LISTENERS"].replace(
+            "PLAINTEXT://", "SASL_PLAINTEXT://", 1
+        )
+        env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] = env[
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
+        ].replace("PLAINTEXT:PLAINTEXT", "SASL_PLAINTEXT:SASL_PLAINTEXT", 1)
+        env["KAFKA_SASL_ENABLED_MECHANISMS"] = ",".join(KAFKA_SASL_MECHANISMS)
+        env["KAFKA_OPTS"] = f"-Djava.security.auth.login.config={KAFKA_JAAS_FILE}"
+    return env
+
+
+def _plain_broker_env() -> dict[str, str]:
     return {
         "CLUSTER_ID": KAFKA_CLUSTER_ID,
         "KAFKA_NODE_ID": "1",
@@ -103,11 +176,12 @@ def kafka_broker_env() -> dict[str, str]:
     }
 
 
-def kafka_start_script(bootstrap: str) -> str:
+def kafka_start_script(bootstrap: str, *, sasl: bool = False) -> str:
     """Start script: advertise ``bootstrap`` (host:mapped port) and run the image's broker."""
+    client_listener = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
     return (
         "#!/bin/sh\n"
-        f"export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://{bootstrap},"
+        f"export KAFKA_ADVERTISED_LISTENERS={client_listener}://{bootstrap},"
         f"BROKER://$(hostname):{KAFKA_BROKER_PORT}\n"
         "exec /etc/kafka/docker/run\n"
     )
@@ -117,11 +191,16 @@ class KafkaKraftContainer(DockerContainer):
     """Single-node Apache Kafka (KRaft) with transactions (see the module docstring)."""
 
     def __init__(
-        self, image: str = KAFKA_IMAGE, *, docker_client_kw: dict[str, Any] | None = None
+        self,
+        image: str = KAFKA_IMAGE,
+        *,
+        docker_client_kw: dict[str, Any] | None = None,
+        sasl: KafkaSasl | None = None,
     ) -> None:
         super().__init__(image, docker_client_kw=docker_client_kw)
+        self.sasl = sasl
         self.with_exposed_ports(KAFKA_PORT)
-        for key, value in kafka_broker_env().items():
+        for key, value in kafka_broker_env(sasl).items():
             self.with_env(key, value)
         wait = f"while [ ! -f {KAFKA_SCRIPT_READY} ]; do sleep 0.1; done"
         self.with_command(["sh", "-c", f"{wait}; exec sh {KAFKA_START_SCRIPT}"])
@@ -133,24 +212,37 @@ class KafkaKraftContainer(DockerContainer):
     def start(self) -> KafkaKraftContainer:
         """Start, hand in the start script, wait until the broker logs that it started."""
         super().start()
-        script = kafka_start_script(self.get_bootstrap_server()).encode()
-        self.copy_into_container(script, KAFKA_START_SCRIPT, 0o755)
+        sasl = self.sasl
+        script = kafka_start_script(self.get_bootstrap_server(), sasl=sasl is not None)
+        self.copy_into_container(script.encode(), KAFKA_START_SCRIPT, 0o755)
+        if sasl is not None:
+            # Readable by the image's non-root broker user; a throwaway test password.
+            self.copy_into_container(sasl.jaas_config().encode(), KAFKA_JAAS_FILE, 0o644)
         self.copy_into_container(b"", KAFKA_SCRIPT_READY, 0o644)  # only after the script
         strategy = LogMessageWaitStrategy(KAFKA_STARTED)
         strategy.with_startup_timeout(KAFKA_START_TIMEOUT_S)
         strategy.wait_until_ready(self)
+        if sasl is not None:
+            exit_code, output = self.exec(sasl.scram_command())
+            if exit_code != 0:
+                msg = f"kafka-configs.sh could not create the SCRAM credentials: {output!r}"
+                raise RuntimeError(msg)
         return self
 
 
 def kafka_container(
-    image: str = KAFKA_IMAGE, *, docker_client_kw: dict[str, Any] | None = None
+    image: str = KAFKA_IMAGE,
+    *,
+    docker_client_kw: dict[str, Any] | None = None,
+    sasl: KafkaSasl | None = None,
 ) -> KafkaKraftContainer:
     """Return a not yet started single-node Kafka container (use it as a context manager).
 
     ``docker_client_kw`` goes to the Docker client (``{"version": "1.44"}`` builds the
-    object without contacting an engine, to inspect its configuration).
+    object without contacting an engine, to inspect its configuration). ``sasl`` makes
+    the client listener SASL_PLAINTEXT (see the module docstring).
     """
-    return KafkaKraftContainer(image, docker_client_kw=docker_client_kw)
+    return KafkaKraftContainer(image, docker_client_kw=docker_client_kw, sasl=sasl)
 
 
 def postgres_command(max_prepared_transactions: int) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
+from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._analysis import Anomaly, CheckReport, analyze
 from connectors.verify._epochs import (
     HistoryLike,
@@ -53,6 +54,7 @@ def check_exactly_once(
     allow_in_doubt: bool = False,
     verify_epoch_log: bool = True,
     progress: Progress | None = None,
+    client_config: ClientConfig = None,
 ) -> CheckReport:
     """Check the exactly-once invariants of ``output_topic`` against ``input_topic``.
 
@@ -76,29 +78,41 @@ def check_exactly_once(
         verify_epoch_log: ``False`` skips step 4 (for outputs not written by ``KafkaSink``);
             the report then says ``epoch_log_checked=False``.
         progress: optional callback told about each step (for progress displays).
+        client_config: the librdkafka settings every client of the check shares (the
+            sink's ``client_config`` option: security, ``client.id``); the raw scan
+            honours them too (TLS, SASL PLAIN / SCRAM).
 
     Returns:
         The report; ``report.ok`` is true iff no anomaly was found.
 
     """
     say = progress or (lambda _step: None)
+    shared = cluster_of(bootstrap, client_config).config  # ClientConfigError before any I/O
     say("end offsets")
-    committed_ends = end_offsets(bootstrap, output_topic, READ_COMMITTED)
+    committed_ends = end_offsets(bootstrap, output_topic, READ_COMMITTED, client_config=shared)
     say("reading input (read_committed)")
-    inputs = read_topic(bootstrap, input_topic, isolation=READ_COMMITTED)
+    inputs = read_topic(bootstrap, input_topic, isolation=READ_COMMITTED, client_config=shared)
     say("reading output (read_committed)")
-    committed = read_topic(bootstrap, output_topic, isolation=READ_COMMITTED, ends=committed_ends)
+    committed = read_topic(
+        bootstrap,
+        output_topic,
+        isolation=READ_COMMITTED,
+        ends=committed_ends,
+        client_config=shared,
+    )
     say("reading output (read_uncommitted)")
-    uncommitted = read_topic(bootstrap, output_topic, isolation=READ_UNCOMMITTED)
+    uncommitted = read_topic(
+        bootstrap, output_topic, isolation=READ_UNCOMMITTED, client_config=shared
+    )
     say("scanning raw batches")
-    scans = scan_topic(bootstrap, output_topic)
+    scans = scan_topic(bootstrap, output_topic, client_config=shared)
     extra: list[Anomaly] = []
     notes = ["epoch log not checked (disabled by the caller)"]
     checked, last = False, None
     if verify_epoch_log:
         say("epoch log and markers")
         extra, notes, checked, last = _epoch_checks(
-            bootstrap,
+            (bootstrap, shared),
             sink_id,
             parallelism,
             (epoch_log, epoch_log_topic, marker_topic),
@@ -120,16 +134,19 @@ def check_exactly_once(
 
 
 def _epoch_checks(
-    bootstrap: str,
+    where: tuple[str, ClientConfig],
     sink_id: str,
     parallelism: int | None,
     names: tuple[str | HistoryLike | None, str, str],
     allow_in_doubt: bool,
 ) -> tuple[list[Anomaly], list[str], bool, int | None]:
+    bootstrap, shared = where
     epoch_log, epoch_log_topic, marker_topic = names
-    history = load_history(bootstrap, sink_id, epoch_log, epoch_log_topic)
+    history = load_history(bootstrap, sink_id, epoch_log, epoch_log_topic, client_config=shared)
     width = parallelism if parallelism is not None else history.max_parallelism()
-    markers = read_sink_markers(bootstrap, sink_id, width, marker_topic=marker_topic)
+    markers = read_sink_markers(
+        bootstrap, sink_id, width, marker_topic=marker_topic, client_config=shared
+    )
     anomalies = check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
     last = history.last_committed_epoch()
     note = (
@@ -140,14 +157,19 @@ def _epoch_checks(
 
 
 def load_history(
-    bootstrap: str, sink_id: str, epoch_log: str | HistoryLike | None, epoch_log_topic: str
+    bootstrap: str,
+    sink_id: str,
+    epoch_log: str | HistoryLike | None,
+    epoch_log_topic: str,
+    *,
+    client_config: ClientConfig = None,
 ) -> HistoryLike:
     """Load the sink's epoch history from a file path, the Kafka log, or return it as given."""
 
     def kafka_log() -> Any:
         from connectors.kafka import KafkaEpochLog
 
-        return KafkaEpochLog(bootstrap, sink_id, topic=epoch_log_topic)
+        return KafkaEpochLog(bootstrap, sink_id, topic=epoch_log_topic, client_config=client_config)
 
     return open_history(epoch_log, sink_id, kafka_log)
 
@@ -158,11 +180,12 @@ def read_sink_markers(
     parallelism: int,
     *,
     marker_topic: str = DEFAULT_MARKER_TOPIC,
+    client_config: ClientConfig = None,
 ) -> Mapping[int, MarkerLike | None]:
     """Read the sink's idempotency markers of write partitions ``0..parallelism-1``."""
     from connectors.kafka import read_markers
 
     markers: Mapping[int, MarkerLike | None] = read_markers(
-        bootstrap, sink_id, parallelism, marker_topic=marker_topic
+        bootstrap, sink_id, parallelism, marker_topic=marker_topic, client_config=client_config
     )
     return markers

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from connectors.kafka import _clients
+from connectors.kafka._admin import admin_client
+from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._records import make_input_value
 
 # Seconds to wait for every input record to be acknowledged.
@@ -31,8 +33,11 @@ def produce_input(
     seed: int = 7,
     start: int = 0,
     on_progress: Callable[[int], None] | None = None,
+    client_config: ClientConfig = None,
 ) -> int:
     """Produce records ``start..start+n-1`` to ``topic``; return how many were acknowledged.
+
+    ``client_config``: the settings every client shares (security, as the sink's option).
 
     Raises:
         ValueError: ``n`` is negative or ``keys`` is not positive.
@@ -53,12 +58,14 @@ def produce_input(
         if err is not None:
             errors.append(err)
 
+    cluster = cluster_of(bootstrap, client_config)
+    admin_client(cluster)  # first contact: a wrong address or credentials fail fast, typed
     producer = _clients.producer(
+        cluster,
         {
-            "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "linger.ms": 20,
-        }
+        },
     )
     for i in range(start, start + n):
         j = rng.randrange(keys)

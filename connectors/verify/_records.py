@@ -28,6 +28,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from connectors.kafka import _clients
+from connectors.kafka._admin import admin_client
+from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._errors import ReadTimeoutError, RecordFormatError
 
 # Seconds to wait for topic metadata and ListOffsets answers on a busy shared machine.
@@ -90,12 +92,15 @@ def make_input_value(record_id: int, key: str, seq: int) -> bytes:
     return json.dumps({"id": record_id, "key": key, "seq": seq}, separators=(",", ":")).encode()
 
 
-def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
+def end_offsets(
+    bootstrap: str, topic: str, isolation: str, *, client_config: ClientConfig = None
+) -> dict[int, int]:
     """Return the end offset of every partition of ``topic`` for ``isolation``.
 
     ``read_committed``: the last stable offset; ``read_uncommitted``: the high watermark.
+    ``client_config``: the settings every client shares (security, as the sink's option).
     """
-    admin = _clients.admin({"bootstrap.servers": bootstrap})
+    admin = admin_client(cluster_of(bootstrap, client_config))  # typed if refused
     partitions = partition_ids(admin, topic)
     level = (
         IsolationLevel.READ_COMMITTED
@@ -123,20 +128,29 @@ def read_topic(
     isolation: str = READ_COMMITTED,
     ends: Mapping[int, int] | None = None,
     timeout_s: float = READ_TIMEOUT_S,
+    client_config: ClientConfig = None,
 ) -> list[Record]:
-    """Read every record of ``topic`` up to its end offsets (see the module contract)."""
+    """Read every record of ``topic`` up to its end offsets (see the module contract).
+
+    ``client_config``: the settings every client shares (security, as the sink's option).
+    """
     if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
         msg = f"isolation must be {READ_COMMITTED!r} or {READ_UNCOMMITTED!r}, not {isolation!r}"
         raise ValueError(msg)
-    targets = dict(ends) if ends is not None else end_offsets(bootstrap, topic, isolation)
+    cluster = cluster_of(bootstrap, client_config)
+    targets = (
+        dict(ends)
+        if ends is not None
+        else end_offsets(bootstrap, topic, isolation, client_config=cluster.config)
+    )
     consumer = _clients.consumer(
+        cluster,
         {
-            "bootstrap.servers": bootstrap,
             "group.id": f"eos-verify-{uuid.uuid4().hex}",
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": False,
-        }
+        },
     )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in targets])
@@ -145,9 +159,11 @@ def read_topic(
         consumer.close()
 
 
-def read_committed_topic(bootstrap: str, topic: str) -> list[Record]:
+def read_committed_topic(
+    bootstrap: str, topic: str, *, client_config: ClientConfig = None
+) -> list[Record]:
     """Read ``topic`` with a ``read_committed`` consumer up to its last stable offsets."""
-    return read_topic(bootstrap, topic, isolation=READ_COMMITTED)
+    return read_topic(bootstrap, topic, isolation=READ_COMMITTED, client_config=client_config)
 
 
 def _drain(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from connectors.kafka._client_config import ClientConfig
 from connectors.verify._analysis import Anomaly
 from connectors.verify._epochs import (
     HistoryLike,
@@ -53,6 +54,7 @@ def check_table(
     allow_in_doubt: bool = False,
     verify_epoch_log: bool = True,
     progress: Progress | None = None,
+    client_config: ClientConfig = None,
 ) -> TableReport:
     """Check the exactly-once invariants of ``schema.table`` against the sink's input.
 
@@ -76,6 +78,8 @@ def check_table(
         verify_epoch_log: ``False`` skips step 4 (a sink without exactly-once has no
             markers); the report then says ``epoch_log_checked=False``.
         progress: optional callback told about each step (for progress displays).
+        client_config: the librdkafka settings of the input's consumer (security,
+            ``client.id``), as the Kafka sink's option of that name.
 
     Returns:
         The report; ``report.ok`` is true iff no anomaly was found.
@@ -97,7 +101,7 @@ def check_table(
             )
             raise ValueError(msg)
         say("reading input (read_committed)")
-        inputs = read_topic(bootstrap, input_topic)
+        inputs = read_topic(bootstrap, input_topic, client_config=client_config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         say("reading the table")
         query = sql.SQL("SELECT {}::text, {}::text FROM {}.{}").format(

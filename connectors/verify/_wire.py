@@ -3,7 +3,8 @@
 librdkafka hides control records and (for ``read_committed``) aborted data, so the checker
 reads the log itself to learn which offsets were committed, aborted or are still open:
 
-1. find each partition's leader from the cluster metadata;
+1. find each partition's leader from the cluster metadata and connect to it as the
+   cluster's ``client_config`` says (TLS, SASL PLAIN / SCRAM: ``_wire_auth``);
 2. send ``Fetch`` v4 with ``isolation_level = READ_UNCOMMITTED`` from offset 0 up to the high
    watermark, decoding only record-batch headers (magic 2): base offset, last offset delta,
    attributes (transactional bit 4, control bit 5), producer id and epoch;
@@ -21,8 +22,10 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from connectors.kafka import _clients
+from connectors.kafka._admin import admin_client
+from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.verify._errors import WireError
+from connectors.verify._wire_auth import open_broker, recv_exact
 
 # Seconds one request/response round trip may take on a busy machine.
 SOCKET_TIMEOUT_S = 30.0
@@ -78,9 +81,16 @@ class _ScanState:
     abort_markers: int = 0
 
 
-def scan_topic(bootstrap: str, topic: str) -> dict[int, PartitionScan]:
-    """Scan every partition of ``topic`` (see the module docstring for the steps)."""
-    admin = _clients.admin({"bootstrap.servers": bootstrap})
+def scan_topic(
+    bootstrap: str, topic: str, *, client_config: ClientConfig = None
+) -> dict[int, PartitionScan]:
+    """Scan every partition of ``topic`` (see the module docstring for the steps).
+
+    ``client_config``: the settings every client shares (security, as the sink's option);
+    the raw connections honour them too (``_wire_auth``).
+    """
+    cluster = cluster_of(bootstrap, client_config)
+    admin = admin_client(cluster)  # typed if refused
     md = admin.list_topics(topic=topic, timeout=SOCKET_TIMEOUT_S)
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:
@@ -92,8 +102,7 @@ def scan_topic(bootstrap: str, topic: str) -> dict[int, PartitionScan]:
         if broker is None:
             msg = f"partition {topic}/{pid} has no leader in the metadata"
             raise WireError(msg)
-        with socket.create_connection((broker.host, broker.port), SOCKET_TIMEOUT_S) as sock:
-            sock.settimeout(SOCKET_TIMEOUT_S)
+        with open_broker(str(broker.host), int(broker.port), cluster, SOCKET_TIMEOUT_S) as sock:
             out[pid] = _scan_partition(sock, topic, pid)
     return out
 
@@ -219,8 +228,8 @@ def _fetch(
     header += struct.pack(">h", len(client)) + client
     request = header + body
     sock.sendall(struct.pack(">i", len(request)) + request)
-    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    return _parse_fetch(_recv_exact(sock, size), correlation, topic, partition, offset)
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    return _parse_fetch(recv_exact(sock, size), correlation, topic, partition, offset)
 
 
 def _parse_fetch(
@@ -243,15 +252,3 @@ def _parse_fetch(
     size = struct.unpack_from(">i", data, pos)[0]
     pos += 4
     return hwm, lso, data[pos : pos + max(size, 0)]
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks: list[bytes] = []
-    while size > 0:
-        chunk = sock.recv(min(size, 1 << 20))
-        if not chunk:
-            msg = "broker closed the connection during a fetch"
-            raise WireError(msg)
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)

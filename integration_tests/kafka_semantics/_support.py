@@ -99,7 +99,7 @@ def commit_values(
     producer.commit_transaction(CLIENT_TIMEOUT_S)
 
 
-def group_consumer(bootstrap: str, group: str, *, committed: bool) -> Consumer:
+def group_consumer(bootstrap: str, group: str, *, committed: bool, **conf: Any) -> Consumer:
     """Return a consumer of ``group`` that never subscribes (no group membership).
 
     ``committed`` picks read_committed, which also makes ``Consumer.committed()`` ask for stable
@@ -111,6 +111,7 @@ def group_consumer(bootstrap: str, group: str, *, committed: bool) -> Consumer:
             "group.id": group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if committed else "read_uncommitted",
+            **conf,
         }
     )
 
@@ -155,7 +156,7 @@ def wait_stable(admin: AdminClient, topic: str, partition: int = 0) -> int:
     return seen[-1][0]
 
 
-def eof_reader(bootstrap: str, *, committed: bool) -> Consumer:
+def eof_reader(bootstrap: str, *, committed: bool, **conf: Any) -> Consumer:
     """Return a consumer (no group membership) that reports the end of a partition."""
     return Consumer(
         {
@@ -164,6 +165,7 @@ def eof_reader(bootstrap: str, *, committed: bool) -> Consumer:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed" if committed else "read_uncommitted",
+            **conf,
         }
     )
 
@@ -192,14 +194,15 @@ def consume_to_eof(consumer: Consumer, topic: str, partition: int = 0) -> list[M
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int = 0, *, committed: bool
+    bootstrap: str, topic: str, partition: int = 0, *, committed: bool, **conf: Any
 ) -> list[Record]:
     """Read one partition from the beginning to its end for the given isolation level.
 
     See :func:`consume_to_eof` for where the end is. Call ``wait_stable`` first when the caller
     needs "everything that was ever committed" rather than "everything up to the current LSO".
+    ``conf`` adds client settings (a secured listener's).
     """
-    consumer = eof_reader(bootstrap, committed=committed)
+    consumer = eof_reader(bootstrap, committed=committed, **conf)
     try:
         messages = consume_to_eof(consumer, topic, partition)
     finally:

@@ -1,6 +1,6 @@
 """A tiny raw Kafka wire client for what librdkafka cannot be made to do on purpose.
 
-It speaks four requests in their classic (non-flexible) encodings, which every Kafka broker
+It speaks six requests in their classic (non-flexible) encodings, which every Kafka broker
 from 0.11 to 4.x accepts:
 
 1. ApiVersions v0: what the broker advertises (used to skip tests of newer features);
@@ -10,6 +10,8 @@ from 0.11 to 4.x accepts:
 4. Fetch v4: raw record batches of one partition, control batches (transaction markers)
    included, with the high watermark, the last stable offset and, for read_committed, the
    aborted transactions the broker lists for the fetched range.
+5. Metadata v1 (all topics) and SaslHandshake v1: how a secured listener answers a client
+   that has not authenticated.
 
 Only the fields the tests read are decoded. Everything is big-endian per the Kafka protocol.
 """
@@ -17,6 +19,7 @@ Only the fields the tests read are decoded. Everything is big-endian per the Kaf
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ INIT_PID_RETRY_S = 60.0
 API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
+API_METADATA = 3
+API_SASL_HANDSHAKE = 17
 API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
 
@@ -277,10 +282,11 @@ class ProduceResult:
 
 
 class WireClient:
-    """One blocking connection to one broker; use as a context manager."""
+    """One blocking connection to one broker (over TLS with ``tls``); use as a context manager."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self._sock = socket.create_connection((host, port), timeout=SOCKET_TIMEOUT_S)
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=SOCKET_TIMEOUT_S)
+        self._sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
         self._correlation = 0
 
     def __enter__(self) -> WireClient:
@@ -321,6 +327,17 @@ class WireClient:
             key, low, high = reader.take(">hhh")
             versions[key] = (low, high)
         return versions
+
+    def metadata_broker_count(self) -> int:
+        """Metadata v1 for all topics; return how many brokers the answer lists."""
+        reader = self.request(API_METADATA, 1, struct.pack(">i", -1))
+        return reader.int32()
+
+    def sasl_handshake(self, mechanism: str) -> tuple[int, list[str]]:
+        """SaslHandshake v1: return (error code, the mechanisms the listener enables)."""
+        reader = self.request(API_SASL_HANDSHAKE, 1, _string(mechanism))
+        error = reader.int16()
+        return error, [reader.string() for _ in range(reader.int32())]
 
     def init_producer_id(self, version: int) -> tuple[int, int]:
         """Return (producer id, epoch) for a non-transactional idempotent producer."""

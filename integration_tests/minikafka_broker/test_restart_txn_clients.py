@@ -73,8 +73,10 @@ def test_sink_producer_survives_broker_restart_between_transactions(tmp_path: Pa
         topic, marker_topic = make_topic(bs), make_topic(bs)
         sink_id = f"rs-{uuid.uuid4().hex[:8]}"
         cfg = KafkaSink(bs, topic, sink_id, marker_topic=marker_topic).config
-        producer = Producer(cfg.producer_settings(cfg.transactional_id(0)))
-        consumer = marker_consumer(bs, cfg.marker_group(0))
+        producer = Producer(
+            {**cfg.producer_settings(cfg.transactional_id(0)), "bootstrap.servers": bs}
+        )
+        consumer = marker_consumer(cfg.cluster, cfg.marker_group(0))
         try:
             producer.init_transactions(CLIENT_TIMEOUT_S)
             group_md = consumer.consumer_group_metadata()

@@ -87,6 +87,12 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
     assert code == 0 and ok["topics"] == {topic: True}
     assert ok["names"]["transactional_ids"] == ["s1-0", "s1-1"]
     assert ok["names"]["marker_groups"] == ["s1.marker.0", "s1.marker.1"]
+    acls = {(a["resource_type"], a["pattern_type"], a["name"]): a["operations"] for a in ok["acls"]}
+    assert acls[("TOPIC", "LITERAL", topic)] == ["WRITE", "DESCRIBE"]
+    assert acls[("TRANSACTIONAL_ID", "PREFIXED", "s1")] == ["WRITE", "DESCRIBE"]
+    assert acls[("GROUP", "PREFIXED", "s1.")] == ["READ", "DESCRIBE"]
+    assert ("TOPIC", "LITERAL", DEFAULT_MARKER_TOPIC) in acls
+    assert ("CLUSTER", "LITERAL", "kafka-cluster") in acls
     assert ok["transaction_max_timeout_ms"] >= ok["transaction_timeout_ms"]
     code, bad = eos(
         kafka_bootstrap,

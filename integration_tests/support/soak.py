@@ -143,7 +143,7 @@ def _soak(
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     inp, out, sink_id = f"soak-in-{suffix}", f"soak-out-{suffix}", f"soak-{suffix}"
-    admin = _clients.admin({"bootstrap.servers": bootstrap})
+    admin = _clients.admin(_clients.Cluster(bootstrap))
     for name, parts in ((inp, 2), (out, 3)):
         admin.create_topics([NewTopic(name, parts, 1)])[name].result(timeout=ADMIN_TIMEOUT_S)
     with _progress(console) as prog:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, data, groups, txn  # noqa: F401 - modules register their handlers
+from . import admin, data, groups, sasl, txn  # noqa: F401 - modules register their handlers
 from ._base import API_TABLE, ApiSpec, RequestContext
 
 __all__ = ["API_TABLE", "ApiSpec", "RequestContext"]

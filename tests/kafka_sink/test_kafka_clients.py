@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.kafka import _clients
+from connectors.kafka import _clients, _secrets
+from connectors.kafka._secrets import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORY = ROOT / "connectors" / "kafka" / "_clients.py"
@@ -138,8 +139,8 @@ def test_librdkafka_lines_reach_the_python_logger_not_stderr() -> None:
             def emit(self, r): seen.append(r.getMessage())
         logging.getLogger("connectors.kafka").addHandler(Keep())
         logging.getLogger("connectors.kafka").propagate = False
-        p = _clients.producer({"bootstrap.servers": "127.0.0.1:1",
-                               "reconnect.backoff.ms": "10", "reconnect.backoff.max.ms": "10"})
+        p = _clients.producer(_clients.Cluster("127.0.0.1:1"),
+                              {"reconnect.backoff.ms": "10", "reconnect.backoff.max.ms": "10"})
         for _ in range(30):
             p.poll(0.1)
         print(len(seen), file=sys.stdout)
@@ -161,7 +162,7 @@ def test_librdkafka_lines_reach_the_python_logger_not_stderr() -> None:
 
 
 @pytest.mark.parametrize("build", [_clients.producer, _clients.consumer, _clients.admin])
-def test_every_factory_function_sets_the_logger(build, monkeypatch) -> None:
+def test_every_factory_function_adds_the_cluster_and_the_logger(build, monkeypatch) -> None:
     seen: list[dict[str, object]] = []
     kind = {
         _clients.producer: "Producer",
@@ -169,6 +170,36 @@ def test_every_factory_function_sets_the_logger(build, monkeypatch) -> None:
         _clients.admin: "AdminClient",
     }[build]
     monkeypatch.setattr(_clients, kind, lambda conf: seen.append(conf) or object())
-    build({"bootstrap.servers": "h:1"})
-    assert seen[0]["bootstrap.servers"] == "h:1"
-    assert seen[0]["logger"] is logging.getLogger(_clients.LOGGER_NAME)
+    shared = Settings.of({"security.protocol": "SASL_SSL", "client.id": "app", "linger.ms": "1"})
+    build(_clients.Cluster("h:1", shared), {"group.id": "g", "linger.ms": "7"})
+    conf = seen[0]
+    assert conf["bootstrap.servers"] == "h:1"
+    assert conf["security.protocol"] == "SASL_SSL" and conf["client.id"] == "app"
+    assert conf["linger.ms"] == "7"  # the role's own settings come on top of the shared ones
+    assert conf["logger"] is logging.getLogger(_clients.LOGGER_NAME)
+
+
+def test_secret_values_are_scrubbed_from_librdkafka_lines() -> None:
+    _secrets.remember({"sasl.password": "SENTINEL-in-a-log-line"})
+    line = record("auth with SENTINEL-in-a-log-line failed")
+    assert _clients.RepeatFilter().filter(line)
+    assert "SENTINEL" not in line.getMessage() and _secrets.REDACTED in line.getMessage()
+
+
+# -- the address setting's name appears in the factory only ------------------------------
+def test_only_the_factory_writes_the_address_setting_name() -> None:
+    # Text, not AST: strings, f-strings, docstrings and comments alike (as grep sees them).
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "connectors").rglob("*.py"))
+        if path != FACTORY
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if _clients.BOOTSTRAP in line
+    ]
+    assert not offenders, (
+        f"{_clients.BOOTSTRAP!r} written outside connectors/kafka/_clients.py (build clients "
+        "from a _clients.Cluster; name the option with _clients.BOOTSTRAP):\n"
+        + "\n".join(offenders)
+    )
+    assert _clients.BOOTSTRAP == "bootstrap.servers"
+    assert f'BOOTSTRAP = "{_clients.BOOTSTRAP}"' in FACTORY.read_text()

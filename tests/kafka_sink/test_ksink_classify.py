@@ -1,9 +1,19 @@
+import pickle
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka import ErrorAction, KafkaWriteError, ProducerFencedError, classify
+from connectors.kafka import (
+    ErrorAction,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaWriteError,
+    ProducerFencedError,
+    classify,
+)
 from connectors.kafka import _classify as classify_mod
-from connectors.kafka._classify import call_with_retry
+from connectors.kafka._classify import call_with_retry, raise_if_denied, to_write_error
+from txn import can_retry_stage
 
 
 def err(code, *, fatal=False, retriable=False, abort=False):
@@ -27,7 +37,11 @@ def err(code, *, fatal=False, retriable=False, abort=False):
         (err(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), ErrorAction.RETRY),
         (err(KafkaError.CONCURRENT_TRANSACTIONS), ErrorAction.RETRY),
         (err(KafkaError.MSG_SIZE_TOO_LARGE), ErrorAction.ABORT),
-        (err(KafkaError.TOPIC_AUTHORIZATION_FAILED), ErrorAction.ABORT),
+        # authentication and authorization: retrying cannot help until the user acts
+        (err(KafkaError.TOPIC_AUTHORIZATION_FAILED), ErrorAction.FATAL),
+        (err(KafkaError.TOPIC_AUTHORIZATION_FAILED, retriable=True), ErrorAction.FATAL),
+        (err(KafkaError._AUTHENTICATION), ErrorAction.FATAL),
+        (err(KafkaError.SASL_AUTHENTICATION_FAILED), ErrorAction.FATAL),
     ],
 )
 def test_classify_kafka_errors(error, action):
@@ -156,3 +170,64 @@ def test_retry_over_restart_retries_restart_errors_only(no_wait, monkeypatch):
     with pytest.raises(KafkaException):
         classify_mod.retry_over_restart("append", too_large)
     assert calls == [1]
+
+
+# -- authentication and authorization: typed, fatal, naming what to fix -------------------
+@pytest.mark.parametrize(
+    "code", [KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL]
+)
+def test_failed_authentication_is_a_typed_fatal_error_naming_the_settings(code):
+    exc = KafkaException(err(code))
+    assert classify(exc) is ErrorAction.FATAL
+    typed = to_write_error(exc, "init_transactions(s-0)")
+    assert type(typed) is KafkaAuthenticationError
+    assert typed.action is ErrorAction.FATAL and typed.code == code
+    assert isinstance(typed, KafkaWriteError) and not can_retry_stage(typed)
+    text = str(typed)
+    assert "authentication failed" in text and "init_transactions(s-0)" in text
+    for setting in ("sasl.username", "sasl.password", "security.protocol", "client_config"):
+        assert setting in text
+    assert pickle.loads(pickle.dumps(typed)).__dict__ == typed.__dict__
+
+
+@pytest.mark.parametrize(
+    ("code", "acl"),
+    [
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "WRITE and DESCRIBE on the output topic"),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, "'{sink_id}.marker.{partition}'"),
+        (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "DESCRIBE_CONFIGS"),
+        (
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactional ids '{sink_id}-{partition}'",
+        ),
+    ],
+)
+def test_refused_authorization_is_a_typed_fatal_error_naming_the_acl(code, acl):
+    # librdkafka flags TRANSACTIONAL_ID_AUTHORIZATION_FAILED fatal: it must not read "fenced".
+    exc = KafkaException(err(code, fatal=code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    assert classify(exc) is ErrorAction.FATAL
+    typed = to_write_error(exc, "commit_transaction")
+    assert type(typed) is KafkaAuthorizationError and typed.code == code
+    assert "not authorized" in str(typed) and acl in str(typed) and "fenced" not in str(typed)
+    assert not can_retry_stage(typed)
+    assert pickle.loads(pickle.dumps(typed)).__dict__ == typed.__dict__
+
+
+def test_call_with_retry_raises_the_typed_access_error_at_once(no_wait):
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise KafkaException(err(KafkaError.SASL_AUTHENTICATION_FAILED))
+
+    with pytest.raises(KafkaAuthenticationError):
+        call_with_retry("init_transactions", refused)
+    assert len(calls) == 1
+
+
+def test_an_already_typed_access_error_is_raised_as_it_is():
+    typed = to_write_error(KafkaException(err(KafkaError.GROUP_AUTHORIZATION_FAILED)), "x")
+    with pytest.raises(KafkaAuthorizationError) as info:
+        raise_if_denied(typed, "again")
+    assert info.value is typed
+    raise_if_denied(KafkaException(err(KafkaError._TIMED_OUT)), "not an access error")

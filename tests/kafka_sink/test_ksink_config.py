@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from connectors.kafka import KafkaSink, KafkaSinkConfigError, SinkConfig
+from connectors.kafka import ClientConfigError, KafkaSink, KafkaSinkConfigError, SinkConfig
 from connectors.testing import FaultPlan
 from txn import CommitMode, ConfigError, Guarantee, TxnError
 
@@ -64,7 +64,7 @@ def test_bad_options_raise_typed_error_naming_the_option(over, needle):
     "key", ["transactional.id", "bootstrap.servers", "enable.idempotence", "transaction.timeout.ms"]
 )
 def test_reserved_producer_settings_are_refused_with_a_hint(key):
-    with pytest.raises(KafkaSinkConfigError, match="managed by the sink"):
+    with pytest.raises(KafkaSinkConfigError, match="managed by the kit"):
         make(producer_config={key: "x"})
 
 
@@ -89,7 +89,8 @@ def test_producer_settings_pass_through_and_override_defaults():
     assert settings["enable.gapless.guarantee"] == "false"
     assert settings["transactional.id"] == "s1-3"
     assert settings["transaction.timeout.ms"] == "60000"
-    assert settings["bootstrap.servers"] == "127.0.0.1:9"
+    assert "bootstrap.servers" not in settings  # the client factory adds the cluster's
+    assert cfg.cluster.bootstrap_servers == "127.0.0.1:9"
     assert "transactional.id" not in cfg.producer_settings(None)
 
 
@@ -140,3 +141,76 @@ def test_sink_pickles_with_its_config_only():
     assert again.config == sink.config
     assert again._res.log is None and not again._preflight_done
     assert again._res.votes is None
+
+
+# -- client_config: the settings every Kafka client of the sink shares --------------------
+SECURE = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "app",
+    "sasl.password": "SENTINEL-c0nfig-secret",
+    "client.id": "orders-app",
+}
+
+
+def test_client_config_is_validated_and_kept_with_its_secrets():
+    cfg = make(client_config=SECURE).config
+    assert cfg.client_config.as_dict() == SECURE
+    assert cfg.cluster.config.as_dict() == SECURE
+    assert cfg.cluster.bootstrap_servers == "127.0.0.1:9"
+    assert cfg.cluster.security_protocol == "SASL_SSL"
+    again = pickle.loads(pickle.dumps(cfg))
+    assert (
+        again == cfg and again.client_config.as_dict()["sasl.password"] == SECURE["sasl.password"]
+    )
+
+
+def test_the_config_repr_hides_secret_values():
+    cfg = make(client_config=SECURE, producer_config={"linger.ms": 5}).config
+    for text in (repr(cfg), str(cfg), repr(cfg.cluster), str(cfg.client_config)):
+        assert "SENTINEL" not in text
+        assert "[redacted]" in text and "orders-app" in text
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("bootstrap.servers", "bootstrap_servers"),
+        ("transactional.id", "sink_id"),
+        ("isolation.level", "committed"),
+        ("enable.idempotence", "every producer"),
+        ("group.id", "sink_id"),
+        ("linger.ms", "producer_config"),
+        ("acks", "producer_config"),
+    ],
+)
+def test_client_config_refuses_what_the_kit_owns_naming_what_to_use(key, hint):
+    with pytest.raises(ClientConfigError, match="managed by the kit|a producer setting") as info:
+        make(client_config={key: "1"})
+    assert hint in str(info.value) and key in str(info.value)
+    assert isinstance(info.value, KafkaSinkConfigError)
+
+
+@pytest.mark.parametrize("key", ["security.protocol", "sasl.password", "ssl.ca.location"])
+def test_security_settings_in_producer_config_are_refused_towards_client_config(key):
+    with pytest.raises(KafkaSinkConfigError, match="put it in client_config"):
+        make(producer_config={key: "x"})
+
+
+def test_client_config_errors_never_quote_a_secret():
+    with pytest.raises(ClientConfigError, match="librdkafka") as info:
+        make(client_config={"sasl.password": "SENTINEL-bad", "no.such.setting": "1"})
+    assert "SENTINEL" not in str(info.value)
+    with pytest.raises(ClientConfigError, match="string, number or bool"):
+        make(client_config={"sasl.password": object()})
+    with pytest.raises(ClientConfigError, match="librdkafka"):
+        make(client_config={"security.protocol": "SASL_SOMETHING"})
+
+
+def test_oauth_cb_travels_by_name():
+    cfg = make(client_config={"oauth_cb": "json:dumps"}).config
+    assert cfg.client_config.as_dict()["oauth_cb"] == "json:dumps"
+    with pytest.raises(ClientConfigError, match="oauth_cb"):
+        make(client_config={"oauth_cb": "no_such_module_x:token"})
+    with pytest.raises(ClientConfigError, match="module-level"):
+        make(client_config={"oauth_cb": lambda _cfg: ("t", 0.0)})

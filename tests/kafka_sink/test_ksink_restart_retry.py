@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _classify
-from connectors.kafka._errors import KafkaEpochLogFencedError, MarkerError
+from connectors.kafka._errors import KafkaAuthorizationError, KafkaEpochLogFencedError, MarkerError
 from connectors.kafka._sink import _markers
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from txn import EpochHistory, EpochLogError, EpochPlan, encode_record
@@ -200,6 +200,12 @@ def test_a_marker_read_waits_for_the_marker_topic_to_be_loaded() -> None:
 
 
 def test_a_marker_read_reports_other_partition_errors() -> None:
+    consumer = MarkerConsumer([KafkaError(KafkaError.INVALID_COMMIT_OFFSET_SIZE)])
+    with pytest.raises(MarkerError, match="INVALID_COMMIT_OFFSET_SIZE"):
+        _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]
+
+
+def test_a_marker_read_refused_by_an_acl_names_it() -> None:
     consumer = MarkerConsumer([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)])
-    with pytest.raises(MarkerError, match="TOPIC_AUTHORIZATION_FAILED"):
+    with pytest.raises(KafkaAuthorizationError, match="the marker and epoch-log topics"):
         _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]

@@ -4,7 +4,12 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka import KafkaRecordError, KafkaWriteError, RecordTooLargeError
+from connectors.kafka import (
+    KafkaAuthorizationError,
+    KafkaRecordError,
+    KafkaWriteError,
+    RecordTooLargeError,
+)
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from connectors.testing import InjectedFault
@@ -162,11 +167,20 @@ def test_flush_raises_the_first_delivery_error_typed():
     errors = DeliveryErrors()
     p = FakeProducer()
     w = writer(p, errors=errors)
-    errors(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"), None)
+    errors(KafkaError(KafkaError.INVALID_RECORD, "bad"), None)
     errors(KafkaError(KafkaError.UNKNOWN, "second"), None)
     with pytest.raises(KafkaWriteError, match="2 record") as info:
         w.flush(1.0)
     assert info.value.action == "abort"
+
+
+def test_a_delivery_refused_by_an_acl_is_a_fatal_typed_error_naming_it():
+    errors = DeliveryErrors()
+    w = writer(FakeProducer(), errors=errors)
+    errors(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"), None)
+    with pytest.raises(KafkaAuthorizationError, match="WRITE and DESCRIBE on the output") as info:
+        w.flush(1.0)
+    assert info.value.action == "fatal"
 
 
 def test_flush_timeout_is_an_error():

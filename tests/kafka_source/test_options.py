@@ -47,14 +47,35 @@ def test_keys_are_case_insensitive_like_spark() -> None:
 def test_kafka_passthrough_and_managed_consumer_settings() -> None:
     opts = parse(**{"kafka.fetch.max.bytes": "1048576", "kafka.client.id": "me"})
     conf = opts.consumer_config("g1")
-    assert conf["fetch.max.bytes"] == "1048576"
-    assert conf["client.id"] == "me"
+    shared = opts.consumer_cluster().config.as_dict()
+    assert shared["fetch.max.bytes"] == "1048576"
+    assert shared["client.id"] == "me"
     assert conf["isolation.level"] == "read_committed"
     assert conf["enable.auto.commit"] == "false"
     assert conf["auto.offset.reset"] == "error"
     assert conf["group.id"] == "g1"
-    assert "fetch.max.bytes" not in opts.admin_config()
-    assert opts.admin_config()["client.id"] == "me"
+    admin = opts.consumer_cluster(admin=True)
+    assert "fetch.max.bytes" not in admin.config.as_dict()
+    assert admin.config.as_dict()["client.id"] == "me"
+    assert admin.bootstrap_servers == opts.bootstrap_servers
+    assert admin.address_option == "kafka.bootstrap.servers"
+
+
+def test_security_options_reach_every_client_and_stay_out_of_the_repr() -> None:
+    opts = parse(
+        **{
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.username": "u",
+            "kafka.sasl.password": "SENTINEL-source",
+            "kafka.group.id": "mine",
+        }
+    )
+    for cluster in (opts.consumer_cluster(), opts.consumer_cluster(admin=True)):
+        assert cluster.config.as_dict()["sasl.password"] == "SENTINEL-source"
+        assert cluster.security_protocol == "SASL_SSL"
+    assert opts.consumer_config("g")["group.id"] == "mine"
+    assert "SENTINEL" not in repr(opts) and "SENTINEL" not in str(opts.consumer_cluster())
+    assert pickle.loads(pickle.dumps(opts)) == opts
 
 
 def test_read_uncommitted_can_be_chosen_explicitly() -> None:

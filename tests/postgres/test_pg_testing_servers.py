@@ -49,6 +49,35 @@ def test_kafka_start_script_advertises_the_mapped_address() -> None:
     assert f"BROKER://:{containers.KAFKA_BROKER_PORT}" in listeners
 
 
+def test_kafka_container_with_sasl_has_a_sasl_plaintext_client_listener() -> None:
+    sasl = containers.KafkaSasl("alice", "pw-1")
+    container = containers.kafka_container(docker_client_kw=NO_ENGINE, sasl=sasl)
+    env = container.env
+    assert env["KAFKA_LISTENERS"].startswith(f"SASL_PLAINTEXT://:{containers.KAFKA_PORT},")
+    protocol_map = env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    assert "SASL_PLAINTEXT:SASL_PLAINTEXT" in protocol_map and "BROKER:PLAINTEXT" in protocol_map
+    assert env["KAFKA_SASL_ENABLED_MECHANISMS"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    assert env["KAFKA_OPTS"] == f"-Djava.security.auth.login.config={containers.KAFKA_JAAS_FILE}"
+    script = containers.kafka_start_script("127.0.0.1:49153", sasl=True)
+    assert "KAFKA_ADVERTISED_LISTENERS=SASL_PLAINTEXT://127.0.0.1:49153," in script
+    jaas = sasl.jaas_config()
+    assert 'user_alice="pw-1";' in jaas and "ScramLoginModule required;" in jaas
+    command = sasl.scram_command()
+    assert "SCRAM-SHA-256=[password=pw-1],SCRAM-SHA-512=[password=pw-1]" in command
+    assert f"localhost:{containers.KAFKA_BROKER_PORT}" in command
+    assert command[-2:] == ["--entity-name", "alice"]
+    assert sasl.client_settings("PLAIN") == {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "pw-1",
+    }
+    assert "pw-1" not in repr(sasl)
+    assert containers.KafkaSasl().password != containers.KafkaSasl().password
+    # without sasl the listener stays PLAINTEXT
+    assert "SASL" not in containers.kafka_broker_env()["KAFKA_LISTENERS"]
+
+
 def test_postgres_container_enables_prepared_transactions() -> None:
     container = containers.postgres_container(docker_client_kw=NO_ENGINE)
     assert container.image.endswith(containers.POSTGRES_IMAGE)

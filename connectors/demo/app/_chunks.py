@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,10 +42,19 @@ SPARK_SCHEMA_DDL = "key STRING, value BINARY, in_partition INT, in_offset BIGINT
 
 
 def chunk_input(
-    bootstrap: str, topic: str, input_dir: str | Path, chunk_records: int, *, first_chunk: int = 0
+    bootstrap: str,
+    topic: str,
+    input_dir: str | Path,
+    chunk_records: int,
+    *,
+    first_chunk: int = 0,
+    client_config: Mapping[str, str] | None = None,
 ) -> int:
-    """Write every record of ``topic`` as chunk files from ``first_chunk`` on; return the count."""
-    records = read_topic(bootstrap, topic)
+    """Write every record of ``topic`` as chunk files from ``first_chunk`` on; return the count.
+
+    ``client_config``: the settings of the reading consumer (the sink's option of that name).
+    """
+    records = read_topic(bootstrap, topic, client_config=client_config)
     return write_chunks(records, input_dir, chunk_records, first_chunk=first_chunk)
 
 

@@ -89,8 +89,11 @@ class PipelineConfig:
     ``postgres_table`` needed when it writes; ``postgres_protocol`` is its
     ``commit_protocol``; ``postgres_control_schema`` holds its markers and epoch log table).
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
-    the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). Validated at
-    construction, without network I/O.
+    the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``client_config``:
+    the librdkafka settings every Kafka client of the query shares (the sink's option of
+    that name, the source's ``kafka.*`` options); never written by :meth:`to_json` nor shown
+    in the repr: :class:`~connectors.demo.app.AppProcess` hands it to the app in its
+    environment (``EOS_KAFKA_*``). Validated at construction, without network I/O.
 
     Raises:
         PipelineConfigError: unknown ``source``, ``sink``, write mode or protocol,
@@ -123,6 +126,7 @@ class PipelineConfig:
     postgres_control_schema: str = "eos"
     postgres_write_mode: str = "append"
     postgres_protocol: str = "auto"
+    client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         """Validate the source and sink fields (see the class docstring)."""
@@ -151,13 +155,18 @@ class PipelineConfig:
         return self.sink in (SINK_POSTGRES, SINK_BOTH)
 
     def to_json(self) -> str:
-        """Serialize for the subprocess app."""
-        return json.dumps(asdict(self))
+        """Serialize for the subprocess app (without ``client_config``: class doc)."""
+        doc = asdict(self)
+        del doc["client_config"]
+        return json.dumps(doc)
 
     @classmethod
-    def from_json(cls, text: str) -> PipelineConfig:
-        """Parse what :meth:`to_json` wrote."""
-        return cls(**json.loads(text))
+    def from_json(cls, text: str, environ: Mapping[str, str] | None = None) -> PipelineConfig:
+        """Parse what :meth:`to_json` wrote; ``client_config`` from ``environ``'s variables."""
+        from connectors.ops._properties import environment_settings
+
+        shared = environment_settings(os.environ if environ is None else environ)
+        return cls(**json.loads(text), client_config=shared)
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -248,6 +257,7 @@ def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
         parallelism=cfg.parallelism,
         transaction_timeout_ms=cfg.transaction_timeout_ms,
         producer_config=dict(cfg.producer_config) or None,
+        client_config=dict(cfg.client_config) or None,
         order_by=ORDER_COLUMNS,
         **options,
     )
@@ -285,11 +295,11 @@ def _table_rows_of(cfg: PipelineConfig) -> Callable[[Any], Any]:
 def input_stream(spark: Any, cfg: PipelineConfig) -> Any:
     """Open the streaming DataFrame of ``cfg.source`` (module step 1), in the input schema."""
     if cfg.source == SOURCE_KAFKA:
-        from connectors.kafka import register
+        from connectors.kafka import kafka_options, register
 
         reader = (
             spark.readStream.format(register(spark))
-            .option("kafka.bootstrap.servers", cfg.bootstrap)
+            .options(**kafka_options(cfg.bootstrap, cfg.client_config))
             .option("subscribe", cfg.input_topic)
             .option("startingOffsets", "earliest")
         )

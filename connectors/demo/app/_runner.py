@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connectors.demo.app._pipeline import EpochLine, PipelineConfig
+from connectors.ops._properties import environment_variables
 from connectors.testing.faults import KILL_APP_ENV
 
 # Seconds an app run may take before the runner gives up on it (busy 2-core machine).
@@ -69,6 +70,7 @@ class AppProcess:
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if self.allow_kill_app:
             env[KILL_APP_ENV] = "1"
+        env.update(environment_variables(self.cfg.client_config))  # never in the config file
         self._on_epoch = on_epoch
         with self.stderr_path.open("w") as err:
             self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module

@@ -13,14 +13,14 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
-
-from connectors.kafka import _clients, _names
-from connectors.kafka._errors import KafkaSinkConfigError
+from connectors.kafka import _names
+from connectors.kafka._client_config import librdkafka_settings
+from connectors.kafka._clients import Cluster
+from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
+from connectors.kafka._secrets import Settings
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
 
@@ -59,14 +59,34 @@ DEFAULT_PRODUCER_CONFIG: dict[str, str] = {
     "metadata.recovery.strategy": "none",
 }
 
-# Settings the sink owns; setting them in producer_config is an error with a hint.
-_RESERVED = {
-    "bootstrap.servers": "pass bootstrap_servers= to KafkaSink",
-    "transactional.id": "the sink derives it from sink_id ({sink_id}-{partition})",
-    "transaction.timeout.ms": "pass transaction_timeout_ms= to KafkaSink",
-    "enable.idempotence": "the guarantee decides it (always on for every guarantee)",
-    "on_delivery": "the sink installs its own delivery callback",
-}
+# Settings every client of the sink needs: in producer_config only the producers would
+# get them (the admin, marker and epoch-log clients would fail to connect).
+_SHARED = (
+    "is a setting every client of the sink needs (its admin client, marker consumers "
+    "and epoch log too): put it in client_config"
+)
+_SHARED_SETTINGS = {"security.protocol": _SHARED, "sasl.": _SHARED, "ssl.": _SHARED}
+
+
+def _producer_settings(raw: object, shared: Settings) -> Settings:
+    """Validate ``producer_config`` (parsed together with the defaults and ``client_config``)."""
+    return librdkafka_settings(
+        raw,
+        option="producer_config",
+        error=KafkaSinkConfigError,
+        owned=_SHARED_SETTINGS,
+        base={**DEFAULT_PRODUCER_CONFIG, **shared.as_dict()},
+    )
+
+
+def _client_settings(raw: object) -> Settings:
+    """Validate ``client_config``: no producer-only default (those go to producer_config)."""
+    producer_only = {
+        k: "is a producer setting: put it in producer_config" for k in DEFAULT_PRODUCER_CONFIG
+    }
+    return librdkafka_settings(
+        raw, option="client_config", error=ClientConfigError, owned=producer_only
+    )
 
 
 def _require_name(what: str, value: object, max_len: int) -> str:
@@ -82,49 +102,6 @@ def _require_name(what: str, value: object, max_len: int) -> str:
     return value
 
 
-def _producer_items(raw: object) -> tuple[tuple[str, str], ...]:
-    """Validate ``producer_config`` (a mapping, or the tuple form of an existing config)."""
-    if raw is None:
-        return ()
-    if isinstance(raw, tuple):
-        raw = dict(raw)
-    if not isinstance(raw, Mapping):
-        msg = f"producer_config must be a mapping of librdkafka settings, got {type(raw).__name__}"
-        raise KafkaSinkConfigError(msg)
-    items: list[tuple[str, str]] = []
-    for key, value in raw.items():
-        if not isinstance(key, str):
-            msg = f"producer_config keys must be strings, got {key!r}"
-            raise KafkaSinkConfigError(msg)
-        if key in _RESERVED:
-            msg = f"producer_config[{key!r}] is managed by the sink: {_RESERVED[key]}"
-            raise KafkaSinkConfigError(msg)
-        if isinstance(value, bool):
-            items.append((key, "true" if value else "false"))
-        elif isinstance(value, (str, int, float)):
-            items.append((key, str(value)))
-        else:
-            msg = (
-                f"producer_config[{key!r}] must be a string, number or bool (callbacks and "
-                f"objects cannot be shipped to Spark tasks), got {type(value).__name__}"
-            )
-            raise KafkaSinkConfigError(msg)
-    _check_librdkafka_accepts({**DEFAULT_PRODUCER_CONFIG, **dict(items)})
-    return tuple(sorted(items))
-
-
-def _check_librdkafka_accepts(settings: Mapping[str, str]) -> None:
-    """Let librdkafka parse ``settings``: with no bootstrap servers it opens no connection."""
-    probe = dict(settings)
-    probe.setdefault("log_level", "3")  # errors only: an idle probe logs queue purges
-    try:
-        producer = _clients.producer(probe)
-    except (KafkaException, ValueError, TypeError) as exc:
-        msg = f"producer_config rejected by librdkafka: {exc}; fix or remove that setting"
-        raise KafkaSinkConfigError(msg) from exc
-    producer.flush(0)
-
-
 @dataclass(frozen=True, kw_only=True)
 class SinkConfig(StageOptions):
     """Validated options of one :class:`~connectors.kafka.KafkaSink`.
@@ -132,6 +109,10 @@ class SinkConfig(StageOptions):
     Kafka options (the others: :class:`connectors.stage.StageOptions`):
 
     * ``bootstrap_servers``: ``host:port[,host:port...]``;
+    * ``client_config``: librdkafka settings every Kafka client of the sink shares
+      (``security.protocol``, ``sasl.*``, ``ssl.*``, ``client.id``, ...): its producers,
+      marker consumers, admin client and Kafka epoch log (docs/user-guide.md, "Secured
+      clusters"); secret values are hidden in every repr;
     * ``topic``: default output topic (None: every row names its ``topic``);
     * ``sink_id``: the sink's identity (transactional ids, marker groups, epoch log keys);
     * ``epoch_log``: a file path for a ``txn.FileEpochLog``, or None for the Kafka epoch
@@ -140,7 +121,8 @@ class SinkConfig(StageOptions):
     * ``create_topics``: create a missing output topic at preflight;
     * ``transaction_timeout_ms``: the producers' transaction timeout (at most the
       broker's ``transaction.max.timeout.ms``, checked at preflight);
-    * ``producer_config``: librdkafka settings (strings, numbers, bools) over the defaults;
+    * ``producer_config``: producer-only librdkafka settings (strings, numbers, bools)
+      over the defaults and ``client_config``;
     * ``changelog``: rows carry an ``op`` column (upserts and tombstones).
     """
 
@@ -152,7 +134,8 @@ class SinkConfig(StageOptions):
     marker_topic: str = _names.DEFAULT_MARKER_TOPIC
     create_topics: bool = False
     transaction_timeout_ms: int = 60_000
-    producer_config: tuple[tuple[str, str], ...] = ()
+    client_config: Settings = Settings()
+    producer_config: Settings = Settings()
     changelog: bool = False
 
     @classmethod
@@ -194,7 +177,11 @@ class SinkConfig(StageOptions):
             msg = "epoch_log must be a file path, or None for the Kafka epoch log"
             raise KafkaSinkConfigError(msg)
         object.__setattr__(self, "epoch_log", log_path)
-        object.__setattr__(self, "producer_config", _producer_items(self.producer_config))
+        object.__setattr__(self, "client_config", _client_settings(self.client_config))
+        shared = self.client_config
+        object.__setattr__(
+            self, "producer_config", _producer_settings(self.producer_config, shared)
+        )
         object.__setattr__(self, "create_topics", bool(self.create_topics))
         object.__setattr__(self, "changelog", bool(self.changelog))
 
@@ -212,12 +199,20 @@ class SinkConfig(StageOptions):
             else None
         )
 
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster every Kafka client of the sink connects to, with ``client_config``."""
+        return Cluster(self.bootstrap_servers, self.client_config)
+
     def producer_settings(self, transactional_id: str | None) -> dict[str, str]:
-        """Full librdkafka settings of a write-task producer."""
+        """Return a write-task producer's own settings.
+
+        ``client_config`` and the address come from :attr:`cluster` (the client factory
+        puts these settings on top of them).
+        """
         settings = {
             **DEFAULT_PRODUCER_CONFIG,
-            **dict(self.producer_config),
-            "bootstrap.servers": self.bootstrap_servers,
+            **self.producer_config.as_dict(),
             "enable.idempotence": "true",
         }
         if transactional_id is not None:

@@ -1,6 +1,7 @@
 """``KafkaEpochLog``: the sink's epoch log in a compacted Kafka topic.
 
-Needs nothing but the bootstrap address. Layout: one partition of ``topic``
+Needs nothing but the cluster's address (and the settings every client of the sink shares,
+``client_config``). Layout: one partition of ``topic``
 (``cleanup.policy=compact``), shared by any number of sinks; every message key
 starts with ``{sink_id}/``:
 
@@ -35,15 +36,17 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from connectors.kafka import _clients, _names
-from connectors.kafka._admin import ensure_topics
+from connectors.kafka._admin import admin_client, ensure_topics
 from connectors.kafka._classify import (
     PARTITION_EOF,
     broker_restart,
     call_with_retry,
     classify,
+    raise_if_denied,
     retry_over_restart,
     with_delivery_cause,
 )
+from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.kafka._errors import KafkaEpochLogFencedError
 from txn import (
     DEFAULT_RETAIN_EPOCHS,
@@ -76,7 +79,12 @@ def _kind(record: LogRecord) -> str:
 
 
 class KafkaEpochLog(EpochLog):
-    """Epoch log of sink ``sink_id`` in the compacted topic ``topic`` (see module doc)."""
+    """Epoch log of sink ``sink_id`` in the compacted topic ``topic`` (see module doc).
+
+    ``client_config``: the librdkafka settings the sink's clients share (its
+    ``client_config`` option: security, ``client.id``, ...); validated here (no network
+    I/O), :class:`ClientConfigError` names a bad one.
+    """
 
     def __init__(
         self,
@@ -86,8 +94,9 @@ class KafkaEpochLog(EpochLog):
         topic: str = _names.DEFAULT_EPOCH_LOG_TOPIC,
         retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
         create_topic: bool = True,
+        client_config: ClientConfig = None,
     ) -> None:
-        self._bootstrap = bootstrap_servers
+        self._cluster = cluster_of(bootstrap_servers, client_config)
         self._sink_id = sink_id
         self._topic = topic
         self._retain = retain_epochs
@@ -96,6 +105,7 @@ class KafkaEpochLog(EpochLog):
         self._history: EpochHistory | None = None
         self._attempts: dict[int, int] = {}
         self._closed = False
+        self._contacted = False
 
     @property
     def sink_id(self) -> str:
@@ -116,8 +126,11 @@ class KafkaEpochLog(EpochLog):
         return self._read()
 
     def _read(self) -> EpochHistory:
+        if not self._contacted:  # a wrong address or credentials fail fast, typed
+            admin_client(self._cluster)
+            self._contacted = True
         if self._create_topic:
-            ensure_topics(self._bootstrap, [self._topic], partitions=1, compacted=True)
+            ensure_topics(self._cluster, [self._topic], partitions=1, compacted=True)
         values = self._read_messages()
         floor: dict[str, Any] = {}
         records: list[LogRecord] = []
@@ -139,15 +152,15 @@ class KafkaEpochLog(EpochLog):
     def _read_messages(self) -> dict[str, tuple[int, bytes]]:
         """Latest value per key of this sink (tombstoned keys removed), with its offset."""
         consumer = _clients.consumer(
+            self._cluster,
             {
-                "bootstrap.servers": self._bootstrap,
                 "group.id": f"{self._sink_id}.epoch-log-reader.{uuid.uuid4().hex[:8]}",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": "false",
                 "enable.partition.eof": "true",
                 # Reaching the end needs an empty fetch: do not let the broker hold it long.
                 "fetch.wait.max.ms": str(READER_FETCH_WAIT_MS),
-            }
+            },
         )
         out: dict[str, tuple[int, bytes]] = {}
         deadline = time.monotonic() + LOAD_TIMEOUT_S
@@ -170,6 +183,7 @@ class KafkaEpochLog(EpochLog):
                 return True
             if broker_restart(err):  # also a topic the restarted broker has not loaded yet
                 return False
+            raise_if_denied(err, f"reading epoch log topic {self._topic}")
             msg = f"reading epoch log topic {self._topic} failed: {err}"
             raise EpochLogError(msg)
         raw_key = m.key()
@@ -187,20 +201,21 @@ class KafkaEpochLog(EpochLog):
         if self._producer is not None:
             return self._producer
         producer = _clients.producer(
+            self._cluster,
             {
-                "bootstrap.servers": self._bootstrap,
                 "transactional.id": _names.coordinator_id(self._sink_id),
                 "transaction.timeout.ms": str(LOG_TXN_TIMEOUT_MS),
                 "enable.idempotence": "true",
                 "acks": "all",
                 "linger.ms": "0",
-            }
+            },
         )
         try:
             call_with_retry(
                 "epoch log init_transactions", lambda: producer.init_transactions(LOG_TXN_TIMEOUT_S)
             )
         except Exception as exc:
+            raise_if_denied(exc, f"taking over epoch log {self._topic}")
             msg = f"cannot take over epoch log {self._topic} for sink {self._sink_id!r}: {exc}"
             raise EpochLogError(msg) from exc
         self._history = self._read()
@@ -296,6 +311,7 @@ class KafkaEpochLog(EpochLog):
         if classify(exc) is ErrorAction.FATAL:
             self._producer = None
             self._history = None
+            raise_if_denied(exc, f"appending to epoch log {self._topic}")
             msg = (
                 f"epoch log of sink {self._sink_id!r} was taken over by another coordinator "
                 f"(fenced: {exc}); only one driver may run this sink: stop this one"

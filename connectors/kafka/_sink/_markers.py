@@ -21,7 +21,10 @@ import json
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _clients, _names
-from connectors.kafka._classify import broker_restart, call_with_retry
+from connectors.kafka._admin import admin_client
+from connectors.kafka._classify import broker_restart, call_with_retry, raise_if_denied
+from connectors.kafka._client_config import ClientConfig, cluster_of
+from connectors.kafka._clients import Cluster
 from connectors.kafka._errors import MarkerError
 from txn import Marker
 
@@ -65,16 +68,16 @@ def decode_marker(offset: int, metadata: str | None) -> Marker | None:
     return marker
 
 
-def marker_consumer(bootstrap_servers: str, group: str) -> Consumer:
-    """Return a consumer of ``group`` that reads only committed (stable) offsets."""
+def marker_consumer(cluster: Cluster, group: str) -> Consumer:
+    """Return a consumer of ``group`` on ``cluster`` that reads only committed (stable) offsets."""
     return _clients.consumer(
+        cluster,
         {
-            "bootstrap.servers": bootstrap_servers,
             "group.id": group,
             "isolation.level": "read_committed",
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
-        }
+        },
     )
 
 
@@ -90,6 +93,7 @@ def read_marker(consumer: Consumer, marker_topic: str) -> Marker | None:
     tp = call_with_retry("read marker", committed)
     consumer.poll(0)  # hands librdkafka's queued log lines to Python (never assigned: no records)
     if tp.error is not None:
+        raise_if_denied(tp.error, f"reading the marker of {marker_topic}[0]")
         msg = f"reading marker of {marker_topic}[0] failed: {tp.error}"
         raise MarkerError(msg)
     return decode_marker(tp.offset, tp.metadata)
@@ -101,11 +105,25 @@ def read_markers(
     parallelism: int,
     *,
     marker_topic: str = _names.DEFAULT_MARKER_TOPIC,
+    client_config: ClientConfig = None,
 ) -> dict[int, Marker | None]:
-    """Marker of every write partition ``0 .. parallelism-1`` of sink ``sink_id``."""
+    """Marker of every write partition ``0 .. parallelism-1`` of sink ``sink_id``.
+
+    ``client_config``: the librdkafka settings the sink's clients share (its
+    ``client_config`` option: security, ``client.id``, ...).
+
+    Raises:
+        ClientConfigError: ``client_config`` is invalid.
+        KafkaConnectError: the cluster did not answer (``KafkaAuthenticationError``:
+            authentication failed).
+        MarkerError: a marker group holds an offset the sink did not write.
+
+    """
+    cluster = cluster_of(bootstrap_servers, client_config)
+    admin_client(cluster)  # first contact: a wrong address or credentials fail fast, typed
     out: dict[int, Marker | None] = {}
     for p in range(parallelism):
-        consumer = marker_consumer(bootstrap_servers, _names.marker_group(sink_id, p))
+        consumer = marker_consumer(cluster, _names.marker_group(sink_id, p))
         try:
             out[p] = read_marker(consumer, marker_topic)
         finally:

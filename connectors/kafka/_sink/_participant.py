@@ -262,9 +262,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             clients.consumer = (
                 spare.consumer
                 if spare is not None
-                else marker_consumer(
-                    self._cfg.bootstrap_servers, self._cfg.marker_group(self._partition)
-                )
+                else marker_consumer(self._cfg.cluster, self._cfg.marker_group(self._partition))
             )
         try:
             return self._reuse_or_init(spare)

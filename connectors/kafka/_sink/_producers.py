@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from confluent_kafka import Producer
@@ -23,7 +24,7 @@ def new_producer(cfg: SinkConfig, transactional_id: str | None, errors: Delivery
     settings: dict[str, object] = dict(cfg.producer_settings(transactional_id))
     settings["on_delivery"] = errors
     settings["delivery.report.only.error"] = True
-    return _clients.producer(settings)
+    return _clients.producer(cfg.cluster, settings)
 
 
 def init_transactions(producer: Producer, transactional_id: str) -> None:
@@ -34,16 +35,26 @@ def init_transactions(producer: Producer, transactional_id: str) -> None:
     )
 
 
+def _settings_digest(cfg: SinkConfig, transactional_id: str | None) -> str:
+    """Digest of every setting of a producer (the cluster's included); shows no secret."""
+    cluster = cfg.cluster
+    doc = [
+        cluster.bootstrap_servers,
+        cluster.config.items,
+        sorted(cfg.producer_settings(transactional_id).items()),
+    ]
+    return hashlib.sha256(repr(doc).encode()).hexdigest()
+
+
 def plain_pool_key(cfg: SinkConfig) -> _pool.Key:
     """Pool key of the non-transactional producer of a worker: every producer setting."""
-    return ("plain", repr(sorted(cfg.producer_settings(None).items())))
+    return ("plain", _settings_digest(cfg, None))
 
 
 def pool_key(cfg: SinkConfig, partition: int) -> _pool.Key:
     """Pool key of a write task's clients: id, marker group and every producer setting."""
     txn_id = cfg.transactional_id(partition)
-    settings = sorted(cfg.producer_settings(txn_id).items())
-    return (txn_id, cfg.marker_group(partition), cfg.marker_topic, repr(settings))
+    return (txn_id, cfg.marker_group(partition), cfg.marker_topic, _settings_digest(cfg, txn_id))
 
 
 def spare_factory(cfg: SinkConfig, partition: int) -> Callable[[], _pool.Spare]:
@@ -52,7 +63,7 @@ def spare_factory(cfg: SinkConfig, partition: int) -> Callable[[], _pool.Spare]:
     def make() -> _pool.Spare:
         errors = DeliveryErrors()
         producer = new_producer(cfg, cfg.transactional_id(partition), errors)
-        consumer = marker_consumer(cfg.bootstrap_servers, cfg.marker_group(partition))
+        consumer = marker_consumer(cfg.cluster, cfg.marker_group(partition))
         return _pool.Spare(producer, errors, consumer)
 
     return make

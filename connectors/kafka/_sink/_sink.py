@@ -61,7 +61,12 @@ class KafkaConnector(SinkConnector):
 
     def epoch_log_for(self, sink_id: str) -> EpochLog:
         """Open the Kafka epoch log of ``sink_id`` in this sink's log topic."""
-        return KafkaEpochLog(self.cfg.bootstrap_servers, sink_id, topic=self.cfg.epoch_log_topic)
+        return KafkaEpochLog(
+            self.cfg.bootstrap_servers,
+            sink_id,
+            topic=self.cfg.epoch_log_topic,
+            client_config=self.cfg.client_config,
+        )
 
     def preflight(self) -> None:
         """Check the cluster (network I/O; runs lazily on the first write).
@@ -77,20 +82,20 @@ class KafkaConnector(SinkConnector):
 
         Raises:
             KafkaConnectError: no broker answered (the message names the address and the
-                reason); KafkaAuthenticationError: the credentials were refused.
+                reason); KafkaAuthenticationError: authentication failed (the message
+                names the client_config settings to fix).
+            KafkaAuthorizationError: an ACL refused a topic creation or DescribeConfigs.
             BrokerUnavailableError: the broker stopped answering afterwards.
             TopicMissingError: the output topic stayed absent.
             PreflightError: another problem, with what to fix.
 
         """
         cfg = self.cfg
-        admin = connect_admin(
-            {"bootstrap.servers": cfg.bootstrap_servers}, setting="bootstrap_servers"
-        )  # KafkaConnectError: unreachable
+        admin = connect_admin(cfg.cluster)  # KafkaConnectError: unreachable
         topics = existing_topics(admin)
         if cfg.topic is not None and cfg.topic not in topics:
             if cfg.create_topics:
-                ensure_topics(cfg.bootstrap_servers, [cfg.topic])
+                ensure_topics(cfg.cluster, [cfg.topic])
             elif not wait_for_topic(admin, cfg.topic, wait_s=TOPIC_METADATA_WAIT_S):
                 msg = (
                     f"output topic {cfg.topic!r} does not exist (the broker answered, and "
@@ -99,12 +104,12 @@ class KafkaConnector(SinkConnector):
                 )
                 raise TopicMissingError(msg)
         if cfg.transactional:
-            ensure_topics(cfg.bootstrap_servers, [cfg.marker_topic])
+            ensure_topics(cfg.cluster, [cfg.marker_topic])
             self._check_timeout_limit()
 
     def _check_timeout_limit(self) -> None:
         cfg = self.cfg
-        raw = broker_config(cfg.bootstrap_servers, "transaction.max.timeout.ms")
+        raw = broker_config(cfg.cluster, "transaction.max.timeout.ms")
         if raw is None:
             log.warning("broker does not report transaction.max.timeout.ms; not checked")
             return
@@ -126,9 +131,10 @@ class KafkaSink(TransactionalSink):
         df.writeStream.foreachBatch(sink).option("checkpointLocation", ck).start()
 
     ``options`` are the fields of :class:`~connectors.kafka.SinkConfig` (guarantee, mode,
-    parallelism, epoch_log, transaction_timeout_ms, producer_config, changelog, order_by,
-    ...), validated here without network I/O (:class:`KafkaSinkConfigError` names a bad one).
-    One call ``sink(df, batch_id)`` runs epoch ``batch_id`` through the generic stage
+    parallelism, epoch_log, transaction_timeout_ms, client_config, producer_config,
+    changelog, order_by, ...), validated here without network I/O
+    (:class:`KafkaSinkConfigError` names a bad one). One call ``sink(df, batch_id)`` runs
+    epoch ``batch_id`` through the generic stage
     (:class:`connectors.stage.TransactionalSink`); the protocol: docs/architecture.md,
     the Kafka specifics (transactions, markers, producer reuse): docs/kafka-sink.md.
     """

@@ -8,11 +8,13 @@ Usage::
     register(spark)  # adds the format "kafka-rc"
     df = (
         spark.readStream.format("kafka-rc")
-        .option("kafka.bootstrap.servers", "localhost:9092")
+        .options(**kafka_options)  # the address and client settings, "kafka."-prefixed
         .option("subscribe", "orders")
         .load()
     )
 
+``kafka_options`` holds the cluster's address and the librdkafka settings every client of
+the source shares, under Spark's ``kafka.`` prefix (docs/kafka-source.md, "Options").
 Options and output schema follow Spark's built-in ``kafka`` source; reads use
 ``isolation.level=read_committed`` so records of aborted transactions are never returned.
 

@@ -35,12 +35,12 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from connectors.kafka import _connect
 from connectors.kafka._admin import TOPIC_METADATA_WAIT_S
-from connectors.kafka._classify import kafka_error_of
+from connectors.kafka._classify import access_error, kafka_error_of
 
 from ._errors import KafkaSourceFatalError, KafkaUnavailableError, SourceOptionError
 from ._metadata import MetadataView, is_transient, read_metadata
 from ._offsets import TopicPartitionKey
-from ._options import SourceOptions
+from ._options import BOOTSTRAP_OPTION, CLIENT_OPTIONS, SourceOptions
 
 __all__ = ["GONE_CONFIRM_S", "UNAVAILABLE_WAIT_S", "ClusterView"]
 
@@ -134,9 +134,7 @@ class ClusterView:
     def _client(self) -> Any:
         if self._admin is None:
             try:
-                self._admin = _connect.connect_admin(
-                    self._options.admin_config(), setting="kafka.bootstrap.servers"
-                )
+                self._admin = _connect.connect_admin(self._options.consumer_cluster(admin=True))
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
                 raise SourceOptionError(msg) from exc
@@ -158,7 +156,8 @@ class ClusterView:
             name = err.name() if err is not None else repr(exc)
             if is_transient(exc):
                 raise KafkaUnavailableError(self._unavailable(what, name)) from exc
-            msg = f"{what}: non-retriable Kafka error {name}"
+            denied = access_error(exc, what, CLIENT_OPTIONS)
+            msg = str(denied) if denied is not None else f"{what}: non-retriable Kafka error {name}"
             raise KafkaSourceFatalError(msg) from exc
 
     def _unavailable(self, what: str, reason: str) -> str:
@@ -166,7 +165,7 @@ class ClusterView:
             f"{what}: the Kafka broker at {self._options.bootstrap_servers} is unavailable "
             f"({reason}) and stayed so for {self._unavailable_wait_s:.0f}s; the batch fails "
             "and a restarted query resumes from its checkpoint. Check that the brokers of "
-            "'kafka.bootstrap.servers' run, are reachable and have loaded their topics."
+            f"{BOOTSTRAP_OPTION!r} run, are reachable and have loaded their topics."
         )
 
     def discover(self, expected: Iterable[TopicPartitionKey] = ()) -> list[TopicPartitionKey]:

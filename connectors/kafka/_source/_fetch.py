@@ -33,7 +33,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _clients
-from connectors.kafka._classify import classify
+from connectors.kafka._classify import access_error, classify
 from txn import ErrorAction
 
 from ._arrow import arrow_schema, build_batch
@@ -43,7 +43,7 @@ from ._errors import (
     KafkaSourceFatalError,
     SourceOptionError,
 )
-from ._options import SourceOptions
+from ._options import CLIENT_OPTIONS, SourceOptions
 from ._ranges import OffsetRange
 
 __all__ = ["read_range"]
@@ -63,18 +63,6 @@ WATERMARK_TIMEOUT_S = 30.0
 _PARTITION_EOF = KafkaError._PARTITION_EOF  # noqa: SLF001
 _INVALID_ARG = KafkaError._INVALID_ARG  # noqa: SLF001
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)  # noqa: SLF001
-# ABORT-class errors that end a read; other ABORT-class consumer events are treated as
-# transient (librdkafka retries them; the poll timeout bounds the wait).
-_FATAL_CODES = frozenset(
-    {
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError._AUTHENTICATION,  # noqa: SLF001
-        KafkaError._SSL,  # noqa: SLF001
-    }
-)
 
 
 def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -152,8 +140,13 @@ class _RangeReader:
         if code in _OUT_OF_RANGE:
             return self._restart_from_earliest(err)
         action = classify(err)
-        if action is ErrorAction.FATAL or (action is ErrorAction.ABORT and code in _FATAL_CODES):
-            msg = f"reading {self._rng}: non-retriable Kafka error {err.name()} ({code})"
+        if action is ErrorAction.FATAL:  # authentication and authorization included
+            denied = access_error(err, f"reading {self._rng}", CLIENT_OPTIONS)
+            msg = (
+                str(denied)
+                if denied is not None
+                else f"reading {self._rng}: non-retriable Kafka error {err.name()} ({code})"
+            )
             raise KafkaSourceFatalError(msg)
         self._last_error = err  # transient: librdkafka retries; the poll timeout bounds it
         _log.debug("kafka-rc: transient consumer error on %s: %s", self._rng, err.name())
@@ -190,7 +183,7 @@ class _RangeReader:
 def _new_consumer(options: SourceOptions) -> Any:
     conf: dict[str, Any] = options.consumer_config(f"{options.group_id_prefix}-{uuid.uuid4().hex}")
     try:
-        return _clients.consumer(conf)
+        return _clients.consumer(options.consumer_cluster(), conf)
     except KafkaException as exc:
         err = exc.args[0]
         if isinstance(err, KafkaError) and err.code() == _INVALID_ARG:

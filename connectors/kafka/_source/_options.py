@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from connectors.kafka import _clients
+from connectors.kafka._clients import Cluster
+from connectors.kafka._secrets import Settings
+
 from ._errors import SourceOptionError
 from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
 
@@ -25,6 +29,12 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 before failing; Spark's built-in source defaults to the 120 s network timeout too."""
 
 _KAFKA_PREFIX = "kafka."
+# The option that holds the cluster's address (Spark's name: the prefix and librdkafka's).
+BOOTSTRAP_OPTION = _KAFKA_PREFIX + _clients.BOOTSTRAP
+# How errors name the settings every client of the source gets (security, client.id, ...).
+CLIENT_OPTIONS = "the 'kafka.*' options"
+# Settings of consumers only, dropped from the driver's AdminClient (prefixes).
+_CONSUMER_ONLY = ("isolation.level", "group.id", "fetch.", "queued.", "session.timeout")
 
 # Options this source understands (lower-cased, as Spark passes them).
 _KNOWN = frozenset(
@@ -125,11 +135,17 @@ class Subscription:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """Validated options of the source; frozen and picklable (sent to every read task)."""
+    """Validated options of the source; frozen and picklable (sent to every read task).
+
+    ``kafka_config``: the ``kafka.*`` options without the prefix (and without the
+    address); every client of the source gets them (its read tasks' consumers and the
+    driver's AdminClient, which drops the consumer-only ones). Secret values are hidden
+    in the repr.
+    """
 
     bootstrap_servers: str
     subscription: Subscription
-    kafka_config: tuple[tuple[str, str], ...] = ()
+    kafka_config: Settings = Settings()
     starting_offsets: OffsetBound | None = None
     ending_offsets: OffsetBound | None = None
     max_offsets_per_trigger: int | None = None
@@ -152,9 +168,9 @@ class SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         kafka_config = _kafka_passthrough(opts)
         _reject_unknown(opts)
-        bootstrap = kafka_config.pop("bootstrap.servers", "").strip()
+        bootstrap = kafka_config.pop(_clients.BOOTSTRAP, "").strip()
         if not bootstrap:
-            msg = "option 'kafka.bootstrap.servers' is required (e.g. 'host1:9092,host2:9092')"
+            msg = f"option {BOOTSTRAP_OPTION!r} is required (e.g. 'host1:9092,host2:9092')"
             raise SourceOptionError(msg)
         subscription = _parse_subscription(opts)
         starting = _opt_bound(opts, "startingOffsets")
@@ -164,7 +180,7 @@ class SourceOptions:
         return cls(
             bootstrap_servers=bootstrap,
             subscription=subscription,
-            kafka_config=tuple(sorted(kafka_config.items())),
+            kafka_config=Settings.of(kafka_config),
             starting_offsets=starting,
             ending_offsets=ending,
             max_offsets_per_trigger=_opt_int(opts, "maxOffsetsPerTrigger"),
@@ -180,7 +196,7 @@ class SourceOptions:
     @property
     def isolation_level(self) -> str:
         """``read_committed`` unless ``kafka.isolation.level`` says otherwise."""
-        return dict(self.kafka_config).get("isolation.level", "read_committed")
+        return self.kafka_config.get("isolation.level") or "read_committed"
 
     def stream_starting(self) -> OffsetBound:
         """Validate for a streaming query and return its starting bound (default latest).
@@ -213,27 +229,31 @@ class SourceOptions:
             raise SourceOptionError(msg)
         return start, end
 
-    def consumer_config(self, group_id: str) -> dict[str, str]:
-        """Return librdkafka consumer properties for a range reader (never joins or commits)."""
-        conf = {"bootstrap.servers": self.bootstrap_servers, "group.id": group_id}
-        conf.update(self.kafka_config)
-        conf.setdefault("isolation.level", "read_committed")
-        conf.update(
-            {
-                "enable.auto.commit": "false",
-                "enable.auto.offset.store": "false",
-                "enable.partition.eof": "true",
-                "auto.offset.reset": "error",
-            }
-        )
-        return conf
+    def consumer_cluster(self, *, admin: bool = False) -> Cluster:
+        """Return the cluster as a read task's consumer reaches it (every ``kafka.*`` option).
 
-    def admin_config(self) -> dict[str, str]:
-        """Return librdkafka properties for the driver's AdminClient (consumer-only keys dropped)."""
-        consumer_only = ("isolation.level", "group.id", "fetch.", "queued.", "session.timeout")
-        conf = {k: v for k, v in self.kafka_config if not k.startswith(consumer_only)}
-        conf["bootstrap.servers"] = self.bootstrap_servers
-        return conf
+        ``admin``: as the driver's AdminClient reaches it (the consumer-only ones dropped).
+        """
+        items = self.kafka_config.items
+        if admin:
+            items = tuple(i for i in items if not i[0].startswith(_CONSUMER_ONLY))
+        where = {"address_option": BOOTSTRAP_OPTION, "config_option": CLIENT_OPTIONS}
+        return Cluster(self.bootstrap_servers, Settings(items), **where)
+
+    def consumer_config(self, group_id: str) -> dict[str, str]:
+        """Return a range reader's own consumer settings (it never joins or commits).
+
+        A ``kafka.group.id`` option wins over ``group_id``; the cluster's settings come
+        from :meth:`consumer_cluster` through the client factory.
+        """
+        return {
+            "group.id": self.kafka_config.get("group.id") or group_id,
+            "isolation.level": self.isolation_level,
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "enable.partition.eof": "true",
+            "auto.offset.reset": "error",
+        }
 
 
 def _kafka_passthrough(opts: dict[str, str]) -> dict[str, str]:
