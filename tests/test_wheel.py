@@ -212,6 +212,18 @@ class FreshVenv:
     env: dict[str, str]  # the fresh interpreter for the driver and Spark's workers
     cwd: Path  # outside the checkout
 
+    def run(self, *argv: str | Path | int, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in the fresh venv's environment, from outside the checkout."""
+        return subprocess.run(
+            [str(a) for a in argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=self.cwd,
+            env=self.env,
+        )
+
 
 @pytest.fixture(scope="module")
 def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
@@ -276,15 +288,7 @@ def test_the_installed_wheel_imports_and_runs_the_demo_outside_the_checkout(
 ) -> None:
     import connectors
 
-    smoke = subprocess.run(
-        [fresh_venv.python, "-c", SMOKE],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT_S,
-        check=False,
-        cwd=fresh_venv.cwd,
-        env=fresh_venv.env,
-    )
+    smoke = fresh_venv.run(fresh_venv.python, "-c", SMOKE, timeout=INSTALL_TIMEOUT_S)
     assert smoke.returncode == 0, smoke.stderr
     found = json.loads(smoke.stdout)
     venv_root = fresh_venv.python.parent.parent
@@ -293,14 +297,13 @@ def test_the_installed_wheel_imports_and_runs_the_demo_outside_the_checkout(
     assert found["version"] == found["metadata"] == connectors.__version__
     assert found["suite"] == []
     assert not any(Path(p) == ROOT for p in found["path"])
-    demo = subprocess.run(
-        [fresh_venv.bin / "eos-demo", "--records", str(DEMO_RECORDS), "--epochs", "3"],
-        capture_output=True,
-        text=True,
+    demo = fresh_venv.run(
+        fresh_venv.bin / "eos-demo",
+        "--records",
+        DEMO_RECORDS,
+        "--epochs",
+        3,
         timeout=DEMO_TIMEOUT_S,
-        check=False,
-        cwd=fresh_venv.cwd,
-        env=fresh_venv.env,
     )
     out = demo.stdout + demo.stderr
     assert demo.returncode == 0, out[-4000:]
