@@ -15,6 +15,7 @@ from rich.table import Table
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, PreflightError
 from connectors.ops import _commands as cmd
+from connectors.ops import _pgcli
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.verify import (
     IdentityFn,
@@ -33,8 +34,8 @@ EXIT_CODES = {
     cmd.USAGE: "bad arguments (or records that do not fit the verify identity options)",
     cmd.UNAVAILABLE: "the cluster or the epoch log could not be read, or the log holds no "
     "record of the sink id (unknown sink)",
-    cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log kind eos "
-    "cannot read, e.g. a PostgreSQL sink's)",
+    cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log a running "
+    "coordinator holds; a PostgreSQL connection string given as --epoch-log)",
 }
 # Transaction timeout preflight checks when none is given: KafkaSink's default, in ms.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
@@ -48,13 +49,14 @@ def _log_options(s: argparse.ArgumentParser) -> None:
     """Add the names a sink lets users change: where its epoch log and markers live."""
     s.add_argument(
         "--epoch-log",
-        help="the sink's FileEpochLog path (default: the Kafka "
-        "epoch log); a PostgreSQL connection string is refused (exit 4): eos "
-        "cannot read a PostgreSQL sink's log table yet",
+        help="the sink's FileEpochLog path (default: the Kafka epoch log, or with --dsn "
+        "the PostgreSQL epoch log table); a PostgreSQL connection string here is refused "
+        "(exit 4): pass it as --dsn",
     )
     s.add_argument(
         "--epoch-log-topic",
         default=DEFAULT_EPOCH_LOG_TOPIC,
+        action=_pgcli.explicit_topic_action(),
         help="the sink's epoch_log_topic option (default: %(default)s)",
     )
     s.add_argument(
@@ -85,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         s = command(name, text)
         s.add_argument("sink_id")
         _log_options(s)
+        _pgcli.add_sink_options(s)
         return s
 
     s = sink_command(
@@ -98,7 +101,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also list open transactions by a raw scan of the output topics",
     )
-    s = sink_command("abort-lingering", "abort open transactions of the sink's ids")
+    s = sink_command(
+        "abort-lingering",
+        "abort open transactions of the sink's ids; finish its prepared PostgreSQL "
+        "transactions as its epoch log decided",
+    )
     s.add_argument("--parallelism", type=int, help="ids 0..N-1 at least (default: the log's)")
     s.add_argument("--dry-run", action="store_true")
     s = sink_command("reset", "bind the sink to a new query (a new checkpoint) on purpose")
@@ -108,15 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--sink-id", help="list the ids and groups this sink will use")
     s.add_argument("--parallelism", type=int, default=2)
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
-    _verify_options(
-        command("verify", "check exactly-once output against its input (docs/testing.md)")
-    )
+    s = command("verify", "check exactly-once output against its input (docs/testing.md)")
+    _verify_options(s)
+    _pgcli.add_verify_options(s)
     return p
 
 
 def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--input-topic", required=True)
-    s.add_argument("--output-topic", required=True)
+    output = s.add_mutually_exclusive_group(required=True)
+    output.add_argument("--output-topic")
+    output.add_argument("--table", help="the table a PostgresSink wrote (with --dsn)")
     s.add_argument("--sink-id", help="also check the sink's epoch log against its markers")
     s.add_argument(
         "--composite-id",
@@ -223,11 +232,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
-    if not args.bootstrap_servers:
+    if not args.bootstrap_servers and _pgcli.needs_bootstrap(args):
         print("eos: --bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) is required", file=sys.stderr)
         return cmd.USAGE
     try:
-        result = _run(args)
+        result = _pgcli.run(args) if _pgcli.selects(args) else _run(args)
     except (IdentityOptionError, RecordFormatError) as exc:
         result = _failed(exc, cmd.USAGE)
     except UnknownSinkError as exc:
@@ -238,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = _failed(exc, cmd.UNAVAILABLE)
     except TxnError as exc:
         result = _failed(exc, cmd.REFUSED)
+    result = _pgcli.scrub(result, args)
     _render(args, result)
     return result.code
 

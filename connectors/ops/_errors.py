@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from txn import EpochLogError, TxnError
+from txn import ConfigError, EpochLogError, TxnError
 
 
 class UnknownSinkError(EpochLogError):
@@ -15,3 +15,10 @@ class UnknownSinkError(EpochLogError):
 
 class UnreadableLogError(TxnError):
     """The sink's epoch log is of a kind ``eos`` cannot read (exit code 4), e.g. PostgreSQL."""
+
+
+class UsageError(ConfigError):
+    """Options that do not fit together, or a connection string that does not parse (exit 2).
+
+    The message never repeats a connection string (it may hold a password).
+    """
