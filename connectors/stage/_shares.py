@@ -51,10 +51,20 @@ class Width:
 
 @dataclass(frozen=True)
 class EpochShape:
-    """The widths of the members (in order) and the options the epoch runs with."""
+    """The widths of the members (in order) and the options the epoch runs with.
+
+    ``refusal``: the slot error to raise at the epoch's slot check (step 3, after
+    recovery: a composite that does not fit still finishes its prepared work first).
+    """
 
     widths: tuple[int, ...]
     options: StageOptions
+    refusal: InsufficientSlotsError | None = None
+
+    def check(self) -> None:
+        """Raise :attr:`refusal`, if any."""
+        if self.refusal is not None:
+            raise self.refusal
 
 
 def split(budget: int, widths: Sequence[Width]) -> list[int]:
@@ -137,9 +147,8 @@ def shape_epoch(
     composite's) pin an epoch in doubt; ``auto_mode``: the composite's ``mode`` was not
     given, so a one-core application runs unaligned.
 
-    Raises:
-        InsufficientSlotsError: aligned, the widths exceed the slots (names whom to change).
-
+    Aligned widths that exceed the slots come back as the shape's ``refusal`` (naming
+    whom to change), raised by :meth:`EpochShape.check`.
     """
     computed = split(budget(options, sc, default), widths)
     doubt = history.in_doubt() if history is not None else []
@@ -161,7 +170,9 @@ def shape_epoch(
                 return EpochShape(
                     tuple(computed), dataclasses.replace(options, mode=CommitMode.UNALIGNED)
                 )
-            raise slot_error(options, widths, computed, slots)
+            return EpochShape(
+                tuple(computed), options, slot_error(options, widths, computed, slots)
+            )
     return EpochShape(tuple(computed), options)
 
 

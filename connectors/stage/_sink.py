@@ -168,6 +168,7 @@ class TransactionalSink(SinkLifecycle):
         recorder.epoch = epoch
         parallelism = sum(shape.widths)
         # Step 3: aligned: the plan must fit the free task slots; the vote server starts.
+        shape.check()  # a composite's slot error, naming the member to change
         self._reserve(sc, parallelism, shape.options)
         # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
         execute = EpochExecution(

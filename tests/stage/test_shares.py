@@ -86,20 +86,20 @@ def test_the_composites_parallelism_is_split_and_not_capped(slots: Any) -> None:
     assert shape.widths == (2, 2, 1)
     slots.total = 4
     with pytest.raises(InsufficientSlotsError, match="lower the composite's parallelism by 1"):
-        shape_epoch(StageOptions(parallelism=5), widths(SHARED, SHARED), 99, FAKE_SC)
+        shape_epoch(StageOptions(parallelism=5), widths(SHARED, SHARED), 99, FAKE_SC).check()
 
 
 def test_the_slot_error_names_the_member_to_change_and_by_how_much(slots: Any) -> None:
     slots.total = 2
     with pytest.raises(InsufficientSlotsError) as caught:
-        shape_epoch(StageOptions(mode="aligned"), widths(2, SHARED), 2, FAKE_SC)
+        shape_epoch(StageOptions(mode="aligned"), widths(2, SHARED), 2, FAKE_SC).check()
     text = str(caught.value)
     assert "all 3 write tasks" in text and "only 2 task slot(s)" in text
     assert "'m0' 2 (its parallelism option), 'm1' 1 (a share of the slots)" in text
     assert "lower 'm0''s parallelism by 1 (to 1)" in text
     slots.total = 3
     with pytest.raises(InsufficientSlotsError) as caught:
-        shape_epoch(StageOptions(), widths(4, 3, SHARED), 3, FAKE_SC)
+        shape_epoch(StageOptions(), widths(4, 3, SHARED), 3, FAKE_SC).check()
     text = str(caught.value)  # 8 tasks, 3 slots: the largest first, then the next
     assert "lower 'm0''s parallelism by 3 (to 1)" in text
     assert "lower 'm1''s parallelism by 2 (to 1)" in text
@@ -112,10 +112,10 @@ def test_more_members_than_slots(slots: Any) -> None:
     assert auto.widths == (1, 1) and auto.options.mode is CommitMode.UNALIGNED
     assert not auto.options.aligned
     with pytest.raises(InsufficientSlotsError, match="give the application 1 more task slot"):
-        shape_epoch(StageOptions(mode="aligned"), widths(SHARED, SHARED), 1, FAKE_SC)
+        shape_epoch(StageOptions(mode="aligned"), widths(SHARED, SHARED), 1, FAKE_SC).check()
     slots.total = 2  # two slots, three tasks: the explicit member has to change, not the mode
     with pytest.raises(InsufficientSlotsError, match="lower 'm0''s parallelism by 1"):
-        shape_epoch(StageOptions(), widths(2, SHARED), 2, FAKE_SC, auto_mode=True)
+        shape_epoch(StageOptions(), widths(2, SHARED), 2, FAKE_SC, auto_mode=True).check()
     other = StageOptions(guarantee=Guarantee.AT_LEAST_ONCE)  # no barrier stage: no check
     assert shape_epoch(other, widths(SHARED, SHARED), 1, FAKE_SC).widths == (1, 1)
 
@@ -152,6 +152,7 @@ def test_an_epoch_in_doubt_keeps_its_split_and_mode(slots: Any) -> None:
         auto_mode=True,
     )
     assert shape.widths == (3, 1) and shape.options.mode is CommitMode.UNALIGNED
+    assert shape.refusal is None
     aligned = EpochPlan("c", 7, 4, composite_fingerprint(planned))
     with pytest.raises(InsufficientSlotsError, match="keeps the split and mode"):
         shape_epoch(  # planned aligned: it needs its 4 slots until it has committed
@@ -162,7 +163,7 @@ def test_an_epoch_in_doubt_keeps_its_split_and_mode(slots: Any) -> None:
             history=EpochHistory.from_records([aligned], sink_id="c"),
             fingerprint=composite_fingerprint,
             auto_mode=True,
-        )
+        ).check()
 
 
 def test_pinned_split_search() -> None:
