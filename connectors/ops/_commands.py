@@ -129,20 +129,14 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
     history = ref.read_log()
     width = history.max_parallelism()
     markers = read_markers(ref.bootstrap, ref.sink_id, width, marker_topic=ref.marker_topic)
+    outputs, open_problems = output_view(ref.bootstrap, topics, scan)
     data: dict[str, Any] = {
         "sink_id": ref.sink_id,
         **history_view(history),
         "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
-        "outputs": [_output(ref.bootstrap, t, scan) for t in topics],
+        "outputs": outputs,
     }
-    problems = in_doubt_problems(history)
-    problems += [
-        f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
-        "watermark (an open transaction)"
-        for o in data["outputs"]
-        for p in o["partitions"]
-        if p["lso_lag"]
-    ]
+    problems = in_doubt_problems(history) + open_problems
     return Result(data, PROBLEM if problems else OK, problems)
 
 
@@ -166,6 +160,21 @@ def in_doubt_problems(history: EpochHistory) -> list[str]:
         f"{p.parallelism}); run the query from its checkpoint to finish it"
         for p in history.in_doubt()
     ]
+
+
+def output_view(
+    bootstrap: str, topics: list[str], scan: bool
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Return each output topic's partitions as ``status`` shows them, and their problems."""
+    outputs = [_output(bootstrap, t, scan) for t in topics]
+    problems = [
+        f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
+        "watermark (an open transaction)"
+        for o in outputs
+        for p in o["partitions"]
+        if p["lso_lag"]
+    ]
+    return outputs, problems
 
 
 def _output(bootstrap: str, topic: str, scan: bool) -> dict[str, Any]:

@@ -157,14 +157,8 @@ def status(target: Target, topics: list[str], scan: bool) -> cmd.Result:
     else:
         data.update({k: v for k, v in states[0].items() if k not in ("kind", "sink_id")})
     if topics and target.kafka is not None:
-        data["outputs"] = [cmd._output(target.kafka.bootstrap, t, scan) for t in topics]  # noqa: SLF001
-        problems += [
-            f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
-            "watermark (an open transaction)"
-            for o in data["outputs"]
-            for p in o["partitions"]
-            if p["lso_lag"]
-        ]
+        data["outputs"], open_problems = cmd.output_view(target.kafka.bootstrap, topics, scan)
+        problems += open_problems
     return cmd.Result(data, cmd.PROBLEM if problems else cmd.OK, problems)
 
 
