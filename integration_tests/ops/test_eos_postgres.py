@@ -141,8 +141,11 @@ def test_status_and_reset_of_a_postgres_sink(
     monkeypatch.setenv("POSTGRES_DSN", dsn)  # no Kafka address: the DSN from the environment
     code, again = eos("status", table.sink_id, "--control-schema", schema, capsys=capsys)
     assert code == 0 and again["epochs"] == status["epochs"]
-    code, unknown = eos("status", "no-such-sink", "--control-schema", schema, capsys=capsys)
-    assert code == 3 and "is unknown here" in unknown["problems"][0]
+    for command in ("status", "reset", "abort-lingering"):
+        code, unknown = eos(command, "no-such-sink", "--control-schema", schema, capsys=capsys)
+        assert code == 3 and "is unknown here" in unknown["problems"][0], unknown
+    head = sql.SQL("SELECT count(*) FROM {}.epoch_log_head WHERE sink_id = %s")
+    assert pg.execute(head.format(sql.Identifier(schema)), ("no-such-sink",)).fetchone() == (0,)
     code, wrong = eos("status", table.sink_id, capsys=capsys)  # the default control schema
     assert code == 3 and "--control-schema" in wrong["problems"][0]
     # reset: bound above every epoch, read back; the same reset again changes nothing
