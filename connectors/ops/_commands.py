@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from connectors.kafka import (
     DEFAULT_EPOCH_LOG_TOPIC,
@@ -64,7 +64,7 @@ class SinkRef:
         """Read the sink's history without taking the log over from a running sink.
 
         Raises:
-            UnreadableLogError: ``epoch_log`` names a log kind eos cannot read (PostgreSQL).
+            UnreadableLogError: ``epoch_log`` is a PostgreSQL connection string (``--dsn``'s).
             UnknownSinkError: the log holds no record of the sink (nothing to report on).
 
         """
@@ -113,10 +113,9 @@ class SinkRef:
     def _check_kind(self) -> None:
         if self.epoch_log is not None and _DSN.search(self.epoch_log):
             msg = (  # the value itself is not repeated: a DSN may carry a password
-                f"--epoch-log of sink {self.sink_id!r} is a PostgreSQL connection string: "
-                "eos cannot read a PostgreSQL sink's epoch log (its table in the sink's "
-                "control schema) yet, so it reports nothing about that sink; query the "
-                "table, or run the sink's query, to see its state"
+                f"--epoch-log of sink {self.sink_id!r} is a PostgreSQL connection string, "
+                "but --epoch-log reads a FileEpochLog file; pass the connection string as "
+                "--dsn to read the sink's epoch log table"
             )
             raise UnreadableLogError(msg)
 
@@ -124,7 +123,7 @@ class SinkRef:
         return (
             f"sink {self.sink_id!r} is unknown here: {why}. Check the sink id; a sink whose "
             "log lives elsewhere needs --epoch-log PATH (a FileEpochLog) or --epoch-log-topic "
-            "TOPIC; a PostgreSQL sink keeps its log in its database, which eos cannot read yet"
+            "TOPIC; a PostgreSQL sink keeps its log in its database: pass --dsn DSN"
         )
 
 
@@ -148,31 +147,52 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
         marker_topic=ref.marker_topic,
         client_config=ref.cluster.config,
     )
-    in_doubt = history.in_doubt()
+    outputs, open_problems = output_view(ref.cluster, topics, scan)
     data: dict[str, Any] = {
         "sink_id": ref.sink_id,
+        **history_view(history),
+        "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
+        "outputs": outputs,
+    }
+    problems = in_doubt_problems(history) + open_problems
+    return Result(data, PROBLEM if problems else OK, problems)
+
+
+def history_view(history: EpochHistory) -> dict[str, Any]:
+    """Return the epochs of a sink's log as ``status`` shows them (any log kind)."""
+    return {
         "last_committed_epoch": history.last_committed_epoch(),
         "epochs": [{"epoch": e, "state": history.state(e).value} for e in history.epochs()],
         "in_doubt": [
-            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value} for p in in_doubt
+            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value}
+            for p in history.in_doubt()
         ],
         "binding": None if history.binding is None else asdict(history.binding),
-        "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
-        "outputs": [_output(ref.cluster, t, scan) for t in topics],
     }
-    problems = [
+
+
+def in_doubt_problems(history: EpochHistory) -> list[str]:
+    """One problem per epoch in doubt."""
+    return [
         f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
         f"{p.parallelism}); run the query from its checkpoint to finish it"
-        for p in in_doubt
+        for p in history.in_doubt()
     ]
-    problems += [
+
+
+def output_view(
+    cluster: Cluster, topics: list[str], scan: bool
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Return each output topic's partitions as ``status`` shows them, and their problems."""
+    outputs = [_output(cluster, t, scan) for t in topics]
+    problems = [
         f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
         "watermark (an open transaction)"
-        for o in data["outputs"]
+        for o in outputs
         for p in o["partitions"]
         if p["lso_lag"]
     ]
-    return Result(data, PROBLEM if problems else OK, problems)
+    return outputs, problems
 
 
 def _output(cluster: Cluster, topic: str, scan: bool) -> dict[str, Any]:
@@ -330,7 +350,18 @@ def verify(spec: VerifySpec) -> Result:
     return Result(data, OK if report.ok else PROBLEM, problems)
 
 
-def reset(ref: SinkRef, query_id: str | None) -> Result:
+class LogRef(Protocol):
+    """A sink's epoch log of any kind (:class:`SinkRef`, ``_postgres.PostgresRef``)."""
+
+    @property
+    def sink_id(self) -> str: ...
+
+    def read_log(self) -> EpochHistory: ...
+
+    def open_log(self) -> EpochLog: ...
+
+
+def reset(ref: LogRef, query_id: str | None) -> Result:
     """``eos reset``: bind the sink to a new query above every epoch of its log.
 
     Refuses a sink the log does not know (nothing to reset), changes nothing when the

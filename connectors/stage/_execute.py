@@ -163,7 +163,7 @@ def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, i
 def _check_kept(frame: Any, width: int, plan: EpochPlan) -> None:
     """``keep_partitioning``: the input must have the partitions the plan was made for.
 
-    An input without partitions (an empty batch) counts as one, as in ``_sink._width``.
+    An input without partitions (an empty batch) counts as one, as in ``_shares.member_width``.
     """
     actual = max(1, int(frame.rdd.getNumPartitions()))
     if actual != width:

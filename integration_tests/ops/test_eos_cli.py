@@ -240,7 +240,7 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
     assert code == 0 and out["transactional_ids"] == [f"{unknown}-0"]
 
 
-def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
+def test_a_connection_string_as_epoch_log_is_a_typed_refusal(kafka_bootstrap, capsys):
     sink_id = f"eos-pg-{uuid.uuid4().hex[:8]}"
     for dsn in (
         "postgresql://eos:s3cret@db.example:5432/app",
@@ -250,6 +250,7 @@ def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
             code, out = eos(kafka_bootstrap, command, sink_id, "--epoch-log", dsn, capsys=capsys)
             assert code == 4, out
             assert "UnreadableLogError" in out["error"] and "PostgreSQL" in out["error"]
+            assert "--dsn" in out["error"]
             assert "s3cret" not in json.dumps(out)  # a DSN's password is never printed
 
 
