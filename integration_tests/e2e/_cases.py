@@ -19,6 +19,10 @@ HOLD_S = 240.0
 # transaction pins its pending marker until the broker aborts it; short, so reading the
 # markers right after the kill does not wait a minute for it.
 HELD_TXN_TIMEOUT_MS = 20_000
+# Seconds write partition 0 waits, once partition 1 is held mid-write (unaligned), before
+# it commits and kills the app: partition 1's rows in flight reach the broker meanwhile
+# (librdkafka sends within its linger.ms), so its transaction is open there for certain.
+IN_FLIGHT_S = 2.0
 
 
 def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
@@ -60,9 +64,18 @@ def application_killed_after_some_partitions_committed(
     #    decision, before its commit (pre-committed, marker pending). Write partition 0
     #    waits until partition 1 is held, commits epoch 1, then SIGKILLs the whole
     #    application (driver, JVM, Python workers) from inside its task.
+    unaligned = mode == "unaligned"
     hold: dict[str, object] = (
-        {"step": "mid_write", "after_rows": 5} if mode == "unaligned" else {"step": "before_commit"}
+        {"step": "mid_write", "after_rows": 5} if unaligned else {"step": "before_commit"}
     )
+    in_flight = {
+        "id": "in_flight",
+        "step": "before_commit",
+        "epoch": epoch,
+        "partition": 0,
+        "action": "sleep",
+        "seconds": IN_FLIGHT_S,
+    }
     plan = scenario.fault_plan(
         [
             {
@@ -82,6 +95,7 @@ def application_killed_after_some_partitions_committed(
                 "waits_for": "hold",
                 "seconds": HOLD_S,
             },
+            *([in_flight] if unaligned else []),
             {
                 "id": "kill_app",
                 "step": "after_commit",
