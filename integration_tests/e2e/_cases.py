@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from connectors.verify import CheckReport
 from integration_tests.e2e._scenario import Scenario, assert_exact, fired
 
 # Seconds a held task sleeps while the other task commits and kills the app (killed long
@@ -51,11 +52,12 @@ def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
 
 def application_killed_after_some_partitions_committed(
     scenario: Scenario, mode: str, *, after_kill: Callable[[Scenario], None] | None = None
-) -> None:
+) -> CheckReport:
     """The whole application SIGKILLed with epoch 1 partly committed; a restart finishes it.
 
     ``after_kill(scenario)`` runs between the kill (once the partial commit is asserted)
-    and the restart: what an operator would look at or do there.
+    and the restart: what an operator would look at or do there. Returns the checker's
+    report of the finished output.
     """
     scenario.stage()
     epoch = 1
@@ -125,9 +127,11 @@ def application_killed_after_some_partitions_committed(
     #    writes epoch 1 again; the remaining epochs follow.
     second = scenario.run(scenario.config(mode=mode), "second")
     assert epoch in {e.epoch for e in second.epochs}
-    assert_exact(scenario.check())
+    report = scenario.check()
+    assert_exact(report)
     last = max(e.epoch for e in second.epochs)
     assert {p: m.epoch if m else None for p, m in scenario.markers(2).items()} == {
         0: last,
         1: last,
     }
+    return report
