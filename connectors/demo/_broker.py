@@ -1,8 +1,9 @@
 """The demo's embedded minikafka broker (``__main__`` step 1), plaintext or secured.
 
 With ``secure=True`` the broker's only listener is SASL_SSL: SCRAM-SHA-512 for one user,
-:data:`DEMO_USER`, whose password is drawn for the run (it lives only in this process, the
-broker's and the app's environment; nothing prints or writes it), and TLS with
+:data:`DEMO_USER`, whose password is drawn for the run (this process hands it to the
+broker in a users file of the broker's own temporary directory and to the app in its
+environment; nothing prints it or writes it in the work directory), and TLS with
 certificates of a throwaway certificate authority that
 :func:`connectors.testing._tls.make_tls_files` writes into the work directory (needs the
 ``dev`` extra, ``trustme``). :attr:`DemoBroker.client_config` holds the settings every
