@@ -55,6 +55,7 @@ from txn import (
     EpochLogError,
     EpochPlan,
     ErrorAction,
+    IllegalTransitionError,
     LogRecord,
     QueryBinding,
     decode_record,
@@ -236,14 +237,16 @@ class KafkaEpochLog(EpochLog):
         aborted and written again for up to ``BROKER_RESTART_WAIT_S``
         (``_classify.retry_over_restart``). When the abort itself fails, the producer is
         dropped and the next attempt takes the log over again (``init_transactions``,
-        re-read) before it validates and writes the record again.
+        re-read) before it validates and writes the record again. A record the history
+        refuses raises :class:`~txn.IllegalTransitionError` as every epoch log does (nothing
+        is written).
         """
         self._check_open()
         try:
             retry_over_restart(
                 f"appending to epoch log {self._topic}", lambda: self._append_once(record)
             )
-        except (EpochLogError, KafkaEpochLogFencedError):
+        except (EpochLogError, KafkaEpochLogFencedError, IllegalTransitionError):
             raise
         except Exception as exc:
             msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
