@@ -42,6 +42,7 @@ from connectors.kafka._classify import (
     broker_restart,
     call_with_retry,
     classify,
+    kafka_error_of,
     raise_if_denied,
     retry_over_restart,
     with_delivery_cause,
@@ -317,7 +318,8 @@ class KafkaEpochLog(EpochLog):
             raise_if_denied(exc, f"appending to epoch log {self._topic}")
             msg = (
                 f"epoch log of sink {self._sink_id!r} was taken over by another coordinator "
-                f"(fenced: {exc}); only one driver may run this sink: stop this one"
+                f"(fenced: {kafka_error_of(exc) or exc}); only one driver may run this sink: "
+                "stop this one"
             )
             raise KafkaEpochLogFencedError(msg) from exc
         try:
