@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._binding import QueryBinder, query_id_of
 from connectors.stage._connector import SinkConnector
@@ -31,12 +31,17 @@ from txn import (
     Resource,
 )
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
 log = logging.getLogger("connectors.stage")
 
 # Seconds stop_gracefully waits by default for the epoch in flight to commit.
 STOP_TIMEOUT_S = 300.0
 
-Select = Callable[[Any], Any]
+Select = Callable[["DataFrame"], "DataFrame"]  # a member's rows from the micro-batch
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class _Member:
     connector: SinkConnector
     select: Select | None = None
 
-    def frame(self, df: Any) -> Any:
+    def frame(self, df: DataFrame) -> DataFrame:
         return df if self.select is None else self.select(df)
 
 
@@ -98,11 +103,11 @@ class TransactionalSink(SinkLifecycle):
         return self._members[0].connector
 
     # -- foreachBatch entry points -------------------------------------------------------
-    def __call__(self, df: Any, batch_id: int) -> EpochResult:
+    def __call__(self, df: DataFrame, batch_id: int) -> EpochResult:
         """``foreachBatch`` callable: same as :meth:`write`."""
         return self.write(df, batch_id)
 
-    def write(self, df: Any, batch_id: int) -> EpochResult:
+    def write(self, df: DataFrame, batch_id: int) -> EpochResult:
         """Write micro-batch ``batch_id`` of ``df`` (docs/architecture.md, section 9, steps 1-5).
 
         Raises:
@@ -143,7 +148,7 @@ class TransactionalSink(SinkLifecycle):
 
     def _write_locked(
         self,
-        frames: list[Any],
+        frames: list[DataFrame],
         plans_in: list[InputPlan],
         query_id: str | None,
         batch_id: int,
@@ -191,11 +196,13 @@ class TransactionalSink(SinkLifecycle):
             self._recovered = True
             log.info("sink %s recovered: %s", self._sink_id, report)
 
-    def _reserve(self, sc: Any, parallelism: int) -> None:
+    def _reserve(self, sc: SparkContext | None, parallelism: int) -> None:
         opts = self._options
+        if sc is None:  # Spark Connect: aligned mode is refused before, no vote server
+            return
         if opts.aligned:
             check_slots(sc, parallelism)
-        if sc is not None and (opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE):
+        if opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE:
             self._vote_server(sc)  # started before the plan is logged: fail early
 
     def _resource(self, plans_in: Sequence[InputPlan], widths: Sequence[int]) -> Resource[Any]:
@@ -250,7 +257,7 @@ class TransactionalSink(SinkLifecycle):
         if faults is not None:
             faults.fire(step, epoch)
 
-    def _vote_server(self, sc: Any) -> VoteServer | None:
+    def _vote_server(self, sc: SparkContext | None) -> VoteServer | None:
         """Return the running vote server (started now if needed); None for "barrier".
 
         None too under Spark Connect (no SparkContext): at-most-once then lets only a
@@ -277,7 +284,7 @@ class TransactionalSink(SinkLifecycle):
         """Accept no new epoch: a later call raises :class:`SinkStoppedError`, writing nothing."""
         self._stopping.set()
 
-    def stop_gracefully(self, query: Any, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    def stop_gracefully(self, query: StreamingQuery, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Stop ``query`` once the epoch in flight (if any) has committed.
 
         1. no new epoch starts (:meth:`request_stop`); a batch Spark starts meanwhile fails
@@ -307,7 +314,7 @@ class TransactionalSink(SinkLifecycle):
             return self._open_log().load()
 
 
-def _spark_context(frame: Any) -> Any:
+def _spark_context(frame: DataFrame) -> SparkContext | None:
     """Return the SparkContext of ``frame``'s session, or None under Spark Connect."""
     try:
         return frame.sparkSession.sparkContext
@@ -315,7 +322,7 @@ def _spark_context(frame: Any) -> Any:
         return None
 
 
-def _width(options: StageOptions, frame: Any, sc: Any) -> int:
+def _width(options: StageOptions, frame: DataFrame, sc: SparkContext | None) -> int:
     """Return a member's write partitions for a new epoch: the input's, the option's or Spark's."""
     if options.keep_partitioning:
         return max(1, int(frame.rdd.getNumPartitions()))
@@ -330,7 +337,7 @@ def _width(options: StageOptions, frame: Any, sc: Any) -> int:
     return max(1, int(sc.defaultParallelism))
 
 
-def _refuse_aligned_without_context(sc: Any, options: StageOptions) -> None:
+def _refuse_aligned_without_context(sc: SparkContext | None, options: StageOptions) -> None:
     if sc is None and options.aligned:
         msg = (
             "aligned mode needs the SparkContext (the slot check and the driver's vote "

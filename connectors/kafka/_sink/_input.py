@@ -11,21 +11,25 @@ dropped, ``delete`` rows become tombstones (null value).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.kafka._errors import InputSchemaError
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._writer import Layout
 from connectors.stage import InputPlan
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructType
+
 _STRING_OR_BINARY = ("string", "binary")
 
 
-def _type_name(dtype: Any) -> str:
+def _type_name(dtype: DataType) -> str:
     return str(dtype.simpleString())
 
 
-def input_layout(schema: Any, cfg: SinkConfig) -> Layout:
+def input_layout(schema: StructType, cfg: SinkConfig) -> Layout:
     """Check ``schema`` (a Spark StructType); return which optional columns are present.
 
     Raises:
@@ -101,7 +105,7 @@ def data_columns(layout: Layout) -> list[str]:
     return names
 
 
-def check_input(schema: Any, cfg: SinkConfig) -> InputPlan:
+def check_input(schema: StructType, cfg: SinkConfig) -> InputPlan:
     """Check ``schema`` and return what the stage ships, how it routes and orders it."""
     layout = input_layout(schema, cfg)
     return InputPlan(
@@ -113,7 +117,7 @@ def check_input(schema: Any, cfg: SinkConfig) -> InputPlan:
     )
 
 
-def transform(df: Any, plan: InputPlan) -> Any:
+def transform(df: DataFrame, plan: InputPlan) -> DataFrame:
     """Apply the changelog rules (module docstring); other input passes unchanged."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 

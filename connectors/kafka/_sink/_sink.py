@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.kafka._admin import (
     TOPIC_METADATA_WAIT_S,
@@ -20,6 +20,10 @@ from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from connectors.kafka._sink._participant import KafkaResource
 from connectors.stage import InputPlan, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("connectors.kafka")
 
@@ -40,11 +44,11 @@ class KafkaConnector(SinkConnector):
         """The validated configuration (stage options included)."""
         return self.cfg
 
-    def check_input(self, schema: Any) -> InputPlan:
+    def check_input(self, schema: StructType) -> InputPlan:
         """Check Spark's Kafka sink columns (see ``_input``)."""
         return _input.check_input(schema, self.cfg)
 
-    def transform(self, df: Any, plan: InputPlan) -> Any:
+    def transform(self, df: DataFrame, plan: InputPlan) -> DataFrame:
         """Apply the changelog rules before routing."""
         return _input.transform(df, plan)
 
