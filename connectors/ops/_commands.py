@@ -16,7 +16,7 @@ from connectors.kafka import (
     read_markers,
 )
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
-from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import Layout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.stage import start_over_offset

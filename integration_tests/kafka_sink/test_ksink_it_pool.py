@@ -15,7 +15,9 @@ import pytest
 
 from connectors.kafka import KafkaSink, KafkaWriteError, RecordError, read_markers
 from connectors.kafka._sink import _pool
-from connectors.kafka._sink._participant import KafkaParticipant, KafkaResource, pool_key
+from connectors.kafka._sink._participant import KafkaParticipant
+from connectors.kafka._sink._producers import pool_key
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import Layout
 from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
 from integration_tests.kafka_sink._support import (

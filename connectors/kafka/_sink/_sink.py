@@ -17,7 +17,7 @@ from connectors.kafka._errors import PreflightError, TopicMissingError
 from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
-from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.stage import InputPlan, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
