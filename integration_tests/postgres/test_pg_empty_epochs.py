@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,22 +65,29 @@ def ids(pg: Any, schema: str) -> Counter[int]:
 @pytest.mark.spark
 @pytest.mark.parametrize("mode", [m.value for m in CommitMode])
 def test_a_wedged_log_recovers_in_a_new_sink(
-    spark: Any, pg: Any, schema: str, postgres_dsn: str, mode: str
+    spark: Any,
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    mode: str,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     pg.execute(
         sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
     )
 
     def new_sink() -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            commit_protocol="two-phase",
-            mode=mode,
+        return closing(
+            PostgresSink(
+                postgres_dsn,
+                "t",
+                f"{schema}-s",
+                schema=schema,
+                control_schema=schema,
+                parallelism=2,
+                commit_protocol="two-phase",
+                mode=mode,
+            )
         )
 
     def batch(start: int, end: int) -> Any:
@@ -124,6 +132,7 @@ def test_query_stop_during_an_empty_epoch_then_restart(
     tmp_path: Any,
     protocol: str,
     mode: str,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     """A streaming query stopped while its empty batch is in the write stage restarts from
     its checkpoint with a new sink object, and every row lands once."""
@@ -173,16 +182,18 @@ def test_query_stop_during_an_empty_epoch_then_restart(
         )
 
     def new_sink(**extra: Any) -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            commit_protocol=protocol,
-            mode=mode,
-            **extra,
+        return closing(
+            PostgresSink(
+                postgres_dsn,
+                "t",
+                f"{schema}-s",
+                schema=schema,
+                control_schema=schema,
+                parallelism=2,
+                commit_protocol=protocol,
+                mode=mode,
+                **extra,
+            )
         )
 
     add_file("0.json", range(0, 10))

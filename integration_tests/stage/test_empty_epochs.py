@@ -262,6 +262,7 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
     tmp_path: Path,
     kind: str,
     step: str,
+    closing: Callable[[TransactionalSink], TransactionalSink],
 ) -> None:
     import json
 
@@ -277,16 +278,18 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
 
     def new_sink(**extra: Any) -> TransactionalSink:
         if kind == "kafka":
-            return KafkaSink(kafka_bootstrap, topic, f"{schema}-k", **options, **extra)
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            commit_protocol=kind,
-            **options,
-            **extra,
+            return closing(KafkaSink(kafka_bootstrap, topic, f"{schema}-k", **options, **extra))
+        return closing(
+            PostgresSink(
+                postgres_dsn,
+                "t",
+                f"{schema}-s",
+                schema=schema,
+                control_schema=schema,
+                commit_protocol=kind,
+                **options,
+                **extra,
+            )
         )
 
     if kind == "kafka":
