@@ -20,6 +20,7 @@ import pytest
 from psycopg import sql
 
 from connectors.postgres import PostgresEpochLog, PostgresSink, list_prepared
+from integration_tests.postgres._queries import table_sink
 from integration_tests.postgres._world import PG_LIKE, PgWorld
 from txn import CommitMode, EpochDecision, EpochLog, EpochState
 from txn.testing import EMPTY
@@ -77,18 +78,7 @@ def test_a_wedged_log_recovers_in_a_new_sink(
     )
 
     def new_sink() -> PostgresSink:
-        return closing(
-            PostgresSink(
-                postgres_dsn,
-                "t",
-                f"{schema}-s",
-                schema=schema,
-                control_schema=schema,
-                parallelism=2,
-                commit_protocol="two-phase",
-                mode=mode,
-            )
-        )
+        return closing(table_sink(postgres_dsn, schema, commit_protocol="two-phase", mode=mode))
 
     def batch(start: int, end: int) -> Any:
         return spark.range(start, end, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
@@ -183,17 +173,7 @@ def test_query_stop_during_an_empty_epoch_then_restart(
 
     def new_sink(**extra: Any) -> PostgresSink:
         return closing(
-            PostgresSink(
-                postgres_dsn,
-                "t",
-                f"{schema}-s",
-                schema=schema,
-                control_schema=schema,
-                parallelism=2,
-                commit_protocol=protocol,
-                mode=mode,
-                **extra,
-            )
+            table_sink(postgres_dsn, schema, commit_protocol=protocol, mode=mode, **extra)
         )
 
     add_file("0.json", range(0, 10))

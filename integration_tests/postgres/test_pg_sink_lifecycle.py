@@ -26,6 +26,7 @@ from integration_tests.postgres._queries import (
     stage_files,
     start,
     table_rows,
+    table_sink,
     wait_until,
 )
 
@@ -39,15 +40,7 @@ def make(pg: Any, schema: str, postgres_dsn: str) -> Make:
     create_table(pg, schema)
 
     def new(**options: Any) -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            **options,
-        )
+        return table_sink(postgres_dsn, schema, **options)
 
     return new
 

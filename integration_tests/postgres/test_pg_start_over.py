@@ -27,6 +27,7 @@ from integration_tests.postgres._queries import (
     run,
     stage_files,
     table_rows,
+    table_sink,
 )
 
 pytestmark = pytest.mark.spark
@@ -76,18 +77,7 @@ def test_postgres_sink_starts_over_after_a_new_checkpoint(
     create_table(pg, schema)
 
     def make(**options: Any) -> PostgresSink:
-        return closing(
-            PostgresSink(
-                postgres_dsn,
-                "t",
-                f"{schema}-s",
-                schema=schema,
-                control_schema=schema,
-                parallelism=2,
-                commit_protocol=protocol,
-                **options,
-            )
-        )
+        return closing(table_sink(postgres_dsn, schema, commit_protocol=protocol, **options))
 
     start_over_scenario(spark, tmp_path, epochs, make)
     assert table_rows(pg, schema) == expected_rows(epochs)
@@ -105,17 +95,7 @@ def test_a_new_checkpoint_without_start_over_is_refused_and_writes_nothing(
     create_table(pg, schema)
 
     def make(**options: Any) -> PostgresSink:
-        return closing(
-            PostgresSink(
-                postgres_dsn,
-                "t",
-                f"{schema}-s",
-                schema=schema,
-                control_schema=schema,
-                parallelism=2,
-                **options,
-            )
-        )
+        return closing(table_sink(postgres_dsn, schema, **options))
 
     stage_files(tmp_path / "in", 0, 2)
     with make() as first:
