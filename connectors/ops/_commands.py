@@ -18,7 +18,7 @@ from connectors.kafka import (
 from connectors.kafka._acls import required_acls
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
 from connectors.kafka._clients import Cluster
-from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.stage import start_over_offset

@@ -71,7 +71,9 @@ class DriverConnection:
     def __init__(self, cfg: PostgresSinkConfig) -> None:
         self._cfg = cfg
         self._conn: Conn | None = None
-        self._lock = threading.Lock()
+        # Reentrant, like _DRIVER_LOCK: a sink collected while this thread holds it (the
+        # collector runs at any allocation) releases its connection from its finalizer.
+        self._lock = threading.RLock()
 
     def get(self) -> Conn:
         """Return an open autocommit connection."""
@@ -90,7 +92,9 @@ class DriverConnection:
 
 
 _DRIVER: dict[str, DriverConnection] = {}
-_DRIVER_LOCK = threading.Lock()
+# Reentrant: a sink object collected while this thread holds it (the collector runs at any
+# allocation) calls release_driver_connection from its finalizer, in the same thread.
+_DRIVER_LOCK = threading.RLock()
 
 
 def release_driver_connection(cfg: PostgresSinkConfig) -> None:

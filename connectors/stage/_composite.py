@@ -21,12 +21,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._connector import SinkConnector
 from connectors.stage._options import StageOptions
 from connectors.stage._sink import Select, TransactionalSink, _Member
 from txn import ConfigError, EpochLog, FileEpochLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 class CompositeSink(TransactionalSink):
@@ -122,11 +125,13 @@ class SelectColumns:
 
     names: tuple[str, ...]
 
-    def __call__(self, df: Any) -> Any:
+    def __call__(self, df: DataFrame) -> DataFrame:
         return df.select(*self.names)
 
 
-def _split(item: TransactionalSink | tuple[TransactionalSink, Select]) -> tuple[Any, Any]:
+def _split(
+    item: TransactionalSink | tuple[TransactionalSink, Select],
+) -> tuple[SinkConnector, Select | None]:
     if isinstance(item, tuple) and len(item) != 2:  # a (sink, select) pair
         msg = f"a member of CompositeSink is a sink or a (sink, select) pair, got {item!r}"
         raise ConfigError(msg)

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._binding import QueryBinder, query_id_of
 from connectors.stage._connector import SinkConnector
@@ -32,12 +32,17 @@ from txn import (
     Resource,
 )
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
 log = logging.getLogger("connectors.stage")
 
 # Seconds stop_gracefully waits by default for the epoch in flight to commit.
 STOP_TIMEOUT_S = 300.0
 
-Select = Callable[[Any], Any]
+Select = Callable[["DataFrame"], "DataFrame"]  # a member's rows from the micro-batch
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class _Member:
     connector: SinkConnector
     select: Select | None = None
 
-    def frame(self, df: Any) -> Any:
+    def frame(self, df: DataFrame) -> DataFrame:
         return df if self.select is None else self.select(df)
 
 
@@ -102,11 +107,11 @@ class TransactionalSink(SinkLifecycle):
         return self._members[0].connector
 
     # -- foreachBatch entry points -------------------------------------------------------
-    def __call__(self, df: Any, batch_id: int) -> EpochResult:
+    def __call__(self, df: DataFrame, batch_id: int) -> EpochResult:
         """``foreachBatch`` callable: same as :meth:`write`."""
         return self.write(df, batch_id)
 
-    def write(self, df: Any, batch_id: int) -> EpochResult:
+    def write(self, df: DataFrame, batch_id: int) -> EpochResult:
         """Write micro-batch ``batch_id`` of ``df`` (docs/architecture.md, section 9, steps 1-5).
 
         Raises:
@@ -147,7 +152,7 @@ class TransactionalSink(SinkLifecycle):
 
     def _write_locked(
         self,
-        frames: list[Any],
+        frames: list[DataFrame],
         input_specs: list[InputSpec],
         query_id: str | None,
         batch_id: int,
@@ -197,7 +202,9 @@ class TransactionalSink(SinkLifecycle):
             self._recovered = True
             log.info("sink %s recovered: %s", self._sink_id, report)
 
-    def _shape(self, frames: list[Any], resources: list[Resource[Any]], sc: Any) -> EpochShape:
+    def _shape(
+        self, frames: list[DataFrame], resources: list[Resource[Any]], sc: SparkContext | None
+    ) -> EpochShape:
         """Each member's write tasks and the epoch's options (``_shares``)."""
         widths = [
             member_width(m.connector.sink_id, m.connector.options, f)
@@ -223,10 +230,12 @@ class TransactionalSink(SinkLifecycle):
             auto_mode=self._auto_mode,
         )
 
-    def _reserve(self, sc: Any, parallelism: int, opts: StageOptions) -> None:
+    def _reserve(self, sc: SparkContext | None, parallelism: int, opts: StageOptions) -> None:
+        if sc is None:  # Spark Connect: aligned mode is refused before, no vote server
+            return
         if opts.aligned:
             check_slots(sc, parallelism)
-        if sc is not None and (opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE):
+        if opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE:
             self._vote_server(sc)  # started before the plan is logged: fail early
 
     def _record(self, metrics: EpochMetrics) -> None:
@@ -273,7 +282,7 @@ class TransactionalSink(SinkLifecycle):
         if faults is not None:
             faults.fire(step, epoch)
 
-    def _vote_server(self, sc: Any) -> VoteServer | None:
+    def _vote_server(self, sc: SparkContext | None) -> VoteServer | None:
         """Return the running vote server (started now if needed); None for "barrier".
 
         None too under Spark Connect (no SparkContext): at-most-once then lets only a
@@ -300,7 +309,7 @@ class TransactionalSink(SinkLifecycle):
         """Accept no new epoch: a later call raises :class:`SinkStoppedError`, writing nothing."""
         self._stopping.set()
 
-    def stop_gracefully(self, query: Any, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    def stop_gracefully(self, query: StreamingQuery, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Stop ``query`` once the epoch in flight (if any) has committed.
 
         1. no new epoch starts (:meth:`request_stop`); a batch Spark starts meanwhile fails
@@ -330,7 +339,7 @@ class TransactionalSink(SinkLifecycle):
             return self._open_log().load()
 
 
-def _spark_context(frame: Any) -> Any:
+def _spark_context(frame: DataFrame) -> SparkContext | None:
     """Return the SparkContext of ``frame``'s session, or None under Spark Connect."""
     try:
         return frame.sparkSession.sparkContext
@@ -345,7 +354,7 @@ def _resource(resources: Sequence[Resource[Any]], widths: Sequence[int]) -> Reso
     return CompositeResource([Member(r, w) for r, w in zip(resources, widths, strict=True)])
 
 
-def _default_parallelism(sc: Any) -> int:
+def _default_parallelism(sc: SparkContext | None) -> int:
     """Return Spark's default parallelism (the budget of members without ``parallelism``)."""
     if sc is None:
         msg = (
@@ -356,7 +365,7 @@ def _default_parallelism(sc: Any) -> int:
     return max(1, int(sc.defaultParallelism))
 
 
-def _refuse_aligned_without_context(sc: Any, options: StageOptions) -> None:
+def _refuse_aligned_without_context(sc: SparkContext | None, options: StageOptions) -> None:
     if sc is None and options.aligned:
         msg = (
             "aligned mode needs the SparkContext (the slot check and the driver's vote "

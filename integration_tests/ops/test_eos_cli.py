@@ -316,7 +316,7 @@ def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, n
 
 @pytest.mark.spark
 def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
-    spark, kafka_bootstrap, new_topic, capsys
+    spark, kafka_bootstrap, new_topic, capsys, closing
 ):
     from connectors.kafka import KafkaSink
 
@@ -336,8 +336,10 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
         )
     ]
     df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
-    sink = KafkaSink(
-        kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2, order_by=["seq"]
+    sink = closing(
+        KafkaSink(
+            kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2, order_by=["seq"]
+        )
     )
     sink(df.where("seq < 25"), 0)
     sink(df.where("seq >= 25"), 1)
@@ -366,7 +368,7 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
 
 
 @pytest.mark.spark
-def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys):
+def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys, closing):
     from connectors.kafka import KafkaSink
     from connectors.stage import CompositeSink
 
@@ -398,7 +400,9 @@ def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, 
         )
         for n, out in (("a", out_a), ("b", out_b))
     ]
-    sink = CompositeSink([(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite)
+    sink = closing(
+        CompositeSink([(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite)
+    )
     for epoch in range(2):
         sink(df.where(f"seq >= {15 * epoch} AND seq < {15 * (epoch + 1)}"), epoch)
     assert sink.metrics()[-1].member_rows == {f"{composite}-a": 15, f"{composite}-b": 15}
