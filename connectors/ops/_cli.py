@@ -26,6 +26,7 @@ from connectors.kafka._connect import connect_admin
 from connectors.ops import _commands as cmd
 from connectors.ops import _pgcli
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.ops._preflight import SinkPlan, preflight
 from connectors.ops._properties import ENV_PREFIX, PropertiesError, command_cluster
 from connectors.verify import (
     IdentityFn,
@@ -210,7 +211,7 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
             return cmd.abort_lingering(ref, args.parallelism, args.dry_run)
         return cmd.reset(ref, args.query)
     if args.command == "preflight":
-        plan = cmd.SinkPlan(
+        plan = SinkPlan(
             args.topic,
             args.sink_id,
             args.parallelism,
@@ -218,7 +219,7 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
             args.epoch_log_topic,
             args.marker_topic,
         )
-        return cmd.preflight(cluster, plan)
+        return preflight(cluster, plan)
     if (args.composite_id is None) != (args.members is None) or (
         args.composite_id is not None and args.sink_id is None
     ):
