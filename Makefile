@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test test-fast lint format typecheck layering unit integration bench soak model-long clean venv
+.PHONY: demo test test-fast test-compat lint format typecheck layering unit integration bench soak model-long clean venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,31 @@ test: lint typecheck
 	echo "make test: main run exit $$rest, shared-server run exit $$status"; \
 	test $$rest -eq 0 && test $$status -eq 0
 
+# The smoke set (tests marked `compat`) on the Spark lines other than the main venv's
+# (README, "Supported Spark versions"): one venv per pinned PySpark under .venv-compat/,
+# built once per version and pyproject.toml with the kit installed editable, then the
+# lines one after the other; every line runs, and any failing fails the target.
+COMPAT_SPARK ?= 3.5.9 4.0.5
+COMPAT_DIR   := .venv-compat
+COMPAT_STAMPS := $(COMPAT_SPARK:%=$(COMPAT_DIR)/%/.installed)
+
+$(COMPAT_DIR)/%/.installed: pyproject.toml
+	$(PYTHON) -m venv $(COMPAT_DIR)/$*
+	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet -e '.[dev]' 'pyspark==$*'
+	touch $@
+
+test-compat: $(COMPAT_STAMPS)
+	@export JAVA_TOOL_OPTIONS="$(TEST_JAVA_OPTIONS)"; failed=""; \
+	for v in $(COMPAT_SPARK); do \
+	  py=$(abspath $(COMPAT_DIR))/$$v/bin/python; start=$$(date +%s); \
+	  echo "=== test-compat: PySpark $$v ==="; \
+	  PYSPARK_PYTHON=$$py PYSPARK_DRIVER_PYTHON=$$py $$py -m pytest -q -m compat \
+	    -W ignore::DeprecationWarning --durations=5 || failed="$$failed $$v"; \
+	  echo "=== test-compat: PySpark $$v took $$(( $$(date +%s) - start )) s ==="; \
+	done; \
+	test -z "$$failed" || { echo "make test-compat: failed on PySpark$$failed"; exit 1; }
+
 # The developer's loop: lint, types, unit tests and the integration tests that need
 # neither Spark nor whole applications (well under two minutes).
 test-fast: lint typecheck
@@ -80,4 +105,4 @@ soak: $(STAMP)
 	$(PY) -m integration_tests.support.soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(COMPAT_DIR) .pytest_cache .mypy_cache .ruff_cache

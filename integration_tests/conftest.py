@@ -252,3 +252,23 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def rc_spark(spark: Any) -> Any:
+    """The session's SparkSession with the kit's kafka-rc source registered.
+
+    On PySpark older than the source needs the test is skipped, saying so
+    (integration_tests/kafka_source/test_versions.py proves what ``register`` does there).
+    """
+    from connectors.kafka import MINIMUM_SPARK, register
+    from connectors.kafka._source import spark_has_source_api
+
+    if not spark_has_source_api():
+        import pyspark
+
+        pytest.skip(
+            f"the kafka-rc source needs PySpark {MINIMUM_SPARK}+, not {pyspark.__version__}"
+        )
+    register(spark)
+    return spark

@@ -98,7 +98,7 @@ def test_public_modules_import_without_the_extras() -> None:
     ("module", "extra"),
     [
         ("connectors.postgres", "postgres"),
-        ("connectors.testing.containers", "dev"),
+        ("connectors.testing.containers", "testing"),
     ],
 )
 def test_a_module_that_needs_an_extra_names_it(module: str, extra: str) -> None:

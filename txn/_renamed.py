@@ -14,12 +14,22 @@ import warnings
 from collections.abc import Callable, Mapping
 
 
-def renamed_names(module: str, renames: Mapping[str, str]) -> Callable[[str], object]:
-    """Return the module ``__getattr__`` of ``module`` resolving the former names of ``renames``."""
+def renamed_names(
+    module: str,
+    renames: Mapping[str, str],
+    otherwise: Callable[[str], object] | None = None,
+) -> Callable[[str], object]:
+    """Return the module ``__getattr__`` of ``module`` resolving the former names of ``renames``.
+
+    ``otherwise``, if given, resolves every other name (a package's names imported on first
+    use); without it they raise ``AttributeError``.
+    """
 
     def __getattr__(name: str) -> object:  # noqa: N807 - a module's __getattr__
         current = renames.get(name)
         if current is None:
+            if otherwise is not None:
+                return otherwise(name)
             msg = f"module {module!r} has no attribute {name!r}"
             raise AttributeError(msg)
         warnings.warn(

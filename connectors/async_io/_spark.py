@@ -10,9 +10,9 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, StructField, StructType
 
+from connectors._arrow_schema import arrow_schema
 from connectors.async_io._config import AsyncConfig
 from connectors.async_io._errors import AsyncConfigError
 from connectors.async_io._function import check_async_callable
@@ -137,9 +137,7 @@ def async_map(
         msg = f"enrichment columns {clash} already exist in the input; rename them"
         raise AsyncConfigError(msg)
     large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
-    arrow = to_arrow_schema(
-        enrichment, timezone="UTC", prefers_large_types=str(large).lower() == "true"
-    )
+    arrow = arrow_schema(enrichment, timezone="UTC", large_types=str(large).lower() == "true")
     AsyncOperator(fn, arrow, cfg)  # validates schema, config and timeout_default; no I/O
     nullable = [StructField(f.name, f.dataType, True, f.metadata) for f in enrichment.fields]
     result_schema = StructType([*df.schema.fields, *nullable])
@@ -150,7 +148,7 @@ def async_map(
 def _as_struct(schema: StructType | str) -> StructType:
     if isinstance(schema, str):
         try:
-            parsed: DataType = StructType.fromDDL(schema)
+            parsed = _parse_ddl(schema)
         except Exception as exc:  # Spark raises several parse error types
             msg = f"output_schema {schema!r} is not a valid DDL schema: {exc}"
             raise AsyncConfigError(msg) from exc
@@ -159,3 +157,18 @@ def _as_struct(schema: StructType | str) -> StructType:
         msg = f"output_schema must be a non-empty StructType or DDL string, got {schema!r}"
         raise AsyncConfigError(msg)
     return schema
+
+
+def _parse_ddl(ddl: str) -> DataType:
+    """Parse a DDL schema with ``StructType.fromDDL`` (PySpark 4.0 or later).
+
+    PySpark 3.5 lacks it; its own DDL parser there (the one ``createDataFrame`` uses) asks
+    the driver's JVM, which the caller of ``async_map`` has.
+    """
+    from_ddl = getattr(StructType, "fromDDL", None)
+    if from_ddl is not None:
+        parsed: DataType = from_ddl(ddl)
+        return parsed
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl)

@@ -10,10 +10,11 @@ Steps:
    (unless ``POSTGRES_DSN`` names one, see ``connectors.testing.postgres.postgres_dsn``);
 2. create an input and an output topic (and the table) and produce ``--records`` input
    records, each with a unique id, a key from a small key space and a per-key sequence number;
-3. with ``--source kafka`` (the default) the query reads the input topic with the kit's
-   ``read_committed`` source (``kafka-rc``), ``records / epochs`` offsets per micro-batch;
-   with ``--source files`` the input is first written as chunk files, one micro-batch each
-   (see ``connectors.demo.app.chunk_input``);
+3. with ``--source kafka`` (the default from PySpark 4.2, which the source needs) the
+   query reads the input topic with the kit's ``read_committed`` source (``kafka-rc``),
+   ``records / epochs`` offsets per micro-batch; with ``--source files`` (the default on
+   older PySpark) the input is first written as chunk files, one micro-batch each (see
+   ``connectors.demo.app.chunk_input``);
 4. run the streaming query as a Spark application (local mode, or on the cluster that
    ``--master spark://host:port`` names) writing through ``KafkaSink``
    (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with
@@ -43,6 +44,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from connectors.demo._broker import describe_security, start_broker
+from connectors.demo._faults import chaos_faults
 from connectors.demo._verify import verify_outputs
 from connectors.demo.app import (
     POSTGRES_PROTOCOLS,
@@ -59,10 +61,11 @@ from connectors.demo.app import (
     chunk_input,
     create_table,
 )
-from connectors.kafka import ClientConfigError
+from connectors.kafka import MINIMUM_SPARK, ClientConfigError, SparkVersionError
 from connectors.kafka._admin import admin_client
 from connectors.kafka._client_config import cluster_of
 from connectors.kafka._clients import Cluster
+from connectors.kafka._source import require_source_api, spark_has_source_api
 from connectors.ops._properties import PropertiesError, librdkafka_names, load_properties
 from connectors.verify import produce_input
 
@@ -97,9 +100,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--source",
         choices=SOURCES,
-        default=SOURCE_KAFKA,
-        help="read the input topic with the kafka-rc source (default), or "
-        "from Parquet chunk files written from it first",
+        default=None,
+        help="read the input topic with the kafka-rc source (default; it needs PySpark "
+        f"{MINIMUM_SPARK}+), or from Parquet chunk files written from it first (the default "
+        "on older PySpark)",
     )
     parser.add_argument(
         "--chaos",
@@ -160,6 +164,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--records, --epochs and --parallelism must be positive")
     if args.master is not None and args.master.startswith("local"):
         parser.error("--master names a cluster (spark://host:port); leave it out for local mode")
+    if args.source is None:
+        args.source = SOURCE_KAFKA if spark_has_source_api() else SOURCE_FILES
+    elif args.source == SOURCE_KAFKA:
+        try:
+            require_source_api()
+        except SparkVersionError as exc:
+            parser.error(f"--source kafka: {exc}; or use --source files")
     if args.command_config is not None and args.bootstrap_servers is None:
         parser.error("--command-config goes with --bootstrap-servers (its cluster's settings)")
     if args.secure and args.bootstrap_servers is not None:
@@ -184,37 +195,6 @@ def _create_topics(cluster: Cluster, names: dict[str, int]) -> None:
     )
     for fut in futures.values():
         fut.result(timeout=ADMIN_TIMEOUT_S)
-
-
-def _chaos_faults(epochs: int, parallelism: int) -> list[dict[str, object]]:
-    last_p = parallelism - 1
-    return [
-        {
-            "id": "kill-worker-a",
-            "step": "mid_write",
-            "epoch": max(1, epochs // 5),
-            "partition": 0,
-            "action": "kill",
-            "after_rows": 50,
-            "times": 1,
-        },
-        {
-            "id": "fail-before-commit",
-            "step": "after_pre_commit",
-            "epoch": max(2, epochs // 3),
-            "partition": last_p,
-            "action": "raise",
-            "times": 1,
-        },
-        {
-            "id": "kill-worker-b",
-            "step": "before_commit",
-            "epoch": max(3, (2 * epochs) // 3),
-            "partition": last_p,
-            "action": "kill",
-            "times": 1,
-        },
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,7 +276,7 @@ def _run(
             f"source in about {epochs} micro-batches of up to {chunk:,} offsets"
         )
     faults = work / "faults.json"
-    faults.write_text(json.dumps(_chaos_faults(epochs, args.parallelism) if args.chaos else []))
+    faults.write_text(json.dumps(chaos_faults(epochs, args.parallelism) if args.chaos else []))
     # Aligned epochs run every write task at once: P per sink, both sinks for kafka+postgres.
     slots = args.parallelism * (2 if args.sink == SINK_BOTH else 1)
     if args.master:

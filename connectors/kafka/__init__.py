@@ -12,7 +12,9 @@ Sink (``foreachBatch``; built on :mod:`connectors.stage`; docs/kafka-sink.md):
 * the error hierarchy rooted at :class:`KafkaSinkError` (a ``txn.TxnError``).
 
 Source (format ``kafka-rc``; docs/kafka-source.md): :func:`register`, its options and
-errors rooted at :class:`KafkaSourceError`.
+errors rooted at :class:`KafkaSourceError`. The source needs PySpark 4.2 or later, the sink
+3.5 or later: on older PySpark this package imports, :func:`register` raises
+:class:`SparkVersionError` and :class:`KafkaRcDataSource` is imported on first use.
 
 Both ask one error classifier, :func:`classify` (retry / abort / fatal, ``txn.ErrorAction``).
 Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
@@ -20,6 +22,7 @@ Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
 
 from typing import TYPE_CHECKING
 
+from connectors.kafka import _source
 from connectors.kafka._classify import classify
 from connectors.kafka._client_config import kafka_options
 from connectors.kafka._connect import KafkaAuthenticationError, KafkaConnectError
@@ -48,10 +51,10 @@ from connectors.kafka._sink._sink import KafkaSink
 from connectors.kafka._source import (
     EARLIEST,
     LATEST,
+    MINIMUM_SPARK,
     SOURCE_NAME,
     DataLossError,
     KafkaOffsets,
-    KafkaRcDataSource,
     KafkaReadTimeoutError,
     KafkaSourceError,
     KafkaSourceFatalError,
@@ -60,6 +63,7 @@ from connectors.kafka._source import (
     OffsetSpecError,
     SourceOptionError,
     SourceOptions,
+    SparkVersionError,
     register,
 )
 from connectors.stage import (
@@ -81,6 +85,7 @@ __all__ = [
     "DEFAULT_PRODUCER_CONFIG",
     "EARLIEST",
     "LATEST",
+    "MINIMUM_SPARK",
     "SOURCE_NAME",
     "BrokerUnavailableError",
     "ClientConfigError",
@@ -96,7 +101,6 @@ __all__ = [
     "KafkaInputError",
     "KafkaInputSchemaError",
     "KafkaOffsets",
-    "KafkaRcDataSource",
     "KafkaReadTimeoutError",
     "KafkaRecordError",
     "KafkaSink",
@@ -118,6 +122,7 @@ __all__ = [
     "SinkStoppedError",
     "SourceOptionError",
     "SourceOptions",
+    "SparkVersionError",
     "TopicMissingError",
     "VoteChannelError",
     "VoteRejectedError",
@@ -130,8 +135,14 @@ __all__ = [
     "register",
 ]
 
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
+if _source.spark_has_source_api():  # PySpark 4.2 or later (connectors.kafka._source)
+    __all__ += ["KafkaRcDataSource"]
+
+# Former names (docs/upgrading.md): still importable, with a DeprecationWarning. The
+# source's Spark classes (KafkaRcDataSource): imported on first use (PySpark 4.2 or later).
 if TYPE_CHECKING:
+    from connectors.kafka._source import KafkaRcDataSource
+
     InputError = KafkaInputError
     InputSchemaError = KafkaInputSchemaError
     RecordError = KafkaRecordError
@@ -147,4 +158,5 @@ else:
             "SinkConfigError": "KafkaSinkConfigError",
             "EpochLogFencedError": "KafkaEpochLogFencedError",
         },
+        otherwise=_source.spark_classes(__name__),
     )

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from connectors._arrow_schema import arrow_schema
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._epoch_log import PostgresEpochLog
@@ -30,11 +31,10 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     each batch's types with the checked ones).
     """
     from pyspark.sql import SparkSession
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     session = SparkSession.getActiveSession()
     zone = session.conf.get("spark.sql.session.timeZone") if session is not None else None
-    return to_arrow_schema(schema, timezone=zone or "UTC")
+    return arrow_schema(schema, timezone=zone or "UTC")
 
 
 class PostgresConnector(SinkConnector):

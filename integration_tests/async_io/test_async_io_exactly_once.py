@@ -115,6 +115,7 @@ def write_faults(path: Path) -> None:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["aligned", "unaligned"])
+@pytest.mark.usefixtures("rc_spark")  # the kafka-rc source: PySpark 4.2+
 def test_failure_mid_batch_then_replay_is_exactly_once(
     spark: Any,
     kafka_bootstrap: str,

@@ -70,6 +70,7 @@ def arrow_batch_rows(spark: SparkSession, rows: int) -> Iterator[None]:
         spark.conf.set(key, before)
 
 
+@pytest.mark.compat
 def test_ordered_enrichment_keeps_input_order(spark: SparkSession, http_service: Any) -> None:
     ns = uuid.uuid4().hex
     df = spark.range(0, 200, numPartitions=2)

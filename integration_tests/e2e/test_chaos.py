@@ -43,6 +43,7 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
     return Scenario.create(kafka_bootstrap, tmp_path, new_topic)
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("mode", ["unaligned", "aligned"])
 def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
     worker_killed_mid_write(scenario, mode)

@@ -88,6 +88,7 @@ def test_source_refused_authentication_is_typed_at_once(kafka_bootstrap: str) ->
     assert kafka_bootstrap in str(info.value) and "not-logged" not in str(info.value)
 
 
+@pytest.mark.usefixtures("rc_spark")  # the kafka-rc source: PySpark 4.2+
 @pytest.mark.spark
 def test_streaming_source_on_a_wrong_address_fails_with_the_typed_error(spark: Any) -> None:
     register(spark)

@@ -111,6 +111,7 @@ def test_at_most_once_does_not_re_run_a_failed_stage(
     assert metrics[0].stage_runs == 1 and metrics[0].error is not None
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("channel", ["driver", "barrier"])
 def test_aligned_mode_over_each_vote_channel(spark, kafka_bootstrap, new_topic, channel):
     topic = new_topic("ks-vc", partitions=2)
@@ -133,6 +134,7 @@ def test_aligned_mode_over_each_vote_channel(spark, kafka_bootstrap, new_topic, 
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
 
 
+@pytest.mark.compat
 def test_replay_of_a_committed_batch_writes_nothing(spark, kafka_bootstrap, new_topic):
     topic = new_topic("ks-replay", partitions=2)
     sink_id = sid()

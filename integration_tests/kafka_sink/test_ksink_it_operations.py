@@ -171,6 +171,7 @@ def test_streaming_query_reports_per_epoch_metrics(
         assert json.loads(m.to_json())["epoch"] == m.epoch
 
 
+@pytest.mark.usefixtures("rc_spark")  # the kafka-rc source: PySpark 4.2+
 def test_listener_joins_progress_sink_metrics_and_source_lag(
     spark, kafka_bootstrap, new_topic, tmp_path
 ):
@@ -224,6 +225,7 @@ def test_listener_joins_progress_sink_metrics_and_source_lag(
     assert "@" not in next(iter(names))
 
 
+@pytest.mark.usefixtures("rc_spark")  # the kafka-rc source: PySpark 4.2+
 def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
     spark, kafka_bootstrap, new_topic, tmp_path, closing
 ):

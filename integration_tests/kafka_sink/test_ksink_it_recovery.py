@@ -36,6 +36,7 @@ def fault_plan(tmp_path, *faults):
     return FaultPlan(str(path))
 
 
+@pytest.mark.compat
 def test_in_doubt_epoch_is_skipped_by_markers_on_replay(
     spark, kafka_bootstrap, new_topic, tmp_path
 ):

@@ -40,6 +40,7 @@ def abort_junk(bootstrap: str, topic: str, first_id: int, n: int) -> None:
     producer.abort_transaction(CLIENT_TIMEOUT_S)
 
 
+@pytest.mark.compat
 @pytest.mark.timeout(600)
 def test_source_to_exactly_once_sink_passes_the_checker(
     rc_spark: Any,

@@ -148,6 +148,7 @@ def test_reset_binds_the_next_query_above_every_epoch_and_refuses_in_doubt(
     assert code == 4 and "epoch 1 is not committed" in refused["problems"][0]
 
 
+@pytest.mark.compat
 def test_status_of_a_healthy_sink_and_the_console_script(kafka_bootstrap, tmp_path, capsys):
     sink_id = f"eos-{uuid.uuid4().hex[:8]}"
     log = sink_log(

@@ -26,6 +26,7 @@ def rows(pg: Any, schema: str, order: str = "id") -> list[tuple[Any, ...]]:
     return [tuple(r) for r in pg.execute(query).fetchall()]
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_append_epochs_land_once_and_a_replay_is_skipped(spark, pg, schema, postgres_dsn, protocol):
     table(pg, schema, "id bigint PRIMARY KEY, name text")
@@ -141,6 +142,7 @@ def test_violated_constraint_aborts_the_epoch_with_nothing_visible(spark, pg, sc
     assert len(rows(pg, schema)) == 40
 
 
+@pytest.mark.compat
 def test_timestamps_are_checked_and_written_in_the_session_time_zone(
     spark, pg, schema, postgres_dsn
 ):

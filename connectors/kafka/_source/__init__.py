@@ -17,10 +17,15 @@ Usage::
 the source shares, under Spark's ``kafka.`` prefix (docs/kafka-source.md, "Options").
 Options and output schema follow Spark's built-in ``kafka`` source; reads use
 ``isolation.level=read_committed`` so records of aborted transactions are never returned.
+
+The source needs PySpark 4.2 or later (``_spark_api``); the classes built on PySpark's
+data source API (:class:`KafkaRcDataSource` and its readers) are imported when first
+asked for, so this package imports on older Spark and :func:`register` says what to upgrade.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._arrow import arrow_schema, spark_schema
@@ -32,45 +37,86 @@ from ._errors import (
     KafkaUnavailableError,
     OffsetSpecError,
     SourceOptionError,
+    SparkVersionError,
 )
 from ._offsets import EARLIEST, LATEST, KafkaOffsets
 from ._options import OffsetBound, SourceOptions, Subscription
-from ._ranges import KafkaInputPartition, OffsetRange
-from ._source import SOURCE_NAME, KafkaBatchReader, KafkaRcDataSource, KafkaStreamReader
+from ._ranges import OffsetRange
+from ._spark_api import MINIMUM_SPARK, SOURCE_NAME, require_source_api, spark_has_source_api
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ._source import KafkaBatchReader, KafkaInputPartition, KafkaRcDataSource, KafkaStreamReader
+
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "MINIMUM_SPARK",
     "SOURCE_NAME",
     "DataLossError",
-    "KafkaBatchReader",
-    "KafkaInputPartition",
     "KafkaOffsets",
-    "KafkaRcDataSource",
     "KafkaReadTimeoutError",
     "KafkaSourceError",
     "KafkaSourceFatalError",
-    "KafkaStreamReader",
     "KafkaUnavailableError",
     "OffsetBound",
     "OffsetRange",
     "OffsetSpecError",
     "SourceOptionError",
     "SourceOptions",
+    "SparkVersionError",
     "Subscription",
     "arrow_schema",
     "register",
+    "require_source_api",
+    "spark_has_source_api",
     "spark_schema",
 ]
+
+# Built on PySpark's data source API: imported on first use (require_source_api), public
+# where PySpark has it (a star import on older PySpark leaves them out instead of failing).
+SPARK_CLASSES = frozenset(
+    {"KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"}
+)
+if spark_has_source_api():
+    __all__ += ["KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"]
 
 
 def register(spark: SparkSession) -> str:
     """Register the ``kafka-rc`` format on ``spark`` and return the format name.
 
     Call once per SparkSession, before ``spark.read/readStream.format("kafka-rc")``.
+
+    Raises:
+        SparkVersionError: the installed PySpark is older than :data:`MINIMUM_SPARK`.
+
     """
+    require_source_api()
+    from ._source import KafkaRcDataSource
+
     spark.dataSource.register(KafkaRcDataSource)
     return SOURCE_NAME
+
+
+def spark_classes(module: str) -> Callable[[str], object]:
+    """Return the module ``__getattr__`` of ``module`` that imports :data:`SPARK_CLASSES`.
+
+    A class is imported on first use; on PySpark older than :data:`MINIMUM_SPARK` that
+    raises :class:`SparkVersionError`. Any other name raises ``AttributeError``.
+    """
+
+    def __getattr__(name: str) -> object:  # noqa: N807 - a module's __getattr__
+        if name not in SPARK_CLASSES:
+            msg = f"module {module!r} has no attribute {name!r}"
+            raise AttributeError(msg)
+        require_source_api()
+        from . import _source
+
+        return getattr(_source, name)
+
+    return __getattr__
+
+
+if not TYPE_CHECKING:
+    __getattr__ = spark_classes(__name__)

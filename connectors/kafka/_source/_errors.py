@@ -12,7 +12,8 @@ must do:
 - :class:`KafkaReadTimeoutError`: the consumer made no progress for the configured poll
   timeout while reading a planned range;
 - :class:`KafkaUnavailableError`: a retriable Kafka error persisted through bounded retries;
-- :class:`KafkaSourceFatalError`: a non-retriable Kafka error; the client was discarded.
+- :class:`KafkaSourceFatalError`: a non-retriable Kafka error; the client was discarded;
+- :class:`SparkVersionError`: the installed PySpark is older than the source needs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "KafkaUnavailableError",
     "OffsetSpecError",
     "SourceOptionError",
+    "SparkVersionError",
 ]
 
 
@@ -54,3 +56,25 @@ class KafkaSourceFatalError(KafkaSourceError):
 
 class KafkaUnavailableError(KafkaSourceError):
     """A retriable Kafka error persisted through the bounded retries (broker down?)."""
+
+
+class SparkVersionError(KafkaSourceError, ImportError):
+    """The installed PySpark is older than the source needs; upgrade it or use Spark's ``kafka``.
+
+    Raised by :func:`~connectors.kafka.register` (and by importing the source's Spark
+    classes), never by ``import connectors.kafka``. ``installed`` and ``minimum`` are
+    PySpark version strings.
+    """
+
+    def __init__(self, installed: str, minimum: str) -> None:
+        self.installed = installed
+        self.minimum = minimum
+        super().__init__(
+            f"the kafka-rc source needs PySpark {minimum} or later (its Python data source "
+            f"API with read limits); the installed PySpark is {installed}. Upgrade PySpark "
+            f"(pip install 'pyspark>={minimum}'), or read with Spark's built-in 'kafka' "
+            "format (the kit's sinks run on this version)"
+        )
+
+    def __reduce__(self) -> tuple[type[SparkVersionError], tuple[str, str]]:
+        return (type(self), (self.installed, self.minimum))

@@ -14,13 +14,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import InputPartition
-
 from ._errors import DataLossError
 from ._offsets import TopicPartitionKey
 
 __all__ = [
-    "KafkaInputPartition",
     "OffsetRange",
     "lost_offsets",
     "plan_ranges",
@@ -48,13 +45,6 @@ class OffsetRange:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}[{self.start},{self.end})"
-
-
-@dataclass(frozen=True)
-class KafkaInputPartition(InputPartition):
-    """The Spark input partition of one task: an offset range plus read settings."""
-
-    offset_range: OffsetRange
 
 
 def plan_ranges(

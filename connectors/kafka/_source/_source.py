@@ -23,6 +23,7 @@ checkpointed during a broker outage may lack partitions; ``ReadPosition`` reads 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -48,20 +49,25 @@ from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
 from ._options import OffsetBound, SourceOptions
 from ._position import ReadPosition, merge_max
 from ._ranges import (
-    KafkaInputPartition,
+    OffsetRange,
     lost_offsets,
     plan_ranges,
     rate_limit,
     report_data_loss,
     split_ranges,
 )
+from ._spark_api import SOURCE_NAME
 
-__all__ = ["SOURCE_NAME", "KafkaBatchReader", "KafkaRcDataSource", "KafkaStreamReader"]
-
-SOURCE_NAME = "kafka-rc"
-"""The format name: ``spark.readStream.format("kafka-rc")`` after :func:`register`."""
+__all__ = ["KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"]
 
 Offsets = dict[TopicPartitionKey, int]
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """The Spark input partition of one task: an offset range plus read settings."""
+
+    offset_range: OffsetRange
 
 
 class KafkaRcDataSource(DataSource):
