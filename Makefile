@@ -54,7 +54,7 @@ TEST_JAVA_OPTIONS := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 test: lint typecheck
 	@export JAVA_TOOL_OPTIONS="$(TEST_JAVA_OPTIONS)"; log=$$(mktemp); \
 	$(PY) -m pytest -q -m "$(SHARED_SERVER_TESTS)" --durations=10 >$$log 2>&1 & shared=$$!; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not ($(SHARED_SERVER_TESTS)) and not model_long" --durations=25; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not ($(SHARED_SERVER_TESTS))" --durations=25; \
 	rest=$$?; wait $$shared; status=$$?; \
 	echo "=== tests marked $(SHARED_SERVER_TESTS) (one process) ==="; cat $$log; rm -f $$log; \
 	echo "make test: main run exit $$rest, shared-server run exit $$status"; \
@@ -94,9 +94,12 @@ bench: $(STAMP)
 	$(PY) -m benchmarks
 
 # The model-based test of ordinary use with many more examples (hours; EOS_MODEL_EXAMPLES and
-# EOS_MODEL_STEPS override the counts).
+# EOS_MODEL_STEPS override the counts). Its tests run only with --model-long: any other
+# run, `make test` included, skips them.
+MODEL_LONG_TESTS := integration_tests/model/test_ordinary_use.py::test_ordinary_use_long
+
 model-long: $(STAMP)
-	$(PY) -m pytest -q -m model_long integration_tests/model
+	$(PY) -m pytest -q --model-long $(MODEL_LONG_TESTS)
 
 soak: $(STAMP)
 	$(PY) -m integration_tests.support.soak

@@ -14,16 +14,26 @@ OPT_IN_RUNS = {
         "--fuzz",
         "long fuzz run of minikafka: select it with --fuzz (MINIKAFKA_FUZZ_SECONDS sets its length)",
     ),
+    "model_long": (
+        "--model-long",
+        "long run of the model-based test: select it with --model-long (make model-long)",
+    ),
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Declare ``--fuzz``."""
+    """Declare ``--fuzz`` and ``--model-long``."""
     parser.addoption(
         "--fuzz",
         action="store_true",
         default=False,
         help="run the long fuzz run of minikafka's request decoding (tests marked fuzz)",
+    )
+    parser.addoption(
+        "--model-long",
+        action="store_true",
+        default=False,
+        help="run the long run of the model-based test of ordinary use (tests marked model_long)",
     )
 
 

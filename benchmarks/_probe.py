@@ -196,13 +196,13 @@ def _profile_epoch(directory: Path) -> int | None:
 
 def install_task_probes(directory: str | Path) -> EventLog:
     """Time the task-side steps of every KafkaSink write task of this process."""
-    from connectors.kafka._sink import _participant, _writer
+    from connectors.kafka._sink import _participant, _transactional, _writer
     from connectors.stage import _rows, _run, _task
 
     directory = Path(directory)
     log = EventLog(directory, "task")
     for participant in (
-        _participant.TransactionalKafkaParticipant,
+        _transactional.TransactionalKafkaParticipant,
         _participant.PlainKafkaParticipant,
     ):
         _wrap(

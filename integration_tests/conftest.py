@@ -182,23 +182,33 @@ def kafka_admin(kafka_bootstrap: str) -> Iterator[ClosableAdmin]:
 @pytest.fixture
 def new_topic(kafka_admin: ClosableAdmin) -> Iterator[Callable[..., str]]:
     """Factory: create a uniquely named topic and wait until its metadata shows it."""
+    with topics_on(kafka_admin) as make:
+        yield make
+
+
+@contextlib.contextmanager
+def topics_on(admin: ClosableAdmin) -> Iterator[Callable[..., str]]:
+    """``make(prefix, partitions=1, config=None)``: a new topic through ``admin``, listed and led.
+
+    The topics made are deleted (best effort) when the block ends.
+    """
     created: list[str] = []
 
     def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        futures = kafka_admin.create_topics(
+        futures = admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
             request_timeout=ADMIN_REQUEST_TIMEOUT_S,
         )
         futures[name].result(timeout=ADMIN_REQUEST_TIMEOUT_S)
-        wait_for_topic(kafka_admin, name, partitions)
+        wait_for_topic(admin, name, partitions)
         created.append(name)
         return name
 
     yield make
     if created:
         try:
-            for fut in kafka_admin.delete_topics(created, request_timeout=10).values():
+            for fut in admin.delete_topics(created, request_timeout=10).values():
                 fut.result(timeout=ADMIN_REQUEST_TIMEOUT_S)
         except KafkaException:
             pass  # best effort: topic names are unique, a leftover harms no other test

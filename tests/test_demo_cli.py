@@ -12,6 +12,7 @@ from connectors.demo.__main__ import main
     [
         (["--master", "local[2]"], "--master names a cluster"),
         (["--records", "0"], "must be positive"),
+        (["--secure", "--bootstrap-servers", "k:9092"], "give its client settings with"),
     ],
 )
 def test_bad_arguments_exit_2_with_what_to_fix(

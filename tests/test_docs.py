@@ -567,6 +567,7 @@ def test_the_checks_see_what_they_check() -> None:
 CLI_SECTIONS = {
     "connectors/demo/__main__.py": ("docs/demo.md", "Options"),
     "connectors/ops/_cli.py": ("docs/operations.md", "The `eos` command"),
+    "connectors/ops/_pgcli.py": ("docs/operations.md", "The `eos` command"),
 }
 
 

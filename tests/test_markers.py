@@ -1,6 +1,7 @@
 """The suite's markers and options: every declared marker used, undeclared ones refused.
 
-The long fuzz run is chosen with ``--fuzz`` (the root conftest), not by a marker expression.
+The long runs are chosen with an option (the root conftest), not by a marker expression:
+``--fuzz`` (the fuzz run of minikafka), ``--model-long`` (the model-based test's long run).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ TEST_DIRS = ("tests", "integration_tests")
 # Seconds a pytest run in a subprocess may take (collection imports Spark's Python side).
 PYTEST_RUN_TIMEOUT_S = 120.0
 FUZZ_TEST = "integration_tests/minikafka_broker/test_fuzz.py::test_fuzz_long"
+MODEL_LONG_TEST = "integration_tests/model/test_ordinary_use.py::test_ordinary_use_long"
 
 
 def declared_markers() -> set[str]:
@@ -84,3 +86,26 @@ def test_the_long_fuzz_run_runs_with_the_option() -> None:
     result = run_pytest(FUZZ_TEST, "-q", "--fuzz", MINIKAFKA_FUZZ_SECONDS="3")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+def test_the_long_model_run_is_skipped_without_the_option() -> None:
+    result = run_pytest(MODEL_LONG_TEST, "-q", "-rs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"\b[1-9]\d* skipped", result.stdout), result.stdout
+    assert "passed" not in result.stdout
+    assert "select it with --model-long" in result.stdout
+
+
+def test_make_selects_the_long_runs_by_option_not_by_marker_expression() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "model_long" not in makefile
+    assert "-m fuzz" not in makefile
+    model_long = subprocess.run(
+        ["make", "-n", "model-long"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=PYTEST_RUN_TIMEOUT_S,
+        check=True,
+    )
+    assert f"--model-long {MODEL_LONG_TEST}" in model_long.stdout

@@ -276,25 +276,18 @@ class Coordinator(Generic[Rows]):
 
     def _next_plan(self, epoch: int, parallelism: int, history: EpochHistory) -> EpochPlan:
         previous = history.plan(epoch)
-        if previous is None:
-            return EpochPlan(
-                self._sink_id,
-                epoch,
-                parallelism,
-                self._resource.fingerprint(),
-                self._guarantee,
-                self._mode,
-            )
-        if history.state(epoch) in (EpochState.PLANNED, EpochState.COMMIT_DECIDED):  # pinned
+        pinned = (EpochState.PLANNED, EpochState.COMMIT_DECIDED)
+        if previous is not None and history.state(epoch) in pinned:
             return dataclasses.replace(previous, attempt=previous.attempt + 1)
-        return EpochPlan(  # aborted: nothing of it is visible, so it may be re-planned freely
+        # A new epoch, or an aborted one: nothing of it is visible, so it is planned freely.
+        return EpochPlan(
             self._sink_id,
             epoch,
             parallelism,
             self._resource.fingerprint(),
             self._guarantee,
             self._mode,
-            attempt=previous.attempt + 1,
+            attempt=0 if previous is None else previous.attempt + 1,
         )
 
     def _execute(self, plan: EpochPlan, execute: Execute) -> tuple[PartitionReport, ...]:

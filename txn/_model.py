@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 from txn._errors import ConfigError
 
 Rows = TypeVar("Rows")
+_Choice = TypeVar("_Choice", bound=enum.Enum)
 
 # Seconds a write partition waits for every other partition's vote in aligned mode
 # (any vote channel); generous because CI machines are busy, and a crashed partition
@@ -38,14 +39,7 @@ class Guarantee(str, enum.Enum):
     @classmethod
     def parse(cls, value: str | Guarantee) -> Guarantee:
         """Return the guarantee named by ``value`` or raise :class:`ConfigError`."""
-        if isinstance(value, Guarantee):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(g.value for g in cls)
-            msg = f"unknown guarantee {value!r}; use one of: {choices}"
-            raise ConfigError(msg) from None
+        return _parse_choice(cls, value, "guarantee")
 
 
 class CommitMode(str, enum.Enum):
@@ -65,14 +59,19 @@ class CommitMode(str, enum.Enum):
     @classmethod
     def parse(cls, value: str | CommitMode) -> CommitMode:
         """Return the mode named by ``value`` or raise :class:`ConfigError`."""
-        if isinstance(value, CommitMode):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            msg = f"unknown commit mode {value!r}; use one of: {choices}"
-            raise ConfigError(msg) from None
+        return _parse_choice(cls, value, "commit mode")
+
+
+def _parse_choice(kind: type[_Choice], value: str | _Choice, what: str) -> _Choice:
+    """Return the member of ``kind`` named by ``value`` or raise :class:`ConfigError`."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in kind)
+        msg = f"unknown {what} {value!r}; use one of: {choices}"
+        raise ConfigError(msg) from None
 
 
 @dataclass(frozen=True)

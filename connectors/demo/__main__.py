@@ -2,7 +2,10 @@
 
 Steps:
 
-1. start an embedded minikafka broker (unless ``--bootstrap-servers`` names a cluster); with
+1. start an embedded minikafka broker (unless ``--bootstrap-servers`` names a cluster), with
+   ``--secure`` one that takes only SASL_SSL clients (SCRAM-SHA-512, a password drawn for
+   the run, certificates of a throwaway CA in the work directory: ``connectors.demo._broker``)
+   and give every client of the run the matching settings; print the security in use; with
    ``--sink postgres`` or ``--sink kafka+postgres`` also a PostgreSQL server of its own
    (unless ``POSTGRES_DSN`` names one, see ``connectors.testing.postgres.postgres_dsn``);
 2. create an input and an output topic (and the table) and produce ``--records`` input
@@ -40,6 +43,8 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from connectors.demo._broker import describe_security, start_broker
+from connectors.demo._faults import chaos_faults
 from connectors.demo._verify import verify_outputs
 from connectors.demo.app import (
     POSTGRES_PROTOCOLS,
@@ -119,6 +124,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "(as eos --command-config)",
     )
     parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="run the embedded broker with a SASL_SSL listener only (SCRAM-SHA-512, TLS with "
+        "throwaway certificates in the work directory; needs the dev extra): every client "
+        "of the demo gets the settings, any other is refused",
+    )
+    parser.add_argument(
         "--sink",
         choices=SINKS,
         default=SINK_KAFKA,
@@ -161,6 +173,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--source kafka: {exc}; or use --source files")
     if args.command_config is not None and args.bootstrap_servers is None:
         parser.error("--command-config goes with --bootstrap-servers (its cluster's settings)")
+    if args.secure and args.bootstrap_servers is not None:
+        parser.error(
+            "--secure secures the embedded broker; for a cluster of yours give its client "
+            "settings with --command-config"
+        )
     try:
         args.client_config = (
             librdkafka_names(load_properties(args.command_config)) if args.command_config else {}
@@ -180,37 +197,6 @@ def _create_topics(cluster: Cluster, names: dict[str, int]) -> None:
         fut.result(timeout=ADMIN_TIMEOUT_S)
 
 
-def _chaos_faults(epochs: int, parallelism: int) -> list[dict[str, object]]:
-    last_p = parallelism - 1
-    return [
-        {
-            "id": "kill-worker-a",
-            "step": "mid_write",
-            "epoch": max(1, epochs // 5),
-            "partition": 0,
-            "action": "kill",
-            "after_rows": 50,
-            "times": 1,
-        },
-        {
-            "id": "fail-before-commit",
-            "step": "after_pre_commit",
-            "epoch": max(2, epochs // 3),
-            "partition": last_p,
-            "action": "raise",
-            "times": 1,
-        },
-        {
-            "id": "kill-worker-b",
-            "step": "before_commit",
-            "epoch": max(3, (2 * epochs) // 3),
-            "partition": last_p,
-            "action": "kill",
-            "times": 1,
-        },
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; return 0 iff the output is exactly once."""
     args = _args(argv)
@@ -224,11 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
-            from minikafka import BrokerProcess
+            from connectors._extras import MissingExtraError
 
-            broker = stack.enter_context(BrokerProcess(data_dir=str(work / "broker"), port=0))
-            bootstrap = broker.bootstrap_servers
+            try:
+                broker = start_broker(stack, work, secure=args.secure)
+            except MissingExtraError as exc:
+                console.print(f"[red]cannot start a secured broker:[/] {exc}")
+                return 2
+            bootstrap, args.client_config = broker.bootstrap, broker.client_config
             console.print(f"[bold]minikafka[/] listening on {bootstrap}")
+        console.print(f"[bold]Kafka security:[/] {describe_security(args.client_config)}")
         dsn = None
         if args.sink != SINK_KAFKA:
             from connectors._extras import MissingExtraError
@@ -285,7 +276,7 @@ def _run(
             f"source in about {epochs} micro-batches of up to {chunk:,} offsets"
         )
     faults = work / "faults.json"
-    faults.write_text(json.dumps(_chaos_faults(epochs, args.parallelism) if args.chaos else []))
+    faults.write_text(json.dumps(chaos_faults(epochs, args.parallelism) if args.chaos else []))
     # Aligned epochs run every write task at once: P per sink, both sinks for kafka+postgres.
     slots = args.parallelism * (2 if args.sink == SINK_BOTH else 1)
     if args.master:

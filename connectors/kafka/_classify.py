@@ -156,11 +156,18 @@ _TRANSIENT_CODES = frozenset(
 
 
 def kafka_error_of(exc: BaseException) -> KafkaError | None:
-    """Return the ``KafkaError`` carried by ``exc``, if any."""
+    """Return the ``KafkaError`` carried by ``exc``, if any.
+
+    A ``SystemError`` whose context is a ``KafkaException`` carries that one: confluent-kafka
+    can raise a fatal error (a fenced producer) out of ``flush`` while it still calls the
+    delivery callbacks, and the next callback's first call then fails with ``SystemError``.
+    """
     if isinstance(exc, KafkaError):
         return exc
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
+    if isinstance(exc, SystemError) and isinstance(exc.__context__, KafkaException):
+        return kafka_error_of(exc.__context__)
     return None
 
 

@@ -24,7 +24,9 @@ from connectors.kafka import (
 from connectors.kafka._clients import Cluster
 from connectors.kafka._connect import connect_admin
 from connectors.ops import _commands as cmd
+from connectors.ops import _pgcli
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.ops._preflight import SinkPlan, preflight
 from connectors.ops._properties import ENV_PREFIX, PropertiesError, command_cluster
 from connectors.verify import (
     IdentityFn,
@@ -44,8 +46,8 @@ EXIT_CODES = {
     "client settings the cluster refused: authentication failed)",
     cmd.UNAVAILABLE: "the cluster or the epoch log could not be read, or the log holds no "
     "record of the sink id (unknown sink)",
-    cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log kind eos "
-    "cannot read, e.g. a PostgreSQL sink's)",
+    cmd.REFUSED: "the command was refused (a reset with an epoch in doubt; a log a running "
+    "coordinator holds; a PostgreSQL connection string given as --epoch-log)",
 }
 # Transaction timeout preflight checks when none is given: KafkaSink's default, in ms.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
@@ -59,13 +61,14 @@ def _log_options(s: argparse.ArgumentParser) -> None:
     """Add the names a sink lets users change: where its epoch log and markers live."""
     s.add_argument(
         "--epoch-log",
-        help="the sink's FileEpochLog path (default: the Kafka "
-        "epoch log); a PostgreSQL connection string is refused (exit 4): eos "
-        "cannot read a PostgreSQL sink's log table yet",
+        help="the sink's FileEpochLog path (default: the Kafka epoch log, or with --dsn "
+        "the PostgreSQL epoch log table); a PostgreSQL connection string here is refused "
+        "(exit 4): pass it as --dsn",
     )
     s.add_argument(
         "--epoch-log-topic",
         default=DEFAULT_EPOCH_LOG_TOPIC,
+        action=_pgcli.explicit_topic_action(),
         help="the sink's epoch_log_topic option (default: %(default)s)",
     )
     s.add_argument(
@@ -103,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
         s = command(name, text)
         s.add_argument("sink_id")
         _log_options(s)
+        _pgcli.add_sink_options(s)
         return s
 
     s = sink_command(
@@ -116,7 +120,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also list open transactions by a raw scan of the output topics",
     )
-    s = sink_command("abort-lingering", "abort open transactions of the sink's ids")
+    s = sink_command(
+        "abort-lingering",
+        "abort open transactions of the sink's ids; finish its prepared PostgreSQL "
+        "transactions as its epoch log decided",
+    )
     s.add_argument("--parallelism", type=int, help="ids 0..N-1 at least (default: the log's)")
     s.add_argument("--dry-run", action="store_true")
     s = sink_command("reset", "bind the sink to a new query (a new checkpoint) on purpose")
@@ -128,15 +136,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
     s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC)
     s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC)
-    _verify_options(
-        command("verify", "check exactly-once output against its input (docs/testing.md)")
-    )
+    s = command("verify", "check exactly-once output against its input (docs/testing.md)")
+    _verify_options(s)
+    _pgcli.add_verify_options(s)
     return p
 
 
 def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--input-topic", required=True)
-    s.add_argument("--output-topic", required=True)
+    output = s.add_mutually_exclusive_group(required=True)
+    output.add_argument("--output-topic")
+    output.add_argument("--table", help="the table a PostgresSink wrote (with --dsn)")
     s.add_argument("--sink-id", help="also check the sink's epoch log against its markers")
     s.add_argument(
         "--composite-id",
@@ -201,7 +211,7 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
             return cmd.abort_lingering(ref, args.parallelism, args.dry_run)
         return cmd.reset(ref, args.query)
     if args.command == "preflight":
-        plan = cmd.SinkPlan(
+        plan = SinkPlan(
             args.topic,
             args.sink_id,
             args.parallelism,
@@ -209,7 +219,7 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
             args.epoch_log_topic,
             args.marker_topic,
         )
-        return cmd.preflight(cluster, plan)
+        return preflight(cluster, plan)
     if (args.composite_id is None) != (args.members is None) or (
         args.composite_id is not None and args.sink_id is None
     ):
@@ -247,12 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
     try:
-        cluster = command_cluster(args.bootstrap_servers, args.command_config, os.environ)
+        cluster = _cluster(args)
     except (PropertiesError, ClientConfigError) as exc:
         print(f"eos: {exc}", file=sys.stderr)
         return cmd.USAGE
     try:
-        result = _run(args, cluster)
+        if cluster is None:
+            result = _pgcli.run(args, None)
+        else:
+            result = _pgcli.run(args, cluster) if _pgcli.selects(args) else _run(args, cluster)
     except (IdentityOptionError, RecordFormatError, KafkaAuthenticationError) as exc:
         result = _failed(exc, cmd.USAGE)
     except UnknownSinkError as exc:
@@ -263,8 +276,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = _failed(exc, cmd.UNAVAILABLE)
     except TxnError as exc:
         result = _failed(exc, cmd.REFUSED)
+    result = _pgcli.scrub(result, args)
     _render(args, result)
     return result.code
+
+
+def _cluster(args: argparse.Namespace) -> Cluster | None:
+    """Return the Kafka cluster of the command; None for a PostgreSQL-only command with none.
+
+    Raises:
+        PropertiesError: no Kafka address where the command needs one, or a bad file.
+        ClientConfigError: a setting librdkafka or the kit refuses.
+
+    """
+    known = bool(
+        args.bootstrap_servers
+        or args.command_config
+        or any(name.startswith(ENV_PREFIX) for name in os.environ)
+    )
+    if not known and _pgcli.selects(args) and not _pgcli.needs_bootstrap(args):
+        return None
+    return command_cluster(args.bootstrap_servers, args.command_config, os.environ)
 
 
 def _failed(exc: Exception, code: int) -> cmd.Result:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from connectors.kafka import (
     DEFAULT_EPOCH_LOG_TOPIC,
@@ -15,10 +15,9 @@ from connectors.kafka import (
     _names,
     read_markers,
 )
-from connectors.kafka._acls import required_acls
-from connectors.kafka._admin import admin_client, broker_config, existing_topics
+from connectors.kafka._admin import admin_client, existing_topics
 from connectors.kafka._clients import Cluster
-from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
 from connectors.stage import start_over_offset
@@ -64,7 +63,7 @@ class SinkRef:
         """Read the sink's history without taking the log over from a running sink.
 
         Raises:
-            UnreadableLogError: ``epoch_log`` names a log kind eos cannot read (PostgreSQL).
+            UnreadableLogError: ``epoch_log`` is a PostgreSQL connection string (``--dsn``'s).
             UnknownSinkError: the log holds no record of the sink (nothing to report on).
 
         """
@@ -113,10 +112,9 @@ class SinkRef:
     def _check_kind(self) -> None:
         if self.epoch_log is not None and _DSN.search(self.epoch_log):
             msg = (  # the value itself is not repeated: a DSN may carry a password
-                f"--epoch-log of sink {self.sink_id!r} is a PostgreSQL connection string: "
-                "eos cannot read a PostgreSQL sink's epoch log (its table in the sink's "
-                "control schema) yet, so it reports nothing about that sink; query the "
-                "table, or run the sink's query, to see its state"
+                f"--epoch-log of sink {self.sink_id!r} is a PostgreSQL connection string, "
+                "but --epoch-log reads a FileEpochLog file; pass the connection string as "
+                "--dsn to read the sink's epoch log table"
             )
             raise UnreadableLogError(msg)
 
@@ -124,7 +122,7 @@ class SinkRef:
         return (
             f"sink {self.sink_id!r} is unknown here: {why}. Check the sink id; a sink whose "
             "log lives elsewhere needs --epoch-log PATH (a FileEpochLog) or --epoch-log-topic "
-            "TOPIC; a PostgreSQL sink keeps its log in its database, which eos cannot read yet"
+            "TOPIC; a PostgreSQL sink keeps its log in its database: pass --dsn DSN"
         )
 
 
@@ -148,31 +146,52 @@ def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
         marker_topic=ref.marker_topic,
         client_config=ref.cluster.config,
     )
-    in_doubt = history.in_doubt()
+    outputs, open_problems = output_view(ref.cluster, topics, scan)
     data: dict[str, Any] = {
         "sink_id": ref.sink_id,
+        **history_view(history),
+        "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
+        "outputs": outputs,
+    }
+    problems = in_doubt_problems(history) + open_problems
+    return Result(data, PROBLEM if problems else OK, problems)
+
+
+def history_view(history: EpochHistory) -> dict[str, Any]:
+    """Return the epochs of a sink's log as ``status`` shows them (any log kind)."""
+    return {
         "last_committed_epoch": history.last_committed_epoch(),
         "epochs": [{"epoch": e, "state": history.state(e).value} for e in history.epochs()],
         "in_doubt": [
-            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value} for p in in_doubt
+            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value}
+            for p in history.in_doubt()
         ],
         "binding": None if history.binding is None else asdict(history.binding),
-        "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
-        "outputs": [_output(ref.cluster, t, scan) for t in topics],
     }
-    problems = [
+
+
+def in_doubt_problems(history: EpochHistory) -> list[str]:
+    """One problem per epoch in doubt."""
+    return [
         f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
         f"{p.parallelism}); run the query from its checkpoint to finish it"
-        for p in in_doubt
+        for p in history.in_doubt()
     ]
-    problems += [
+
+
+def output_view(
+    cluster: Cluster, topics: list[str], scan: bool
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Return each output topic's partitions as ``status`` shows them, and their problems."""
+    outputs = [_output(cluster, t, scan) for t in topics]
+    problems = [
         f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
         "watermark (an open transaction)"
-        for o in data["outputs"]
+        for o in outputs
         for p in o["partitions"]
         if p["lso_lag"]
     ]
-    return Result(data, PROBLEM if problems else OK, problems)
+    return outputs, problems
 
 
 def _output(cluster: Cluster, topic: str, scan: bool) -> dict[str, Any]:
@@ -235,54 +254,6 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
 
 
 @dataclass(frozen=True)
-class SinkPlan:
-    """What ``eos preflight`` checks for a sink not started yet (its options)."""
-
-    topics: list[str]
-    sink_id: str | None = None
-    parallelism: int = 2
-    transaction_timeout_ms: int = 60_000
-    epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
-    marker_topic: str = DEFAULT_MARKER_TOPIC
-
-
-def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
-    """``eos preflight``: reachable, topics, timeouts, the names and ACLs a sink will use."""
-    topics, sink_id, parallelism = plan.topics, plan.sink_id, plan.parallelism
-    transaction_timeout_ms = plan.transaction_timeout_ms
-    present = existing_topics(admin_client(cluster))
-    missing = [t for t in topics if t not in present]
-    raw = broker_config(cluster, "transaction.max.timeout.ms")
-    limit = None if raw is None else int(raw)
-    problems = [f"topic {t!r} does not exist" for t in missing]
-    if limit is not None and transaction_timeout_ms > limit:
-        problems.append(
-            f"transaction_timeout_ms={transaction_timeout_ms} exceeds the broker's "
-            f"transaction.max.timeout.ms={limit}"
-        )
-    data: dict[str, Any] = {
-        "broker": "reachable",
-        "topics": {t: t in present for t in topics},
-        "transaction_timeout_ms": transaction_timeout_ms,
-        "transaction_max_timeout_ms": limit,
-    }
-    if sink_id is not None:
-        data["names"] = {
-            "transactional_ids": [_names.transactional_id(sink_id, p) for p in range(parallelism)],
-            "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
-            "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
-        }
-        acls = required_acls(
-            sink_id,
-            topics,
-            epoch_log_topic=plan.epoch_log_topic,
-            marker_topic=plan.marker_topic,
-        )
-        data["acls"] = [asdict(a) | {"operations": list(a.operations)} for a in acls]
-    return Result(data, PROBLEM if problems else OK, problems)
-
-
-@dataclass(frozen=True)
 class VerifySpec:
     """What ``eos verify`` checks: the topics, the records' identity, optionally the log.
 
@@ -330,7 +301,18 @@ def verify(spec: VerifySpec) -> Result:
     return Result(data, OK if report.ok else PROBLEM, problems)
 
 
-def reset(ref: SinkRef, query_id: str | None) -> Result:
+class LogRef(Protocol):
+    """A sink's epoch log of any kind (:class:`SinkRef`, ``_postgres.PostgresRef``)."""
+
+    @property
+    def sink_id(self) -> str: ...
+
+    def read_log(self) -> EpochHistory: ...
+
+    def open_log(self) -> EpochLog: ...
+
+
+def reset(ref: LogRef, query_id: str | None) -> Result:
     """``eos reset``: bind the sink to a new query above every epoch of its log.
 
     Refuses a sink the log does not know (nothing to reset), changes nothing when the

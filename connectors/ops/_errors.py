@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from txn import EpochLogError, TxnError
+from txn import ConfigError, EpochLogError, TxnError
 
 
 class UnknownSinkError(EpochLogError):
     """The epoch log holds no record of the sink id (exit code 3): nothing to report on.
 
     Either the id is wrong, or the sink keeps its log somewhere else (a file, another topic,
-    a PostgreSQL sink's log table); the message says which options point elsewhere.
+    a PostgreSQL sink's log table, another control schema); the message says which options
+    point elsewhere.
     """
 
 
 class UnreadableLogError(TxnError):
-    """The sink's epoch log is of a kind ``eos`` cannot read (exit code 4), e.g. PostgreSQL."""
+    """``--epoch-log`` is a PostgreSQL connection string (exit code 4): ``--dsn`` takes it."""
+
+
+class UsageError(ConfigError):
+    """Options that do not fit together, or a connection string that does not parse (exit 2).
+
+    The message never repeats a connection string (it may hold a password).
+    """

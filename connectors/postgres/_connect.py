@@ -71,7 +71,9 @@ class DriverConnection:
     def __init__(self, cfg: PostgresSinkConfig) -> None:
         self._cfg = cfg
         self._conn: Conn | None = None
-        self._lock = threading.RLock()  # re-entrant: see _DRIVER_LOCK
+        # Reentrant, like _DRIVER_LOCK: a sink collected while this thread holds it (the
+        # collector runs at any allocation) releases its connection from its finalizer.
+        self._lock = threading.RLock()
 
     def get(self) -> Conn:
         """Return an open autocommit connection."""
@@ -90,9 +92,8 @@ class DriverConnection:
 
 
 _DRIVER: dict[str, DriverConnection] = {}
-# Re-entrant: a collected sink's finalizer releases its connection (the stage's lifecycle),
-# and the garbage collector may run it in a thread inside these locks (measured: a plain
-# Lock deadlocked a test on Spark 3.5 until its timeout).
+# Reentrant: a sink object collected while this thread holds it (the collector runs at any
+# allocation) calls release_driver_connection from its finalizer, in the same thread.
 _DRIVER_LOCK = threading.RLock()
 
 

@@ -27,6 +27,11 @@ Protocol:
 4. anything that does not verify (a header or record checksum, a missing or extra
    ``seq``, a record of another sink) raises ``txn.EpochLogCorruptError`` naming the table,
    the sink and the ``seq``: the log holds commit decisions and is never "repaired".
+
+``read_only=True`` (operators and checkers, like ``FileEpochLog``'s): no lock, no new
+generation, no DDL; each :meth:`~PostgresEpochLog.load` reads one committed state (one
+transaction), a database without the control tables reads as an empty log, and
+:meth:`~PostgresEpochLog.append` raises.
 """
 
 from __future__ import annotations
@@ -74,7 +79,11 @@ class PostgresEpochLog(EpochLog):
     """Epoch log of ``cfg.sink_id`` in ``cfg.control_schema`` (see the module docstring)."""
 
     def __init__(
-        self, cfg: PostgresSinkConfig, *, retain_epochs: int = DEFAULT_RETAIN_EPOCHS
+        self,
+        cfg: PostgresSinkConfig,
+        *,
+        retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
+        read_only: bool = False,
     ) -> None:
         if (
             isinstance(retain_epochs, bool)
@@ -92,6 +101,9 @@ class PostgresEpochLog(EpochLog):
         self._conn: Conn | None = None
         self._closed = False
         self._generation = 0
+        self._read_only = read_only
+        if read_only:
+            return
         try:
             conn = self._connection()
             ensure_control_tables(conn, cfg.control_schema)
@@ -133,6 +145,9 @@ class PostgresEpochLog(EpochLog):
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         conn = connect(self._cfg, "coordinator", autocommit=True)
+        if self._read_only:
+            self._conn = conn
+            return conn
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
         if row is None or not row[0]:
             holder = self._holder(conn)
@@ -280,15 +295,29 @@ class PostgresEpochLog(EpochLog):
         def read() -> EpochHistory:
             conn = self._connection()
             with conn.transaction():
+                if self._read_only and not self._tables_exist(conn):
+                    return EpochHistory(self.sink_id)
                 history, header, _ = self._read(conn, lock=False)
-            self._check_generation(header)
+            if not self._read_only:
+                self._check_generation(header)
             return history
 
         return self._io("read", read)
 
+    def _tables_exist(self, conn: Conn) -> bool:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename IN "
+            "(%s, %s)",
+            (self._cfg.control_schema, LOG_TABLE, LOG_HEAD_TABLE),
+        ).fetchone()
+        return row is not None and row[0] == 2
+
     # -- writing -------------------------------------------------------------------------
     def append(self, record: LogRecord) -> None:
         """Validate ``record`` and append it durably in one transaction (see module doc)."""
+        if self._read_only:
+            msg = f"epoch log {self._where} was opened read-only; it cannot be appended to"
+            raise EpochLogError(msg)
         attempts = 0
 
         def write() -> None:
@@ -359,6 +388,7 @@ class PostgresEpochLog(EpochLog):
         self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+            if not self._read_only:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
             conn.close()

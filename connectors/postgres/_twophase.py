@@ -67,17 +67,17 @@ def prepare(conn: Conn, gid: Gid) -> None:
 
 def commit_prepared(conn: Conn, gid: Gid) -> bool:
     """COMMIT PREPARED ``gid`` on an autocommit connection; False if no such gid exists."""
-    try:
-        conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(str(gid))))
-    except errors.UndefinedObject:
-        return False
-    return True
+    return _end_prepared(conn, "COMMIT PREPARED", gid)
 
 
 def rollback_prepared(conn: Conn, gid: Gid) -> bool:
     """ROLLBACK PREPARED ``gid`` on an autocommit connection; False if no such gid exists."""
+    return _end_prepared(conn, "ROLLBACK PREPARED", gid)
+
+
+def _end_prepared(conn: Conn, statement: str, gid: Gid) -> bool:
     try:
-        conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(str(gid))))
+        conn.execute(sql.SQL("{} {}").format(sql.SQL(statement), sql.Literal(str(gid))))
     except errors.UndefinedObject:
         return False
     return True

@@ -17,10 +17,13 @@ writes the sink, as a :class:`txn.QueryBinding`, and batch ``b`` is epoch ``b + 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.stage._errors import QueryMismatchError
 from txn import EpochHistory, EpochLog, IllegalTransitionError, QueryBinding
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 _log = logging.getLogger("connectors.stage.binding")
 
@@ -28,7 +31,7 @@ _log = logging.getLogger("connectors.stage.binding")
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
-def query_id_of(df: Any) -> str | None:
+def query_id_of(df: DataFrame) -> str | None:
     """Return the id of the streaming query running ``df``'s batch (None outside one).
 
     None under Spark Connect too: the batch's session there has no SparkContext to read the

@@ -9,8 +9,9 @@ epoch (docs/architecture.md, "Mixed epochs"). So a table written this way never 
 epoch its topic does not fully hold, and after recovery both hold the same epochs.
 
 Modes: aligned (the default) needs every member's tasks running at once (the sum of the
-members' parallelism must fit the free task slots); a Kafka task commits only once every
-task of every member voted yes. Unaligned: Kafka tasks commit as soon as they pre-committed
+members' parallelism must fit the task slots; members without a ``parallelism`` option
+share the slots, see ``_shares``); a Kafka task commits only once every task of every
+member voted yes. Unaligned: Kafka tasks commit as soon as they pre-committed
 (the topic may show parts of an epoch early, as in any unaligned sink), the table still
 only after the whole topic side committed.
 """
@@ -20,12 +21,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._connector import SinkConnector
 from connectors.stage._options import StageOptions
 from connectors.stage._sink import Select, TransactionalSink, _Member
 from txn import ConfigError, EpochLog, FileEpochLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 class CompositeSink(TransactionalSink):
@@ -41,7 +45,11 @@ class CompositeSink(TransactionalSink):
     None for a log of the first member's kind (the Kafka epoch log, or the PostgreSQL
     epoch log table). ``options``: the stage options of the composite (guarantee, mode,
     stage_retries, vote_channel, start_over, fault_plan); every member must have the same
-    guarantee. Each member's ``parallelism`` is its share of the plan. :meth:`close`
+    guarantee. A member's ``parallelism`` option is its share of the plan; the members
+    without one share the composite's ``parallelism`` option, else Spark's default
+    parallelism capped by the task slots in aligned mode (``_shares``: defaults fit
+    ``local[2]``). Without a ``mode`` option, an epoch runs unaligned when the
+    application has fewer task slots than members (a one-core application). :meth:`close`
     closes the member sinks too (they hold nothing of the composite's, but may have been
     used on their own).
     """
@@ -81,10 +89,14 @@ class CompositeSink(TransactionalSink):
             first.epoch_log_for(sink_id)  # raises the ConfigError that says what to pass
         self._sink_id = sink_id
         self._options = opts
+        self._auto_mode = "mode" not in options
         self._members = tuple(members)
         self._log_factory = _CompositeLog(first, sink_id, path)
         self._member_sinks = tuple(s[0] if isinstance(s, tuple) else s for s in sinks)
         self._init_runtime()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_auto_mode": self._auto_mode}
 
     def close(self, *, wait: bool = True) -> bool:
         """Release the composite's epoch log and vote server, then close every member sink."""
@@ -113,11 +125,13 @@ class SelectColumns:
 
     names: tuple[str, ...]
 
-    def __call__(self, df: Any) -> Any:
+    def __call__(self, df: DataFrame) -> DataFrame:
         return df.select(*self.names)
 
 
-def _split(item: TransactionalSink | tuple[TransactionalSink, Select]) -> tuple[Any, Any]:
+def _split(
+    item: TransactionalSink | tuple[TransactionalSink, Select],
+) -> tuple[SinkConnector, Select | None]:
     if isinstance(item, tuple) and len(item) != 2:  # a (sink, select) pair
         msg = f"a member of CompositeSink is a sink or a (sink, select) pair, got {item!r}"
         raise ConfigError(msg)

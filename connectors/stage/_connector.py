@@ -18,12 +18,16 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.stage._input import InputSpec
 from connectors.stage._options import StageOptions
 from connectors.stage._rows import ArrowPartition
 from txn import ConfigError, EpochLog, FileEpochLog, Resource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 
 class SinkConnector(abc.ABC):
@@ -40,7 +44,7 @@ class SinkConnector(abc.ABC):
         """The validated options (a connector's config extends :class:`StageOptions`)."""
 
     @abc.abstractmethod
-    def check_input(self, schema: Any) -> InputSpec:
+    def check_input(self, schema: StructType) -> InputSpec:
         """Check a Spark schema; raise :class:`~connectors.stage.InputSchemaError` naming the column."""
 
     @abc.abstractmethod
@@ -64,7 +68,7 @@ class SinkConnector(abc.ABC):
         )
         raise ConfigError(msg)
 
-    def transform(self, df: Any, spec: InputSpec) -> Any:
+    def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Return ``df`` as the rows to route (e.g. drop changelog ``update_before`` rows)."""
         return df
 
@@ -86,7 +90,7 @@ class SimpleConnector(SinkConnector):
         self,
         sink_id: str,
         resource: Resource[ArrowPartition],
-        check_input: Callable[[Any], InputSpec],
+        check_input: Callable[[StructType], InputSpec],
         epoch_log: str | os.PathLike[str],
         options: StageOptions | None = None,
     ) -> None:
@@ -106,7 +110,7 @@ class SimpleConnector(SinkConnector):
         """The stage options."""
         return self._options
 
-    def check_input(self, schema: Any) -> InputSpec:
+    def check_input(self, schema: StructType) -> InputSpec:
         """Run the given schema check."""
         return self._check_input(schema)
 

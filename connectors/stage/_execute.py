@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._connector import SinkConnector
 from connectors.stage._input import InputSpec, route
@@ -33,6 +33,10 @@ from txn import (
     can_retry_stage,
 )
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame
+
 log = logging.getLogger("connectors.stage")
 
 
@@ -46,13 +50,13 @@ class EpochExecution:
 
     options: StageOptions
     connectors: Sequence[SinkConnector]
-    frames: Sequence[Any]
+    frames: Sequence[DataFrame]
     input_specs: Sequence[InputSpec]
     resource: Resource[Any]
     reuse: ReusePolicy
     recorder: EpochRecorder
-    spark_context: Any
-    vote_server: Callable[[Any], VoteServer | None]
+    spark_context: SparkContext | None  # None under Spark Connect
+    vote_server: Callable[[SparkContext | None], VoteServer | None]
 
     def __call__(self, plan: EpochPlan) -> list[PartitionReport]:
         """Route, then run the write stage of ``plan``; one report per partition."""
@@ -160,10 +164,10 @@ def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, i
     return 0, plan.parallelism
 
 
-def _check_kept(frame: Any, width: int, plan: EpochPlan) -> None:
+def _check_kept(frame: DataFrame, width: int, plan: EpochPlan) -> None:
     """``keep_partitioning``: the input must have the partitions the plan was made for.
 
-    An input without partitions (an empty batch) counts as one, as in ``_sink._width``.
+    An input without partitions (an empty batch) counts as one, as in ``_shares.member_width``.
     """
     actual = max(1, int(frame.rdd.getNumPartitions()))
     if actual != width:

@@ -17,9 +17,12 @@ of an epoch on Spark):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._rows import HASH_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 ROUTE_COLUMN = "_eos_route"
 _ORDER_PREFIX = "_eos_order_"
@@ -68,7 +71,7 @@ def routing_expressions(spec: InputSpec) -> tuple[str, str]:
     return f"xxhash64({hashed})", routing
 
 
-def route(df: Any, spec: InputSpec, parallelism: int | None) -> Any:
+def route(df: DataFrame, spec: InputSpec, parallelism: int | None) -> DataFrame:
     """Return ``df`` routed into ``parallelism`` partitions with the hash column (steps 1-3).
 
     ``parallelism`` None keeps the input's partitions (``keep_partitioning``: no routing

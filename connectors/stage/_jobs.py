@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.stage._metrics import TaskStats
 from connectors.stage._run import run_write_stage
@@ -20,7 +20,10 @@ from connectors.stage._task import TaskSpec
 from connectors.stage._votes import VoteServer
 from txn import PartitionReport
 
-Job = tuple[Any, TaskSpec]  # (routed DataFrame, the spec of its tasks)
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+Job = tuple["DataFrame", TaskSpec]  # (routed DataFrame, the spec of its tasks)
 
 
 def run_jobs(

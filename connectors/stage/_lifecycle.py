@@ -28,12 +28,15 @@ import threading
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkInUseError
 from connectors.stage._metrics import CountingLog
 from connectors.stage._votes import VoteServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _log = logging.getLogger("connectors.stage")
 
@@ -95,17 +98,20 @@ class RunningQuery:
     """The streaming query a sink object last wrote a batch of, and whether it still runs."""
 
     query_id: str
-    session: Any  # the batch's SparkSession (classic: it shares the SparkContext's state)
+    session: SparkSession  # the batch's (classic: it shares the SparkContext's state)
 
     def active(self) -> bool | None:
         """Whether the query is active in this process (None: Spark would not say)."""
         sc = self.session.sparkContext
         if getattr(sc, "_jsc", None) is None:
             return False  # the SparkContext was stopped, and every query with it
+        jvm = sc._jvm  # noqa: SLF001
+        if jvm is None:
+            return None  # no gateway to ask
         try:
             # py4j: no public API sees the queries of every session (a batch's session is a
             # clone with a query manager of its own), the SparkContext's shared state does.
-            key = sc._jvm.java.util.UUID.fromString(self.query_id)  # noqa: SLF001
+            key = jvm.java.util.UUID.fromString(self.query_id)
             shared = self.session._jsparkSession.sharedState()  # noqa: SLF001
             return bool(shared.activeStreamingQueries().containsKey(key))
         except Exception:  # noqa: BLE001 - py4j raises Py4JError subtypes for a missing method

@@ -25,13 +25,24 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+        SourceProgress,
+    )
+
+    from connectors.stage._sink import TransactionalSink
 
 log = logging.getLogger("connectors.stage.progress")
 
@@ -91,7 +102,7 @@ def source_name(description: str, *offsets: str | None) -> str:
     return f"{match.group(1)}[{','.join(sorted(topics))}]" if topics else match.group(1)
 
 
-def _source_lags(sources: Any) -> dict[str, int | None]:
+def _source_lags(sources: Sequence[SourceProgress]) -> dict[str, int | None]:
     lags: dict[str, int | None] = {}
     for index, s in enumerate(sources):
         name = source_name(str(s.description), s.endOffset, s.latestOffset)
@@ -106,7 +117,7 @@ class MetricsListener(StreamingQueryListener):
 
     def __init__(
         self,
-        *sinks: Any,
+        *sinks: TransactionalSink,
         extra: Mapping[str, Callable[[], Mapping[str, Any]]] | None = None,
         keep: int = RECENT_EPOCHS,
     ) -> None:
@@ -118,10 +129,10 @@ class MetricsListener(StreamingQueryListener):
         """Return the kept views, oldest first."""
         return tuple(self._views)
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 - Spark's listener API
         """Nothing to join at start."""
 
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802 - Spark's listener API
         """Build, keep and log the view of the batch the event reports."""
         p = event.progress
         query_id, batch_id = str(p.id), int(p.batchId)
@@ -142,8 +153,8 @@ class MetricsListener(StreamingQueryListener):
         self._views.append(view)
         log.info("progress %s", view.to_json())
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802 - Spark's listener API
         """Nothing to join when idle."""
 
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802 - Spark's listener API
         """Nothing to join at the end."""

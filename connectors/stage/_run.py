@@ -6,16 +6,19 @@ import dataclasses
 import functools
 import pickle
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.stage._errors import StagePartitioningError
 from connectors.stage._metrics import TaskStats
 from connectors.stage._task import RESULT_SCHEMA, TaskResult, TaskSpec, write_task
 from txn import PartitionReport
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+
 
 def run_write_stage(
-    df: Any, spec: TaskSpec, on_task_retry: Callable[[], None] | None = None
+    df: DataFrame, spec: TaskSpec, on_task_retry: Callable[[], None] | None = None
 ) -> tuple[list[PartitionReport], list[TaskStats]]:
     """Run the write stage of ``spec.plan`` over the routed ``df``; one report per task.
 
@@ -63,7 +66,7 @@ def run_write_stage(
     return reports, stats
 
 
-def _collect(df: Any, spec: TaskSpec) -> list[Any]:
+def _collect(df: DataFrame, spec: TaskSpec) -> list[Row]:
     """Run the write tasks of ``spec`` over ``df``'s partitions; return their result rows."""
     fn = functools.partial(write_task, spec)
     return list(df.mapInArrow(fn, RESULT_SCHEMA, barrier=spec.aligned).collect())

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.stage._binding import QueryBinder, query_id_of
 from connectors.stage._connector import SinkConnector
@@ -17,6 +17,7 @@ from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
 from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, MetricsBook
 from connectors.stage._options import StageOptions
 from connectors.stage._reuse import ReusePolicy
+from connectors.stage._shares import EpochShape, member_width, shape_epoch
 from connectors.stage._slots import check_slots
 from connectors.stage._votes import VoteServer, server_hosts
 from txn import (
@@ -31,12 +32,17 @@ from txn import (
     Resource,
 )
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
 log = logging.getLogger("connectors.stage")
 
 # Seconds stop_gracefully waits by default for the epoch in flight to commit.
 STOP_TIMEOUT_S = 300.0
 
-Select = Callable[[Any], Any]
+Select = Callable[["DataFrame"], "DataFrame"]  # a member's rows from the micro-batch
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class _Member:
     connector: SinkConnector
     select: Select | None = None
 
-    def frame(self, df: Any) -> Any:
+    def frame(self, df: DataFrame) -> DataFrame:
         return df if self.select is None else self.select(df)
 
 
@@ -67,6 +73,9 @@ class TransactionalSink(SinkLifecycle):
     ships the ``foreachBatch`` function): the receiving process opens its own epoch log,
     runs its own preflight and recovery.
     """
+
+    # A composite whose ``mode`` was not given may run an epoch unaligned (``_shares``).
+    _auto_mode = False
 
     def __init__(self, connector: SinkConnector) -> None:
         self._sink_id = connector.sink_id
@@ -98,11 +107,11 @@ class TransactionalSink(SinkLifecycle):
         return self._members[0].connector
 
     # -- foreachBatch entry points -------------------------------------------------------
-    def __call__(self, df: Any, batch_id: int) -> EpochResult:
+    def __call__(self, df: DataFrame, batch_id: int) -> EpochResult:
         """``foreachBatch`` callable: same as :meth:`write`."""
         return self.write(df, batch_id)
 
-    def write(self, df: Any, batch_id: int) -> EpochResult:
+    def write(self, df: DataFrame, batch_id: int) -> EpochResult:
         """Write micro-batch ``batch_id`` of ``df`` (docs/architecture.md, section 9, steps 1-5).
 
         Raises:
@@ -143,7 +152,7 @@ class TransactionalSink(SinkLifecycle):
 
     def _write_locked(
         self,
-        frames: list[Any],
+        frames: list[DataFrame],
         input_specs: list[InputSpec],
         query_id: str | None,
         batch_id: int,
@@ -153,17 +162,19 @@ class TransactionalSink(SinkLifecycle):
         self._preflight()
         sc = _spark_context(frames[0])
         _refuse_aligned_without_context(sc, self._options)
-        widths = [
-            _width(m.connector.options, f, sc) for m, f in zip(self._members, frames, strict=True)
+        resources = [
+            m.connector.resource(p) for m, p in zip(self._members, input_specs, strict=True)
         ]
-        resource = self._resource(input_specs, widths)
-        coordinator = self._coordinator(resource)
+        shape = self._shape(frames, resources, sc)  # each member's tasks, the epoch's mode
+        resource = _resource(resources, shape.widths)
+        coordinator = self._coordinator(resource, shape.options)
         self._recover(coordinator)
         epoch = self._binder.epoch(self._open_log(), query_id, batch_id)  # the query binding
         recorder.epoch = epoch
-        parallelism = sum(widths)
+        parallelism = sum(shape.widths)
         # Step 3: aligned: the plan must fit the free task slots; the vote server starts.
-        self._reserve(sc, parallelism)
+        shape.check()  # a composite's slot error, naming the member to change
+        self._reserve(sc, parallelism, shape.options)
         # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
         execute = EpochExecution(
             self._options,
@@ -191,21 +202,41 @@ class TransactionalSink(SinkLifecycle):
             self._recovered = True
             log.info("sink %s recovered: %s", self._sink_id, report)
 
-    def _reserve(self, sc: Any, parallelism: int) -> None:
-        opts = self._options
+    def _shape(
+        self, frames: list[DataFrame], resources: list[Resource[Any]], sc: SparkContext | None
+    ) -> EpochShape:
+        """Each member's write tasks and the epoch's options (``_shares``)."""
+        widths = [
+            member_width(m.connector.sink_id, m.connector.options, f)
+            for m, f in zip(self._members, frames, strict=True)
+        ]
+        shared = any(w.tasks is None for w in widths)
+        default = 0
+        if shared and not (len(widths) > 1 and self._options.parallelism):
+            default = _default_parallelism(sc)
+        if len(widths) == 1 or not shared:
+            return shape_epoch(self._options, widths, default, sc, auto_mode=self._auto_mode)
+
+        def fingerprint(split: list[int]) -> str:
+            return _resource(resources, split).fingerprint()
+
+        return shape_epoch(
+            self._options,
+            widths,
+            default,
+            sc,
+            history=self._open_log().load(),
+            fingerprint=fingerprint,
+            auto_mode=self._auto_mode,
+        )
+
+    def _reserve(self, sc: SparkContext | None, parallelism: int, opts: StageOptions) -> None:
+        if sc is None:  # Spark Connect: aligned mode is refused before, no vote server
+            return
         if opts.aligned:
             check_slots(sc, parallelism)
-        if sc is not None and (opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE):
+        if opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE:
             self._vote_server(sc)  # started before the plan is logged: fail early
-
-    def _resource(self, input_specs: Sequence[InputSpec], widths: Sequence[int]) -> Resource[Any]:
-        """One member's resource, or the composite of every member's (one epoch for all)."""
-        resources = [
-            m.connector.resource(p) for m, p in zip(self._members, input_specs, strict=True)
-        ]
-        if len(resources) == 1:
-            return resources[0]
-        return CompositeResource([Member(r, w) for r, w in zip(resources, widths, strict=True)])
 
     def _record(self, metrics: EpochMetrics) -> None:
         self._book.add(metrics)
@@ -236,8 +267,7 @@ class TransactionalSink(SinkLifecycle):
             self._res.log = CountingLog(self._log_factory())
         return self._res.log
 
-    def _coordinator(self, resource: Resource[Any]) -> Coordinator[Any]:
-        opts = self._options
+    def _coordinator(self, resource: Resource[Any], opts: StageOptions) -> Coordinator[Any]:
         return Coordinator(
             self._open_log(),
             resource,
@@ -252,7 +282,7 @@ class TransactionalSink(SinkLifecycle):
         if faults is not None:
             faults.fire(step, epoch)
 
-    def _vote_server(self, sc: Any) -> VoteServer | None:
+    def _vote_server(self, sc: SparkContext | None) -> VoteServer | None:
         """Return the running vote server (started now if needed); None for "barrier".
 
         None too under Spark Connect (no SparkContext): at-most-once then lets only a
@@ -279,7 +309,7 @@ class TransactionalSink(SinkLifecycle):
         """Accept no new epoch: a later call raises :class:`SinkStoppedError`, writing nothing."""
         self._stopping.set()
 
-    def stop_gracefully(self, query: Any, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    def stop_gracefully(self, query: StreamingQuery, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Stop ``query`` once the epoch in flight (if any) has committed.
 
         1. no new epoch starts (:meth:`request_stop`); a batch Spark starts meanwhile fails
@@ -309,7 +339,7 @@ class TransactionalSink(SinkLifecycle):
             return self._open_log().load()
 
 
-def _spark_context(frame: Any) -> Any:
+def _spark_context(frame: DataFrame) -> SparkContext | None:
     """Return the SparkContext of ``frame``'s session, or None under Spark Connect."""
     try:
         return frame.sparkSession.sparkContext
@@ -317,12 +347,15 @@ def _spark_context(frame: Any) -> Any:
         return None
 
 
-def _width(options: StageOptions, frame: Any, sc: Any) -> int:
-    """Return a member's write partitions for a new epoch: the input's, the option's or Spark's."""
-    if options.keep_partitioning:
-        return max(1, int(frame.rdd.getNumPartitions()))
-    if options.parallelism:
-        return options.parallelism
+def _resource(resources: Sequence[Resource[Any]], widths: Sequence[int]) -> Resource[Any]:
+    """One member's resource, or the composite of every member's (one epoch for all)."""
+    if len(resources) == 1:
+        return resources[0]
+    return CompositeResource([Member(r, w) for r, w in zip(resources, widths, strict=True)])
+
+
+def _default_parallelism(sc: SparkContext | None) -> int:
+    """Return Spark's default parallelism (the budget of members without ``parallelism``)."""
     if sc is None:
         msg = (
             "the sink has no parallelism option and Spark Connect gives no default "
@@ -332,7 +365,7 @@ def _width(options: StageOptions, frame: Any, sc: Any) -> int:
     return max(1, int(sc.defaultParallelism))
 
 
-def _refuse_aligned_without_context(sc: Any, options: StageOptions) -> None:
+def _refuse_aligned_without_context(sc: SparkContext | None, options: StageOptions) -> None:
     if sc is None and options.aligned:
         msg = (
             "aligned mode needs the SparkContext (the slot check and the driver's vote "

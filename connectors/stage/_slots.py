@@ -34,9 +34,15 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from connectors.stage._errors import InsufficientSlotsError, SparkConnectError
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    Spark: TypeAlias = SparkSession | SparkContext  # a session or its context
 
 # Seconds wait_for_task_slots waits by default: an executor start on a busy machine.
 SLOTS_WAIT_TIMEOUT_S = 60.0
@@ -46,6 +52,11 @@ SOURCE_SCHEDULER = "scheduler"  # SparkContext.maxNumConcurrentTasks (Spark's ow
 SOURCE_LOCAL_MASTER = "local-master"  # parsed from local[N] / local[N,F] / local[*]
 SOURCE_EXECUTORS = "executor-count"  # status tracker executors x spark.executor.cores
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_NO_CONTEXT = (
+    "this is a Spark Connect session, which has no SparkContext: the number of "
+    "task slots cannot be read; give the sink an explicit parallelism and use "
+    "mode='unaligned', or run a classic Spark session"
+)
 
 
 @dataclass(frozen=True)
@@ -81,27 +92,26 @@ def local_master_slots(
     return cores // max(1, cpus_per_task)
 
 
-def spark_context_of(spark: Any) -> Any:
+def spark_context_of(spark: Spark | None) -> SparkContext:
     """Return the SparkContext of a SparkSession (or a SparkContext as is).
+
+    None stands for the SparkContext a Spark Connect session lacks (as the stage passes it).
 
     Raises:
         SparkConnectError: a Spark Connect session (no SparkContext on the client).
 
     """
-    if hasattr(spark, "statusTracker"):
-        return spark
+    if spark is None:
+        raise SparkConnectError(_NO_CONTEXT)
+    if hasattr(spark, "statusTracker"):  # a SparkContext (told by its duck type)
+        return cast("SparkContext", spark)
     try:
         return spark.sparkContext
     except (AttributeError, NotImplementedError) as exc:  # Spark Connect: PySpark*Error
-        msg = (
-            "this is a Spark Connect session, which has no SparkContext: the number of "
-            "task slots cannot be read; give the sink an explicit parallelism and use "
-            "mode='unaligned', or run a classic Spark session"
-        )
-        raise SparkConnectError(msg) from exc
+        raise SparkConnectError(_NO_CONTEXT) from exc
 
 
-def task_slots(spark: Any) -> TaskSlots:
+def task_slots(spark: Spark) -> TaskSlots:
     """Count the task slots of ``spark`` (a SparkSession or SparkContext) right now.
 
     Raises:
@@ -130,7 +140,7 @@ def task_slots(spark: Any) -> TaskSlots:
 
 
 def wait_for_task_slots(
-    spark: Any,
+    spark: Spark,
     wanted: int,
     timeout_s: float = SLOTS_WAIT_TIMEOUT_S,
     poll_s: float = SLOTS_POLL_INTERVAL_S,
@@ -144,7 +154,7 @@ def wait_for_task_slots(
     return slots
 
 
-def _running_tasks(sc: Any) -> int:
+def _running_tasks(sc: SparkContext) -> int:
     tracker = sc.statusTracker()
     running = 0
     for stage_id in tracker.getActiveStageIds():
@@ -154,21 +164,22 @@ def _running_tasks(sc: Any) -> int:
     return running
 
 
-def _runs_locally(spark: Any) -> bool:
+def _runs_locally(spark: Spark) -> bool:
     """Whether the master is ``local[...]``: its slots exist from the start (no executors)."""
     return str(spark_context_of(spark).master).startswith("local")
 
 
-def check_slots(spark: Any, parallelism: int) -> None:
+def check_slots(spark: Spark | None, parallelism: int) -> None:
     """Raise :class:`InsufficientSlotsError` unless ``parallelism`` tasks fit at once.
 
     While no executor has registered yet (an application starting on a cluster), waits up
     to ``SLOTS_WAIT_TIMEOUT_S`` for the first ones; otherwise (and always in local mode,
     which has no executors to wait for) answers at once.
     """
-    slots = task_slots(spark)
-    if slots.total < parallelism and slots.executors == 0 and not _runs_locally(spark):
-        slots = wait_for_task_slots(spark, parallelism)
+    sc = spark_context_of(spark)
+    slots = task_slots(sc)
+    if slots.total < parallelism and slots.executors == 0 and not _runs_locally(sc):
+        slots = wait_for_task_slots(sc, parallelism)
     if parallelism > slots.total:
         msg = (
             f"aligned mode runs all {parallelism} write tasks of an epoch at once, but "

@@ -16,7 +16,7 @@ import pickle
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import pyarrow as pa
 
@@ -45,6 +45,9 @@ from txn import (
     can_retry_stage,
     run_partition,
 )
+
+if TYPE_CHECKING:
+    from pyspark import BarrierTaskContext, TaskContext
 
 log = logging.getLogger("connectors.stage.task")
 
@@ -117,7 +120,7 @@ class TaskResult:
     stats: TaskStats | None = None
 
 
-def _barrier_gather(ctx: Any) -> Callable[[Vote], list[Vote]]:
+def _barrier_gather(ctx: BarrierTaskContext) -> Callable[[Vote], list[Vote]]:
     """Gather through Spark's ``BarrierTaskContext.allGather`` (``vote_channel="barrier"``)."""
 
     def gather(vote: Vote) -> list[Vote]:
@@ -127,7 +130,9 @@ def _barrier_gather(ctx: Any) -> Callable[[Vote], list[Vote]]:
     return gather
 
 
-def _driver_gather(ticket: VoteTicket, ctx: Any, expected: int) -> Callable[[Vote], list[Vote]]:
+def _driver_gather(
+    ticket: VoteTicket, ctx: BarrierTaskContext, expected: int
+) -> Callable[[Vote], list[Vote]]:
     """Gather through the driver's vote server (``vote_channel="driver"``)."""
 
     def gather(vote: Vote) -> list[Vote]:
@@ -144,13 +149,14 @@ def _driver_gather(ticket: VoteTicket, ctx: Any, expected: int) -> Callable[[Vot
     return gather
 
 
-def _gatherer(spec: TaskSpec, ctx: Any) -> Callable[[Vote], list[Vote]] | None:
+def _gatherer(spec: TaskSpec, ctx: TaskContext) -> Callable[[Vote], list[Vote]] | None:
     """Return the task's vote gathering function (None: unaligned, decide alone)."""
     if not spec.aligned:
         return None
+    barrier = cast("BarrierTaskContext", ctx)  # aligned tasks run in a barrier stage
     if spec.votes is None:
-        return _barrier_gather(ctx)
-    return _driver_gather(spec.votes, ctx, spec.task_count)
+        return _barrier_gather(barrier)
+    return _driver_gather(spec.votes, barrier, spec.task_count)
 
 
 class _Clock:
@@ -173,7 +179,7 @@ class _Clock:
         return 0.0 if first is None or last is None else round((last - first) * 1000.0, 3)
 
 
-def _may_write(spec: TaskSpec, ctx: Any, partition: int, task_attempt: int) -> bool:
+def _may_write(spec: TaskSpec, ctx: TaskContext, partition: int, task_attempt: int) -> bool:
     """At-most-once: only the attempt that owns the partition writes (others would repeat)."""
     if spec.plan.guarantee is not Guarantee.AT_MOST_ONCE:
         return True
@@ -217,7 +223,8 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
     """Body of one write task (runs in a Spark Python worker)."""
     from pyspark import BarrierTaskContext, TaskContext
 
-    ctx: Any = BarrierTaskContext.get() if spec.aligned else TaskContext.get()
+    # Spark sets the task's context in every task (get() is None only outside one).
+    ctx = cast("TaskContext", BarrierTaskContext.get() if spec.aligned else TaskContext.get())
     partition = spec.offset + int(ctx.partitionId())
     task_attempt = int(ctx.attemptNumber())
     clock = _Clock(spec.hooks)

@@ -3,19 +3,28 @@
 Every query runs as its own Spark application in a subprocess (``connectors.demo.app``):
 that gives task retries (``local[N,4]``) without touching the session-wide ``spark``
 fixture, and lets a test kill the whole application for real.
+
+A scenario runs on one cluster: a bootstrap address and the client settings every Kafka
+client needs there (``client_config``, empty on the suite's plaintext broker, the SASL/TLS
+settings of a secured one). Every client it makes, the app's, the checker's and ``eos``'s,
+gets them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from connectors.demo.app import AppProcess, PipelineConfig, write_chunks
+from connectors.kafka import read_markers
+from connectors.ops import main as eos_main
 from connectors.verify import (
     CheckReport,
     Record,
@@ -24,6 +33,8 @@ from connectors.verify import (
     produce_input,
     read_committed_topic,
 )
+from integration_tests.support.secure_kafka import write_command_config
+from txn import Marker
 
 # Seconds one app run may take on a busy machine (JVM start + a few epochs + retries).
 APP_RUN_TIMEOUT_S = 400.0
@@ -45,17 +56,29 @@ class Scenario:
     output_topic: str
     sink_id: str
     inputs: list[Record]
+    client_config: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def create(
-        cls, bootstrap: str, tmp: Path, new_topic: Callable[..., str], *, n: int = N_RECORDS
+        cls,
+        bootstrap: str,
+        tmp: Path,
+        new_topic: Callable[..., str],
+        *,
+        n: int = N_RECORDS,
+        client_config: dict[str, str] | None = None,
     ) -> Scenario:
+        """Make the topics (with ``new_topic``, on the same cluster) and the input records."""
+        shared = dict(client_config or {})
         inp = new_topic("e2e-in", partitions=2)
         out = new_topic("e2e-out", partitions=3)
-        produce_input(bootstrap, inp, n, keys=KEYS)
-        inputs = sorted(read_committed_topic(bootstrap, inp), key=lambda r: (r.partition, r.offset))
+        produce_input(bootstrap, inp, n, keys=KEYS, client_config=shared)
+        inputs = sorted(
+            read_committed_topic(bootstrap, inp, client_config=shared),
+            key=lambda r: (r.partition, r.offset),
+        )
         assert len(inputs) == n
-        return cls(bootstrap, tmp, inp, out, f"e2e-{uuid.uuid4().hex[:10]}", inputs)
+        return cls(bootstrap, tmp, inp, out, f"e2e-{uuid.uuid4().hex[:10]}", inputs, shared)
 
     @property
     def input_dir(self) -> Path:
@@ -76,6 +99,7 @@ class Scenario:
             checkpoint=str(self.tmp / "checkpoint"),
             output_topic=self.output_topic,
             sink_id=self.sink_id,
+            client_config=self.client_config,
         )
         return replace(base, **overrides)
 
@@ -102,10 +126,30 @@ class Scenario:
             self.bootstrap,
             input_topic=self.input_topic,
             output_topic=self.output_topic,
+            client_config=self.client_config,
             **kwargs,
         )
         print_report(report)
         return report
+
+    def markers(self, width: int) -> dict[int, Marker | None]:
+        """The sink's marker of each write partition ``0 .. width-1``."""
+        return read_markers(self.bootstrap, self.sink_id, width, client_config=self.client_config)
+
+    def eos(self, *argv: str) -> tuple[int, dict[str, Any]]:
+        """Run ``eos --json ARGV`` as an operator would; return the exit code and the document.
+
+        The client settings go in a ``--command-config`` file (Java properties, as Kafka's
+        own tools take them), never on the command line.
+        """
+        options = ["--bootstrap-servers", self.bootstrap, "--json"]
+        if self.client_config:
+            path = write_command_config(self.client_config, self.tmp / "command.properties")
+            options += ["--command-config", str(path)]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = eos_main([*options, *argv])
+        return code, json.loads(out.getvalue())
 
 
 def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
@@ -124,11 +168,14 @@ def wait_until_listed(admin: Any, name: str, partitions: int) -> None:
     raise TimeoutError(f"topic {name} not ready after {TOPIC_READY_TIMEOUT_S}s")
 
 
-def topic_maker(bootstrap: str) -> Callable[..., str]:
-    """Return ``make_topic(prefix, partitions=1)``: a new, uniquely named topic, listed and led."""
+def topic_maker(bootstrap: str, settings: dict[str, str] | None = None) -> Callable[..., str]:
+    """Return ``make_topic(prefix, partitions=1)``: a new, uniquely named topic, listed and led.
+
+    ``settings``: the client settings the cluster needs (security), if any.
+    """
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(settings or {})})
 
     def make_topic(prefix: str, partitions: int = 1) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"

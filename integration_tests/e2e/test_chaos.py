@@ -16,9 +16,13 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from connectors.demo.app import AppProcess
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, read_markers
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
 from connectors.ops import main as eos_main
 from connectors.verify import AnomalyKind, load_history
+from integration_tests.e2e._cases import (
+    application_killed_after_some_partitions_committed,
+    worker_killed_mid_write,
+)
 from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
     Scenario,
@@ -32,13 +36,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 # Seconds for the hand-made zombie producer's transactional calls.
 ZOMBIE_TIMEOUT_S = 60.0
-# Seconds a held task sleeps while the other task commits and kills the app (killed long
-# before the sleep ends), and the longest the other task waits for the hold to begin.
-HOLD_S = 240.0
-# Transaction timeout (ms) of the aligned kill_app run: the held partition's pre-committed
-# transaction pins its pending marker until the broker aborts it; short, so reading the
-# markers right after the kill does not wait a minute for it.
-HELD_TXN_TIMEOUT_MS = 20_000
 
 
 @pytest.fixture
@@ -49,26 +46,7 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
 @pytest.mark.compat
 @pytest.mark.parametrize("mode", ["unaligned", "aligned"])
 def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
-    scenario.stage()
-    plan = scenario.fault_plan(
-        [
-            {
-                "id": "kill",
-                "step": "mid_write",
-                "epoch": 1,
-                "partition": 0,
-                "action": "kill",
-                "after_rows": 10,
-                "times": 1,
-            }
-        ]
-    )
-    # The query must finish on its own: Spark retries the killed task (local[2,4]) in
-    # unaligned mode; in aligned mode Spark never retries a barrier result stage, so the
-    # sink re-runs the failed write stage itself (stage_retries).
-    scenario.run(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), "run")
-    assert fired(plan, "kill") == 1, "the worker kill never fired: the test proved nothing"
-    assert_exact(scenario.check())
+    worker_killed_mid_write(scenario, mode)
 
 
 def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scenario) -> None:
@@ -193,68 +171,7 @@ def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
 
 @pytest.mark.parametrize("mode", ["unaligned", "aligned"])
 def test_application_killed_after_some_partitions_committed(scenario: Scenario, mode: str) -> None:
-    scenario.stage()
-    epoch = 1
-    # 1. write partition 1 is held in epoch 1, not committed: unaligned, in the middle of
-    #    its rows (its transaction open, no marker in it); aligned, after the all-yes
-    #    decision, before its commit (pre-committed, marker pending). Write partition 0
-    #    waits until partition 1 is held, commits epoch 1, then SIGKILLs the whole
-    #    application (driver, JVM, Python workers) from inside its task.
-    hold: dict[str, object] = (
-        {"step": "mid_write", "after_rows": 5} if mode == "unaligned" else {"step": "before_commit"}
-    )
-    plan = scenario.fault_plan(
-        [
-            {
-                "id": "hold",
-                "epoch": epoch,
-                "partition": 1,
-                "action": "sleep",
-                "seconds": HOLD_S,
-                **hold,
-            },
-            {
-                "id": "wait",
-                "step": "before_commit",
-                "epoch": epoch,
-                "partition": 0,
-                "action": "await",
-                "waits_for": "hold",
-                "seconds": HOLD_S,
-            },
-            {
-                "id": "kill_app",
-                "step": "after_commit",
-                "epoch": epoch,
-                "partition": 0,
-                "action": "kill_app",
-            },
-        ]
-    )
-    first = scenario.config(
-        fault_plan=plan, mode=mode, stage_retries=0, transaction_timeout_ms=HELD_TXN_TIMEOUT_MS
-    )
-    app = scenario.run(first, "first", expect=-9)
-    assert fired(plan, "kill_app") == 1, "kill_app never fired: the test proved nothing"
-    assert fired(plan, "hold") == 1, "write partition 1 was never held at its step"
-    assert fired(plan, "wait") == 1
-    assert not app.done
-    assert [e.epoch for e in app.epochs] == list(range(epoch))
-    # 2. the point of the test: epoch 1 is PARTLY committed.
-    markers = read_markers(scenario.bootstrap, scenario.sink_id, 2)
-    assert markers[0] is not None and markers[0].epoch == epoch, markers
-    assert markers[1] is not None and markers[1].epoch == epoch - 1, markers
-    # 3. a new application from the same checkpoint replays epoch 1: partition 0 skips by
-    #    its marker, partition 1 (its open transaction aborted by init_transactions)
-    #    writes epoch 1 again; the remaining epochs follow.
-    second = scenario.run(scenario.config(mode=mode), "second")
-    assert epoch in {e.epoch for e in second.epochs}
-    assert_exact(scenario.check())
-    last = max(e.epoch for e in second.epochs)
-    assert {
-        p: m.epoch if m else None
-        for p, m in read_markers(scenario.bootstrap, scenario.sink_id, 2).items()
-    } == {0: last, 1: last}
+    application_killed_after_some_partitions_committed(scenario, mode)
 
 
 def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:

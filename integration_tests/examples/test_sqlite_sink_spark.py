@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,10 @@ def expected(first: int, count: int) -> Counter[tuple[Any, ...]]:
     return Counter((i, f"item-{i}", i / 2, int(i % 2 == 0)) for i in range(first, first + count))
 
 
-def test_ordinary_batches_land_exactly_once(spark: Any, db: Path) -> None:
-    sink = SqliteSink(db, "orders", sink_id="orders", parallelism=PARALLELISM)
+def test_ordinary_batches_land_exactly_once(
+    spark: Any, db: Path, closing: Callable[[SqliteSink], SqliteSink]
+) -> None:
+    sink = closing(SqliteSink(db, "orders", sink_id="orders", parallelism=PARALLELISM))
     want: Counter[tuple[Any, ...]] = Counter()
     for batch_id, (first, count) in enumerate([(0, 5000), (5000, 0), (5000, 1), (5001, 300)]):
         result = sink(batch(spark, first, count), batch_id)
@@ -67,7 +70,8 @@ def test_ordinary_batches_land_exactly_once(spark: Any, db: Path) -> None:
     assert rows(db) == want
     sink.close()
 
-    again = SqliteSink(db, "orders", sink_id="orders", parallelism=PARALLELISM)  # same process
+    # A new sink object in the same process.
+    again = closing(SqliteSink(db, "orders", sink_id="orders", parallelism=PARALLELISM))
     assert again(batch(spark, 5001, 300), 3).skipped
     assert again(batch(spark, 6000, 10), 4).committed
     want += expected(6000, 10)
@@ -78,8 +82,10 @@ def test_ordinary_batches_land_exactly_once(spark: Any, db: Path) -> None:
     again.close()
 
 
-def test_an_empty_input_after_a_filter_commits(spark: Any, db: Path) -> None:
-    sink = SqliteSink(db, "orders", sink_id="filtered", parallelism=PARALLELISM)
+def test_an_empty_input_after_a_filter_commits(
+    spark: Any, db: Path, closing: Callable[[SqliteSink], SqliteSink]
+) -> None:
+    sink = closing(SqliteSink(db, "orders", sink_id="filtered", parallelism=PARALLELISM))
     assert sink(batch(spark, 0, 100).where("id < 0"), 0).committed
     assert sink(batch(spark, 0, 100).where("id < 1"), 1).committed  # one row, one partition
     assert rows(db) == expected(0, 1)
@@ -87,7 +93,7 @@ def test_an_empty_input_after_a_filter_commits(spark: Any, db: Path) -> None:
 
 
 def test_a_streaming_query_restarts_from_its_checkpoint_with_a_new_sink(
-    spark: Any, db: Path, tmp_path: Path
+    spark: Any, db: Path, tmp_path: Path, closing: Callable[[SqliteSink], SqliteSink]
 ) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -101,7 +107,7 @@ def test_a_streaming_query_restarts_from_its_checkpoint_with_a_new_sink(
         (source / name).write_text("".join(line + "\n" for line in lines))
 
     def run_query() -> list[EpochState]:
-        sink = SqliteSink(db, "orders", sink_id="stream", parallelism=PARALLELISM)
+        sink = closing(SqliteSink(db, "orders", sink_id="stream", parallelism=PARALLELISM))
         stream = (
             spark.readStream.schema("id LONG, item STRING, qty DOUBLE, paid BOOLEAN")
             .option("maxFilesPerTrigger", 1)
@@ -131,7 +137,12 @@ def test_a_streaming_query_restarts_from_its_checkpoint_with_a_new_sink(
 
 @pytest.mark.parametrize(("step", "after_rows"), [("mid_write", 100), ("after_commit", None)])
 def test_a_python_worker_killed_mid_write_or_after_its_commit(
-    spark: Any, db: Path, tmp_path: Path, step: str, after_rows: int | None
+    spark: Any,
+    db: Path,
+    tmp_path: Path,
+    step: str,
+    after_rows: int | None,
+    closing: Callable[[SqliteSink], SqliteSink],
 ) -> None:
     """SIGKILL a write task: mid-write it holds the write lock with rows inserted (SQLite
     rolls them back from its journal when the next writer opens the file); after its commit
@@ -148,12 +159,14 @@ def test_a_python_worker_killed_mid_write_or_after_its_commit(
         fault["after_rows"] = after_rows
     plan = tmp_path / "faults.json"
     plan.write_text(json.dumps([fault]))
-    sink = SqliteSink(
-        db,
-        "orders",
-        sink_id=f"kill-{step}",
-        parallelism=PARALLELISM,
-        fault_plan=FaultPlan(str(plan)),
+    sink = closing(
+        SqliteSink(
+            db,
+            "orders",
+            sink_id=f"kill-{step}",
+            parallelism=PARALLELISM,
+            fault_plan=FaultPlan(str(plan)),
+        )
     )
     assert sink(batch(spark, 0, 1000), 0).committed
     assert sink(batch(spark, 1000, 1000), 1).committed
@@ -164,8 +177,10 @@ def test_a_python_worker_killed_mid_write_or_after_its_commit(
     sink.close()
 
 
-def test_bad_input_is_refused_before_anything_is_logged(spark: Any, db: Path) -> None:
-    sink = SqliteSink(db, "orders", sink_id="bad", parallelism=PARALLELISM)
+def test_bad_input_is_refused_before_anything_is_logged(
+    spark: Any, db: Path, closing: Callable[[SqliteSink], SqliteSink]
+) -> None:
+    sink = closing(SqliteSink(db, "orders", sink_id="bad", parallelism=PARALLELISM))
     with pytest.raises(InputSchemaError, match="'colour'") as info:
         sink(batch(spark, 0, 3).selectExpr("id", "'red' AS colour"), 0)
     assert info.value.column == "colour"
@@ -174,7 +189,7 @@ def test_bad_input_is_refused_before_anything_is_logged(spark: Any, db: Path) ->
     assert info.value.column == "item"
     assert rows(db) == Counter()
     assert not Path(sink.config.epoch_log_path).exists()
-    missing = SqliteSink(db.with_name("none.db"), "orders", sink_id="none")
+    missing = closing(SqliteSink(db.with_name("none.db"), "orders", sink_id="none"))
     with pytest.raises(SqliteTableNotFoundError, match="does not exist"):
         missing(batch(spark, 0, 3), 0)
     assert not db.with_name("none.db").exists()

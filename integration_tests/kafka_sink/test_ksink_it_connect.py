@@ -12,6 +12,7 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,9 +40,11 @@ UNRESOLVABLE = "no-such-broker.invalid:9092"
 @pytest.mark.parametrize(
     "address", [refused_address(), UNRESOLVABLE], ids=["refused", "unresolvable"]
 )
-def test_sink_preflight_names_the_address_and_the_option(address: str) -> None:
+def test_sink_preflight_names_the_address_and_the_option(
+    address: str, closing: Callable[[KafkaSink], KafkaSink]
+) -> None:
     # The source gets the same check (test below); each address kind once per side.
-    sink = KafkaSink(address, "out", f"conn-{uuid.uuid4().hex[:8]}")
+    sink = closing(KafkaSink(address, "out", f"conn-{uuid.uuid4().hex[:8]}"))
     started = time.monotonic()
     with pytest.raises(KafkaConnectError) as info:
         sink.preflight()
@@ -107,12 +110,14 @@ def test_streaming_source_on_a_wrong_address_fails_with_the_typed_error(spark: A
 
 @pytest.mark.spark
 def test_no_epoch_duration_warning_before_an_epoch_exists(
-    spark: Any, caplog: pytest.LogCaptureFixture
+    spark: Any, caplog: pytest.LogCaptureFixture, closing: Callable[[KafkaSink], KafkaSink]
 ) -> None:
     # transaction_timeout_ms=1000: the sink warns about epochs slower than 0.5 s, and the
     # failed preflight alone takes longer than that.
-    sink = KafkaSink(
-        refused_address(), "out", f"conn-{uuid.uuid4().hex[:8]}", transaction_timeout_ms=1000
+    sink = closing(
+        KafkaSink(
+            refused_address(), "out", f"conn-{uuid.uuid4().hex[:8]}", transaction_timeout_ms=1000
+        )
     )
     df = spark.createDataFrame([("k", "v")], "key STRING, value STRING")
     with caplog.at_level(logging.WARNING, logger="connectors"), pytest.raises(KafkaConnectError):

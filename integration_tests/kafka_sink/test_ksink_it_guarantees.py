@@ -246,8 +246,8 @@ def test_changelog_drops_update_before_and_writes_tombstones(
     assert [v for k, v in got if k == b"b"] == [b"1", None]
 
 
-def test_changelog_without_key_is_a_clear_error(spark, kafka_bootstrap):
-    sink = KafkaSink(kafka_bootstrap, "unused", sid(), changelog=True)
+def test_changelog_without_key_is_a_clear_error(spark, kafka_bootstrap, closing):
+    sink = closing(KafkaSink(kafka_bootstrap, "unused", sid(), changelog=True))
     df = spark.createDataFrame([("1", "insert")], "value string, op string")
     with pytest.raises(KafkaInputSchemaError, match="key"):
         sink(df, 0)
@@ -327,10 +327,12 @@ def test_aligned_mode_checks_task_slots_up_front(spark, kafka_bootstrap, new_top
     assert values(read_committed(kafka_bootstrap, topic)) == expected(90)
 
 
-def test_missing_topic_is_a_preflight_error_unless_created(spark, kafka_bootstrap, monkeypatch):
+def test_missing_topic_is_a_preflight_error_unless_created(
+    spark, kafka_bootstrap, monkeypatch, closing
+):
     monkeypatch.setattr(sink_module, "TOPIC_METADATA_WAIT_S", 1.0)
     name = f"ks-missing-{uuid.uuid4().hex[:8]}"
-    sink = KafkaSink(kafka_bootstrap, name, sid())
+    sink = closing(KafkaSink(kafka_bootstrap, name, sid()))
     with pytest.raises(TopicMissingError, match="create_topics=True") as info:
         sink(rows(spark, 5), 0)
     assert isinstance(info.value, PreflightError) and "did not show it for 1s" in str(info.value)
@@ -361,15 +363,17 @@ def test_topic_that_appears_during_the_metadata_wait_is_found(spark, kafka_boots
         sink.close()
 
 
-def test_unreachable_broker_is_not_reported_as_a_missing_topic():
-    sink = KafkaSink("127.0.0.1:9", "out", sid())  # nothing listens on port 9
+def test_unreachable_broker_is_not_reported_as_a_missing_topic(closing):
+    sink = closing(KafkaSink("127.0.0.1:9", "out", sid()))  # nothing listens on port 9
     with pytest.raises(BrokerUnavailableError, match="cannot connect to Kafka at 127.0.0.1:9"):
         sink.preflight()
 
 
 def test_transaction_timeout_above_broker_limit_is_a_preflight_error(
-    spark, kafka_bootstrap, new_topic
+    spark, kafka_bootstrap, new_topic, closing
 ):
-    sink = KafkaSink(kafka_bootstrap, new_topic("ks-to"), sid(), transaction_timeout_ms=10**9)
+    sink = closing(
+        KafkaSink(kafka_bootstrap, new_topic("ks-to"), sid(), transaction_timeout_ms=10**9)
+    )
     with pytest.raises(PreflightError, match="transaction.max.timeout.ms"):
         sink(rows(spark, 5), 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,17 @@ def start(spark: Any, source: Path, checkpoint: Path, sink: Any, trigger: dict[s
 
 
 def test_a_second_sink_object_is_refused_while_the_query_runs_and_takes_over_after(
-    spark: Any, kafka_bootstrap: str, new_topic: Any, tmp_path: Path
+    spark: Any,
+    kafka_bootstrap: str,
+    new_topic: Any,
+    tmp_path: Path,
+    closing: Callable[[KafkaSink], KafkaSink],
 ) -> None:
     topic, sink_id, source = new_topic("ks-life", 2), sid(), tmp_path / "in"
     running = {"processingTime": "200 milliseconds"}
 
     def make() -> KafkaSink:
-        return KafkaSink(kafka_bootstrap, topic, sink_id, parallelism=2)
+        return closing(KafkaSink(kafka_bootstrap, topic, sink_id, parallelism=2))
 
     stage_file(source, 0)
     a = make()

@@ -54,14 +54,14 @@ def start(spark: Any, source: Path, checkpoint: Path, sink: Any) -> Any:
 
 
 def test_new_checkpoint_with_an_old_sink_id_is_refused_until_started_over(
-    spark, kafka_bootstrap, new_topic, tmp_path
+    spark, kafka_bootstrap, new_topic, tmp_path, closing
 ):
     topic, sink_id, source = new_topic("ks-bind", 2), sid(), tmp_path / "in"
     stage_files(source)
     log_path = str(tmp_path / "epochs.log")
 
     def sink(**opts: Any) -> KafkaSink:
-        return KafkaSink(kafka_bootstrap, topic, sink_id, epoch_log=log_path, **opts)
+        return closing(KafkaSink(kafka_bootstrap, topic, sink_id, epoch_log=log_path, **opts))
 
     first = sink()
     start(spark, source, tmp_path / "ck-a", first).awaitTermination(QUERY_TIMEOUT_S)
@@ -88,14 +88,14 @@ def test_new_checkpoint_with_an_old_sink_id_is_refused_until_started_over(
     assert history.last_committed_epoch() == 2 * FILES - 1
 
 
-def test_binding_error_names_the_fix(spark, kafka_bootstrap, new_topic, tmp_path):
+def test_binding_error_names_the_fix(spark, kafka_bootstrap, new_topic, tmp_path, closing):
     topic, source = new_topic("ks-bind2", 1), tmp_path / "in"
     stage_files(source, files=1)
     log_path = str(tmp_path / "epochs.log")
-    first = KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path)
+    first = closing(KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path))
     start(spark, source, tmp_path / "ck-a", first).awaitTermination(QUERY_TIMEOUT_S)
     first.close()
-    second = KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path)
+    second = closing(KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path))
     # Batch 0 of another query, seen through the binder directly (no Spark needed here).
     with pytest.raises(QueryMismatchError) as info:
         second._binder.epoch(second._open_log(), "another-query", 0)
@@ -105,7 +105,7 @@ def test_binding_error_names_the_fix(spark, kafka_bootstrap, new_topic, tmp_path
 
 
 def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
-    spark, kafka_bootstrap, new_topic, tmp_path
+    spark, kafka_bootstrap, new_topic, tmp_path, closing
 ):
     topic, source = new_topic("ks-stop", 2), tmp_path / "in"
     stage_files(source, files=6)
@@ -125,7 +125,9 @@ def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
             ]
         )
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=FaultPlan(str(plan)))
+    sink = closing(
+        KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=FaultPlan(str(plan)))
+    )
     query = start(spark, source, tmp_path / "ck", sink)
     while not Path(f"{plan}.hold.0").exists():  # epoch 1 is pre-committing now
         time.sleep(0.05)
@@ -147,10 +149,12 @@ def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
         sink.write(None, 9)  # type: ignore[arg-type]
 
 
-def test_streaming_query_reports_per_epoch_metrics(spark, kafka_bootstrap, new_topic, tmp_path):
+def test_streaming_query_reports_per_epoch_metrics(
+    spark, kafka_bootstrap, new_topic, tmp_path, closing
+):
     topic, source = new_topic("ks-metrics", 2), tmp_path / "in"
     stage_files(source)
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2)
+    sink = closing(KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2))
     query = start(spark, source, tmp_path / "ck", sink)
     query.awaitTermination(QUERY_TIMEOUT_S)
     metrics = sink.metrics()
@@ -223,7 +227,7 @@ def test_listener_joins_progress_sink_metrics_and_source_lag(
 
 @pytest.mark.usefixtures("rc_spark")  # the kafka-rc source: PySpark 4.2+
 def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
-    spark, kafka_bootstrap, new_topic, tmp_path
+    spark, kafka_bootstrap, new_topic, tmp_path, closing
 ):
     from confluent_kafka import Producer
 
@@ -249,14 +253,16 @@ def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
             ]
         )
     )
-    sink = KafkaSink(
-        kafka_bootstrap,
-        topic,
-        sid(),
-        mode="unaligned",
-        keep_partitioning=True,
-        stage_retries=1,
-        fault_plan=FaultPlan(str(plan)),
+    sink = closing(
+        KafkaSink(
+            kafka_bootstrap,
+            topic,
+            sid(),
+            mode="unaligned",
+            keep_partitioning=True,
+            stage_retries=1,
+            fault_plan=FaultPlan(str(plan)),
+        )
     )
     query = (
         spark.readStream.format(register(spark))
@@ -303,15 +309,14 @@ def test_query_restarted_while_the_broker_loads_its_topics(spark, tmp_path):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("out", 2, 1)])["out"].result(timeout=30)
         stage_files(source, files=1)
-        first = KafkaSink(bootstrap, "out", "reload", epoch_log=str(tmp_path / "epochs.log"))
-        start(spark, source, tmp_path / "ck", first).awaitTermination(QUERY_TIMEOUT_S)
-        first.close()
+        log = str(tmp_path / "epochs.log")
+        with KafkaSink(bootstrap, "out", "reload", epoch_log=log) as first:
+            start(spark, source, tmp_path / "ck", first).awaitTermination(QUERY_TIMEOUT_S)
         broker.restart()  # its topics stay hidden from Metadata for load_delay_ms
         stage_files(source, files=2)
-        again = KafkaSink(bootstrap, "out", "reload", epoch_log=str(tmp_path / "epochs.log"))
-        started = time.monotonic()
-        start(spark, source, tmp_path / "ck", again).awaitTermination(QUERY_TIMEOUT_S)
-        assert again.metrics()[-1].committed
-        assert time.monotonic() - started > 1.0  # the preflight did wait for the topics
-        again.close()
+        with KafkaSink(bootstrap, "out", "reload", epoch_log=log) as again:
+            started = time.monotonic()
+            start(spark, source, tmp_path / "ck", again).awaitTermination(QUERY_TIMEOUT_S)
+            assert again.metrics()[-1].committed
+            assert time.monotonic() - started > 1.0  # the preflight did wait for the topics
         assert values(read_committed(bootstrap, "out")) == expected(2 * PER_FILE)

@@ -15,7 +15,9 @@ import pytest
 
 from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
 from connectors.kafka._sink import _pool
-from connectors.kafka._sink._participant import KafkaParticipant, KafkaResource, pool_key
+from connectors.kafka._sink._participant import KafkaParticipant
+from connectors.kafka._sink._producers import pool_key
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
 from integration_tests.kafka_sink._support import (
@@ -51,9 +53,9 @@ def empty_pool():
 
 
 @pytest.fixture
-def sink(kafka_bootstrap, new_topic):
+def sink(kafka_bootstrap, new_topic, closing):
     topic = new_topic("pool", 1)
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", create_topics=True)
+    sink = closing(KafkaSink(kafka_bootstrap, topic, sid(), mode="unaligned", create_topics=True))
     sink.preflight()  # creates the marker topic
     return sink
 
@@ -188,7 +190,7 @@ def test_producer_pooled_under_another_generation_is_not_reused(sink):
 
 
 def test_restarted_sink_in_the_same_application_does_not_reuse_fenced_producers(
-    spark, kafka_bootstrap, new_topic
+    spark, kafka_bootstrap, new_topic, closing
 ):
     # The second sink's recovery fences the producers the Python workers pooled for the
     # first one; without a new client generation its first epoch would reuse them and
@@ -197,14 +199,16 @@ def test_restarted_sink_in_the_same_application_does_not_reuse_fenced_producers(
     sink_id = sid()
 
     def make() -> KafkaSink:
-        return KafkaSink(
-            kafka_bootstrap,
-            topic,
-            sink_id,
-            mode="unaligned",
-            parallelism=2,
-            stage_retries=0,
-            create_topics=True,
+        return closing(
+            KafkaSink(
+                kafka_bootstrap,
+                topic,
+                sink_id,
+                mode="unaligned",
+                parallelism=2,
+                stage_retries=0,
+                create_topics=True,
+            )
         )
 
     first = make()
@@ -243,9 +247,9 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     assert second.opened[0].why_new.endswith("a spare producer, created earlier")
 
 
-def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic):
+def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic, closing):
     topic = new_topic("pool-alo", 1)
-    alo = KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-least-once")
+    alo = closing(KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-least-once"))
     reused = []
     for epoch in range(2):
         resource = RecordingResource(alo.config, RecordLayout())

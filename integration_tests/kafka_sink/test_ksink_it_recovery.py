@@ -21,8 +21,10 @@ from integration_tests.kafka_sink._support import (
 from txn import (
     EpochCompletion,
     EpochPlan,
+    IllegalTransitionError,
     NonDeterministicReplayError,
     PartitionOutcome,
+    QueryBinding,
 )
 
 pytestmark = pytest.mark.spark
@@ -248,6 +250,21 @@ def test_kafka_epoch_log_fences_a_second_coordinator(kafka_bootstrap):
     assert history.is_committed(0) and history.is_committed(1)
     assert history.max_parallelism() == 2
     reader.close()
+
+
+def test_kafka_epoch_log_refuses_an_illegal_record_as_every_epoch_log_does(kafka_bootstrap):
+    # A new query's binding while epoch 1 is in doubt (what `eos reset` would append): the
+    # typed refusal of the history, not "the log could not be written"; nothing written.
+    sink_id = sid()
+    with KafkaEpochLog(kafka_bootstrap, sink_id) as log:
+        log.append(EpochPlan(sink_id, 0, 2, "fp"))
+        log.append(EpochCompletion(sink_id, 0, committed=True))
+        log.append(EpochPlan(sink_id, 1, 2, "fp"))
+        with pytest.raises(IllegalTransitionError, match="epoch 1 is not committed"):
+            log.append(QueryBinding(sink_id, "q-2", 2))
+        log.append(EpochCompletion(sink_id, 1, committed=True))  # the log is still usable
+    history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
+    assert history.binding is None and history.is_committed(1)
 
 
 def test_kafka_epoch_log_compaction_keeps_the_floor(kafka_bootstrap):

@@ -20,15 +20,19 @@ POLL_INTERVAL_S = 0.2
 
 
 class TxnWriter:
-    """A transactional producer writing UTF-8 values to one topic-partition."""
+    """A transactional producer writing UTF-8 values to one topic-partition.
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    ``settings``: the client settings the cluster needs (security), if any.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, settings: dict[str, str] | None = None) -> None:
         self.topic = topic
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "transactional.id": f"src-test-{uuid.uuid4().hex[:12]}",
                 "linger.ms": 5,
+                **(settings or {}),
             }
         )
         self.producer.init_transactions(CLIENT_TIMEOUT_S)
@@ -55,9 +59,10 @@ def produce_plain(
     values: list[str],
     partition: int = 0,
     headers: list[tuple[str, bytes]] | None = None,
+    settings: dict[str, str] | None = None,
 ) -> None:
     """Produce non-transactional records and wait for them to be acknowledged."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **(settings or {})})
     for v in values:
         producer.produce(
             topic, v.encode(), key=f"k-{v}".encode(), partition=partition, headers=headers

@@ -211,11 +211,10 @@ def wait_for_batches(query: Any, ck: Path, more_than: int) -> None:
 def run_available_now_again(rc_spark: Any, w: World, ck: Path, *, check: bool = True) -> None:
     """The checkpoint is usable: more input, one more AvailableNow run reads exactly it."""
     w.produce(40)
-    sink = w.sink()
-    query = start(stream(rc_spark, w), sink, ck, available_now=True)
-    assert query.awaitTermination(CATCH_UP_TIMEOUT_S), "AvailableNow run did not finish"
-    assert query.exception() is None, query.exception()
-    sink.close()
+    with w.sink() as sink:
+        query = start(stream(rc_spark, w), sink, ck, available_now=True)
+        assert query.awaitTermination(CATCH_UP_TIMEOUT_S), "AvailableNow run did not finish"
+        assert query.exception() is None, query.exception()
     assert checkpointed(ck)[committed_batches(ck) - 1] == input_ends(w)
     assert_every_entry_names_every_partition(ck, w.inp)
     if check:

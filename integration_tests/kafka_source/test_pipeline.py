@@ -43,7 +43,11 @@ def abort_junk(bootstrap: str, topic: str, first_id: int, n: int) -> None:
 @pytest.mark.compat
 @pytest.mark.timeout(600)
 def test_source_to_exactly_once_sink_passes_the_checker(
-    rc_spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+    rc_spark: Any,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+    closing: Callable[[KafkaSink], KafkaSink],
 ) -> None:
     inp = new_topic("rc-pipe-in", partitions=2)
     out = new_topic("rc-pipe-out", partitions=3)
@@ -51,8 +55,10 @@ def test_source_to_exactly_once_sink_passes_the_checker(
     abort_junk(kafka_bootstrap, inp, 1_000_000, 40)  # must never reach the output
     produce_input(kafka_bootstrap, inp, 150, keys=8, start=150)
     sink_id = f"rc-pipe-{uuid.uuid4().hex[:8]}"
-    sink = KafkaSink(
-        kafka_bootstrap, out, sink_id, parallelism=2, order_by=("in_partition", "in_offset")
+    sink = closing(
+        KafkaSink(
+            kafka_bootstrap, out, sink_id, parallelism=2, order_by=("in_partition", "in_offset")
+        )
     )
     df = (
         rc_spark.readStream.format("kafka-rc")

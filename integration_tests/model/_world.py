@@ -99,6 +99,9 @@ class World:
     topic: str | None = None
     sink: Any = None
     query: Any = None
+    # Every sink object made, closed at tear-down: one dropped without close() (a rule of
+    # the example) may live on in Spark's gateway, with its Kafka clients.
+    made: list[Any] = field(default_factory=list)
     generation: int = 0
     files: int = 0  # files in the current input directory (= batches of this checkpoint)
 
@@ -128,6 +131,11 @@ class World:
 
     def make_sink(self, *, start_over: bool = False) -> Any:
         """A new sink object of the example's kind (same sink_id every time)."""
+        sink = self._new_sink(start_over)
+        self.made.append(sink)
+        return sink
+
+    def _new_sink(self, start_over: bool) -> Any:
         opts: dict[str, Any] = {
             "mode": self.kind.mode,
             "stage_retries": 0,
@@ -283,11 +291,13 @@ class World:
             close()
 
     def close(self) -> None:
-        """Stop the query, close the sink, roll back leftovers and drop the schema."""
+        """Stop the query, close every sink made, roll back leftovers and drop the schema."""
         try:
             self.stop_query()
         finally:
-            self.close_sink()
+            for sink in self.made:  # the current one too; close() is idempotent
+                sink.close()
+            self.made.clear()
         if self.kind.protocol is not None:
             with self._pg() as conn:
                 for (gid,) in conn.execute(

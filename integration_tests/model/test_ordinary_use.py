@@ -17,8 +17,9 @@ early in unaligned and idempotency-table modes, as documented) until the restart
 replays the batch, after which it is there exactly once; nothing else is ever there.
 
 Default run: ``EOS_MODEL_EXAMPLES`` examples (3) of ``EOS_MODEL_STEPS`` steps (7) per kind.
-The long run (``-m model_long``, not in ``make test``): more kinds and 25 examples of 12
-steps each unless the variables say otherwise.
+The long run (``--model-long``, as ``make model-long`` runs it; skipped otherwise, so not
+in ``make test``): more kinds and 25 examples of 12 steps each unless the variables say
+otherwise.
 """
 
 from __future__ import annotations

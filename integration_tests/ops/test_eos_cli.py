@@ -241,7 +241,7 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
     assert code == 0 and out["transactional_ids"] == [f"{unknown}-0"]
 
 
-def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
+def test_a_connection_string_as_epoch_log_is_a_typed_refusal(kafka_bootstrap, capsys):
     sink_id = f"eos-pg-{uuid.uuid4().hex[:8]}"
     for dsn in (
         "postgresql://eos:s3cret@db.example:5432/app",
@@ -251,6 +251,7 @@ def test_a_log_kind_eos_cannot_read_is_a_typed_refusal(kafka_bootstrap, capsys):
             code, out = eos(kafka_bootstrap, command, sink_id, "--epoch-log", dsn, capsys=capsys)
             assert code == 4, out
             assert "UnreadableLogError" in out["error"] and "PostgreSQL" in out["error"]
+            assert "--dsn" in out["error"]
             assert "s3cret" not in json.dumps(out)  # a DSN's password is never printed
 
 
@@ -316,7 +317,7 @@ def test_verify_with_an_identity_function_on_non_json_records(kafka_bootstrap, n
 
 @pytest.mark.spark
 def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
-    spark, kafka_bootstrap, new_topic, capsys
+    spark, kafka_bootstrap, new_topic, capsys, closing
 ):
     from connectors.kafka import KafkaSink
 
@@ -336,8 +337,10 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
         )
     ]
     df = spark.createDataFrame(rows, "key STRING, value STRING, seq INT")
-    sink = KafkaSink(
-        kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2, order_by=["seq"]
+    sink = closing(
+        KafkaSink(
+            kafka_bootstrap, out, sink_id, marker_topic=markers, parallelism=2, order_by=["seq"]
+        )
     )
     sink(df.where("seq < 25"), 0)
     sink(df.where("seq >= 25"), 1)
@@ -366,7 +369,7 @@ def test_verify_a_sink_with_a_custom_marker_topic_and_its_own_record_format(
 
 
 @pytest.mark.spark
-def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys):
+def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, capsys, closing):
     from connectors.kafka import KafkaSink
     from connectors.stage import CompositeSink
 
@@ -398,7 +401,9 @@ def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, 
         )
         for n, out in (("a", out_a), ("b", out_b))
     ]
-    sink = CompositeSink([(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite)
+    sink = closing(
+        CompositeSink([(members[0], ["key", "value", "seq"]), members[1]], sink_id=composite)
+    )
     for epoch in range(2):
         sink(df.where(f"seq >= {15 * epoch} AND seq < {15 * (epoch + 1)}"), epoch)
     assert sink.metrics()[-1].member_rows == {f"{composite}-a": 15, f"{composite}-b": 15}

@@ -16,11 +16,22 @@ from typing import Any
 
 from psycopg import sql
 
+from connectors.postgres import PostgresSink
+
 PER_FILE = 30
 # Seconds a streaming query may take to drain its files on a busy machine.
 QUERY_TIMEOUT_S = 300.0
 # Seconds between two looks at a running query's progress.
 POLL_S = 0.2
+
+
+def table_sink(dsn: str, schema: str, **options: Any) -> PostgresSink:
+    """A sink of table ``schema.t`` (id ``{schema}-s``, control tables in ``schema``).
+
+    Two write partitions unless ``options`` say otherwise.
+    """
+    options = {"parallelism": 2, **options}
+    return PostgresSink(dsn, "t", f"{schema}-s", schema=schema, control_schema=schema, **options)
 
 
 def create_table(pg: Any, schema: str) -> None:

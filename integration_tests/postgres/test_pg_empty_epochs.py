@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from psycopg import sql
 
 from connectors.postgres import PostgresEpochLog, PostgresSink, list_prepared
+from integration_tests.postgres._queries import table_sink
 from integration_tests.postgres._world import PG_LIKE, PgWorld
 from txn import CommitMode, EpochDecision, EpochLog, EpochState
 from txn.testing import EMPTY
@@ -64,23 +66,19 @@ def ids(pg: Any, schema: str) -> Counter[int]:
 @pytest.mark.spark
 @pytest.mark.parametrize("mode", [m.value for m in CommitMode])
 def test_a_wedged_log_recovers_in_a_new_sink(
-    spark: Any, pg: Any, schema: str, postgres_dsn: str, mode: str
+    spark: Any,
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    mode: str,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     pg.execute(
         sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
     )
 
     def new_sink() -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            commit_protocol="two-phase",
-            mode=mode,
-        )
+        return closing(table_sink(postgres_dsn, schema, commit_protocol="two-phase", mode=mode))
 
     def batch(start: int, end: int) -> Any:
         return spark.range(start, end, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
@@ -124,6 +122,7 @@ def test_query_stop_during_an_empty_epoch_then_restart(
     tmp_path: Any,
     protocol: str,
     mode: str,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     """A streaming query stopped while its empty batch is in the write stage restarts from
     its checkpoint with a new sink object, and every row lands once."""
@@ -173,16 +172,8 @@ def test_query_stop_during_an_empty_epoch_then_restart(
         )
 
     def new_sink(**extra: Any) -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            commit_protocol=protocol,
-            mode=mode,
-            **extra,
+        return closing(
+            table_sink(postgres_dsn, schema, commit_protocol=protocol, mode=mode, **extra)
         )
 
     add_file("0.json", range(0, 10))

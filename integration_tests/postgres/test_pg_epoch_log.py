@@ -95,6 +95,33 @@ def test_second_coordinator_is_refused_while_the_first_runs(make_cfg: Make) -> N
         assert second.generation == 2
 
 
+def test_a_read_only_log_reads_beside_the_owner_and_never_writes(
+    pg: Conn, schema: str, make_cfg: Make
+) -> None:
+    cfg = make_cfg()
+    missing = make_cfg(control_schema=f"{schema}_none")  # no control tables: an empty log
+    with PostgresEpochLog(missing, read_only=True) as reader:
+        assert reader.load().records == ()
+    assert pg.execute(
+        "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (f"{schema}_none",)
+    ).fetchone() == (0,)  # no DDL either
+    with PostgresEpochLog(cfg) as owner:
+        commit_epoch(owner, 0)
+        owner.append(EpochPlan(cfg.sink_id, 1, 2, "fp"))
+        with PostgresEpochLog(cfg, read_only=True) as reader:  # no lock: the owner holds it
+            history = reader.load()
+            assert history.state(0) is EpochState.COMMITTED
+            assert [p.epoch for p in history.in_doubt()] == [1]
+            before = records(pg, schema, cfg.sink_id)
+            with pytest.raises(EpochLogError, match="read-only"):
+                reader.append(EpochCompletion(cfg.sink_id, 1, committed=False))
+            assert records(pg, schema, cfg.sink_id) == before
+        owner.append(EpochDecision(cfg.sink_id, 1, commit=False))  # the owner is not fenced
+        assert owner.generation == 1
+    with PostgresEpochLog(cfg) as again:
+        assert again.generation == 2  # the reader took no generation
+
+
 def _terminate(pg: Conn, cfg: PostgresSinkConfig) -> None:
     pg.execute(
         "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "

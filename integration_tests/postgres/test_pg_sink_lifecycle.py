@@ -26,6 +26,7 @@ from integration_tests.postgres._queries import (
     stage_files,
     start,
     table_rows,
+    table_sink,
     wait_until,
 )
 
@@ -39,15 +40,7 @@ def make(pg: Any, schema: str, postgres_dsn: str) -> Make:
     create_table(pg, schema)
 
     def new(**options: Any) -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            **options,
-        )
+        return table_sink(postgres_dsn, schema, **options)
 
     return new
 
@@ -69,11 +62,17 @@ def written(pg: Any, schema: str, files: int) -> bool:
 
 @pytest.mark.parametrize("how", ["ended", "stop", "stop_gracefully"])
 def test_a_new_sink_object_takes_over_once_the_query_stopped(
-    spark: Any, pg: Any, schema: str, make: Make, tmp_path: Path, how: str
+    spark: Any,
+    pg: Any,
+    schema: str,
+    make: Make,
+    tmp_path: Path,
+    how: str,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     source, ck = tmp_path / "in", tmp_path / "ck"
     stage_files(source, 0, 2)
-    a = make()  # the notebook keeps it: not collected, not closed
+    a = closing(make())  # the notebook keeps it: not collected, not closed (until the end)
     if how == "ended":
         run(spark, source, ck, a)
     else:
@@ -97,10 +96,15 @@ def test_a_new_sink_object_takes_over_once_the_query_stopped(
 
 
 def test_a_new_query_with_a_new_sink_object_takes_over_once_the_old_query_stopped(
-    spark: Any, pg: Any, schema: str, make: Make, tmp_path: Path
+    spark: Any,
+    pg: Any,
+    schema: str,
+    make: Make,
+    tmp_path: Path,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     stage_files(tmp_path / "in", 0, 1)
-    a = make()
+    a = closing(make())
     query = start(spark, tmp_path / "in", tmp_path / "ck", a, available_now=False)
     wait_until("a batch written", lambda: written(pg, schema, 1))
     query.stop()
@@ -112,15 +116,20 @@ def test_a_new_query_with_a_new_sink_object_takes_over_once_the_old_query_stoppe
 
 
 def test_a_new_sink_object_is_refused_while_the_first_query_runs(
-    spark: Any, pg: Any, schema: str, make: Make, tmp_path: Path
+    spark: Any,
+    pg: Any,
+    schema: str,
+    make: Make,
+    tmp_path: Path,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     source = tmp_path / "in"
     stage_files(source, 0, 1)
-    a = make()
+    a = closing(make())
     first = start(spark, source, tmp_path / "ck", a, available_now=False)
     try:
         wait_until("a batch written", lambda: written(pg, schema, 1))
-        b = make()
+        b = closing(make())
         stage_files(tmp_path / "in-b", 50, 1)
         second = start(spark, tmp_path / "in-b", tmp_path / "ck-b", b, available_now=False)
         with pytest.raises(Exception, match="SinkInUseError") as info:
@@ -205,11 +214,12 @@ def test_closing_a_composite_closes_its_member_sinks(
     kafka_bootstrap: str,
     new_topic: Any,
     tmp_path: Path,
+    closing: Callable[[KafkaSink], KafkaSink],
 ) -> None:
     df = spark.range(0, PER_FILE, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
     table = make()
     table(df, 0)  # used on its own first: it holds its own epoch log
-    kafka = KafkaSink(kafka_bootstrap, new_topic("life", 1), f"{schema}-k", parallelism=1)
+    kafka = closing(KafkaSink(kafka_bootstrap, new_topic("life", 1), f"{schema}-k", parallelism=1))
     with CompositeSink(
         [
             (kafka, lambda d: d.selectExpr("CAST(id AS STRING) AS value")),

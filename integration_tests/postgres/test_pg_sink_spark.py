@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from connectors.postgres import PostgresInputSchemaError, PostgresSink
+from connectors.postgres import PostgresInputSchemaError
+from integration_tests.postgres._queries import table_sink
 from txn import PartitionOutcome
 
 pytestmark = pytest.mark.spark
@@ -25,23 +26,11 @@ def rows(pg: Any, schema: str, order: str = "id") -> list[tuple[Any, ...]]:
     return [tuple(r) for r in pg.execute(query).fetchall()]
 
 
-def sink(postgres_dsn: str, schema: str, **options: Any) -> PostgresSink:
-    return PostgresSink(
-        postgres_dsn,
-        "t",
-        f"{schema}-s",
-        schema=schema,
-        control_schema=schema,
-        parallelism=2,
-        **options,
-    )
-
-
 @pytest.mark.compat
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_append_epochs_land_once_and_a_replay_is_skipped(spark, pg, schema, postgres_dsn, protocol):
     table(pg, schema, "id bigint PRIMARY KEY, name text")
-    s = sink(postgres_dsn, schema, commit_protocol=protocol)
+    s = table_sink(postgres_dsn, schema, commit_protocol=protocol)
     try:
         for epoch in range(3):
             df = spark.range(epoch * 50, (epoch + 1) * 50, numPartitions=3).selectExpr(
@@ -66,7 +55,7 @@ def test_upsert_and_changelog_keep_the_last_change_of_each_key(
     spark, pg, schema, postgres_dsn, protocol
 ):
     table(pg, schema, "id bigint PRIMARY KEY, v text")
-    up = sink(
+    up = table_sink(
         postgres_dsn,
         schema,
         write_mode="upsert",
@@ -88,7 +77,9 @@ def test_upsert_and_changelog_keep_the_last_change_of_each_key(
 
 def test_changelog_applies_inserts_updates_and_deletes(spark, pg, schema, postgres_dsn):
     table(pg, schema, "id bigint PRIMARY KEY, v text")
-    cl = sink(postgres_dsn, schema, write_mode="changelog", key_columns=["id"], order_by=["seq"])
+    cl = table_sink(
+        postgres_dsn, schema, write_mode="changelog", key_columns=["id"], order_by=["seq"]
+    )
     data: list[tuple[Any, ...]] = [
         (1, "a", "insert", 0),
         (2, "b", "insert", 1),
@@ -116,7 +107,7 @@ def test_bad_input_is_a_typed_error_naming_the_column(
     spark, pg, schema, postgres_dsn, ddl, select, column
 ):
     table(pg, schema, ddl)
-    s = sink(postgres_dsn, schema)
+    s = table_sink(postgres_dsn, schema)
     try:
         with pytest.raises(PostgresInputSchemaError) as info:
             s(spark.range(5).selectExpr(*select), 0)
@@ -127,7 +118,7 @@ def test_bad_input_is_a_typed_error_naming_the_column(
 
 
 def test_missing_table_is_refused_before_anything_is_written(spark, schema, postgres_dsn):
-    s = sink(postgres_dsn, schema)
+    s = table_sink(postgres_dsn, schema)
     try:
         with pytest.raises(Exception, match="does not exist|not found"):
             s(spark.range(3).selectExpr("id"), 0)
@@ -137,7 +128,7 @@ def test_missing_table_is_refused_before_anything_is_written(spark, schema, post
 
 def test_violated_constraint_aborts_the_epoch_with_nothing_visible(spark, pg, schema, postgres_dsn):
     table(pg, schema, "id bigint PRIMARY KEY, name text CHECK (name <> 'bad')")
-    s = sink(postgres_dsn, schema, stage_retries=0)
+    s = table_sink(postgres_dsn, schema, stage_retries=0)
     try:
         df: Callable[[str], Any] = lambda bad: spark.range(40).selectExpr(
             "id", f"CASE WHEN id = 7 THEN '{bad}' ELSE 'ok' END AS name"
@@ -158,7 +149,7 @@ def test_timestamps_are_checked_and_written_in_the_session_time_zone(
     table(pg, schema, "id bigint PRIMARY KEY, at timestamptz")
     previous = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
-    s = sink(postgres_dsn, schema)
+    s = table_sink(postgres_dsn, schema)
     try:
         df = spark.range(4).selectExpr(
             "id", "to_utc_timestamp(timestamp_seconds(1700000000 + id), 'UTC') AS at"

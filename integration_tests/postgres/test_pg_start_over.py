@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from integration_tests.postgres._queries import (
     run,
     stage_files,
     table_rows,
+    table_sink,
 )
 
 pytestmark = pytest.mark.spark
@@ -70,20 +72,12 @@ def test_postgres_sink_starts_over_after_a_new_checkpoint(
     tmp_path: Path,
     protocol: str,
     epochs: int,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     create_table(pg, schema)
 
     def make(**options: Any) -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            commit_protocol=protocol,
-            **options,
-        )
+        return closing(table_sink(postgres_dsn, schema, commit_protocol=protocol, **options))
 
     start_over_scenario(spark, tmp_path, epochs, make)
     assert table_rows(pg, schema) == expected_rows(epochs)
@@ -91,20 +85,17 @@ def test_postgres_sink_starts_over_after_a_new_checkpoint(
 
 
 def test_a_new_checkpoint_without_start_over_is_refused_and_writes_nothing(
-    spark: Any, pg: Any, schema: str, postgres_dsn: str, tmp_path: Path
+    spark: Any,
+    pg: Any,
+    schema: str,
+    postgres_dsn: str,
+    tmp_path: Path,
+    closing: Callable[[PostgresSink], PostgresSink],
 ) -> None:
     create_table(pg, schema)
 
     def make(**options: Any) -> PostgresSink:
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            parallelism=2,
-            **options,
-        )
+        return closing(table_sink(postgres_dsn, schema, **options))
 
     stage_files(tmp_path / "in", 0, 2)
     with make() as first:
@@ -137,6 +128,7 @@ def test_composite_starts_over_after_a_new_checkpoint(
     tmp_path: Path,
     epochs: int,
     first: str,
+    closing: Callable[[CompositeSink], CompositeSink],
 ) -> None:
     """The composite's epoch log is its first member's kind (the Kafka topic or the table)."""
     create_table(pg, schema)
@@ -157,7 +149,7 @@ def test_composite_starts_over_after_a_new_checkpoint(
             to_table,
         )
         members = [kafka, table] if first == "kafka" else [table, kafka]
-        return CompositeSink(members, sink_id=sink_id, **options)
+        return closing(CompositeSink(members, sink_id=sink_id, **options))
 
     start_over_scenario(spark, tmp_path, epochs, make)
     rows = expected_rows(epochs)

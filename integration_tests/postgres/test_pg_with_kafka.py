@@ -19,7 +19,7 @@ from psycopg import sql
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from connectors.stage import CompositeSink
+from connectors.stage import CompositeSink, InsufficientSlotsError
 from connectors.testing import FaultPlan
 from integration_tests.kafka_sink._support import (
     lso_reaches_high_watermark,
@@ -208,3 +208,71 @@ def test_driver_dying_after_the_topic_committed_recovers_the_table(
     finally:
         restarted.close()
     world.check_exactly(2)
+
+
+def test_default_options_fit_local_2(world: World) -> None:
+    """No parallelism anywhere: the members share local[2]'s two slots, aligned."""
+    kafka = KafkaSink(world.kafka, world.topic, f"{world.sink_id}-k")
+    table = PostgresSink(
+        world.dsn, "t", f"{world.sink_id}-p", schema=world.schema, control_schema=world.schema
+    )
+    sink = CompositeSink([(kafka, to_kafka), (table, to_table)], sink_id=world.sink_id)
+    try:
+        for epoch in range(2):
+            result = sink(batch(world.spark, epoch), epoch)
+            assert result.committed and result.plan is not None
+            assert (result.plan.parallelism, result.plan.mode) == (2, CommitMode.ALIGNED)
+            outcomes = [r.outcome for r in result.reports]
+            assert outcomes == [PartitionOutcome.COMMITTED, PartitionOutcome.PREPARED]
+    finally:
+        sink.close()
+    world.check_exactly(2)
+
+
+def test_an_explicit_parallelism_that_does_not_fit_names_the_member(world: World) -> None:
+    kafka = KafkaSink(world.kafka, world.topic, f"{world.sink_id}-k", parallelism=2)
+    table = PostgresSink(
+        world.dsn, "t", f"{world.sink_id}-p", schema=world.schema, control_schema=world.schema
+    )
+    sink = CompositeSink(
+        [(kafka, to_kafka), (table, to_table)],
+        sink_id=world.sink_id,
+        epoch_log=world.tmp / "epochs.log",
+    )
+    try:
+        with pytest.raises(InsufficientSlotsError) as caught:
+            sink(batch(world.spark, 0), 0)
+        assert f"lower '{world.sink_id}-k''s parallelism by 1 (to 1)" in str(caught.value)
+        assert sink.epoch_log_history().plan(0) is None  # refused before the plan
+    finally:
+        sink.close()
+    assert world.table_epochs() == Counter() and world.topic_epochs() == Counter()
+
+
+def test_more_members_than_slots_run_unaligned_without_a_mode(world: World, new_topic: Any) -> None:
+    """Three members on two slots (as two on a one-core application): unaligned, logged."""
+    second = new_topic("mix2", 1)
+    members = [
+        (KafkaSink(world.kafka, world.topic, f"{world.sink_id}-k"), to_kafka),
+        (
+            PostgresSink(
+                world.dsn,
+                "t",
+                f"{world.sink_id}-p",
+                schema=world.schema,
+                control_schema=world.schema,
+            ),
+            to_table,
+        ),
+        (KafkaSink(world.kafka, second, f"{world.sink_id}-j"), to_kafka),
+    ]
+    sink = CompositeSink(members, sink_id=world.sink_id, epoch_log=world.tmp / "epochs.log")
+    try:
+        for epoch in range(2):
+            result = sink(batch(world.spark, epoch), epoch)
+            assert result.committed and result.plan is not None
+            assert (result.plan.parallelism, result.plan.mode) == (3, CommitMode.UNALIGNED)
+    finally:
+        sink.close()
+    world.check_exactly(2)
+    assert sum(values(read_committed(world.kafka, second)).values()) == 2 * ROWS

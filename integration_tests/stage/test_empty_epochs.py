@@ -29,6 +29,7 @@ from integration_tests.kafka_sink._support import (
     read_committed,
     values,
 )
+from integration_tests.postgres._queries import table_sink
 from txn import CommitMode, EpochState
 
 pytestmark = pytest.mark.spark
@@ -93,16 +94,7 @@ def test_postgres_sink_commits_empty_epochs(
     pg.execute(
         sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
     )
-    sink = PostgresSink(
-        postgres_dsn,
-        "t",
-        f"{schema}-s",
-        schema=schema,
-        control_schema=schema,
-        parallelism=2,
-        commit_protocol=protocol,
-        mode=mode,
-    )
+    sink = table_sink(postgres_dsn, schema, commit_protocol=protocol, mode=mode)
     try:
         expected = run_sequence(spark, sink, to_table)
     finally:
@@ -262,6 +254,7 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
     tmp_path: Path,
     kind: str,
     step: str,
+    closing: Callable[[TransactionalSink], TransactionalSink],
 ) -> None:
     import json
 
@@ -277,17 +270,8 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
 
     def new_sink(**extra: Any) -> TransactionalSink:
         if kind == "kafka":
-            return KafkaSink(kafka_bootstrap, topic, f"{schema}-k", **options, **extra)
-        return PostgresSink(
-            postgres_dsn,
-            "t",
-            f"{schema}-s",
-            schema=schema,
-            control_schema=schema,
-            commit_protocol=kind,
-            **options,
-            **extra,
-        )
+            return closing(KafkaSink(kafka_bootstrap, topic, f"{schema}-k", **options, **extra))
+        return closing(table_sink(postgres_dsn, schema, commit_protocol=kind, **options, **extra))
 
     if kind == "kafka":
         topic = new_topic("empty-fail", 2)

@@ -82,9 +82,11 @@ def assert_exactly_once(store: MemoryStore, epochs: int) -> None:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("mode", [CommitMode.ALIGNED, CommitMode.UNALIGNED], ids=lambda m: m.value)
-def test_epochs_commit_exactly_once_and_a_replay_is_skipped(spark, tmp_path, served, kind, mode):
+def test_epochs_commit_exactly_once_and_a_replay_is_skipped(
+    spark, tmp_path, served, kind, mode, closing
+):
     store, handle = served
-    sink = make_sink(tmp_path, handle, kind, mode)
+    sink = closing(make_sink(tmp_path, handle, kind, mode))
     for epoch in range(3):
         result = sink(batch(spark, epoch), epoch)
         assert result.committed and not result.skipped
@@ -95,9 +97,9 @@ def test_epochs_commit_exactly_once_and_a_replay_is_skipped(spark, tmp_path, ser
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_failed_write_is_re_run_by_the_stage_and_lands_once(spark, tmp_path, served, kind):
+def test_failed_write_is_re_run_by_the_stage_and_lands_once(spark, tmp_path, served, kind, closing):
     store, handle = served
-    sink = make_sink(tmp_path, handle, kind, CommitMode.ALIGNED, stage_retries=0)
+    sink = closing(make_sink(tmp_path, handle, kind, CommitMode.ALIGNED, stage_retries=0))
     sink(batch(spark, 0), 0)
     store.fail_write(1, 1)
     with pytest.raises(Exception, match="injected write failure"):
@@ -109,23 +111,23 @@ def test_failed_write_is_re_run_by_the_stage_and_lands_once(spark, tmp_path, ser
     sink.close()
 
 
-def test_new_sink_object_recovers_an_epoch_left_in_doubt(spark, tmp_path, served):
+def test_new_sink_object_recovers_an_epoch_left_in_doubt(spark, tmp_path, served, closing):
     store, handle = served
-    sink = make_sink(tmp_path, handle, "prepared", CommitMode.ALIGNED, stage_retries=0)
+    sink = closing(make_sink(tmp_path, handle, "prepared", CommitMode.ALIGNED, stage_retries=0))
     store.fail_write(0, 0)
     with pytest.raises(Exception, match="injected write failure"):
         sink(batch(spark, 0), 0)
     sink.close()
     store.heal_write(0, 0)
-    again = TransactionalSink(sink.connector)  # a restarted driver, same log and store
+    again = closing(TransactionalSink(sink.connector))  # a restarted driver, same log and store
     assert again(batch(spark, 0), 0).committed
     assert_exactly_once(store, 1)
     again.close()
 
 
-def test_bad_input_is_refused_before_anything_is_logged(spark, tmp_path, served):
+def test_bad_input_is_refused_before_anything_is_logged(spark, tmp_path, served, closing):
     store, handle = served
-    sink = make_sink(tmp_path, handle, "commit-in-task", CommitMode.ALIGNED)
+    sink = closing(make_sink(tmp_path, handle, "commit-in-task", CommitMode.ALIGNED))
     with pytest.raises(InputSchemaError) as info:
         sink(spark.range(3), 0)
     assert info.value.column == "value"

@@ -42,6 +42,12 @@ TEST_USER = "eos-test"
 DEFAULT_PROTOCOL, DEFAULT_MECHANISM = "SASL_SSL", "SCRAM-SHA-512"
 # librdkafka settings that carry credentials (dropped for "a client without credentials").
 CREDENTIAL_KEYS = ("sasl.username", "sasl.password", "sasl.mechanism", "sasl.mechanisms")
+# The JAAS login module a Java client names for each SASL mechanism with a user and password.
+JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
 
 
 class SecureKafka(NamedTuple):
@@ -83,6 +89,47 @@ def read_properties(path: str | Path) -> dict[str, str]:
             raise ValueError(f"{path}: expected key=value, got {line!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def java_client_settings(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` as a Java client's properties file spells them.
+
+    The user and password become a ``sasl.jaas.config`` line of the mechanism's login
+    module (what Kafka's own tools take with ``--command-config``); the rest is unchanged.
+    """
+    out = {k: v for k, v in settings.items() if k not in ("sasl.username", "sasl.password")}
+    if "sasl.username" not in settings:
+        return out
+    mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "PLAIN")).upper()
+    user, password = settings["sasl.username"], settings.get("sasl.password", "")
+    if '"' in user + password:
+        raise ValueError("a JAAS line cannot quote a user name or password holding '\"'")
+    out["sasl.jaas.config"] = (
+        f'{JAAS_MODULES[mechanism]} required username="{user}" password="{password}";'
+    )
+    return out
+
+
+def write_command_config(settings: dict[str, str], path: Path) -> Path:
+    """Write ``settings`` to ``path`` as a Java properties file (owner-readable only).
+
+    Java's escapes: a backslash doubled; in keys also ``=``, ``:`` and blanks; a value's
+    leading blank and line breaks escaped.
+    """
+
+    def escape(text: str, *, key: bool) -> str:
+        text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        if key:
+            return "".join(f"\\{c}" if c in "=: \t" else c for c in text)
+        return "\\" + text if text[:1] in (" ", "\t") else text
+
+    lines = [
+        f"{escape(k, key=True)}={escape(v, key=False)}"
+        for k, v in java_client_settings(settings).items()
+    ]
+    path.touch(mode=0o600)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def configured_listeners() -> list[SecureKafka] | None:

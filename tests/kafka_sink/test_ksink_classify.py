@@ -231,3 +231,20 @@ def test_an_already_typed_access_error_is_raised_as_it_is():
         raise_if_denied(typed, "again")
     assert info.value is typed
     raise_if_denied(KafkaException(err(KafkaError._TIMED_OUT)), "not an access error")
+
+
+def test_a_fatal_error_raised_out_of_flush_between_delivery_callbacks_stays_fatal():
+    # confluent-kafka can raise a fenced producer's fatal error out of flush() while it still
+    # calls delivery callbacks: the next callback then fails with SystemError, whose context
+    # is the KafkaException. The classifier must see the fatal error, not an unknown one.
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    try:
+        try:
+            raise fenced
+        except KafkaException:
+            raise SystemError("<method 'append' of 'list' objects> returned a result") from None
+    except SystemError as exc:
+        exc.__context__ = fenced
+        wrapped = exc
+    assert classify(wrapped) is ErrorAction.FATAL
+    assert classify(SystemError("no Kafka error in its context")) is ErrorAction.ABORT

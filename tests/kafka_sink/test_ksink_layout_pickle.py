@@ -22,7 +22,7 @@ from connectors.kafka import (
     RecordTooLargeError,
 )
 from connectors.kafka._sink._input import check_input, data_columns, input_layout
-from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import InputSpec, ReuseTicket, TaskInfo
 from connectors.stage._task import TaskResult, TaskSpec

@@ -7,7 +7,8 @@ import pytest
 
 from connectors.kafka import KafkaSink
 from connectors.kafka._sink import _pool
-from connectors.kafka._sink._participant import KafkaResource, pool_key
+from connectors.kafka._sink._producers import pool_key
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
 from connectors.stage import ReuseTicket, TaskInfo
 from connectors.stage._task import TaskResult

@@ -83,8 +83,14 @@ def options(**extra: str) -> SourceOptions:
     return SourceOptions.from_options(opts)
 
 
-def view(admin: ScriptedAdmin, opts: SourceOptions | None = None) -> ClusterView:
-    cluster = ClusterView(opts or options(), unavailable_wait_s=WAIT_S, gone_confirm_s=CONFIRM_S)
+def view(
+    admin: ScriptedAdmin,
+    opts: SourceOptions | None = None,
+    *,
+    wait_s: float = WAIT_S,
+    confirm_s: float = CONFIRM_S,
+) -> ClusterView:
+    cluster = ClusterView(opts or options(), unavailable_wait_s=wait_s, gone_confirm_s=confirm_s)
     cluster._admin = admin
     return cluster
 
@@ -111,7 +117,8 @@ def test_bounds_are_named_ordered_and_documented() -> None:
 def test_a_short_outage_is_waited_out(outage: Any) -> None:
     admin = ScriptedAdmin([outage, outage, LOADED], {("t", 0): 5, ("t", 1): 7})
     expected = {("t", 0): 5, ("t", 1): 7}
-    assert view(admin).settled_latest(expected) == expected
+    # Long bounds: two empty answers must not confirm a loss however slow the machine is.
+    assert view(admin, wait_s=60.0, confirm_s=30.0).settled_latest(expected) == expected
     assert admin.metadata_calls == 3
 
 
@@ -267,6 +274,9 @@ def test_an_empty_end_from_an_outage_is_no_information() -> None:
 def test_available_now_never_ends_below_its_frozen_target() -> None:
     admin = ScriptedAdmin([LOADED], {("t", 0): 30, ("t", 1): 30})
     r = reader(admin)
+    # Two empty answers are not a confirmed loss however slow the machine is between them
+    # (with CONFIRM_S a stalled process confirmed "gone" after the second one).
+    r._cluster = view(admin, options(), wait_s=60.0, confirm_s=30.0)
     r.prepareForTriggerAvailableNow()
     assert r._available_now_cap == {("t", 0): 30, ("t", 1): 30}
     # The broker restarts and briefly lists nothing: the next batch waits for it.

@@ -15,15 +15,20 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.demo.app._pipeline import EpochLine, PipelineConfig, make_spark, run_query
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from connectors.stage import TransactionalSink
 
 EXIT_QUERY_FAILED = 3
 _stopped = threading.Event()
 
 
-def _stop_on_sigterm(sink: Any, query: Any) -> None:
+def _stop_on_sigterm(sink: TransactionalSink, query: StreamingQuery) -> None:
     """SIGTERM: stop the query once the epoch in flight has committed (in a thread)."""
 
     def stop() -> None:

@@ -43,10 +43,18 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
 from connectors.demo.app._tables import table_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from connectors.kafka import KafkaSink
+    from connectors.postgres import PostgresSink
+    from connectors.stage import TransactionalSink
 
 # Seconds Spark waits for a python worker to connect back; generous on a busy machine.
 PYTHON_WORKER_TIMEOUT_S = 120
@@ -202,7 +210,7 @@ class EpochLine:
         return cls(**json.loads(line[len("EPOCH ") :]))
 
 
-def make_spark(master: str, app_name: str = "eos-demo") -> Any:
+def make_spark(master: str, app_name: str = "eos-demo") -> SparkSession:
     """Create a local SparkSession suited to the sink (task retries come from ``master``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -224,7 +232,7 @@ def make_spark(master: str, app_name: str = "eos-demo") -> Any:
     return spark
 
 
-def build_sink(cfg: PipelineConfig) -> Any:
+def build_sink(cfg: PipelineConfig) -> TransactionalSink:
     """Construct the sink of ``cfg.sink`` (module docstring; no network I/O)."""
     from connectors.testing.faults import FaultPlan
 
@@ -240,14 +248,14 @@ def build_sink(cfg: PipelineConfig) -> Any:
     from connectors.stage import CompositeSink
 
     kafka_id, pg_id = member_ids(cfg.sink_id)
-    members = [
+    members = (
         _kafka_sink(cfg, kafka_id, guarantee=cfg.guarantee),
         (_postgres_sink(cfg, pg_id, guarantee=cfg.guarantee), _table_rows_of(cfg)),
-    ]
+    )
     return CompositeSink(members, sink_id=cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
 
 
-def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
+def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> KafkaSink:
     from connectors.kafka import KafkaSink
 
     return KafkaSink(
@@ -263,7 +271,7 @@ def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
     )
 
 
-def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
+def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> PostgresSink:
     from connectors.postgres import PostgresSink
 
     assert cfg.postgres_dsn and cfg.postgres_table  # noqa: S101 - checked by the config
@@ -283,16 +291,16 @@ def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Any:
     )
 
 
-def _table_rows_of(cfg: PipelineConfig) -> Callable[[Any], Any]:
+def _table_rows_of(cfg: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
     mode = cfg.postgres_write_mode
 
-    def select(df: Any) -> Any:
+    def select(df: DataFrame) -> DataFrame:
         return table_rows(df, mode)
 
     return select
 
 
-def input_stream(spark: Any, cfg: PipelineConfig) -> Any:
+def input_stream(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
     """Open the streaming DataFrame of ``cfg.source`` (module step 1), in the input schema."""
     if cfg.source == SOURCE_KAFKA:
         from connectors.kafka import kafka_options, register
@@ -314,10 +322,10 @@ def input_stream(spark: Any, cfg: PipelineConfig) -> Any:
 
 
 def run_query(
-    spark: Any,
+    spark: SparkSession,
     cfg: PipelineConfig,
     on_epoch: Callable[[EpochLine], None] | None = None,
-    on_start: Callable[[Any, Any], None] | None = None,
+    on_start: Callable[[TransactionalSink, StreamingQuery], None] | None = None,
 ) -> None:
     """Run the query of ``cfg`` to the end of its input (module contract).
 
@@ -329,7 +337,7 @@ def run_query(
     # kafka+postgres: both members get every input row; count each row once.
     members = 2 if cfg.sink == SINK_BOTH else 1
 
-    def write(df: Any, batch_id: int) -> None:
+    def write(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         result = sink(frame(df), batch_id)
         if on_epoch is not None:

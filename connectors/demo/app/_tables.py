@@ -23,9 +23,12 @@ checker the op of an input record.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.verify import Record
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 # Columns of the pipeline's table, in order.
 TABLE_COLUMNS = ("id", "key", "seq", "in_partition", "in_offset")
@@ -81,7 +84,7 @@ def create_table(
         )
 
 
-def table_rows(df: Any, write_mode: str) -> Any:
+def table_rows(df: DataFrame, write_mode: str) -> DataFrame:
     """Project the query's input DataFrame onto the table's columns (plus ``op`` for a changelog)."""
     rows = df.selectExpr(*_ROW_SQL)
     if write_mode == "changelog":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._database import prepare_database, table_columns
@@ -12,6 +12,9 @@ from connectors.examples.sqlite._errors import SqliteSinkError
 from connectors.examples.sqlite._participant import SqliteResource
 from connectors.stage import InputSchemaError, InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 _SPARK_TYPES = (
     "tinyint",
@@ -26,7 +29,9 @@ _SPARK_TYPES = (
 )
 
 
-def check_input(schema: Any, table: Sequence[str], order_by: Sequence[str] = ()) -> InputSpec:
+def check_input(
+    schema: StructType, table: Sequence[str], order_by: Sequence[str] = ()
+) -> InputSpec:
     """Check a Spark schema against the table's columns; errors name the column."""
     if not schema.fields:
         msg = "the DataFrame has no column to write"
@@ -59,7 +64,7 @@ class SqliteConnector(SinkConnector):
         """The validated configuration (stage options included)."""
         return self.cfg
 
-    def check_input(self, schema: Any) -> InputSpec:
+    def check_input(self, schema: StructType) -> InputSpec:
         """Check the DataFrame against the table, read anew every epoch."""
         return check_input(schema, table_columns(self.cfg), self.cfg.order_by)
 

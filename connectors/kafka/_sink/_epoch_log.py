@@ -42,6 +42,7 @@ from connectors.kafka._classify import (
     broker_restart,
     call_with_retry,
     classify,
+    kafka_error_of,
     raise_if_denied,
     retry_over_restart,
     with_delivery_cause,
@@ -55,6 +56,7 @@ from txn import (
     EpochLogError,
     EpochPlan,
     ErrorAction,
+    IllegalTransitionError,
     LogRecord,
     QueryBinding,
     decode_record,
@@ -236,14 +238,16 @@ class KafkaEpochLog(EpochLog):
         aborted and written again for up to ``BROKER_RESTART_WAIT_S``
         (``_classify.retry_over_restart``). When the abort itself fails, the producer is
         dropped and the next attempt takes the log over again (``init_transactions``,
-        re-read) before it validates and writes the record again.
+        re-read) before it validates and writes the record again. A record the history
+        refuses raises :class:`~txn.IllegalTransitionError` as every epoch log does (nothing
+        is written).
         """
         self._check_open()
         try:
             retry_over_restart(
                 f"appending to epoch log {self._topic}", lambda: self._append_once(record)
             )
-        except (EpochLogError, KafkaEpochLogFencedError):
+        except (EpochLogError, KafkaEpochLogFencedError, IllegalTransitionError):
             raise
         except Exception as exc:
             msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
@@ -314,7 +318,8 @@ class KafkaEpochLog(EpochLog):
             raise_if_denied(exc, f"appending to epoch log {self._topic}")
             msg = (
                 f"epoch log of sink {self._sink_id!r} was taken over by another coordinator "
-                f"(fenced: {exc}); only one driver may run this sink: stop this one"
+                f"(fenced: {kafka_error_of(exc) or exc}); only one driver may run this sink: "
+                "stop this one"
             )
             raise KafkaEpochLogFencedError(msg) from exc
         try:

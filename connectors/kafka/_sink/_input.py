@@ -11,21 +11,25 @@ dropped, ``delete`` rows become tombstones (null value).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from connectors.kafka._errors import KafkaInputSchemaError
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import InputSpec
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructType
+
 _STRING_OR_BINARY = ("string", "binary")
 
 
-def _type_name(dtype: Any) -> str:
+def _type_name(dtype: DataType) -> str:
     return str(dtype.simpleString())
 
 
-def input_layout(schema: Any, cfg: SinkConfig) -> RecordLayout:
+def input_layout(schema: StructType, cfg: SinkConfig) -> RecordLayout:
     """Check ``schema`` (a Spark StructType); return which optional columns are present.
 
     Raises:
@@ -101,7 +105,7 @@ def data_columns(layout: RecordLayout) -> list[str]:
     return names
 
 
-def check_input(schema: Any, cfg: SinkConfig) -> InputSpec:
+def check_input(schema: StructType, cfg: SinkConfig) -> InputSpec:
     """Check ``schema`` and return what the stage ships, how it routes and orders it."""
     layout = input_layout(schema, cfg)
     return InputSpec(
@@ -113,7 +117,7 @@ def check_input(schema: Any, cfg: SinkConfig) -> InputSpec:
     )
 
 
-def transform(df: Any, spec: InputSpec) -> Any:
+def transform(df: DataFrame, spec: InputSpec) -> DataFrame:
     """Apply the changelog rules (module docstring); other input passes unchanged."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.kafka._admin import (
     TOPIC_METADATA_WAIT_S,
@@ -17,9 +17,13 @@ from connectors.kafka._errors import PreflightError, TopicMissingError
 from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
-from connectors.kafka._sink._participant import KafkaResource
+from connectors.kafka._sink._resource import KafkaResource
 from connectors.stage import InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("connectors.kafka")
 
@@ -40,11 +44,11 @@ class KafkaConnector(SinkConnector):
         """The validated configuration (stage options included)."""
         return self.cfg
 
-    def check_input(self, schema: Any) -> InputSpec:
+    def check_input(self, schema: StructType) -> InputSpec:
         """Check Spark's Kafka sink columns (see ``_input``)."""
         return _input.check_input(schema, self.cfg)
 
-    def transform(self, df: Any, spec: InputSpec) -> Any:
+    def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Apply the changelog rules before routing."""
         return _input.transform(df, spec)
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _clients
-from connectors.kafka._classify import access_error, classify
+from connectors.kafka._classify import PARTITION_EOF, access_error, classify
 from txn import ErrorAction
 
 from ._arrow import arrow_schema, build_batch
@@ -59,8 +59,8 @@ ARROW_BATCH_ROWS = 16_384
 WATERMARK_TIMEOUT_S = 30.0
 """Seconds for the earliest-offset lookup after an out-of-range start (one broker call)."""
 
-# librdkafka's local (negative) error codes are public constants with a leading underscore.
-_PARTITION_EOF = KafkaError._PARTITION_EOF  # noqa: SLF001
+# librdkafka's local (negative) error codes are public constants with a leading underscore
+# (the ones the classifier names too are imported from it).
 _INVALID_ARG = KafkaError._INVALID_ARG  # noqa: SLF001
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)  # noqa: SLF001
 
@@ -135,7 +135,7 @@ class _RangeReader:
     def _on_error(self, err: KafkaError, message: Any) -> bool:
         """Handle an error event; return True when it completes the range."""
         code = err.code()
-        if code == _PARTITION_EOF:
+        if code == PARTITION_EOF:
             return bool(message.offset() >= self._rng.end)
         if code in _OUT_OF_RANGE:
             return self._restart_from_earliest(err)

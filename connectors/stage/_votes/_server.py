@@ -11,17 +11,10 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.stage._errors import VoteChannelError
-from connectors.stage._votes._codec import (
-    PROTOCOL_VERSION,
-    VoteTicket,
-    canonical,
-    vote_from_doc,
-    vote_to_doc,
-)
+from connectors.stage._votes._codec import PROTOCOL_VERSION, VoteTicket, vote_from_doc
 from connectors.stage._votes._framing import (
     MAX_MESSAGE_BYTES,
     TooLargeError,
@@ -29,6 +22,7 @@ from connectors.stage._votes._framing import (
     recv_message,
     send_message,
 )
+from connectors.stage._votes._rounds import Claims, Round, RoundKey
 from txn import GATHER_TIMEOUT_S, EpochPlan, Vote
 
 log = logging.getLogger("connectors.stage.votes")
@@ -43,59 +37,6 @@ READ_TIMEOUT_S = 30.0
 SHUTDOWN_POLL_S = 0.5
 # Seconds close() waits for the serving thread to stop.
 STOP_TIMEOUT_S = 5.0
-
-_RoundKey = tuple[str, int, int]  # (sink_id, epoch, plan attempt)
-
-
-@dataclass
-class _Round:
-    """Votes of one round; guarded by the server's condition."""
-
-    ticket: VoteTicket
-    votes: dict[int, tuple[Vote, str]] = field(default_factory=dict)
-    result: list[dict[str, Any]] | None = None
-    broken: dict[str, Any] | None = None  # the error answer once the round is broken
-
-    def add(self, vote: Vote) -> dict[str, Any] | None:
-        """Record ``vote``; return an error answer if it is not acceptable."""
-        t = self.ticket
-        if self.broken is not None:  # a broken round never completes: no partial decision
-            return self.broken
-        if vote.epoch != t.epoch:
-            return error_answer(
-                "rejected", f"vote for epoch {vote.epoch} in a round of epoch {t.epoch}"
-            )
-        if not 0 <= vote.partition < t.parallelism:
-            return error_answer(
-                "rejected", f"partition {vote.partition} is outside 0..{t.parallelism - 1}"
-            )
-        text = canonical(vote)
-        known = self.votes.get(vote.partition)
-        if known is not None and known[1] != text:
-            return error_answer(
-                "rejected",
-                f"partition {vote.partition} already voted differently in this stage run",
-            )
-        self.votes[vote.partition] = (vote, text)
-        if self.result is None and len(self.votes) == t.parallelism:
-            self.result = [vote_to_doc(self.votes[p][0]) for p in range(t.parallelism)]
-        return None
-
-
-@dataclass
-class _Claims:
-    """At-most-once claims of one plan: the first task attempt to claim a partition owns it."""
-
-    ticket: VoteTicket
-    owners: dict[int, int] = field(default_factory=dict)  # partition -> task attempt id
-
-    def claim(self, partition: int, attempt_id: int) -> dict[str, Any]:
-        if not 0 <= partition < self.ticket.parallelism:
-            return error_answer(
-                "rejected", f"partition {partition} is outside 0..{self.ticket.parallelism - 1}"
-            )
-        owner = self.owners.setdefault(partition, attempt_id)
-        return {"ok": True, "granted": owner == attempt_id}
 
 
 class _TCPServer(socketserver.ThreadingTCPServer):
@@ -164,8 +105,8 @@ class VoteServer:
         self._advertise_host = advertise_host or bind_host
         self._gather_timeout_s = gather_timeout_s
         self._cond = threading.Condition()
-        self._rounds: dict[_RoundKey, _Round] = {}
-        self._claims: dict[_RoundKey, _Claims] = {}
+        self._rounds: dict[RoundKey, Round] = {}
+        self._claims: dict[RoundKey, Claims] = {}
         self._server: _TCPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -235,17 +176,7 @@ class VoteServer:
             VoteChannelError: not running, or ``stage_run`` is not newer than the open one.
 
         """
-        host, port = self.address
-        ticket = VoteTicket(
-            host,
-            port,
-            plan.sink_id,
-            plan.epoch,
-            plan.attempt,
-            stage_run,
-            plan.parallelism,
-            secrets.token_hex(16),
-        )
+        ticket = self._ticket(plan, stage_run)
         key = (plan.sink_id, plan.epoch, plan.attempt)
         with self._cond:
             old = self._rounds.get(key)
@@ -258,7 +189,7 @@ class VoteServer:
             if old is not None:
                 old.broken = error_answer("rejected", f"superseded by stage run {stage_run}")
                 self._cond.notify_all()
-            self._rounds[key] = _Round(ticket)
+            self._rounds[key] = Round(ticket)
         return ticket
 
     def close_round(self, ticket: VoteTicket) -> None:
@@ -285,20 +216,24 @@ class VoteServer:
 
     def open_claims(self, plan: EpochPlan) -> VoteTicket:
         """Open the at-most-once claims of ``plan`` (one per plan: no stage is re-run)."""
+        ticket = self._ticket(plan, 0)
+        with self._cond:
+            self._claims[(plan.sink_id, plan.epoch, plan.attempt)] = Claims(ticket)
+        return ticket
+
+    def _ticket(self, plan: EpochPlan, stage_run: int) -> VoteTicket:
+        """Return a ticket to this server for ``plan``'s tasks, with a fresh secret token."""
         host, port = self.address
-        ticket = VoteTicket(
+        return VoteTicket(
             host,
             port,
             plan.sink_id,
             plan.epoch,
             plan.attempt,
-            0,
+            stage_run,
             plan.parallelism,
             secrets.token_hex(16),
         )
-        with self._cond:
-            self._claims[(plan.sink_id, plan.epoch, plan.attempt)] = _Claims(ticket)
-        return ticket
 
     @contextlib.contextmanager
     def claiming(self, plan: EpochPlan) -> Iterator[VoteTicket]:
@@ -346,7 +281,7 @@ class VoteServer:
             self._cond.notify_all()
             return self._await(rnd)
 
-    def _await(self, rnd: _Round) -> dict[str, Any]:
+    def _await(self, rnd: Round) -> dict[str, Any]:
         """Wait (holding the condition) until ``rnd`` has all votes, breaks or times out."""
         deadline = time.monotonic() + self._gather_timeout_s
         while True:
@@ -371,7 +306,7 @@ class VoteServer:
 _CLAIM_VOTE = {"epoch": 0, "partition": 0, "kind": "yes", "rows": 0, "checksum": "", "error": None}
 
 
-def _parse_request(message: Any) -> tuple[_RoundKey, int, str, Vote]:
+def _parse_request(message: Any) -> tuple[RoundKey, int, str, Vote]:
     if not isinstance(message, dict) or message.get("v") != PROTOCOL_VERSION:
         msg = f"expected a protocol version {PROTOCOL_VERSION} object"
         raise ValueError(msg)
@@ -387,7 +322,7 @@ def _parse_request(message: Any) -> tuple[_RoundKey, int, str, Vote]:
     return (sink_id, epoch, attempt), stage_run, token, vote_from_doc(message["vote"])
 
 
-def _admit(rnd: _Round | None, key: _RoundKey, stage_run: int, token: str) -> dict[str, Any] | None:
+def _admit(rnd: Round | None, key: RoundKey, stage_run: int, token: str) -> dict[str, Any] | None:
     """Return an error answer unless the message belongs to the open round ``rnd``."""
     if rnd is None:
         return error_answer("rejected", f"no open vote round for {key}")

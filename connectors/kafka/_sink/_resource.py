@@ -1,0 +1,49 @@
+"""The Kafka sink's ``txn.Resource``: opens the participant of the guarantee per partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from connectors.kafka._sink._config import SinkConfig
+from connectors.kafka._sink._participant import KafkaParticipant, PlainKafkaParticipant
+from connectors.kafka._sink._producers import init_transactions, new_producer
+from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
+from connectors.stage import ArrowPartition, TaskInfo
+from txn import EpochPlan, Resource
+
+
+@dataclass(frozen=True)
+class KafkaResource(Resource[ArrowPartition]):
+    """Driver-side, picklable description of the sink's Kafka side.
+
+    ``task``: set in the write task by :meth:`for_task` (client reuse).
+    """
+
+    cfg: SinkConfig
+    layout: RecordLayout
+    task: TaskInfo | None = None
+
+    def for_task(self, task: TaskInfo) -> KafkaResource:
+        """Return this resource bound to the write task ``task``."""
+        return replace(self, task=task)
+
+    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
+        """Create or reuse the task's clients (the participant of the guarantee)."""
+        kind = TransactionalKafkaParticipant if self.cfg.transactional else PlainKafkaParticipant
+        return kind(self.cfg, self.layout, plan, partition, task=self.task)
+
+    def fingerprint(self) -> str:
+        """Digest of the options that decide where rows land."""
+        return self.cfg.fingerprint()
+
+    def abort_lingering(self, partitions: Iterable[int]) -> None:
+        """Abort open transactions of ``{sink_id}-{p}`` for each ``p`` (start-up, shrink)."""
+        if not self.cfg.transactional:
+            return
+        for p in partitions:
+            txn_id = self.cfg.transactional_id(p)
+            producer = new_producer(self.cfg, txn_id, DeliveryErrors())
+            init_transactions(producer, txn_id)
+            producer.flush(0)

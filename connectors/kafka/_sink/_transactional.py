@@ -1,0 +1,167 @@
+"""The exactly-once Kafka participant: one transactional producer per write partition.
+
+The part it shares with the plain participant (states, lease, writer):
+:class:`~connectors.kafka._sink._participant.KafkaParticipant`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from connectors.kafka._classify import call_with_retry, classify, to_write_error
+from connectors.kafka._sink import _pool
+from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
+from connectors.kafka._sink._participant import KafkaParticipant
+from connectors.kafka._sink._producers import fill_spares, init_transactions, new_producer, pool_key
+from connectors.kafka._sink._writer import DeliveryErrors
+from connectors.stage._states import ParticipantState
+from txn import ErrorAction, Marker, RowSummary
+
+_S = ParticipantState
+
+# Seconds for commit/abort/send_offsets of one transaction (each is retried too).
+TXN_CALL_TIMEOUT_S = 60.0
+
+
+class TransactionalKafkaParticipant(KafkaParticipant):
+    """Exactly-once: one transactional producer of id ``{sink_id}-{partition}``.
+
+    Opening: take this process's pooled clients of the transactional id (a lease of
+    ``_pool``) and ask the stage's :class:`~connectors.stage.ReuseTicket` whether the
+    pooled producer may serve (it owns every rule); otherwise a spare or new producer runs
+    ``init_transactions`` (fencing every older instance and aborting their open
+    transaction) and the marker is read after it. :meth:`close` releases the lease clean
+    only when the transaction ended cleanly (state DONE).
+    """
+
+    _pending_marker: Marker | None = None
+
+    def _pool_key(self) -> _pool.Key:
+        return pool_key(self._cfg, self._partition)
+
+    @property
+    def _txn_id(self) -> str:
+        return self._cfg.transactional_id(self._partition)
+
+    def _open(self) -> str:
+        clients = self._clients
+        spare = None
+        if clients.consumer is None:
+            spare = self._lease.take_spare()
+            clients.consumer = (
+                spare.consumer
+                if spare is not None
+                else marker_consumer(self._cfg.cluster, self._cfg.marker_group(self._partition))
+            )
+        try:
+            return self._reuse_or_init(spare)
+        except BaseException:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                clients.consumer.close()
+            clients.consumer = None
+            raise
+
+    def _reuse_or_init(self, spare: _pool.Spare | None) -> str:
+        clients = self._clients
+        consumer = clients.consumer
+        assert consumer is not None  # noqa: S101 - set by the caller
+        pooled = self._lease.pooled_producer
+        if self._task is None:
+            why = "no task binding (driver-side use)"
+        else:
+            decision = self._task.reuse.decide(
+                self._task.task_attempt,
+                clients.generation if pooled else None,
+                clients.committed if pooled else None,
+                lambda: read_marker(consumer, self._cfg.marker_topic),
+            )
+            if decision.reuse and pooled:
+                self._reuse()
+                clients.committed = self._marker = decision.marker
+                self._states.move(_S.READY)
+                return decision.reason
+            why = decision.reason
+        if spare is None:
+            spare = self._lease.take_spare()
+            if spare is not None:  # the pooled consumer serves; the spare's is not needed
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    spare.consumer.close()
+        if spare is not None:
+            clients.errors, clients.producer = spare.errors, spare.producer
+            why += "; a spare producer, created earlier"
+        else:
+            clients.errors = DeliveryErrors()
+            clients.producer = new_producer(self._cfg, self._txn_id, clients.errors)
+        clients.committed = None
+        init_transactions(clients.producer, self._txn_id)
+        return why
+
+    def _read_marker(self) -> Marker | None:
+        assert self._clients.consumer is not None  # noqa: S101 - kept from open to close
+        marker = read_marker(self._clients.consumer, self._cfg.marker_topic)
+        # Read after this instance's init: the baseline a later reuse compares with.
+        self._clients.committed = marker
+        return marker
+
+    def _begin(self) -> None:
+        try:
+            self._live().begin_transaction()
+        except KafkaException as exc:
+            raise to_write_error(exc, "begin_transaction") from exc
+
+    def _put_marker(self, summary: RowSummary) -> None:
+        assert self._clients.consumer is not None  # noqa: S101 - kept from open to close
+        marker = Marker(self._plan.epoch, summary.rows, summary.checksum)
+        offset, meta = encode_marker(marker)
+        tp = TopicPartition(self._cfg.marker_topic, 0, offset, metadata=meta)
+        group = self._clients.consumer.consumer_group_metadata()
+        producer = self._live()
+        call_with_retry(
+            "send_offsets_to_transaction",
+            lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
+        )
+        self._pending_marker = marker
+
+    def _commit(self) -> None:
+        """Commit the transaction (retried while retriable; fenced raises)."""
+        producer = self._live()
+        try:
+            call_with_retry(
+                "commit_transaction", lambda: producer.commit_transaction(TXN_CALL_TIMEOUT_S)
+            )
+        except Exception as exc:
+            if classify(exc) is ErrorAction.FATAL:
+                self._drop()
+            raise
+        self._clients.committed = self._pending_marker
+
+    def _abort(self) -> None:
+        """Abort the open transaction; a fenced or fatal producer is dropped instead."""
+        producer = self._clients.producer
+        if producer is None:
+            return
+        try:
+            call_with_retry(
+                "abort_transaction", lambda: producer.abort_transaction(TXN_CALL_TIMEOUT_S)
+            )
+        except Exception:
+            # A fenced or fatal producer cannot abort; the broker (or the next
+            # init_transactions of this id) aborts its transaction. Never continue.
+            self._drop()
+            raise
+
+    def _drop(self) -> None:
+        self._clients.producer = None
+        self._states.fail(_S.DEAD)
+
+    def close(self) -> None:
+        """Release the lease (the producer kept only if clean) and top up the spares.
+
+        A producer with an open transaction is released without an abort: the next
+        ``init_transactions`` of its id aborts it.
+        """
+        self._clients.generation = self._task.reuse.generation if self._task else ""
+        self._lease.release(clean=self._clean())
+        fill_spares(self._pool, self._cfg, self._plan.parallelism)

@@ -1,0 +1,60 @@
+"""``eos preflight``: what a cluster must offer a sink before it starts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, _names
+from connectors.kafka._acls import required_acls
+from connectors.kafka._admin import admin_client, broker_config, existing_topics
+from connectors.kafka._clients import Cluster
+from connectors.ops._commands import OK, PROBLEM, Result
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """What ``eos preflight`` checks for a sink not started yet (its options)."""
+
+    topics: list[str]
+    sink_id: str | None = None
+    parallelism: int = 2
+    transaction_timeout_ms: int = 60_000
+    epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
+    marker_topic: str = DEFAULT_MARKER_TOPIC
+
+
+def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
+    """``eos preflight``: reachable, topics, timeouts, the names and ACLs a sink will use."""
+    topics, sink_id, parallelism = plan.topics, plan.sink_id, plan.parallelism
+    transaction_timeout_ms = plan.transaction_timeout_ms
+    present = existing_topics(admin_client(cluster))
+    missing = [t for t in topics if t not in present]
+    raw = broker_config(cluster, "transaction.max.timeout.ms")
+    limit = None if raw is None else int(raw)
+    problems = [f"topic {t!r} does not exist" for t in missing]
+    if limit is not None and transaction_timeout_ms > limit:
+        problems.append(
+            f"transaction_timeout_ms={transaction_timeout_ms} exceeds the broker's "
+            f"transaction.max.timeout.ms={limit}"
+        )
+    data: dict[str, Any] = {
+        "broker": "reachable",
+        "topics": {t: t in present for t in topics},
+        "transaction_timeout_ms": transaction_timeout_ms,
+        "transaction_max_timeout_ms": limit,
+    }
+    if sink_id is not None:
+        data["names"] = {
+            "transactional_ids": [_names.transactional_id(sink_id, p) for p in range(parallelism)],
+            "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
+            "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
+        }
+        acls = required_acls(
+            sink_id,
+            topics,
+            epoch_log_topic=plan.epoch_log_topic,
+            marker_topic=plan.marker_topic,
+        )
+        data["acls"] = [asdict(a) | {"operations": list(a.operations)} for a in acls]
+    return Result(data, PROBLEM if problems else OK, problems)
