@@ -15,6 +15,8 @@ Scenarios:
   query, its source (files or ``kafka-rc``) and ``KafkaSink`` in ``foreachBatch``;
 * ``sink_batch``: ``KafkaSink(**args["sink"])(df, 0)`` called from the client on a batch
   DataFrame of the input topic;
+* ``bare_pipeline``: the ``pipeline`` query of ``PipelineConfig(**args)``, but its
+  ``KafkaSink`` built without ``checkpoint_location`` (the refusal under Connect);
 * ``async_map``: ``connectors.async_io.async_map`` over ``spark.range(args["rows"])``;
   with ``args["metrics"]`` a ``MetricsAccumulator`` is passed too.
 """
@@ -60,7 +62,29 @@ def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
         result = sink(df, 0)
     finally:
         sink.close()
-    return {"committed": result.committed, "rows": sum(r.rows for r in result.reports)}
+    return {
+        "committed": result.committed,
+        "rows": sum(r.rows for r in result.reports),
+        "partitions": len(result.reports),
+    }
+
+
+def _bare_pipeline(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    from connectors.demo.app import ORDER_COLUMNS, PipelineConfig
+    from connectors.demo.app._pipeline import input_stream
+    from connectors.kafka import KafkaSink
+
+    cfg = PipelineConfig(**args)
+    sink = KafkaSink(cfg.bootstrap, cfg.output_topic, cfg.sink_id, order_by=ORDER_COLUMNS)
+    query = (
+        input_stream(spark, cfg)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", cfg.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return {}
 
 
 async def _double(row: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +111,7 @@ SCENARIOS = {
     "range": _range,
     "pipeline": _pipeline,
     "sink_batch": _sink_batch,
+    "bare_pipeline": _bare_pipeline,
     "async_map": _async_map,
 }
 

@@ -69,30 +69,6 @@ def test_async_map_runs(connect_url: str, tmp_path: Path) -> None:
     assert result == {"ok": True, "rows": 50, "all_doubled": True}
 
 
-def test_aligned_sink_fails_at_start_with_a_typed_error(
-    connect_url: str, tmp_path: Path, kafka_bootstrap: str, new_topic: Callable[..., str]
-) -> None:
-    inp, out = new_topic("cn-in", partitions=2), new_topic("cn-out", partitions=3)
-    produce_input(kafka_bootstrap, inp, RECORDS)
-    sink_id = f"cn-{uuid.uuid4().hex[:10]}"
-    args = {
-        "bootstrap": kafka_bootstrap,
-        "input_topic": inp,
-        "output_topic": out,
-        "sink_id": sink_id,
-        "sink": {"mode": "aligned", "parallelism": 2},
-    }
-    result = run_client(connect_url, "sink_batch", args, tmp_path / "client.log")
-    assert not result["ok"]
-    # nothing was planned or written before the failure
-    report = check_exactly_once(
-        kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id, allow_in_doubt=True
-    )
-    assert report.committed_records == 0 and report.uncommitted_records == 0
-    assert result["error_type"] not in RAW_CONNECT_ERRORS, result
-    assert "Spark Connect" in result["error"]
-
-
 def test_async_metrics_fail_at_start_with_a_typed_error(connect_url: str, tmp_path: Path) -> None:
     result = run_client(
         connect_url, "async_map", {"rows": 10, "metrics": True}, tmp_path / "client.log"
