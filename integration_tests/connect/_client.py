@@ -17,8 +17,9 @@ Scenarios:
   DataFrame of the input topic;
 * ``bare_pipeline``: the ``pipeline`` query of ``PipelineConfig(**args)``, but its
   ``KafkaSink`` built without ``checkpoint_location`` (the refusal under Connect);
-* ``async_map``: ``connectors.async_io.async_map`` over ``spark.range(args["rows"])``;
-  with ``args["metrics"]`` a ``MetricsAccumulator`` is passed too.
+* ``async_map``: ``connectors.async_io.async_map`` over ``spark.range(args["rows"])`` (two
+  partitions); ``args["metrics"]``: ``"accumulator"`` (a ``MetricsAccumulator``, refused under
+  Connect) or ``"observation"`` (a ``MetricsObservation``, whose value is returned).
 """
 
 from __future__ import annotations
@@ -93,18 +94,36 @@ async def _double(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _async_map(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from connectors.async_io import AsyncConfig, MetricsAccumulator, async_map
+    from connectors.async_io import (
+        AsyncConfig,
+        MetricsAccumulator,
+        MetricsObservation,
+        async_map,
+    )
 
-    metrics = MetricsAccumulator(spark) if args.get("metrics") else None
+    kind = args.get("metrics")
+    metrics = {None: None, "accumulator": MetricsAccumulator, "observation": MetricsObservation}
+    made = metrics[kind]
+    observer = made(spark) if made is MetricsAccumulator else made() if made else None
     df = async_map(
-        spark.range(args["rows"]),
+        spark.range(0, args["rows"], 1, 2),
         _double,
         output_schema="doubled long",
         config=AsyncConfig(capacity=4),
-        metrics=metrics,
+        metrics=observer,
     )
     rows = df.collect()
-    return {"rows": len(rows), "all_doubled": all(r["doubled"] == 2 * r["id"] for r in rows)}
+    result = {"rows": len(rows), "all_doubled": all(r["doubled"] == 2 * r["id"] for r in rows)}
+    if isinstance(observer, MetricsObservation):
+        m = observer.value
+        result["metrics"] = {
+            "rows_in": m.rows_in,
+            "rows_out": m.rows_out,
+            "requests": m.requests,
+            "latency_samples": m.latency.count,
+            "columns": df.columns,
+        }
+    return result
 
 
 SCENARIOS = {
