@@ -24,6 +24,7 @@ from connectors.async_io._errors import (
 )
 from connectors.async_io._function import AsyncFunction
 from connectors.async_io._metrics import AsyncMetrics, LatencyHistogram
+from connectors.async_io._observe import MetricsObservation
 from connectors.async_io._operator import AsyncOperator
 from connectors.async_io._spark import MetricsAccumulator, async_map
 
@@ -39,6 +40,7 @@ __all__ = [
     "EnrichmentResultError",
     "LatencyHistogram",
     "MetricsAccumulator",
+    "MetricsObservation",
     "OnTimeout",
     "RequestFailedError",
     "RequestTimeoutError",

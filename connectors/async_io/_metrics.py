@@ -7,6 +7,7 @@ merged histogram is within 2% of the exact value (clamped to the observed min/ma
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -111,6 +112,37 @@ class AsyncMetrics:
         """99th percentile request latency in ms."""
         return self.latency.percentile(99)
 
+    def to_json(self) -> str:
+        """Encode as compact JSON (:meth:`from_json` reads it back exactly)."""
+        latency = self.latency
+        doc = {
+            "rows_in": self.rows_in,
+            "rows_out": self.rows_out,
+            "requests": self.requests,
+            "retries": self.retries,
+            "timeouts": self.timeouts,
+            "dropped": self.dropped,
+            "defaulted": self.defaulted,
+            "max_in_flight": self.max_in_flight,
+            "buckets": [list(b) for b in latency.buckets],
+            "min_ms": None if latency.count == 0 else latency.min_ms,  # JSON has no inf
+            "max_ms": latency.max_ms,
+        }
+        return json.dumps(doc, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> AsyncMetrics:
+        """Decode :meth:`to_json`'s output."""
+        doc = json.loads(text)
+        min_ms = doc["min_ms"]
+        latency = LatencyHistogram.from_counts(
+            {int(b): int(c) for b, c in doc["buckets"]},
+            math.inf if min_ms is None else float(min_ms),
+            float(doc["max_ms"]),
+        )
+        counters = {k: int(doc[k]) for k in _COUNTERS}
+        return AsyncMetrics(**counters, latency=latency)
+
     def merge(self, other: AsyncMetrics) -> AsyncMetrics:
         """Combine the metrics of two partitions (or two runs)."""
         return AsyncMetrics(
@@ -124,6 +156,18 @@ class AsyncMetrics:
             max_in_flight=max(self.max_in_flight, other.max_in_flight),
             latency=self.latency.merge(other.latency),
         )
+
+
+_COUNTERS = (
+    "rows_in",
+    "rows_out",
+    "requests",
+    "retries",
+    "timeouts",
+    "dropped",
+    "defaulted",
+    "max_in_flight",
+)
 
 
 class MetricsRecorder:

@@ -10,13 +10,19 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from connectors._arrow_schema import arrow_schema
 from connectors.async_io._config import AsyncConfig
 from connectors.async_io._errors import AsyncConfigError
 from connectors.async_io._function import check_async_callable
 from connectors.async_io._metrics import AsyncMetrics
+from connectors.async_io._observe import (
+    METRICS_COLUMN,
+    MetricsObservation,
+    metrics_row,
+    with_metrics_column,
+)
 from connectors.async_io._operator import AsyncOperator
 
 
@@ -42,7 +48,7 @@ class MetricsAccumulator:
     retried task or a recomputed stage adds again. The counters are for monitoring, not
     for correctness. Failed task attempts add nothing. Call ``reset`` between micro-batches
     (e.g. at the start of a ``foreachBatch`` function) for per-batch numbers. Classic
-    Spark only (Spark Connect has no accumulators).
+    Spark only (Spark Connect has no accumulators: :class:`MetricsObservation` works there).
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -57,7 +63,7 @@ class MetricsAccumulator:
         except (AttributeError, NotImplementedError) as exc:  # Connect: PySparkAttributeError
             msg = (
                 "MetricsAccumulator needs Spark accumulators, which a Spark Connect session "
-                "does not have; run async_map without metrics= under Spark Connect"
+                "does not have; pass metrics=MetricsObservation() under Spark Connect"
             )
             raise AsyncConfigError(msg) from exc
         self._accumulator: Accumulator[AsyncMetrics] = sc.accumulator(
@@ -81,19 +87,33 @@ class MetricsAccumulator:
 
 @dataclass(frozen=True)
 class PartitionRunner:
-    """The picklable function ``mapInArrow`` runs once per partition."""
+    """The picklable function ``mapInArrow`` runs once per partition.
+
+    ``observed``: the output's Arrow schema with ``METRICS_COLUMN`` (a
+    :class:`MetricsObservation`): every batch gets the hidden column, and the partition
+    ends with its metrics row (in the schema of the batches sent, else this one).
+    """
 
     fn: Any
     enrichment_schema: pa.Schema
     config: AsyncConfig
     accumulator: Accumulator[AsyncMetrics] | None = None
+    observed: pa.Schema | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run the operator over this partition and report its metrics at the end."""
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
         operator = AsyncOperator(self.fn, self.enrichment_schema, self.config, partition=partition)
-        yield from operator.run(batches)
+        if self.observed is None:
+            yield from operator.run(batches)
+        else:
+            schema = self.observed
+            for batch in operator.run(batches):
+                out = with_metrics_column(batch)
+                schema = out.schema
+                yield out
+            yield metrics_row(schema, operator.metrics)
         if self.accumulator is not None:
             self.accumulator.add(operator.metrics)
 
@@ -104,7 +124,7 @@ def async_map(
     *,
     output_schema: StructType | str,
     config: AsyncConfig | None = None,
-    metrics: MetricsAccumulator | None = None,
+    metrics: MetricsAccumulator | MetricsObservation | None = None,
 ) -> DataFrame:
     """Enrich every row of ``df`` by awaiting ``fn`` with many requests in flight.
 
@@ -117,7 +137,9 @@ def async_map(
             such as ``"score double, label string"``. They are appended, nullable, to
             the input columns and must not reuse an input column name.
         config: AsyncConfig (ordering, capacity, timeout, retries); defaults if None.
-        metrics: optional MetricsAccumulator that gathers every partition's metrics.
+        metrics: optional MetricsAccumulator (classic Spark) or MetricsObservation (any
+            session, Spark Connect included; batch DataFrames) that gathers every
+            partition's metrics.
 
     Returns:
         A lazy DataFrame: input columns + enrichment columns. Rows dropped on timeout
@@ -141,8 +163,19 @@ def async_map(
     AsyncOperator(fn, arrow, cfg)  # validates schema, config and timeout_default; no I/O
     nullable = [StructField(f.name, f.dataType, True, f.metadata) for f in enrichment.fields]
     result_schema = StructType([*df.schema.fields, *nullable])
-    runner = PartitionRunner(fn, arrow, cfg, metrics.accumulator if metrics else None)
-    return df.mapInArrow(runner, result_schema)
+    if not isinstance(metrics, MetricsObservation):
+        runner = PartitionRunner(fn, arrow, cfg, metrics.accumulator if metrics else None)
+        return df.mapInArrow(runner, result_schema)
+    if METRICS_COLUMN in taken or df.isStreaming:
+        msg = (
+            f"MetricsObservation needs a batch DataFrame without a column {METRICS_COLUMN!r} "
+            "(in a streaming query, call async_map inside foreachBatch)"
+        )
+        raise AsyncConfigError(msg)
+    hidden = StructType([*result_schema.fields, StructField(METRICS_COLUMN, StringType(), True)])
+    observed = arrow_schema(hidden, timezone="UTC", large_types=str(large).lower() == "true")
+    runner = PartitionRunner(fn, arrow, cfg, None, observed)
+    return metrics.observe(df.mapInArrow(runner, hidden))
 
 
 def _as_struct(schema: StructType | str) -> StructType:

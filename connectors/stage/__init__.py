@@ -15,6 +15,7 @@ from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over
 from connectors.stage._composite import CompositeSink
 from connectors.stage._connector import SimpleConnector, SinkConnector
 from connectors.stage._errors import (
+    CheckpointError,
     InputError,
     InputSchemaError,
     InsufficientSlotsError,
@@ -57,6 +58,7 @@ __all__ = [
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
+    "CheckpointError",
     "CompositeSink",
     "EpochMetrics",
     "InputError",

@@ -12,14 +12,29 @@ writes the sink, as a :class:`txn.QueryBinding`, and batch ``b`` is epoch ``b + 
 3. the bound query, or the next query after an operator's reset (query id ""): its offset;
 4. another query: :class:`QueryMismatchError`, unless ``start_over`` is set, which binds
    it above every epoch of the log (refused while an epoch is in doubt).
+
+Where the query id comes from (:class:`QueryIdentity`): on a classic session, the local
+property Spark's stream execution sets on the thread running ``foreachBatch``. Under Spark
+Connect that thread is in the server's JVM, and the ``foreachBatch`` Python process sees
+neither the property (the batch's jobs run on the server's gRPC threads) nor the query
+(the batch's session is a clone with a query manager of its own). What it can read is the
+checkpoint: Spark writes ``{"id": "<query id>"}`` to ``<checkpointLocation>/metadata``
+when the query starts, before its first batch, and every restart from that checkpoint
+reads the same id back. So with ``checkpoint_location`` the sink reads that file (once per
+process, through the batch's session: any file system Spark reads), and checks it against
+the local property where there is one. In the ``foreachBatch`` process of a Connect server
+without ``checkpoint_location`` the sink refuses to write (:class:`SparkConnectError`):
+unbound, a new checkpoint would silently skip batches.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 from typing import TYPE_CHECKING
 
-from connectors.stage._errors import QueryMismatchError
+from connectors.stage._errors import CheckpointError, QueryMismatchError, SparkConnectError
 from txn import EpochHistory, EpochLog, IllegalTransitionError, QueryBinding
 
 if TYPE_CHECKING:
@@ -29,19 +44,97 @@ _log = logging.getLogger("connectors.stage.binding")
 
 # The local property Spark's stream execution sets on the thread running foreachBatch.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# The file of a checkpoint holding the query's id (Spark's StreamMetadata, JSON).
+CHECKPOINT_METADATA = "metadata"
+# The module pyspark runs a Connect server's foreachBatch functions in (as __main__).
+CONNECT_FOREACH_BATCH_WORKER = "foreach_batch_worker"
 
 
 def query_id_of(df: DataFrame) -> str | None:
     """Return the id of the streaming query running ``df``'s batch (None outside one).
 
     None under Spark Connect too: the batch's session there has no SparkContext to read the
-    property from, so a Connect query is not bound (use a new ``sink_id`` per checkpoint).
+    property from (:class:`QueryIdentity` reads the checkpoint instead).
     """
     try:
         value = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
     except (AttributeError, NotImplementedError):  # Connect: PySparkAttributeError
         return None
     return str(value) if value else None
+
+
+def checkpoint_query_id(df: DataFrame, location: str) -> str:
+    """Return the query id recorded in checkpoint ``location`` (read through ``df``'s session).
+
+    Raises:
+        CheckpointError: no readable ``metadata`` file with an ``id`` there.
+
+    """
+    path = f"{location.rstrip('/')}/{CHECKPOINT_METADATA}"
+    try:
+        rows = df.sparkSession.read.text(path, wholetext=True).collect()
+        doc = json.loads(str(rows[0][0]).splitlines()[0]) if rows else None
+    except Exception as exc:
+        raise CheckpointError(_no_metadata(location, f"{type(exc).__name__}: {exc}")) from exc
+    query_id = doc.get("id") if isinstance(doc, dict) else None
+    if not isinstance(query_id, str) or not query_id:
+        raise CheckpointError(_no_metadata(location, f"no query id in {path}"))
+    return query_id
+
+
+def _no_metadata(location: str, why: str) -> str:
+    return (
+        f"checkpoint_location {location!r} holds no streaming query metadata ({why[:500]}); "
+        "give the sink the query's checkpointLocation, the same string, and start the query "
+        "before its first batch reaches the sink"
+    )
+
+
+def in_connect_foreach_batch() -> bool:
+    """Whether this process is a Spark Connect server's ``foreachBatch`` worker."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = str(getattr(spec, "name", "") or getattr(main, "__file__", "") or "")
+    return name.rsplit(".", 1)[-1].removesuffix(".py").endswith(CONNECT_FOREACH_BATCH_WORKER)
+
+
+class QueryIdentity:
+    """The id of the query writing a sink: the local property, or the checkpoint's.
+
+    ``location``: the sink's ``checkpoint_location`` option (None: the property only).
+    The checkpoint is read once per process and query; on a classic session, a query id
+    that the property gives and the checkpoint does not match is a
+    :class:`CheckpointError` (the option names another query's checkpoint).
+    """
+
+    def __init__(self, location: str | None) -> None:
+        self._location = location
+        self._read: tuple[str | None, str] | None = None  # (property id, checkpoint id)
+
+    def of(self, df: DataFrame, *, connect: bool) -> str | None:
+        """Return the id of the query whose batch ``df`` is (None: not in a query)."""
+        running = query_id_of(df)
+        if self._location is None:
+            if connect and in_connect_foreach_batch():
+                msg = (
+                    "under Spark Connect the sink cannot see which streaming query writes "
+                    "it, so a new checkpoint would silently skip batches as already "
+                    "committed; pass checkpoint_location=<the query's checkpointLocation> "
+                    "to the sink"
+                )
+                raise SparkConnectError(msg)
+            return running
+        if self._read is None or self._read[0] != running:
+            self._read = (running, checkpoint_query_id(df, self._location))
+        recorded = self._read[1]
+        if running is not None and running != recorded:
+            msg = (
+                f"checkpoint_location {self._location!r} belongs to query {recorded}, but "
+                f"query {running} is writing the sink; give the sink this query's "
+                "checkpointLocation"
+            )
+            raise CheckpointError(msg)
+        return recorded
 
 
 def start_over_offset(history: EpochHistory) -> int:

@@ -12,9 +12,10 @@ and a ``KafkaSinkError``), so a caller can catch either family::
     +-- InsufficientSlotsError (ConfigError) aligned mode: the epoch's tasks do not fit at once
     +-- StagePartitioningError              Spark ran another number of write tasks than planned
     +-- QueryMismatchError                  the epoch log belongs to another query (checkpoint)
+    +-- CheckpointError (ConfigError)       checkpoint_location names no checkpoint of this query
     +-- SinkStoppedError                    a graceful stop was requested; the batch was not written
     +-- SinkInUseError (EpochLogLockedError) another sink object of this process, whose query runs, holds the log
-    +-- SparkConnectError                   what needs a SparkContext, under Spark Connect
+    +-- SparkConnectError (ConfigError)     what Spark Connect cannot give (binding, slot count)
     +-- VoteChannelError                    the driver vote channel failed; the task aborts
         +-- VoteTimeoutError                not every task voted in time
         +-- VoteRejectedError               the vote server refused a vote
@@ -93,6 +94,17 @@ class QueryMismatchError(StageError):
     retry_stage = False
 
 
+class CheckpointError(StageError, ConfigError):
+    """``checkpoint_location`` does not identify the query writing the sink.
+
+    Its ``metadata`` file is missing or unreadable (a wrong path, or the query has not
+    started), or, on a classic session, it names another query than the one running the
+    batch. Raised at the first write, before anything is logged or written.
+    """
+
+    retry_stage = False
+
+
 class SinkStoppedError(StageError):
     """The sink was asked to stop; the batch was not written (Spark replays it on restart)."""
 
@@ -111,9 +123,12 @@ class SinkInUseError(StageError, EpochLogLockedError):
 
 
 class SparkConnectError(StageError, ConfigError):
-    """A feature needs the SparkContext, which a Spark Connect session does not have.
+    """Spark Connect does not give what the sink needs; the message says what to pass.
 
-    Raised at the first write, before anything is logged: the aligned mode (slot check
-    and vote server), a sink without an explicit ``parallelism`` (it reads Spark's default
-    parallelism). Under Connect, use ``mode="unaligned"`` with an explicit ``parallelism``.
+    Raised at the first write, before anything is logged: a ``foreachBatch`` of a
+    streaming query under Connect without ``checkpoint_location`` (the query binding
+    needs it there), and a sink without ``parallelism`` when the server's configuration
+    does not tell its task slots (``connectors.stage._slots``).
     """
+
+    retry_stage = False

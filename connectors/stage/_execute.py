@@ -34,8 +34,9 @@ from txn import (
 )
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import DataFrame
+
+    from connectors.stage._slots import Spark
 
 log = logging.getLogger("connectors.stage")
 
@@ -55,20 +56,20 @@ class EpochExecution:
     resource: Resource[Any]
     reuse: ReusePolicy
     recorder: EpochRecorder
-    spark_context: SparkContext | None  # None under Spark Connect
-    vote_server: Callable[[SparkContext | None], VoteServer | None]
+    spark: Spark  # the SparkContext, or the Spark Connect session (``_slots``)
+    vote_server: Callable[[Spark], VoteServer | None]
 
     def __call__(self, plan: EpochPlan) -> list[PartitionReport]:
         """Route, then run the write stage of ``plan``; one report per partition."""
         aligned = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
         if aligned:  # again: an in-doubt epoch keeps the parallelism it was planned with
-            check_slots(self.spark_context, plan.parallelism)
+            check_slots(self.spark, plan.parallelism)
         # Step 4.1: route each member's rows into its write partitions.
         jobs = self._route(plan, aligned)
         # Steps 4.2 to 4.4: run the write tasks; re-run a failed stage (not at-most-once).
         if plan.guarantee is Guarantee.AT_MOST_ONCE:
             return self._run_at_most_once(jobs)
-        votes = self.vote_server(self.spark_context) if aligned else None
+        votes = self.vote_server(self.spark) if aligned else None
         return self._run_with_retries(jobs, votes)
 
     def _route(self, plan: EpochPlan, aligned: bool) -> list[Job]:
@@ -105,7 +106,7 @@ class EpochExecution:
 
     def _run_at_most_once(self, jobs: list[Job]) -> list[PartitionReport]:
         """One run, never repeated; with the driver channel, one claim per partition."""
-        server = self.vote_server(self.spark_context)
+        server = self.vote_server(self.spark)
         if server is None:
             return self._run_once(jobs, 0, None)
         with server.claiming(jobs[0][1].plan) as claims:

@@ -102,7 +102,10 @@ class RunningQuery:
 
     def active(self) -> bool | None:
         """Whether the query is active in this process (None: Spark would not say)."""
-        sc = self.session.sparkContext
+        try:
+            sc = self.session.sparkContext
+        except (AttributeError, NotImplementedError):  # Spark Connect: no SparkContext
+            return None
         if getattr(sc, "_jsc", None) is None:
             return False  # the SparkContext was stopped, and every query with it
         jvm = sc._jvm  # noqa: SLF001

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -49,6 +50,11 @@ class StageOptions:
     * ``start_over``: bind the sink to a new streaming query (a new checkpoint) even though
       its epoch log belongs to another one; the new query's batches become new epochs
       above the log's last one (see ``_binding``; refused while an epoch is in doubt);
+    * ``checkpoint_location``: the streaming query's ``checkpointLocation``, the same
+      string. The sink then reads the query's id from the checkpoint's ``metadata`` file
+      (through Spark, so any file system Spark reads) for the query binding: needed under
+      Spark Connect, where the id is not visible in the ``foreachBatch`` process; on a
+      classic session it is checked against the running query's id (``_binding``);
     * ``fault_plan``: fault injection at named steps (TESTING ONLY; see ``_hooks``).
 
     At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
@@ -63,6 +69,7 @@ class StageOptions:
     order_by: tuple[str, ...] = ()
     keep_partitioning: bool = False
     start_over: bool = False
+    checkpoint_location: str | None = None
     fault_plan: StepHooks | None = None
 
     def __post_init__(self) -> None:
@@ -87,6 +94,17 @@ class StageOptions:
         object.__setattr__(self, "order_by", tuple(order_by))
         object.__setattr__(self, "start_over", bool(self.start_over))
         object.__setattr__(self, "keep_partitioning", bool(self.keep_partitioning))
+        location = self.checkpoint_location
+        if location is not None:
+            if isinstance(location, os.PathLike):
+                location = os.fspath(location)
+            if not isinstance(location, str) or not location.strip():
+                msg = (
+                    "checkpoint_location must be the query's checkpointLocation (a non-empty "
+                    f"path or URI) or None, got {location!r}"
+                )
+                raise ConfigError(msg)
+            object.__setattr__(self, "checkpoint_location", location)
         if self.fault_plan is not None and not isinstance(self.fault_plan, StepHooks):
             msg = (
                 "fault_plan must be a connectors.testing.FaultPlan (or implement StepHooks) "

@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.stage._errors import InsufficientSlotsError
+from connectors.stage._errors import InsufficientSlotsError, SparkConnectError
 from connectors.stage._options import StageOptions
-from connectors.stage._slots import _runs_locally, task_slots, wait_for_task_slots
+from connectors.stage._slots import may_grow, task_slots, wait_for_task_slots
 from txn import CommitMode, EpochHistory, EpochPlan
 
 log = logging.getLogger("connectors.stage")
@@ -80,9 +80,18 @@ def split(budget: int, widths: Sequence[Width]) -> list[int]:
 
 
 def usable_slots(sc: Any, wanted: int) -> int:
-    """Return the application's task slots, waiting for executors while none registered."""
-    slots = task_slots(sc)
-    if slots.total < wanted and slots.executors == 0 and not _runs_locally(sc):
+    """Return the application's task slots, waiting for executors while none registered.
+
+    ``wanted`` when a Spark Connect server's configuration does not tell its slots: Spark's
+    own barrier check decides then (``_slots``).
+    """
+    try:
+        slots = task_slots(sc)
+    except SparkConnectError:
+        if sc is None:
+            raise
+        return wanted
+    if slots.total < wanted and may_grow(slots, sc):
         slots = wait_for_task_slots(sc, wanted)
     return slots.total
 

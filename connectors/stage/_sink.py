@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from connectors.stage._binding import QueryBinder, query_id_of
+from connectors.stage._binding import QueryBinder, QueryIdentity
 from connectors.stage._connector import SinkConnector
-from connectors.stage._errors import SinkStoppedError, SparkConnectError
+from connectors.stage._errors import SinkStoppedError
 from connectors.stage._execute import EpochExecution
 from connectors.stage._input import InputSpec
 from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
@@ -18,7 +18,7 @@ from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, 
 from connectors.stage._options import StageOptions
 from connectors.stage._reuse import ReusePolicy
 from connectors.stage._shares import EpochShape, member_width, shape_epoch
-from connectors.stage._slots import check_slots
+from connectors.stage._slots import check_slots, default_parallelism
 from connectors.stage._votes import VoteServer, server_hosts
 from txn import (
     CompositeResource,
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
+
+    from connectors.stage._slots import Spark
 
 log = logging.getLogger("connectors.stage")
 
@@ -91,6 +93,7 @@ class TransactionalSink(SinkLifecycle):
         self._recovered = False
         self._reuse = ReusePolicy()
         self._binder = QueryBinder(self._sink_id, start_over=self._options.start_over)
+        self._identity = QueryIdentity(self._options.checkpoint_location)
         self._book = MetricsBook()
         self._stopping = threading.Event()
 
@@ -125,9 +128,10 @@ class TransactionalSink(SinkLifecycle):
         input_specs = [
             m.connector.check_input(f.schema) for m, f in zip(self._members, frames, strict=True)
         ]
-        query_id = query_id_of(df)
         with self._lock:
             self._refuse_if_stopping(batch_id)
+            # Which query writes (the binding, ``_binding``): refused before anything is logged.
+            query_id = self._identity.of(df, connect=_spark_context(df) is None)
             if query_id is not None:
                 self._query = RunningQuery(query_id, df.sparkSession)
             recorder = EpochRecorder(self._sink_id, batch_id, query_id)
@@ -160,12 +164,11 @@ class TransactionalSink(SinkLifecycle):
     ) -> EpochResult:
         # Step 2 (first call): the epoch log is open; preflight, then recovery below.
         self._preflight()
-        sc = _spark_context(frames[0])
-        _refuse_aligned_without_context(sc, self._options)
+        spark = _spark(frames[0])
         resources = [
             m.connector.resource(p) for m, p in zip(self._members, input_specs, strict=True)
         ]
-        shape = self._shape(frames, resources, sc)  # each member's tasks, the epoch's mode
+        shape = self._shape(frames, resources, spark)  # each member's tasks, the epoch's mode
         resource = _resource(resources, shape.widths)
         coordinator = self._coordinator(resource, shape.options)
         self._recover(coordinator)
@@ -174,7 +177,7 @@ class TransactionalSink(SinkLifecycle):
         parallelism = sum(shape.widths)
         # Step 3: aligned: the plan must fit the free task slots; the vote server starts.
         shape.check()  # a composite's slot error, naming the member to change
-        self._reserve(sc, parallelism, shape.options)
+        self._reserve(spark, parallelism, shape.options)
         # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
         execute = EpochExecution(
             self._options,
@@ -184,7 +187,7 @@ class TransactionalSink(SinkLifecycle):
             resource,
             self._reuse,
             recorder,
-            sc,
+            spark,
             self._vote_server,
         )
         return coordinator.run_epoch(epoch, parallelism, execute)
@@ -203,7 +206,7 @@ class TransactionalSink(SinkLifecycle):
             log.info("sink %s recovered: %s", self._sink_id, report)
 
     def _shape(
-        self, frames: list[DataFrame], resources: list[Resource[Any]], sc: SparkContext | None
+        self, frames: list[DataFrame], resources: list[Resource[Any]], spark: Spark
     ) -> EpochShape:
         """Each member's write tasks and the epoch's options (``_shares``)."""
         widths = [
@@ -213,9 +216,9 @@ class TransactionalSink(SinkLifecycle):
         shared = any(w.tasks is None for w in widths)
         default = 0
         if shared and not (len(widths) > 1 and self._options.parallelism):
-            default = _default_parallelism(sc)
+            default = default_parallelism(spark)
         if len(widths) == 1 or not shared:
-            return shape_epoch(self._options, widths, default, sc, auto_mode=self._auto_mode)
+            return shape_epoch(self._options, widths, default, spark, auto_mode=self._auto_mode)
 
         def fingerprint(split: list[int]) -> str:
             return _resource(resources, split).fingerprint()
@@ -224,19 +227,17 @@ class TransactionalSink(SinkLifecycle):
             self._options,
             widths,
             default,
-            sc,
+            spark,
             history=self._open_log().load(),
             fingerprint=fingerprint,
             auto_mode=self._auto_mode,
         )
 
-    def _reserve(self, sc: SparkContext | None, parallelism: int, opts: StageOptions) -> None:
-        if sc is None:  # Spark Connect: aligned mode is refused before, no vote server
-            return
+    def _reserve(self, spark: Spark, parallelism: int, opts: StageOptions) -> None:
         if opts.aligned:
-            check_slots(sc, parallelism)
+            check_slots(spark, parallelism)
         if opts.aligned or opts.guarantee is Guarantee.AT_MOST_ONCE:
-            self._vote_server(sc)  # started before the plan is logged: fail early
+            self._vote_server(spark)  # started before the plan is logged: fail early
 
     def _record(self, metrics: EpochMetrics) -> None:
         self._book.add(metrics)
@@ -282,12 +283,15 @@ class TransactionalSink(SinkLifecycle):
         if faults is not None:
             faults.fire(step, epoch)
 
-    def _vote_server(self, sc: SparkContext | None) -> VoteServer | None:
+    def _vote_server(self, spark: Spark) -> VoteServer | None:
         """Return the running vote server (started now if needed); None for "barrier".
 
-        None too under Spark Connect (no SparkContext): at-most-once then lets only a
-        task's first attempt write (the aligned mode is refused before).
+        None too under Spark Connect (no SparkContext): aligned votes then go through
+        ``allGather`` (the caller may be a client that executors cannot reach; Spark's
+        barrier coordinator is in the server's driver), and at-most-once lets only a
+        task's first attempt write.
         """
+        sc = _context(spark)
         if self._options.vote_channel != "driver" or sc is None:
             return None
         if self._res.votes is None or not self._res.votes.running:
@@ -347,29 +351,19 @@ def _spark_context(frame: DataFrame) -> SparkContext | None:
         return None
 
 
+def _spark(frame: DataFrame) -> Spark:
+    """Return what slots and defaults are read from: the SparkContext, or the Connect session."""
+    sc = _spark_context(frame)
+    return frame.sparkSession if sc is None else sc
+
+
+def _context(spark: Spark) -> SparkContext | None:
+    """Return the SparkContext of :func:`_spark`'s answer; None for a Connect session."""
+    return spark if hasattr(spark, "statusTracker") else None  # type: ignore[return-value]
+
+
 def _resource(resources: Sequence[Resource[Any]], widths: Sequence[int]) -> Resource[Any]:
     """One member's resource, or the composite of every member's (one epoch for all)."""
     if len(resources) == 1:
         return resources[0]
     return CompositeResource([Member(r, w) for r, w in zip(resources, widths, strict=True)])
-
-
-def _default_parallelism(sc: SparkContext | None) -> int:
-    """Return Spark's default parallelism (the budget of members without ``parallelism``)."""
-    if sc is None:
-        msg = (
-            "the sink has no parallelism option and Spark Connect gives no default "
-            "parallelism (no SparkContext); pass parallelism= to the sink"
-        )
-        raise SparkConnectError(msg)
-    return max(1, int(sc.defaultParallelism))
-
-
-def _refuse_aligned_without_context(sc: SparkContext | None, options: StageOptions) -> None:
-    if sc is None and options.aligned:
-        msg = (
-            "aligned mode needs the SparkContext (the slot check and the driver's vote "
-            "server), which a Spark Connect session does not have; use "
-            "mode='unaligned' with an explicit parallelism under Spark Connect"
-        )
-        raise SparkConnectError(msg)

@@ -17,7 +17,14 @@ Contract:
   timeout passes, and returns the last count either way (the caller decides).
 * ``free`` is ``total - running``: a barrier stage submitted now waits for the running
   tasks of other jobs to finish; Spark refuses it only when ``total`` is too small.
-* Spark Connect sessions have no SparkContext: :class:`~connectors.stage.SparkConnectError`.
+* Spark Connect sessions have no SparkContext (nor a status tracker): the count comes from
+  the server's configuration, read through the session (:func:`conf_task_slots`):
+  ``local[N]`` (and ``local-cluster[W,C,M]``) exactly; a cluster from
+  ``spark.executor.instances`` x ``spark.executor.cores`` (static allocation only) or
+  ``spark.cores.max``; otherwise :class:`~connectors.stage.SparkConnectError`. ``running``
+  is 0 there (not known), and nothing is waited for (the configuration does not change).
+  :func:`check_slots` then leaves an unknown count to Spark's own barrier check;
+  :func:`default_parallelism` needs it (or ``spark.default.parallelism``).
 * :func:`check_slots` is the aligned mode's check: it waits for executors only while none
   has registered yet (an application starting), then refuses with
   :class:`~connectors.stage.InsufficientSlotsError` before any job runs.
@@ -30,11 +37,13 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from connectors.stage._errors import InsufficientSlotsError, SparkConnectError
 
@@ -44,6 +53,8 @@ if TYPE_CHECKING:
 
     Spark: TypeAlias = SparkSession | SparkContext  # a session or its context
 
+_log = logging.getLogger("connectors.stage")
+
 # Seconds wait_for_task_slots waits by default: an executor start on a busy machine.
 SLOTS_WAIT_TIMEOUT_S = 60.0
 # Seconds between two counts while waiting.
@@ -51,11 +62,15 @@ SLOTS_POLL_INTERVAL_S = 0.5
 SOURCE_SCHEDULER = "scheduler"  # SparkContext.maxNumConcurrentTasks (Spark's own check)
 SOURCE_LOCAL_MASTER = "local-master"  # parsed from local[N] / local[N,F] / local[*]
 SOURCE_EXECUTORS = "executor-count"  # status tracker executors x spark.executor.cores
+SOURCE_CONF = "configuration"  # Spark Connect: the server's configuration (no live count)
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]$")
+_CONNECT_HINT = (
+    "give the sink an explicit parallelism, or set spark.default.parallelism on the server"
+)
 _NO_CONTEXT = (
-    "this is a Spark Connect session, which has no SparkContext: the number of "
-    "task slots cannot be read; give the sink an explicit parallelism and use "
-    "mode='unaligned', or run a classic Spark session"
+    "this needs a SparkContext, which a Spark Connect session does not have; pass the "
+    "session itself (its task slots then come from the server's configuration)"
 )
 
 
@@ -92,6 +107,97 @@ def local_master_slots(
     return cores // max(1, cpus_per_task)
 
 
+def conf_task_slots(conf: Mapping[str, str]) -> TaskSlots | None:
+    """Count the slots that Spark configuration ``conf`` gives (None: it does not say).
+
+    For a Spark Connect session, whose server's scheduler cannot be asked (module
+    docstring): ``local``/``local[N]``/``local-cluster[W,C,M]`` masters exactly; otherwise
+    static executors (``spark.executor.instances`` x ``spark.executor.cores``, dynamic
+    allocation off), else ``spark.cores.max``.
+    """
+    master = conf.get("spark.master", "").strip()
+    cpus = max(1, _int(conf.get("spark.task.cpus")) or 1)
+    local = local_master_slots(master, cpus)
+    if local is not None:
+        return TaskSlots(local, 0, 0, SOURCE_CONF)
+    cluster = _LOCAL_CLUSTER.match(master)
+    if cluster is not None:
+        workers, per_worker = int(cluster.group(1)), int(cluster.group(2))
+        return TaskSlots(workers * (per_worker // cpus), 0, workers, SOURCE_CONF)
+    instances = _int(conf.get("spark.executor.instances"))
+    cores = _int(conf.get("spark.executor.cores"))
+    dynamic = conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
+    if instances and cores and not dynamic:
+        return TaskSlots(instances * (cores // cpus), 0, instances, SOURCE_CONF)
+    cores_max = _int(conf.get("spark.cores.max"))
+    if cores_max:
+        return TaskSlots(cores_max // cpus, 0, 0, SOURCE_CONF)
+    return None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(str(value).strip()) if value is not None else None
+    except ValueError:
+        return None
+
+
+def session_conf(spark: Any) -> dict[str, str]:
+    """Return the settings a session shows (``spark.conf.getAll``: one call under Connect)."""
+    try:
+        return {str(k): str(v) for k, v in dict(spark.conf.getAll).items()}
+    except Exception as exc:
+        msg = (
+            f"the Spark Connect server's configuration cannot be read ({type(exc).__name__}: "
+            f"{str(exc)[:300]}), so its task slots are unknown; {_CONNECT_HINT}"
+        )
+        raise SparkConnectError(msg) from exc
+
+
+def _connect_slots(spark: Any) -> TaskSlots:
+    conf = session_conf(spark)
+    slots = conf_task_slots(conf)
+    if slots is None:
+        master = conf.get("spark.master", "(not shown)")
+        msg = (
+            f"the Spark Connect server's configuration (spark.master={master}) does not "
+            f"say how many task slots it has; {_CONNECT_HINT}"
+        )
+        raise SparkConnectError(msg)
+    return slots
+
+
+def default_parallelism(spark: Spark) -> int:
+    """Return Spark's default parallelism for ``spark`` (a session or its context).
+
+    Classic: ``SparkContext.defaultParallelism``. Spark Connect: ``spark.default.parallelism``
+    when set, else the configuration's task slots (:func:`conf_task_slots`, as Spark's own
+    default in local mode).
+
+    Raises:
+        SparkConnectError: under Connect, when the configuration says neither.
+
+    """
+    sc = _context_or_none(spark)
+    if sc is not None:
+        return max(1, int(sc.defaultParallelism))
+    conf = session_conf(spark)
+    explicit = _int(conf.get("spark.default.parallelism"))
+    if explicit:
+        return max(1, explicit)
+    return max(1, _connect_slots(spark).total)
+
+
+def _context_or_none(spark: Spark | None) -> SparkContext | None:
+    """Return the SparkContext of ``spark``; None for a Spark Connect session."""
+    try:
+        return spark_context_of(spark)
+    except SparkConnectError:
+        if spark is None:
+            raise
+        return None
+
+
 def spark_context_of(spark: Spark | None) -> SparkContext:
     """Return the SparkContext of a SparkSession (or a SparkContext as is).
 
@@ -115,10 +221,12 @@ def task_slots(spark: Spark) -> TaskSlots:
     """Count the task slots of ``spark`` (a SparkSession or SparkContext) right now.
 
     Raises:
-        SparkConnectError: a Spark Connect session.
+        SparkConnectError: a Spark Connect session whose configuration does not tell.
 
     """
-    sc = spark_context_of(spark)
+    sc = _context_or_none(spark)
+    if sc is None:
+        return _connect_slots(spark)
     jvm_sc = sc._jsc.sc()  # noqa: SLF001 - py4j: no public Python API counts executor slots
     conf = jvm_sc.conf()  # one py4j call per read (sc.getConf() copies the whole SparkConf)
     cpus = max(1, int(conf.get("spark.task.cpus", "1")))
@@ -169,17 +277,29 @@ def _runs_locally(spark: Spark) -> bool:
     return str(spark_context_of(spark).master).startswith("local")
 
 
+def may_grow(slots: TaskSlots, spark: Spark) -> bool:
+    """Whether waiting can raise ``slots``: a live count, no executor yet, not local mode."""
+    return slots.source != SOURCE_CONF and slots.executors == 0 and not _runs_locally(spark)
+
+
 def check_slots(spark: Spark | None, parallelism: int) -> None:
     """Raise :class:`InsufficientSlotsError` unless ``parallelism`` tasks fit at once.
 
     While no executor has registered yet (an application starting on a cluster), waits up
     to ``SLOTS_WAIT_TIMEOUT_S`` for the first ones; otherwise (and always in local mode,
-    which has no executors to wait for) answers at once.
+    which has no executors to wait for) answers at once. Under Spark Connect with a
+    configuration that does not tell the slots, leaves the check to Spark's own (a
+    barrier stage that does not fit fails its job: the epoch aborts, nothing visible).
     """
-    sc = spark_context_of(spark)
-    slots = task_slots(sc)
-    if slots.total < parallelism and slots.executors == 0 and not _runs_locally(sc):
-        slots = wait_for_task_slots(sc, parallelism)
+    if spark is None:
+        raise SparkConnectError(_NO_CONTEXT)
+    try:
+        slots = task_slots(spark)
+    except SparkConnectError as exc:
+        _log.warning("aligned mode: task slots not checked (%s)", exc)
+        return
+    if slots.total < parallelism and may_grow(slots, spark):
+        slots = wait_for_task_slots(spark, parallelism)
     if parallelism > slots.total:
         msg = (
             f"aligned mode runs all {parallelism} write tasks of an epoch at once, but "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import uuid
@@ -16,6 +17,7 @@ from connectors.async_io import (
     AsyncConfig,
     AsyncConfigError,
     MetricsAccumulator,
+    MetricsObservation,
     OnTimeout,
     RetryPolicy,
     async_map,
@@ -145,6 +147,38 @@ def test_timeouts_drop_rows_and_count_them(spark: SparkSession, http_service: An
     assert [r.id for r in rows] == [k for k in range(200) if k % 10 != 3]
     m = metrics.value
     assert (m.timeouts, m.dropped, m.rows_out) == (20, 20, 180)
+
+
+async def slow_threes(row: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(3.0 if row["id"] % 10 == 3 else 0.0)
+    return {"score": row["id"], "hit": 1}
+
+
+def test_observed_metrics_without_accumulators(spark: SparkSession) -> None:
+    """``MetricsObservation`` (what Spark Connect can use): counts, schema, rows unchanged.
+
+    Three partitions, one of them empty after a filter, and every fifth row of one
+    partition dropped on timeout: the metrics rows never reach the caller, the input
+    column keeps its non-nullable type, and the counters are the partitions' sum.
+    """
+    df = spark.range(0, 90, numPartitions=3).where("id < 60")  # partition 3: no rows
+    metrics = MetricsObservation()
+    cfg = AsyncConfig(capacity=20, timeout_s=0.5, on_timeout=OnTimeout.DROP)
+    out = async_map(df, slow_threes, output_schema=ENRICHMENT, config=cfg, metrics=metrics)
+    assert out.columns == ["id", "score", "hit"]
+    assert out.schema["id"].nullable is False
+    rows = out.collect()
+    assert sorted(r.id for r in rows) == [k for k in range(60) if k % 10 != 3]
+    m = metrics.value
+    assert (m.rows_in, m.rows_out, m.requests) == (60, 54, 60)
+    assert (m.timeouts, m.dropped, m.retries) == (6, 6, 0)
+    assert m.p50_ms is not None and m.max_in_flight >= 1
+
+
+def test_observed_metrics_refuse_a_streaming_dataframe(spark: SparkSession) -> None:
+    stream = spark.readStream.format("rate").load()
+    with pytest.raises(AsyncConfigError, match="foreachBatch"):
+        async_map(stream, slow_threes, output_schema=ENRICHMENT, metrics=MetricsObservation())
 
 
 def test_batch_mode_sends_one_request_per_chunk(spark: SparkSession, http_service: Any) -> None:

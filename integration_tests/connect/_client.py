@@ -15,8 +15,11 @@ Scenarios:
   query, its source (files or ``kafka-rc``) and ``KafkaSink`` in ``foreachBatch``;
 * ``sink_batch``: ``KafkaSink(**args["sink"])(df, 0)`` called from the client on a batch
   DataFrame of the input topic;
-* ``async_map``: ``connectors.async_io.async_map`` over ``spark.range(args["rows"])``;
-  with ``args["metrics"]`` a ``MetricsAccumulator`` is passed too.
+* ``bare_pipeline``: the ``pipeline`` query of ``PipelineConfig(**args)``, but its
+  ``KafkaSink`` built without ``checkpoint_location`` (the refusal under Connect);
+* ``async_map``: ``connectors.async_io.async_map`` over ``spark.range(args["rows"])`` (two
+  partitions); ``args["metrics"]``: ``"accumulator"`` (a ``MetricsAccumulator``, refused under
+  Connect) or ``"observation"`` (a ``MetricsObservation``, whose value is returned).
 """
 
 from __future__ import annotations
@@ -60,7 +63,29 @@ def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
         result = sink(df, 0)
     finally:
         sink.close()
-    return {"committed": result.committed, "rows": sum(r.rows for r in result.reports)}
+    return {
+        "committed": result.committed,
+        "rows": sum(r.rows for r in result.reports),
+        "partitions": len(result.reports),
+    }
+
+
+def _bare_pipeline(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    from connectors.demo.app import ORDER_COLUMNS, PipelineConfig
+    from connectors.demo.app._pipeline import input_stream
+    from connectors.kafka import KafkaSink
+
+    cfg = PipelineConfig(**args)
+    sink = KafkaSink(cfg.bootstrap, cfg.output_topic, cfg.sink_id, order_by=ORDER_COLUMNS)
+    query = (
+        input_stream(spark, cfg)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", cfg.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return {}
 
 
 async def _double(row: dict[str, Any]) -> dict[str, Any]:
@@ -69,24 +94,43 @@ async def _double(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _async_map(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from connectors.async_io import AsyncConfig, MetricsAccumulator, async_map
+    from connectors.async_io import (
+        AsyncConfig,
+        MetricsAccumulator,
+        MetricsObservation,
+        async_map,
+    )
 
-    metrics = MetricsAccumulator(spark) if args.get("metrics") else None
+    kind = args.get("metrics")
+    metrics = {None: None, "accumulator": MetricsAccumulator, "observation": MetricsObservation}
+    made = metrics[kind]
+    observer = made(spark) if made is MetricsAccumulator else made() if made else None
     df = async_map(
-        spark.range(args["rows"]),
+        spark.range(0, args["rows"], 1, 2),
         _double,
         output_schema="doubled long",
         config=AsyncConfig(capacity=4),
-        metrics=metrics,
+        metrics=observer,
     )
     rows = df.collect()
-    return {"rows": len(rows), "all_doubled": all(r["doubled"] == 2 * r["id"] for r in rows)}
+    result = {"rows": len(rows), "all_doubled": all(r["doubled"] == 2 * r["id"] for r in rows)}
+    if isinstance(observer, MetricsObservation):
+        m = observer.value
+        result["metrics"] = {
+            "rows_in": m.rows_in,
+            "rows_out": m.rows_out,
+            "requests": m.requests,
+            "latency_samples": m.latency.count,
+            "columns": df.columns,
+        }
+    return result
 
 
 SCENARIOS = {
     "range": _range,
     "pipeline": _pipeline,
     "sink_batch": _sink_batch,
+    "bare_pipeline": _bare_pipeline,
     "async_map": _async_map,
 }
 

@@ -3,20 +3,14 @@
 Findings with pyspark 4.3 (a Connect server on ``local[2]``):
 
 * works: the ``kafka-rc`` source (``spark.dataSource.register`` and a streaming read),
-  ``KafkaSink`` in unaligned mode with an explicit ``parallelism`` (``foreachBatch``
-  pickles the sink, which ships its config only, into the server's foreachBatch Python
-  process), and ``async_map`` (``mapInArrow``);
-* fails: anything that reaches for ``SparkContext``, which a Connect session does not have
-  (PySpark raises ``PySparkAttributeError [JVM_ATTRIBUTE_NOT_SUPPORTED]``): the aligned
-  sink's slot check and its driver vote server (``sc.master``, ``sc.getConf()``), a sink
-  without ``parallelism`` (``defaultParallelism``), and ``MetricsAccumulator`` (Spark
-  accumulators). The kit raises its own typed error naming Spark Connect for each
-  (``connectors.stage.SparkConnectError``, ``connectors.async_io.AsyncConfigError``),
-  before anything is logged or written.
-
-Barrier ``mapInArrow`` itself works under Connect: with the slot check skipped, the aligned
-sink with ``vote_channel="barrier"`` committed exactly once in an exploration run (see
-docs/deploying.md).
+  ``KafkaSink`` in ``foreachBatch`` (``foreachBatch`` pickles the sink, which ships its
+  config only, into the server's foreachBatch Python process), ``async_map``
+  (``mapInArrow``) and its metrics through observed metrics (``MetricsObservation``);
+  aligned mode, the query binding and the default parallelism: test_connect_exactly_once.py;
+* fails: ``MetricsAccumulator`` (Spark accumulators need the ``SparkContext``, which a
+  Connect session does not have; PySpark would raise ``PySparkAttributeError
+  [JVM_ATTRIBUTE_NOT_SUPPORTED]``): the kit raises its own typed error
+  (``connectors.async_io.AsyncConfigError``) naming what to use instead.
 """
 
 from __future__ import annotations
@@ -69,34 +63,30 @@ def test_async_map_runs(connect_url: str, tmp_path: Path) -> None:
     assert result == {"ok": True, "rows": 50, "all_doubled": True}
 
 
-def test_aligned_sink_fails_at_start_with_a_typed_error(
-    connect_url: str, tmp_path: Path, kafka_bootstrap: str, new_topic: Callable[..., str]
+def test_async_metrics_accumulator_fails_at_start_with_a_typed_error(
+    connect_url: str, tmp_path: Path
 ) -> None:
-    inp, out = new_topic("cn-in", partitions=2), new_topic("cn-out", partitions=3)
-    produce_input(kafka_bootstrap, inp, RECORDS)
-    sink_id = f"cn-{uuid.uuid4().hex[:10]}"
-    args = {
-        "bootstrap": kafka_bootstrap,
-        "input_topic": inp,
-        "output_topic": out,
-        "sink_id": sink_id,
-        "sink": {"mode": "aligned", "parallelism": 2},
-    }
-    result = run_client(connect_url, "sink_batch", args, tmp_path / "client.log")
-    assert not result["ok"]
-    # nothing was planned or written before the failure
-    report = check_exactly_once(
-        kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id, allow_in_doubt=True
-    )
-    assert report.committed_records == 0 and report.uncommitted_records == 0
-    assert result["error_type"] not in RAW_CONNECT_ERRORS, result
-    assert "Spark Connect" in result["error"]
-
-
-def test_async_metrics_fail_at_start_with_a_typed_error(connect_url: str, tmp_path: Path) -> None:
     result = run_client(
-        connect_url, "async_map", {"rows": 10, "metrics": True}, tmp_path / "client.log"
+        connect_url, "async_map", {"rows": 10, "metrics": "accumulator"}, tmp_path / "client.log"
     )
     assert not result["ok"]
     assert result["error_type"] not in RAW_CONNECT_ERRORS, result
-    assert "Spark Connect" in result["error"]
+    assert "MetricsObservation" in result["error"]
+
+
+def test_async_metrics_through_observed_metrics(connect_url: str, tmp_path: Path) -> None:
+    result = run_client(
+        connect_url, "async_map", {"rows": 50, "metrics": "observation"}, tmp_path / "client.log"
+    )
+    assert result == {
+        "ok": True,
+        "rows": 50,
+        "all_doubled": True,
+        "metrics": {
+            "rows_in": 50,
+            "rows_out": 50,
+            "requests": 50,
+            "latency_samples": 50,
+            "columns": ["id", "doubled"],
+        },
+    }

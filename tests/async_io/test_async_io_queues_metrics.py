@@ -107,3 +107,51 @@ def test_empty_histogram_and_bad_percentile() -> None:
     assert AsyncMetrics().p99_ms is None
     with pytest.raises(ValueError, match="percentile"):
         LatencyHistogram().percentile(0)
+
+
+def _recorded(latencies: list[float]) -> AsyncMetrics:
+    rec = MetricsRecorder()
+    for ms in latencies:
+        rec.request_started()
+        rec.request_finished(ms)
+    rec.rows_in, rec.rows_out, rec.retries, rec.timeouts = 9, 8, 2, 1
+    rec.dropped, rec.defaulted = 1, 0
+    return rec.snapshot()
+
+
+@pytest.mark.parametrize("latencies", [[], [0.5], [0.0005, 3.0, 250.0, 250.0]])
+def test_metrics_json_round_trip(latencies: list[float]) -> None:
+    metrics = _recorded(latencies)
+    assert AsyncMetrics.from_json(metrics.to_json()) == metrics
+    assert AsyncMetrics.from_json(AsyncMetrics().to_json()) == AsyncMetrics()
+
+
+def test_metrics_row_fills_every_column_with_a_zero() -> None:
+    import pyarrow as pa
+
+    from connectors.async_io._observe import METRICS_COLUMN, metrics_row
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("name", pa.string(), nullable=False),
+            pa.field("amount", pa.decimal128(10, 2), nullable=False),
+            pa.field("at", pa.timestamp("us", tz="UTC"), nullable=False),
+            pa.field("day", pa.date32(), nullable=False),
+            pa.field("tags", pa.list_(pa.string()), nullable=False),
+            pa.field("attrs", pa.map_(pa.string(), pa.int32()), nullable=False),
+            pa.field(
+                "inner",
+                pa.struct([pa.field("x", pa.float64(), nullable=False), ("b", pa.binary())]),
+                nullable=False,
+            ),
+            pa.field("flag", pa.bool_()),
+            pa.field(METRICS_COLUMN, pa.string()),
+        ]
+    )
+    metrics = _recorded([1.0, 2.0])
+    row = metrics_row(schema, metrics)
+    assert row.schema == schema and row.num_rows == 1
+    assert row.column(METRICS_COLUMN).null_count == 0
+    assert AsyncMetrics.from_json(row.column(METRICS_COLUMN)[0].as_py()) == metrics
+    assert all(row.column(i).null_count == 0 for i in range(len(schema)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from connectors.kafka import KafkaSinkConfigError, SinkConfig
@@ -33,3 +35,15 @@ def test_missing_required_option_points_to_the_config_class(build, error, sink) 
 def test_a_bad_stage_option_becomes_the_sinks_own_error(build, error, sink) -> None:
     with pytest.raises(error, match="stage_retries"):
         build(**REQUIRED[sink], stage_retries=-1)
+
+
+def test_checkpoint_location_is_a_non_empty_path_or_none(tmp_path: Any) -> None:
+    from connectors.stage import StageOptions
+    from txn import ConfigError
+
+    assert StageOptions().checkpoint_location is None
+    assert StageOptions(checkpoint_location=tmp_path).checkpoint_location == str(tmp_path)
+    assert StageOptions(checkpoint_location="s3a://b/ck").checkpoint_location == "s3a://b/ck"
+    for bad in ("", "  ", 7):
+        with pytest.raises(ConfigError, match="checkpointLocation"):
+            StageOptions(checkpoint_location=bad)  # type: ignore[arg-type]

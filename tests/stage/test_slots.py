@@ -11,10 +11,14 @@ from typing import Any
 
 import pytest
 
-from connectors.stage import SparkConnectError
+from connectors.stage import InsufficientSlotsError, SparkConnectError
 from connectors.stage._slots import (
+    SOURCE_CONF,
     SOURCE_SCHEDULER,
     TaskSlots,
+    check_slots,
+    conf_task_slots,
+    default_parallelism,
     local_master_slots,
     spark_context_of,
     task_slots,
@@ -54,13 +58,19 @@ def test_task_slots_pickle_round_trip() -> None:
     assert pickle.loads(pickle.dumps(slots)) == slots
 
 
+class _Conf:
+    def __init__(self, settings: dict[str, str]) -> None:
+        self.getAll = dict(settings)
+
+
 class _ConnectLikeSession:
     """A session without a SparkContext: PySpark 4.3's Connect session raises
     PySparkAttributeError (an AttributeError) from ``sparkContext``; older ones raised
-    PySparkNotImplementedError (a NotImplementedError)."""
+    PySparkNotImplementedError (a NotImplementedError). Its ``conf.getAll`` answers."""
 
-    def __init__(self, error: type[Exception]) -> None:
+    def __init__(self, error: type[Exception], settings: dict[str, str] | None = None) -> None:
         self.error = error
+        self.conf = _Conf(settings or {})
 
     @property
     def sparkContext(self) -> Any:  # noqa: N802 - PySpark's name
@@ -70,10 +80,66 @@ class _ConnectLikeSession:
         )
 
 
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"spark.master": "local[2]"}, TaskSlots(2, 0, 0, SOURCE_CONF)),
+        ({"spark.master": "local[4]", "spark.task.cpus": "2"}, TaskSlots(2, 0, 0, SOURCE_CONF)),
+        ({"spark.master": "local-cluster[2, 3, 1024]"}, TaskSlots(6, 0, 2, SOURCE_CONF)),
+        (
+            {"spark.master": "yarn", "spark.executor.instances": "3", "spark.executor.cores": "4"},
+            TaskSlots(12, 0, 3, SOURCE_CONF),
+        ),
+        (
+            {"spark.master": "spark://h:7077", "spark.cores.max": "5"},
+            TaskSlots(5, 0, 0, SOURCE_CONF),
+        ),
+        (
+            {
+                "spark.master": "k8s://h",
+                "spark.executor.instances": "3",
+                "spark.executor.cores": "4",
+                "spark.dynamicAllocation.enabled": "true",
+            },
+            None,
+        ),
+        ({"spark.master": "yarn"}, None),
+        ({}, None),
+    ],
+)
+def test_conf_task_slots(settings: dict[str, str], expected: TaskSlots | None) -> None:
+    assert conf_task_slots(settings) == expected
+
+
 @pytest.mark.parametrize("error", [AttributeError, NotImplementedError])
-def test_connect_session_gets_a_typed_error(error: type[Exception]) -> None:
-    with pytest.raises(SparkConnectError, match="Spark Connect"):
-        task_slots(_ConnectLikeSession(error))
+def test_connect_session_counts_from_its_configuration(error: type[Exception]) -> None:
+    session = _ConnectLikeSession(error, {"spark.master": "local[3]"})
+    assert task_slots(session) == TaskSlots(3, 0, 0, SOURCE_CONF)
+    assert default_parallelism(session) == 3
+    check_slots(session, 3)
+    with pytest.raises(InsufficientSlotsError, match="only 3 task slot"):
+        check_slots(session, 4)
+
+
+def test_connect_default_parallelism_prefers_the_setting() -> None:
+    settings = {"spark.master": "yarn", "spark.default.parallelism": "7"}
+    assert default_parallelism(_ConnectLikeSession(AttributeError, settings)) == 7
+
+
+def test_connect_session_without_a_count_gets_a_typed_error() -> None:
+    session = _ConnectLikeSession(AttributeError, {"spark.master": "yarn"})
+    with pytest.raises(SparkConnectError, match="parallelism"):
+        task_slots(session)
+    with pytest.raises(SparkConnectError, match="parallelism"):
+        default_parallelism(session)
+    check_slots(session, 100)  # unknown: left to Spark's own barrier check
+
+
+def test_no_session_gets_a_typed_error() -> None:
+    with pytest.raises(SparkConnectError, match="SparkContext"):
+        task_slots(None)  # type: ignore[arg-type]
+    with pytest.raises(SparkConnectError, match="SparkContext"):
+        check_slots(None, 1)
 
 
 def test_spark_context_is_accepted_as_is() -> None:

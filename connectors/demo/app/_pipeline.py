@@ -236,7 +236,13 @@ def build_sink(cfg: PipelineConfig) -> TransactionalSink:
     """Construct the sink of ``cfg.sink`` (module docstring; no network I/O)."""
     from connectors.testing.faults import FaultPlan
 
-    stage: dict[str, Any] = {"guarantee": cfg.guarantee, "mode": cfg.mode}
+    # checkpoint_location: the query binding reads the query's id there (under Spark Connect
+    # the only way; on a classic session it is checked against the running query).
+    stage: dict[str, Any] = {
+        "guarantee": cfg.guarantee,
+        "mode": cfg.mode,
+        "checkpoint_location": cfg.checkpoint,
+    }
     if cfg.stage_retries is not None:
         stage["stage_retries"] = cfg.stage_retries
     if cfg.fault_plan:
