@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from connectors.stage._errors import QueryMismatchError
-from txn import EpochHistory, EpochLog, IllegalTransitionError, QueryBinding
+from txn import EpochHistory, EpochLog, EpochState, IllegalTransitionError, QueryBinding
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -45,9 +45,15 @@ def query_id_of(df: DataFrame) -> str | None:
 
 
 def start_over_offset(history: EpochHistory) -> int:
-    """Return the first epoch of a query that starts over: above every epoch of the log."""
+    """Return the first epoch of a query that starts over: above every epoch of the log.
+
+    An aborted last epoch (nothing of it is visible) is taken over instead: the new query's
+    first batch re-plans it.
+    """
     top = history.max_epoch()
-    return 0 if top is None else top + 1
+    if top is None:
+        return 0
+    return top if history.state(top) is EpochState.ABORTED else top + 1
 
 
 class QueryBinder:
