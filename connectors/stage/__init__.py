@@ -18,8 +18,11 @@ from connectors.stage._errors import (
     InputError,
     InputSchemaError,
     InsufficientSlotsError,
+    NotKafkaInputError,
     QueryMismatchError,
     RecordError,
+    ResumeError,
+    ResumeInputMismatchError,
     SinkInUseError,
     SinkStoppedError,
     SparkConnectError,
@@ -40,6 +43,7 @@ from connectors.stage._options import (
     StageOptions,
     build_config,
 )
+from connectors.stage._resume import RESUME_FROM_OUTPUT, ResumePoint, starting_offsets
 from connectors.stage._reuse import ReuseDecision, ReusePolicy, ReuseTicket
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
 from connectors.stage._sink import TransactionalSink
@@ -54,6 +58,7 @@ __all__ = [
     "HASH_COLUMN",
     "QUERY_ID_PROPERTY",
     "RECENT_EPOCHS",
+    "RESUME_FROM_OUTPUT",
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
@@ -64,9 +69,13 @@ __all__ = [
     "InputSchemaError",
     "InsufficientSlotsError",
     "MetricsListener",
+    "NotKafkaInputError",
     "ProgressView",
     "QueryMismatchError",
     "RecordError",
+    "ResumeError",
+    "ResumeInputMismatchError",
+    "ResumePoint",
     "ReuseDecision",
     "ReusePolicy",
     "ReuseTicket",
@@ -92,6 +101,7 @@ __all__ = [
     "offsets_lag",
     "query_id_of",
     "start_over_offset",
+    "starting_offsets",
     "task_slots",
     "wait_for_task_slots",
 ]

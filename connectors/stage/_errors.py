@@ -12,6 +12,9 @@ and a ``KafkaSinkError``), so a caller can catch either family::
     +-- InsufficientSlotsError (ConfigError) aligned mode: the epoch's tasks do not fit at once
     +-- StagePartitioningError              Spark ran another number of write tasks than planned
     +-- QueryMismatchError                  the epoch log belongs to another query (checkpoint)
+    +-- ResumeError                         a query cannot resume from the sink's output
+    |   +-- ResumeInputMismatchError        it reads other topics/partitions/offsets (named)
+    |   +-- NotKafkaInputError              the committed input was not (only) Kafka
     +-- SinkStoppedError                    a graceful stop was requested; the batch was not written
     +-- SinkInUseError (EpochLogLockedError) another sink object of this process, whose query runs, holds the log
     +-- SparkConnectError                   what needs a SparkContext, under Spark Connect
@@ -117,3 +120,20 @@ class SparkConnectError(StageError, ConfigError):
     and vote server), a sink without an explicit ``parallelism`` (it reads Spark's default
     parallelism). Under Connect, use ``mode="unaligned"`` with an explicit ``parallelism``.
     """
+
+
+class ResumeError(StageError):
+    """A new query cannot resume from the sink's committed output (``resume="from-output"``).
+
+    An epoch in doubt that cannot be settled is :class:`txn.EpochUnresolvedError`.
+    """
+
+    retry_stage = False
+
+
+class ResumeInputMismatchError(ResumeError):
+    """The new query reads other topics, partitions or offsets than the output ends at."""
+
+
+class NotKafkaInputError(ResumeError):
+    """The sink's committed epochs did not record Kafka input offsets (not, or not only, Kafka)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from connectors.stage._hooks import StepHooks
+from connectors.stage._resume import RESUME_CHOICES
 from txn import CommitMode, ConfigError, Guarantee
 
 _Config = TypeVar("_Config", bound="StageOptions")
@@ -49,6 +50,10 @@ class StageOptions:
     * ``start_over``: bind the sink to a new streaming query (a new checkpoint) even though
       its epoch log belongs to another one; the new query's batches become new epochs
       above the log's last one (see ``_binding``; refused while an epoch is in doubt);
+    * ``resume``: ``"from-output"`` binds a new streaming query (a new checkpoint) to the
+      sink only if its first batch starts right after the committed output (an epoch in
+      doubt is settled first); see ``_resume`` and docs/operations.md, "Changing a query".
+      Not together with ``start_over``;
     * ``fault_plan``: fault injection at named steps (TESTING ONLY; see ``_hooks``).
 
     At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
@@ -63,6 +68,7 @@ class StageOptions:
     order_by: tuple[str, ...] = ()
     keep_partitioning: bool = False
     start_over: bool = False
+    resume: str | None = None
     fault_plan: StepHooks | None = None
 
     def __post_init__(self) -> None:
@@ -87,6 +93,15 @@ class StageOptions:
         object.__setattr__(self, "order_by", tuple(order_by))
         object.__setattr__(self, "start_over", bool(self.start_over))
         object.__setattr__(self, "keep_partitioning", bool(self.keep_partitioning))
+        if self.resume is not None and self.resume not in RESUME_CHOICES:
+            msg = f"resume must be None or one of {list(RESUME_CHOICES)}, got {self.resume!r}"
+            raise ConfigError(msg)
+        if self.resume is not None and self.start_over:
+            msg = (
+                "resume and start_over exclude each other: resume starts the new query right "
+                "after the committed output, start_over wherever its startingOffsets say"
+            )
+            raise ConfigError(msg)
         if self.fault_plan is not None and not isinstance(self.fault_plan, StepHooks):
             msg = (
                 "fault_plan must be a connectors.testing.FaultPlan (or implement StepHooks) "
