@@ -43,7 +43,12 @@ from connectors.stage._options import (
     StageOptions,
     build_config,
 )
-from connectors.stage._resume import RESUME_FROM_OUTPUT, ResumePoint, starting_offsets
+from connectors.stage._resume import (
+    RESUME_FROM_OUTPUT,
+    ResumePoint,
+    committed_point,
+    starting_offsets,
+)
 from connectors.stage._reuse import ReuseDecision, ReusePolicy, ReuseTicket
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
 from connectors.stage._sink import TransactionalSink
@@ -88,6 +93,7 @@ __all__ = [
     "StageError",
     "StageOptions",
     "build_config",
+    "committed_point",
     "StagePartitioningError",
     "StepHooks",
     "TaskBound",

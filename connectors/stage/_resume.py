@@ -66,11 +66,21 @@ def resume_point(history: EpochHistory) -> ResumePoint:
         NotKafkaInputError: no committed epoch recorded Kafka-only input offsets.
 
     """
-    sink_id = history.sink_id
     doubtful = history.in_doubt()
     if doubtful:
-        msg = f"epoch {doubtful[0].epoch} of sink {sink_id!r} is in doubt; settle it first"
+        msg = f"epoch {doubtful[0].epoch} of sink {history.sink_id!r} is in doubt; settle it first"
         raise EpochUnresolvedError(msg)
+    return committed_point(history)
+
+
+def committed_point(history: EpochHistory) -> ResumePoint:
+    """Return where the committed output's input ends, ignoring epochs in doubt (read-only).
+
+    Raises:
+        NotKafkaInputError: no committed epoch recorded Kafka-only input offsets.
+
+    """
+    sink_id = history.sink_id
     top = history.max_epoch()
     aborted = history.plan(top) if top is not None else None
     if aborted is not None and history.state(aborted.epoch) is EpochState.ABORTED:
