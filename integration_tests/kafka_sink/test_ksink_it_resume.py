@@ -72,7 +72,7 @@ def _eos_offsets(bootstrap: str, sink_id: str) -> dict[str, Any]:
     return dict(json.loads(out.getvalue()))
 
 
-@pytest.mark.parametrize("doubt", ["none", "driver_after_plan", "driver_after_reports"])
+@pytest.mark.parametrize("doubt", ["none", "driver_after_plan", "driver_before_complete"])
 def test_a_changed_query_resumes_exactly_after_the_output(
     rc_spark: Any,
     kafka_bootstrap: str,
@@ -124,7 +124,7 @@ def test_a_changed_query_resumes_exactly_after_the_output(
     if doubt == "driver_after_plan":  # no marker shows epoch 1: aborted, taken over
         assert settled.state(1) is EpochState.ABORTED
         assert json.loads(start) == plan0.input.to_body()["end"]
-    elif doubt == "driver_after_reports":  # every marker shows it: committed
+    elif doubt == "driver_before_complete":  # every marker shows it: committed
         assert settled.state(1) is EpochState.COMMITTED
         plan1 = settled.plan(1)
         assert plan1 is not None and plan1.input is not None
@@ -163,7 +163,7 @@ def test_a_resumed_query_that_starts_elsewhere_is_refused_before_writing(
         rc_spark, kafka_bootstrap, inp, second, tmp_path / "ck-b", startingOffsets="earliest"
     )
     error = str(query.exception())
-    assert "ResumeInputMismatchError" in error and f"{inp}-0 starts at 0" in error, error
+    assert "ResumeInputMismatchError" in error and "starts at 0, the output ends at 100" in error, error
     after = _history(kafka_bootstrap, sink_id)
     assert (after.max_epoch(), after.binding) == (before.max_epoch(), before.binding)
     report = check_exactly_once(kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id)
