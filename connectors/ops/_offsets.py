@@ -36,7 +36,7 @@ def offsets(log: cmd.LogRef, cluster: Cluster | None) -> cmd.Result:
                 "partition": partition,
                 "committed": committed,
                 "end": end,
-                "lag": None if end is None else end - committed,
+                "lag": None if end is None or committed < 0 else end - committed,
             }
         )
     data: dict[str, Any] = {

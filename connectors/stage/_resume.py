@@ -43,7 +43,10 @@ EARLIEST = -2  # startingOffsets' sentinel for "the beginning of the partition"
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where the input continues after the committed output: the next offset per partition."""
+    """Where the input continues after the committed output: the next offset per partition.
+
+    ``EARLIEST`` (-2) for a partition that an aborted epoch began reading at its beginning.
+    """
 
     sink_id: str
     epoch: int  # the epoch whose input bounds the point (last committed, or aborted last)
@@ -84,8 +87,11 @@ def committed_point(history: EpochHistory) -> ResumePoint:
     top = history.max_epoch()
     aborted = history.plan(top) if top is not None else None
     if aborted is not None and history.state(aborted.epoch) is EpochState.ABORTED:
-        if aborted.input is not None and aborted.input.kafka_only:
-            return ResumePoint(sink_id, aborted.epoch, aborted.input.start)
+        offsets = aborted.input
+        if offsets is not None and offsets.kafka_only:  # a partition its start lacks began
+            began = {(t, p): EARLIEST for t, p, _ in offsets.end} | offsets.start_map()
+            positions = tuple((t, p, o) for (t, p), o in sorted(began.items()))
+            return ResumePoint(sink_id, aborted.epoch, positions)
     plan = history.last_committed_plan()
     if plan is None:
         msg = (
@@ -171,7 +177,7 @@ def check_resumed_batch(point: ResumePoint, batch: InputOffsets | None) -> None:
     for tp, offset in sorted(point.as_map().items()):
         if tp not in ends:
             wrong.append(f"{_names([tp])} is not read")
-        elif starts.get(tp) != offset:
+        elif offset != EARLIEST and starts.get(tp) != offset:
             wrong.append(f"{_names([tp])} starts at {starts.get(tp)}, the output ends at {offset}")
     if wrong:
         msg = (
