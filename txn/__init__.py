@@ -35,6 +35,7 @@ from txn._errors import (
     EpochLogCorruptError,
     EpochLogError,
     EpochLogLockedError,
+    EpochUnresolvedError,
     ErrorAction,
     IllegalTransitionError,
     NonDeterministicReplayError,
@@ -65,8 +66,10 @@ from txn._model import (
     Vote,
     VoteKind,
 )
+from txn._offsets import InputOffsets
 from txn._outcome import EpochResult, RecoveryReport
 from txn._renamed import renamed_names
+from txn._settle import Settlement, settle_in_doubt
 from txn._state import EpochState
 from txn._steps import CoordinatorStep, TaskStep
 from txn._task import Gather, TaskHooks, run_partition
@@ -93,6 +96,7 @@ __all__ = [
     "EpochPlan",
     "EpochResult",
     "EpochState",
+    "EpochUnresolvedError",
     "ErrorAction",
     "Execute",
     "FileEpochLog",
@@ -100,6 +104,7 @@ __all__ = [
     "Guarantee",
     "IllegalTransitionError",
     "InProcessExecutor",
+    "InputOffsets",
     "LogRecord",
     "Marker",
     "Member",
@@ -114,6 +119,7 @@ __all__ = [
     "RecoveryReport",
     "Resource",
     "RowSummary",
+    "Settlement",
     "TaskHooks",
     "TaskStep",
     "TxnError",
@@ -128,6 +134,7 @@ __all__ = [
     "record_from_body",
     "run_partition",
     "seal",
+    "settle_in_doubt",
     "unseal",
 ]
 

@@ -9,7 +9,9 @@ Format of one record (one line of UTF-8 JSON, no trailing newline)::
 2. ``crc32c`` is the CRC-32C (Castagnoli) of the body serialized canonically (sorted keys,
    no spaces), as 8 lower-case hex digits;
 3. decoding checks the JSON, the checksum, the type tag, the version, the exact field set
-   and every field's type, so a truncated or altered record is always detected.
+   and every field's type, so a truncated or altered record is always detected;
+4. optional fields (a plan's ``input``, :class:`~txn.InputOffsets`) are written only when
+   set, so records without them are byte-for-byte those of earlier releases.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from txn._model import (
     LogRecord,
     QueryBinding,
 )
+from txn._offsets import InputOffsets
 
 FORMAT_VERSION = 1
 _CRC_FIELD = "crc32c"
@@ -48,6 +51,8 @@ _FIELDS: dict[str, dict[str, type]] = {
     "completion": {"sink_id": str, "epoch": int, "committed": bool},
     "binding": {"sink_id": str, "query_id": str, "epoch_offset": int},
 }
+# Fields a record may leave out (written only when set): name -> JSON type.
+_OPTIONAL: dict[str, dict[str, type]] = {"plan": {"input": dict}}
 
 
 def _canonical(body: Mapping[str, Any]) -> bytes:
@@ -105,6 +110,8 @@ def encode_record(record: LogRecord) -> bytes:
             "mode": record.mode.value,
             "attempt": record.attempt,
         }
+        if record.input is not None:
+            body["input"] = record.input.to_body()
     elif isinstance(record, EpochDecision):
         body = {
             "type": "decision",
@@ -158,16 +165,21 @@ def record_from_body(body: dict[str, Any], *, source: str) -> LogRecord:
         raise corrupt_error(source, f"unsupported record version {version!r}")
     if not isinstance(kind, str) or kind not in _FIELDS:
         raise corrupt_error(source, f"unknown record type {kind!r}")
-    expected = _FIELDS[kind]
+    optional = {k: t for k, t in _OPTIONAL.get(kind, {}).items() if k in body}
+    expected = {**_FIELDS[kind], **optional}
     if set(body) != set(expected):
         raise corrupt_error(
-            source, f"{kind} record has fields {sorted(body)}, want {sorted(expected)}"
+            source, f"{kind} record has fields {sorted(body)}, want {sorted(_FIELDS[kind])}"
         )
     for name, typ in expected.items():
         value = body[name]
         if type(value) is not typ:
             raise corrupt_error(source, f"{kind} field {name!r} is {value!r}, want {typ.__name__}")
     if kind == "plan":
+        try:
+            offsets = None if "input" not in body else InputOffsets.from_body(body["input"])
+        except ValueError as exc:
+            raise corrupt_error(source, f"plan record has bad input offsets ({exc})") from None
         try:
             return EpochPlan(
                 sink_id=body["sink_id"],
@@ -177,6 +189,7 @@ def record_from_body(body: dict[str, Any], *, source: str) -> LogRecord:
                 guarantee=Guarantee(body["guarantee"]),
                 mode=CommitMode(body["mode"]),
                 attempt=body["attempt"],
+                input=offsets,
             )
         except ValueError as exc:
             raise corrupt_error(source, f"plan record has a bad enum value ({exc})") from None

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from txn._errors import ConfigError
-from txn._model import EpochPlan, Participant, Resource
+from txn._model import EpochPlan, Marker, Participant, Resource
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,14 @@ class CompositeResource(Resource[Any]):
         """ROLL BACK the owning member's prepared work."""
         index, local = self.locate(partition)
         self.members[index].resource.rollback_prepared(self.member_plan(plan, index), local)
+
+    def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
+        """Every member's markers, by global partition."""
+        out: dict[int, Marker | None] = {}
+        for index, member in enumerate(self.members):
+            local = member.resource.committed_markers(self.member_plan(plan, index))
+            out.update({self.offsets[index] + p: m for p, m in local.items()})
+        return out
 
     def prepared_partitions(self, plan: EpochPlan) -> Sequence[int]:
         """Global partitions of ``plan`` whose work is still prepared."""

@@ -27,6 +27,7 @@ from txn._model import (
     Resource,
     Rows,
 )
+from txn._offsets import InputOffsets, check_same_input
 from txn._outcome import DONE, READY, EpochResult, RecoveryReport, blame, lost_error
 from txn._state import EpochState
 from txn._steps import CoordinatorStep
@@ -162,7 +163,14 @@ class Coordinator(Generic[Rows]):
         return tuple(lost)
 
     # -- one epoch -----------------------------------------------------------------------
-    def run_epoch(self, epoch: int, parallelism: int, execute: Execute) -> EpochResult:
+    def run_epoch(
+        self,
+        epoch: int,
+        parallelism: int,
+        execute: Execute,
+        *,
+        input_offsets: InputOffsets | None = None,
+    ) -> EpochResult:
         """Run (or skip, or finish) epoch ``epoch`` (docs/architecture.md, section 2).
 
         A committed epoch is skipped; an in-doubt one is finished from the log
@@ -170,11 +178,13 @@ class Coordinator(Generic[Rows]):
         ignored); a commit decision whose prepared work was lost on some partitions is
         redone under a pinned redo plan that keeps the decision (only commit can follow);
         the plan is logged before ``execute(plan)`` runs the write stage, and the
-        completion only after every partition's effect is durable.
+        completion only after every partition's effect is durable. ``input_offsets``: the
+        epoch's input (carried by the plan, committed with it); a retry keeps its plan's.
 
         Raises:
             ConfigError: ``epoch`` or ``parallelism`` is invalid.
-            PlanMismatchError: an in-doubt epoch meets another sink configuration.
+            PlanMismatchError: an in-doubt epoch meets another sink configuration, or
+                other input offsets (the replay is not the batch that was planned).
             EpochAbortedError: the epoch did not commit; retry (replay) it.
             Exception: anything ``execute`` raises; the epoch stays in doubt.
 
@@ -191,7 +201,7 @@ class Coordinator(Generic[Rows]):
             if self._resolve_in_doubt(previous, history):
                 return EpochResult(epoch, previous, skipped=True, committed=True)
             history = self._log.load()
-        plan = self._next_plan(epoch, parallelism, history)
+        plan = self._next_plan(epoch, parallelism, history, input_offsets)
         # Step 3: a shrunk parallelism aborts the work lingering on the dropped partitions.
         self._abort_dropped(plan, history)
         # Step 4: the plan is logged before any task runs.
@@ -274,10 +284,17 @@ class Coordinator(Generic[Rows]):
             )
             raise PlanMismatchError(msg)
 
-    def _next_plan(self, epoch: int, parallelism: int, history: EpochHistory) -> EpochPlan:
+    def _next_plan(
+        self,
+        epoch: int,
+        parallelism: int,
+        history: EpochHistory,
+        input_offsets: InputOffsets | None,
+    ) -> EpochPlan:
         previous = history.plan(epoch)
         pinned = (EpochState.PLANNED, EpochState.COMMIT_DECIDED)
         if previous is not None and history.state(epoch) in pinned:
+            check_same_input(previous.epoch, previous.input, input_offsets)
             return dataclasses.replace(previous, attempt=previous.attempt + 1)
         # A new epoch, or an aborted one: nothing of it is visible, so it is planned freely.
         return EpochPlan(
@@ -288,6 +305,7 @@ class Coordinator(Generic[Rows]):
             self._guarantee,
             self._mode,
             attempt=0 if previous is None else previous.attempt + 1,
+            input=input_offsets,
         )
 
     def _execute(self, plan: EpochPlan, execute: Execute) -> tuple[PartitionReport, ...]:

@@ -133,3 +133,14 @@ def _rebuild_lost(
     cls: type[PreparedWorkLostError], message: str, partition: int | None
 ) -> PreparedWorkLostError:
     return cls(message, partition=partition)
+
+
+class EpochUnresolvedError(TxnError):
+    """An epoch in doubt cannot be settled without the query that planned it.
+
+    Raised when a sink is bound to a new query that will not replay the epoch (resume from
+    the output): the epoch committed on some write partitions and not on others, or its
+    commit decision lost prepared work. The message names the partitions and the fix.
+    """
+
+    retry_stage = False

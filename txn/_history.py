@@ -20,7 +20,9 @@ Rules for a record of epoch ``e`` (beyond the state machine of :class:`~txn.Epoc
 5. a query binding (:class:`~txn.QueryBinding`) of another query than the bound one needs
    every epoch finished and committed, and an offset above every epoch in the log (the new
    query's batches are new epochs); filling in the query id of an open binding ("") keeps
-   its offset; the first binding of a log may adopt the log's epochs (offset 0).
+   its offset; the first binding of a log may adopt the log's epochs (offset 0). An
+   aborted last epoch (nothing of it visible) may be taken over instead: the new query's
+   offset is that epoch, whose next plan is free (``ABORTED -> PLANNED``).
 """
 
 from __future__ import annotations
@@ -208,6 +210,12 @@ class EpochHistory:
             return best
         return self.committed_through if best is None else max(best, self.committed_through)
 
+    def last_committed_plan(self) -> EpochPlan | None:
+        """Return the plan of the highest committed epoch, if the log still holds it."""
+        last = self.last_committed_epoch()
+        entry = None if last is None else self._entries.get(last)
+        return None if entry is None else entry.plan
+
     def is_committed(self, epoch: int) -> bool:
         """Whether ``epoch`` is committed (its replay must be skipped)."""
         return self.state(epoch) is EpochState.COMMITTED
@@ -269,13 +277,20 @@ def _check_binding(history: EpochHistory, binding: QueryBinding) -> None:
     if adopting:
         return
     pending = history.unfinished()
+    top = history.max_epoch()
+    if top is not None and pending == [top] and history.state(top) is EpochState.ABORTED:
+        if binding.epoch_offset != top:
+            raise _illegal(
+                binding,
+                f"a new query takes over the aborted epoch {top}, not {binding.epoch_offset}",
+            )
+        return
     if pending:
         raise _illegal(
             binding,
             f"epoch {pending[0]} is not committed; finish it with the query "
             "that planned it (its checkpoint) before binding another query",
         )
-    top = history.max_epoch()
     if top is not None and binding.epoch_offset <= top:
         raise _illegal(
             binding, f"a new query's epochs start above epoch {top}, not at {binding.epoch_offset}"
@@ -342,15 +357,16 @@ def _check_plan(
     if plan.attempt != prev.attempt + 1:
         raise _illegal(plan, f"a retry must have attempt {prev.attempt + 1}, not {plan.attempt}")
     if current in (EpochState.PLANNED, EpochState.COMMIT_DECIDED):
-        same = (prev.parallelism, prev.fingerprint, prev.guarantee, prev.mode) == (
+        same = (prev.parallelism, prev.fingerprint, prev.guarantee, prev.mode, prev.input) == (
             plan.parallelism,
             plan.fingerprint,
             plan.guarantee,
             plan.mode,
+            plan.input,
         )
         if not same:
             raise _illegal(
                 plan,
                 "an in-doubt epoch is retried with its original parallelism, fingerprint, "
-                f"guarantee and mode ({prev}), got {plan}",
+                f"guarantee, mode and input ({prev}), got {plan}",
             )

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from txn._errors import ConfigError
+from txn._offsets import InputOffsets
 
 Rows = TypeVar("Rows")
 _Choice = TypeVar("_Choice", bound=enum.Enum)
@@ -80,6 +81,8 @@ class EpochPlan:
 
     Written durably to the epoch log first; an in-doubt epoch is always redone with
     the same plan (same parallelism), so rows land in the same write partitions.
+    ``input``: the epoch's input offsets when its query reads Kafka (None otherwise); they
+    are committed exactly when the epoch is (docs/architecture.md, section 11).
     """
 
     sink_id: str
@@ -89,6 +92,7 @@ class EpochPlan:
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     mode: CommitMode = CommitMode.ALIGNED
     attempt: int = 0
+    input: InputOffsets | None = None
 
 
 @dataclass(frozen=True)
@@ -294,3 +298,11 @@ class Resource(abc.ABC, Generic[Rows]):
     def prepared_partitions(self, plan: EpochPlan) -> Sequence[int]:
         """Partitions of ``plan`` whose work is still prepared (in doubt)."""
         return ()
+
+    def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
+        """Read the committed marker of every partition of ``plan`` from the driver.
+
+        Used to settle an epoch in doubt that no replay will complete (``txn._settle``).
+        """
+        msg = f"{type(self).__name__} cannot read its markers from the driver"
+        raise NotImplementedError(msg)

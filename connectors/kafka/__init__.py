@@ -44,6 +44,7 @@ from connectors.kafka._errors import (
     TopicMissingError,
 )
 from connectors.kafka._names import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
+from connectors.kafka._resume import resume_offsets
 from connectors.kafka._sink._config import DEFAULT_PRODUCER_CONFIG, SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from connectors.kafka._sink._markers import decode_marker, encode_marker, read_markers
@@ -132,6 +133,7 @@ __all__ = [
     "encode_marker",
     "kafka_options",
     "read_markers",
+    "resume_offsets",
     "register",
 ]
 

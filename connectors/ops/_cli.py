@@ -26,6 +26,7 @@ from connectors.kafka._connect import connect_admin
 from connectors.ops import _commands as cmd
 from connectors.ops import _pgcli
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.ops._offsets import offsets
 from connectors.ops._preflight import SinkPlan, preflight
 from connectors.ops._properties import ENV_PREFIX, PropertiesError, command_cluster
 from connectors.verify import (
@@ -127,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--parallelism", type=int, help="ids 0..N-1 at least (default: the log's)")
     s.add_argument("--dry-run", action="store_true")
+    sink_command(
+        "offsets",
+        "the committed input offsets as startingOffsets JSON, and each input partition's lag "
+        "(docs/operations.md, 'Changing a query')",
+    )
     s = sink_command("reset", "bind the sink to a new query (a new checkpoint) on purpose")
     s.add_argument("--query", help="the new query's id (default: whichever query writes next)")
     s = command("preflight", "check a cluster for a sink before starting it")
@@ -197,7 +203,7 @@ def _identity(args: argparse.Namespace) -> IdentityFn:
 
 def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
     connect_admin(cluster)  # first contact: a wrong address or credentials fail fast, typed
-    if args.command in ("status", "abort-lingering", "reset"):
+    if args.command in ("status", "abort-lingering", "reset", "offsets"):
         ref = cmd.SinkRef(
             cluster,
             args.sink_id,
@@ -209,6 +215,8 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
             return cmd.status(ref, args.topic, args.scan)
         if args.command == "abort-lingering":
             return cmd.abort_lingering(ref, args.parallelism, args.dry_run)
+        if args.command == "offsets":
+            return offsets(ref, cluster)
         return cmd.reset(ref, args.query)
     if args.command == "preflight":
         plan = SinkPlan(

@@ -30,6 +30,7 @@ from connectors.kafka._clients import Cluster
 from connectors.ops import _commands as cmd
 from connectors.ops import _pgcommands as pgc
 from connectors.ops._errors import UsageError
+from connectors.ops._offsets import offsets
 from connectors.ops._postgres import (
     DEFAULT_CONTROL_SCHEMA,
     DSN_ENV,
@@ -40,7 +41,7 @@ from connectors.ops._postgres import (
 from connectors.verify import load_callable
 from txn import EpochLogLockedError
 
-SINK_COMMANDS = ("status", "abort-lingering", "reset")
+SINK_COMMANDS = ("status", "abort-lingering", "reset", "offsets")
 WRITE_MODES = ("append", "upsert", "changelog")
 
 
@@ -206,6 +207,8 @@ def _run(args: argparse.Namespace, cluster: Cluster | None) -> cmd.Result:
         return pgc.abort_lingering(target, args.dry_run)
     if args.command == "reset":
         return cmd.reset(target.log, args.query)
+    if args.command == "offsets":
+        return offsets(target.log, target.kafka.cluster if target.kafka is not None else None)
     from connectors.ops._cli import _identity
 
     return pgc.verify_table(

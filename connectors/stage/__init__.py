@@ -19,8 +19,11 @@ from connectors.stage._errors import (
     InputError,
     InputSchemaError,
     InsufficientSlotsError,
+    NotKafkaInputError,
     QueryMismatchError,
     RecordError,
+    ResumeError,
+    ResumeInputMismatchError,
     SinkInUseError,
     SinkStoppedError,
     SparkConnectError,
@@ -41,6 +44,12 @@ from connectors.stage._options import (
     StageOptions,
     build_config,
 )
+from connectors.stage._resume import (
+    RESUME_FROM_OUTPUT,
+    ResumePoint,
+    committed_point,
+    starting_offsets,
+)
 from connectors.stage._reuse import ReuseDecision, ReusePolicy, ReuseTicket
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
 from connectors.stage._sink import TransactionalSink
@@ -55,6 +64,7 @@ __all__ = [
     "HASH_COLUMN",
     "QUERY_ID_PROPERTY",
     "RECENT_EPOCHS",
+    "RESUME_FROM_OUTPUT",
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
@@ -66,9 +76,13 @@ __all__ = [
     "InputSchemaError",
     "InsufficientSlotsError",
     "MetricsListener",
+    "NotKafkaInputError",
     "ProgressView",
     "QueryMismatchError",
     "RecordError",
+    "ResumeError",
+    "ResumeInputMismatchError",
+    "ResumePoint",
     "ReuseDecision",
     "ReusePolicy",
     "ReuseTicket",
@@ -81,6 +95,7 @@ __all__ = [
     "StageError",
     "StageOptions",
     "build_config",
+    "committed_point",
     "StagePartitioningError",
     "StepHooks",
     "TaskBound",
@@ -94,6 +109,7 @@ __all__ = [
     "offsets_lag",
     "query_id_of",
     "start_over_offset",
+    "starting_offsets",
     "task_slots",
     "wait_for_task_slots",
 ]

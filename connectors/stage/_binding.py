@@ -11,7 +11,9 @@ writes the sink, as a :class:`txn.QueryBinding`, and batch ``b`` is epoch ``b + 
    batch id is below the last committed epoch, which only another query can produce;
 3. the bound query, or the next query after an operator's reset (query id ""): its offset;
 4. another query: :class:`QueryMismatchError`, unless ``start_over`` is set, which binds
-   it above every epoch of the log (refused while an epoch is in doubt).
+   it above every epoch of the log (refused while an epoch is in doubt), or the caller
+   passes ``resume`` (``resume="from-output"``, ``_resume``): it settles the log, checks
+   the query's first batch and returns the offset to bind.
 
 Where the query id comes from (:class:`QueryIdentity`): on a classic session, the local
 property Spark's stream execution sets on the thread running ``foreachBatch``. Under Spark
@@ -32,10 +34,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from connectors.stage._errors import CheckpointError, QueryMismatchError, SparkConnectError
-from txn import EpochHistory, EpochLog, IllegalTransitionError, QueryBinding
+from txn import EpochHistory, EpochLog, EpochState, IllegalTransitionError, QueryBinding
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -138,9 +141,15 @@ class QueryIdentity:
 
 
 def start_over_offset(history: EpochHistory) -> int:
-    """Return the first epoch of a query that starts over: above every epoch of the log."""
+    """Return the first epoch of a query that starts over: above every epoch of the log.
+
+    An aborted last epoch (nothing of it is visible) is taken over instead: the new query's
+    first batch re-plans it.
+    """
     top = history.max_epoch()
-    return 0 if top is None else top + 1
+    if top is None:
+        return 0
+    return top if history.state(top) is EpochState.ABORTED else top + 1
 
 
 class QueryBinder:
@@ -151,23 +160,39 @@ class QueryBinder:
         self._start_over = start_over
         self._bound: tuple[str, int] | None = None  # (query id, offset) once checked
 
-    def epoch(self, log: EpochLog, query_id: str | None, batch_id: int) -> int:
+    def epoch(
+        self,
+        log: EpochLog,
+        query_id: str | None,
+        batch_id: int,
+        resume: Callable[[], int] | None = None,
+    ) -> int:
         """Return batch ``batch_id``'s epoch, binding the log on first use (module steps)."""
         if query_id is not None and self._bound is not None and self._bound[0] == query_id:
             return batch_id + self._bound[1]
         history = log.load()
         if query_id is None:
             return history.epoch_of(batch_id)
-        offset = self._offset(log, history, query_id, batch_id)
+        offset = self._offset(log, history, query_id, batch_id, resume)
         self._bound = (query_id, offset)
         return batch_id + offset
 
-    def _offset(self, log: EpochLog, history: EpochHistory, query_id: str, batch_id: int) -> int:
+    def _offset(
+        self,
+        log: EpochLog,
+        history: EpochHistory,
+        query_id: str,
+        batch_id: int,
+        resume: Callable[[], int] | None,
+    ) -> int:
         binding = history.binding
         if binding is not None and binding.query_id == query_id:
             return binding.epoch_offset
         if binding is not None and binding.query_id == "":
             return self._bind(log, query_id, binding.epoch_offset)
+        if resume is not None and history.max_epoch() is not None:
+            _log.warning("sink %s resumes from its output with query %s", self._sink_id, query_id)
+            return self._bind(log, query_id, resume())
         last = history.last_committed_epoch()
         if binding is None and (last is None or batch_id >= last):
             return self._bind(log, query_id, 0)

@@ -13,6 +13,9 @@ and a ``KafkaSinkError``), so a caller can catch either family::
     +-- StagePartitioningError              Spark ran another number of write tasks than planned
     +-- QueryMismatchError                  the epoch log belongs to another query (checkpoint)
     +-- CheckpointError (ConfigError)       checkpoint_location names no checkpoint of this query
+    +-- ResumeError                         a query cannot resume from the sink's output
+    |   +-- ResumeInputMismatchError        it reads other topics/partitions/offsets (named)
+    |   +-- NotKafkaInputError              the committed input was not (only) Kafka
     +-- SinkStoppedError                    a graceful stop was requested; the batch was not written
     +-- SinkInUseError (EpochLogLockedError) another sink object of this process, whose query runs, holds the log
     +-- SparkConnectError (ConfigError)     what Spark Connect cannot give (binding, slot count)
@@ -132,3 +135,20 @@ class SparkConnectError(StageError, ConfigError):
     """
 
     retry_stage = False
+
+
+class ResumeError(StageError):
+    """A new query cannot resume from the sink's committed output (``resume="from-output"``).
+
+    An epoch in doubt that cannot be settled is :class:`txn.EpochUnresolvedError`.
+    """
+
+    retry_stage = False
+
+
+class ResumeInputMismatchError(ResumeError):
+    """The new query reads other topics, partitions or offsets than the output ends at."""
+
+
+class NotKafkaInputError(ResumeError):
+    """The sink's committed epochs did not record Kafka input offsets (not, or not only, Kafka)."""

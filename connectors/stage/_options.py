@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from connectors.stage._hooks import StepHooks
+from connectors.stage._resume import RESUME_CHOICES
 from txn import CommitMode, ConfigError, Guarantee
 
 _Config = TypeVar("_Config", bound="StageOptions")
@@ -55,6 +56,10 @@ class StageOptions:
       (through Spark, so any file system Spark reads) for the query binding: needed under
       Spark Connect, where the id is not visible in the ``foreachBatch`` process; on a
       classic session it is checked against the running query's id (``_binding``);
+    * ``resume``: ``"from-output"`` binds a new streaming query (a new checkpoint) to the
+      sink only if its first batch starts right after the committed output (an epoch in
+      doubt is settled first); see ``_resume`` and docs/operations.md, "Changing a query".
+      Not together with ``start_over``;
     * ``fault_plan``: fault injection at named steps (TESTING ONLY; see ``_hooks``).
 
     At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
@@ -70,6 +75,7 @@ class StageOptions:
     keep_partitioning: bool = False
     start_over: bool = False
     checkpoint_location: str | None = None
+    resume: str | None = None
     fault_plan: StepHooks | None = None
 
     def __post_init__(self) -> None:
@@ -105,6 +111,15 @@ class StageOptions:
                 )
                 raise ConfigError(msg)
             object.__setattr__(self, "checkpoint_location", location)
+        if self.resume is not None and self.resume not in RESUME_CHOICES:
+            msg = f"resume must be None or one of {list(RESUME_CHOICES)}, got {self.resume!r}"
+            raise ConfigError(msg)
+        if self.resume is not None and self.start_over:
+            msg = (
+                "resume and start_over exclude each other: resume starts the new query right "
+                "after the committed output, start_over wherever its startingOffsets say"
+            )
+            raise ConfigError(msg)
         if self.fault_plan is not None and not isinstance(self.fault_plan, StepHooks):
             msg = (
                 "fault_plan must be a connectors.testing.FaultPlan (or implement StepHooks) "

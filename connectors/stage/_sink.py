@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -15,7 +16,9 @@ from connectors.stage._execute import EpochExecution
 from connectors.stage._input import InputSpec
 from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
 from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, MetricsBook
+from connectors.stage._offsets import batch_input
 from connectors.stage._options import StageOptions
+from connectors.stage._resume import ResumePoint, bind_resumed, resume_point
 from connectors.stage._reuse import ReusePolicy
 from connectors.stage._shares import EpochShape, member_width, shape_epoch
 from connectors.stage._slots import check_slots, default_parallelism
@@ -30,6 +33,7 @@ from txn import (
     Guarantee,
     Member,
     Resource,
+    settle_in_doubt,
 )
 
 if TYPE_CHECKING:
@@ -172,7 +176,11 @@ class TransactionalSink(SinkLifecycle):
         resource = _resource(resources, shape.widths)
         coordinator = self._coordinator(resource, shape.options)
         self._recover(coordinator)
-        epoch = self._binder.epoch(self._open_log(), query_id, batch_id)  # the query binding
+        batch = batch_input(frames[0], query_id, batch_id)  # the input offsets (no Spark job)
+        resume = None
+        if self._options.resume is not None:
+            resume = functools.partial(bind_resumed, self._open_log(), resource, batch)
+        epoch = self._binder.epoch(self._open_log(), query_id, batch_id, resume)  # the binding
         recorder.epoch = epoch
         parallelism = sum(shape.widths)
         # Step 3: aligned: the plan must fit the free task slots; the vote server starts.
@@ -190,7 +198,7 @@ class TransactionalSink(SinkLifecycle):
             spark,
             self._vote_server,
         )
-        return coordinator.run_epoch(epoch, parallelism, execute)
+        return coordinator.run_epoch(epoch, parallelism, execute, input_offsets=batch)
 
     def _preflight(self) -> None:
         if not self._preflight_done:
@@ -336,6 +344,21 @@ class TransactionalSink(SinkLifecycle):
         query.stop()
         self.close(wait=False)
         return finished
+
+    def settle_for_resume(self) -> ResumePoint:
+        """Settle the log for a new query; return where its input continues (``_resume``).
+
+        Raises ``txn.EpochUnresolvedError`` (an epoch in doubt is partly committed; for a
+        composite sink: in doubt at all) or ``NotKafkaInputError``.
+        """
+        with self._lock:
+            log = self._open_log()
+            if len(self._members) == 1 and log.load().in_doubt():
+                self._preflight()
+                resource = self.connector.resource(InputSpec(columns=()))  # no rows: recovery
+                self._recover(self._coordinator(resource, self._options))
+                settle_in_doubt(log, resource)
+            return resume_point(log.load())
 
     def epoch_log_history(self) -> EpochHistory:
         """Return the sink's epoch log as folded history (reads; never fences a running sink)."""

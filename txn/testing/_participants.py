@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from txn._errors import ParticipantError, PreparedWorkLostError
@@ -137,6 +137,10 @@ class _MemoryResource(Resource[MemRows]):
     def fingerprint(self) -> str:
         """Return the configuration digest."""
         return self._fingerprint
+
+    def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
+        """Every partition's committed marker (read without fencing)."""
+        return {p: self.store.peek_marker(p) for p in range(plan.parallelism)}
 
 
 class CommitInTaskResource(_MemoryResource):

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from connectors.kafka._sink._config import SinkConfig
+from connectors.kafka._sink._markers import read_markers
 from connectors.kafka._sink._participant import KafkaParticipant, PlainKafkaParticipant
 from connectors.kafka._sink._producers import init_transactions, new_producer
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
 from connectors.stage import ArrowPartition, TaskInfo
-from txn import EpochPlan, Resource
+from txn import EpochPlan, Marker, Resource
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,14 @@ class KafkaResource(Resource[ArrowPartition]):
             producer = new_producer(self.cfg, txn_id, DeliveryErrors())
             init_transactions(producer, txn_id)
             producer.flush(0)
+
+    def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
+        """Every write partition's committed marker, read from the driver (no fencing)."""
+        cfg = self.cfg
+        return read_markers(
+            cfg.bootstrap_servers,
+            cfg.sink_id,
+            plan.parallelism,
+            marker_topic=cfg.marker_topic,
+            client_config=cfg.client_config,
+        )

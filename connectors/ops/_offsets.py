@@ -1,0 +1,49 @@
+"""``eos offsets SINK_ID``: the committed input offsets, as ``startingOffsets``, and the lag.
+
+Read-only (never settles an epoch in doubt; ``connectors.kafka.resume_offsets`` does).
+The committed input is the ``end`` of the last committed epoch's input offsets
+(docs/architecture.md, section 11); the lag of a partition is the input topic's last
+stable offset minus that, in offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectors.kafka._clients import Cluster
+from connectors.ops import _commands as cmd
+from connectors.stage import committed_point, starting_offsets
+from connectors.verify import READ_COMMITTED, end_offsets
+
+
+def offsets(log: cmd.LogRef, cluster: Cluster | None) -> cmd.Result:
+    """Return the committed input offsets of ``log``'s sink; ``cluster``: the input's (lag)."""
+    history = log.read_log()
+    point = committed_point(history)  # NotKafkaInputError: nothing Kafka was recorded
+    ends: dict[str, dict[int, int]] = {}
+    if cluster is not None and cluster.bootstrap_servers:
+        for topic in sorted(point.topics()):
+            ends[topic] = end_offsets(
+                cluster.bootstrap_servers, topic, READ_COMMITTED, client_config=cluster.config
+            )
+    counts = {t: len(e) for t, e in ends.items()} if ends else None
+    rows: list[dict[str, Any]] = []
+    for (topic, partition), committed in sorted(point.as_map().items()):
+        end = ends.get(topic, {}).get(partition)
+        rows.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed": committed,
+                "end": end,
+                "lag": None if end is None or committed < 0 else end - committed,
+            }
+        )
+    data: dict[str, Any] = {
+        "sink_id": log.sink_id,
+        "epoch": point.epoch,
+        "starting_offsets": starting_offsets(point, counts),
+        "partitions": rows,
+    }
+    problems = cmd.in_doubt_problems(history)
+    return cmd.Result(data, cmd.PROBLEM if problems else cmd.OK, problems)
