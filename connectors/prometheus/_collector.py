@@ -131,13 +131,13 @@ class PrometheusCollector:
             remove()
 
     def collect(self) -> Iterator[Metric]:
-        """Yield every metric family (what the registry calls at each scrape or push)."""
+        """Yield the metric families that have samples (the registry's scrape or push)."""
         with self._lock:
-            sinks = list(_sink_families(list(self._totals.values())))
-        yield from sinks
+            families = list(_sink_families(list(self._totals.values())))
         if self._listener is not None:
-            yield _lag_family(self._listener)
-        yield from _async_families(self._async)
+            families.append(_lag_family(self._listener))
+        families.extend(_async_families(self._async))
+        return (family for family in families if family.samples)
 
 
 def _sink_families(totals: list[SinkTotals]) -> Iterator[Metric]:
