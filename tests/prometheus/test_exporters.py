@@ -1,15 +1,13 @@
 """The HTTP endpoint and the push-gateway exporter over real sockets: a real HTTP GET of
 the endpoint, and pushes to a small real HTTP server that records them (no push gateway
-binary here; prometheus_client's push speaks plain HTTP PUT to it)."""
+binary here; prometheus_client's push speaks plain HTTP PUT to it:
+integration_tests/support/pushgateway.py)."""
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,9 +21,11 @@ from connectors.prometheus import (
 )
 from connectors.prometheus._push import PUSH_ATTEMPTS
 from connectors.stage import EpochMetrics
-
-# Seconds a test waits for a background push to arrive (a loaded machine is slow).
-ARRIVAL_TIMEOUT_S = 30.0
+from integration_tests.support.pushgateway import (
+    ARRIVAL_TIMEOUT_S,
+    RecordingGateway,
+    recording_gateway,
+)
 
 
 def epoch(batch_id: int) -> EpochMetrics:
@@ -87,75 +87,36 @@ def test_a_bad_port_is_refused_at_construction(port: object) -> None:
 
 
 # -- the push gateway -------------------------------------------------------------------
-@dataclass
-class Gateway:
-    """A recording HTTP server in the push gateway's place."""
-
-    url: str
-    pushes: list[tuple[str, str, str]] = field(default_factory=list)  # method, path, body
-    answers: list[int] = field(default_factory=list)  # status codes to give first
-    arrived: threading.Condition = field(default_factory=threading.Condition)
-
-    def wait_for(self, count: int) -> list[tuple[str, str, str]]:
-        with self.arrived:
-            self.arrived.wait_for(lambda: len(self.pushes) >= count, ARRIVAL_TIMEOUT_S)
-            return list(self.pushes)
-
-
 @pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    record = Gateway("")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
-            with record.arrived:
-                record.pushes.append((self.command, self.path, body))
-                status = record.answers.pop(0) if record.answers else 200
-                record.arrived.notify_all()
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    record.url = f"http://127.0.0.1:{server.server_port}"
-    try:
+def gateway() -> Iterator[RecordingGateway]:
+    with recording_gateway() as record:
         yield record
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
-def test_push_after_each_epoch_and_once_more_at_stop(gateway: Gateway) -> None:
+def test_push_after_each_epoch_and_once_more_at_stop(gateway: RecordingGateway) -> None:
     collector = PrometheusCollector()
     pusher = PushGatewayExporter(
         collector, gateway.url, job="backfill", grouping_key={"sink_id": "orders"}
     ).start()
     collector.record(epoch(0))
     pushes = gateway.wait_for(1)
-    assert pushes[0][:2] == ("PUT", "/metrics/job/backfill/sink_id/orders")
-    assert committed(pushes[0][2]) == 1
+    assert (pushes[0].method, pushes[0].path) == ("PUT", "/metrics/job/backfill/sink_id/orders")
+    assert committed(pushes[0].body) == 1
     collector.record(epoch(1))
     deadline = time.monotonic() + ARRIVAL_TIMEOUT_S
-    while committed(gateway.pushes[-1][2]) < 2 and time.monotonic() < deadline:
+    while committed(gateway.pushes[-1].body) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)  # epochs coalesce: the latest push carries the latest count
-    assert committed(gateway.pushes[-1][2]) == 2
+    assert committed(gateway.pushes[-1].body) == 2
     before = len(gateway.pushes)
     pusher.stop()
     assert len(gateway.pushes) == before + 1  # the final push, synchronous
-    assert committed(gateway.pushes[-1][2]) == 2
+    assert committed(gateway.pushes[-1].body) == 2
     collector.record(epoch(2))  # stopped: no more pushes
     time.sleep(0.3)
     assert len(gateway.pushes) == before + 1
 
 
-def test_push_on_stop_pushes_only_at_stop(gateway: Gateway) -> None:
+def test_push_on_stop_pushes_only_at_stop(gateway: RecordingGateway) -> None:
     collector = PrometheusCollector()
     with PushGatewayExporter(collector, gateway.url, job="short", push_on="stop"):
         for b in range(3):
@@ -163,11 +124,11 @@ def test_push_on_stop_pushes_only_at_stop(gateway: Gateway) -> None:
         time.sleep(0.3)
         assert gateway.pushes == []
     assert len(gateway.pushes) == 1
-    assert gateway.pushes[0][1] == "/metrics/job/short"
-    assert committed(gateway.pushes[0][2]) == 3
+    assert gateway.pushes[0].path == "/metrics/job/short"
+    assert committed(gateway.pushes[0].body) == 3
 
 
-def test_a_5xx_answer_is_retried_and_a_4xx_answer_is_not(gateway: Gateway) -> None:
+def test_a_5xx_answer_is_retried_and_a_4xx_answer_is_not(gateway: RecordingGateway) -> None:
     collector = PrometheusCollector()
     collector.record(epoch(0))
     pusher = PushGatewayExporter(collector, gateway.url, job="j", push_on="stop")
