@@ -16,7 +16,13 @@ from connectors.kafka import KafkaSink
 from connectors.prometheus import MetricsServer, PrometheusCollector, PushGatewayExporter
 from connectors.stage import MetricsListener
 from connectors.testing import FaultPlan
-from integration_tests.kafka_sink._support import expected, read_committed, sid, values
+from integration_tests.kafka_sink._support import (
+    expected,
+    rc_query,
+    read_committed,
+    sid,
+    values,
+)
 from integration_tests.kafka_sink.test_ksink_it_operations import (
     PER_FILE,
     QUERY_TIMEOUT_S,
@@ -151,8 +157,6 @@ def test_a_short_job_pushes_each_epoch_and_the_sources_lag_per_topic(
 ):
     from confluent_kafka import Producer
 
-    from connectors.kafka import register
-
     source_topic, topic, sink_id = new_topic("ks-prom-in", 1), new_topic("ks-prom-out", 2), sid()
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(90):
@@ -167,19 +171,7 @@ def test_a_short_job_pushes_each_epoch_and_the_sources_lag_per_topic(
             collector, gateway.url, job="backfill", grouping_key={"sink_id": sink_id}
         ).start()
         try:
-            query = (
-                spark.readStream.format(register(spark))
-                .option("kafka.bootstrap.servers", kafka_bootstrap)
-                .option("subscribe", source_topic)
-                .option("startingOffsets", "earliest")
-                .option("maxOffsetsPerTrigger", "30")
-                .load()
-                .selectExpr("CAST(key AS STRING) AS key", "value")
-                .writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(tmp_path / "ck"))
-                .trigger(availableNow=True)
-                .start()
-            )
+            query = rc_query(spark, kafka_bootstrap, source_topic, sink, str(tmp_path / "ck"), 30)
             query.awaitTermination(QUERY_TIMEOUT_S)
             deadline = time.monotonic() + LISTENER_TIMEOUT_S
             while len(listener.views()) < 3 and time.monotonic() < deadline:
