@@ -5,10 +5,11 @@ progress event of a query it builds one :class:`ProgressView` joining:
 
 1. Spark's progress of the batch (input rows, durations);
 2. each source's lag: the latest available offsets minus the batch's end offsets, summed
-   over partitions (``source_lag``; per topic in ``topic_lag``), for sources whose offsets are ``{topic: {partition: offset}}`` JSON
-   (the ``kafka-rc`` source, and Spark's own Kafka source); None for others. A source is
-   named by its description (:func:`source_name`); a Python data source, whose
-   description is a Java object's ``Class@hash``, by its class and the topics it reads;
+   over partitions (``source_lag``; per topic in ``topic_lag``), for sources whose offsets
+   are ``{topic: {partition: offset}}`` JSON (the ``kafka-rc`` source, and Spark's own
+   Kafka source); None for others. A source is named by its description
+   (:func:`source_name`); a Python data source, whose description is a Java object's
+   ``Class@hash``, by its class and the topics it reads;
 3. the :class:`EpochMetrics` of that batch from each sink given (joined by query id and
    batch id; a sink that did not see the batch contributes nothing);
 4. ``extra`` providers: name -> callable returning a JSON-ready mapping, e.g. the async

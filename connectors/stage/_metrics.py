@@ -224,11 +224,12 @@ class MetricsBook:
 
     def recent(self) -> tuple[EpochMetrics, ...]:
         """Return the kept epochs, oldest first."""
-        return tuple(self._recent)
+        with self._lock:
+            return tuple(self._recent)
 
     def for_batch(self, query_id: str | None, batch_id: int) -> EpochMetrics | None:
         """Return the latest metrics of ``batch_id`` of ``query_id``, if kept."""
-        for m in reversed(self._recent):
+        for m in reversed(self.recent()):
             if m.batch_id == batch_id and (query_id is None or m.query_id == query_id):
                 return m
         return None
