@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Top-level packages of the optional extras (pyproject.toml): postgres, dev, connect.
+# Top-level packages of the optional extras (pyproject.toml): postgres, dev, connect, prometheus.
 BLOCKED = (
     "psycopg",
     "psycopg_binary",
@@ -31,6 +31,7 @@ BLOCKED = (
     "mypy",
     "ruff",
     "trustme",
+    "prometheus_client",
 )
 # Every public module of the kit that must import without the extras.
 PUBLIC = (
@@ -99,6 +100,7 @@ def test_public_modules_import_without_the_extras() -> None:
     [
         ("connectors.postgres", "postgres"),
         ("connectors.testing.containers", "testing"),
+        ("connectors.prometheus", "prometheus"),
     ],
 )
 def test_a_module_that_needs_an_extra_names_it(module: str, extra: str) -> None:

@@ -180,7 +180,9 @@ def test_the_metadata_carries_the_version_license_and_extras(wheel: Path) -> Non
     assert wheel.name.startswith(f"spark_kafka_eos-{connectors.__version__}-")
     assert meta["License-Expression"] == "Apache-2.0"
     assert meta.get_all("License-File") == ["LICENSE"]
-    assert {"testing", "postgres", "connect", "dev"} <= set(meta.get_all("Provides-Extra"))
+    assert {"testing", "postgres", "connect", "prometheus", "dev"} <= set(
+        meta.get_all("Provides-Extra")
+    )
     classifiers = meta.get_all("Classifier")
     assert "Typing :: Typed" in classifiers and len(classifiers) > 3
     requires = meta.get_all("Requires-Dist")

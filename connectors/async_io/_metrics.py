@@ -53,6 +53,14 @@ class LatencyHistogram:
             counts, min(self.min_ms, other.min_ms), max(self.max_ms, other.max_ms)
         )
 
+    def upper_edges(self) -> tuple[tuple[float, int], ...]:
+        """``(upper edge in ms, count)`` of each non-empty bucket, in order.
+
+        A sample lies at most 2% below its bucket's upper edge (the Prometheus exporter
+        re-buckets from these).
+        """
+        return tuple((_bucket_upper_ms(bucket), n) for bucket, n in self.buckets)
+
     def percentile(self, q: float) -> float | None:
         """Return the ``q``-th percentile (0 < q <= 100) in ms; None without samples."""
         if not 0 < q <= 100:

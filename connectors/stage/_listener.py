@@ -5,10 +5,11 @@ progress event of a query it builds one :class:`ProgressView` joining:
 
 1. Spark's progress of the batch (input rows, durations);
 2. each source's lag: the latest available offsets minus the batch's end offsets, summed
-   over partitions, for sources whose offsets are ``{topic: {partition: offset}}`` JSON
-   (the ``kafka-rc`` source, and Spark's own Kafka source); None for others. A source is
-   named by its description (:func:`source_name`); a Python data source, whose
-   description is a Java object's ``Class@hash``, by its class and the topics it reads;
+   over partitions (``source_lag``; per topic in ``topic_lag``), for sources whose offsets
+   are ``{topic: {partition: offset}}`` JSON (the ``kafka-rc`` source, and Spark's own
+   Kafka source); None for others. A source is named by its description
+   (:func:`source_name`); a Python data source, whose description is a Java object's
+   ``Class@hash``, by its class and the topics it reads;
 3. the :class:`EpochMetrics` of that batch from each sink given (joined by query id and
    batch id; a sink that did not see the batch contributes nothing);
 4. ``extra`` providers: name -> callable returning a JSON-ready mapping, e.g. the async
@@ -62,6 +63,8 @@ class ProgressView:
     source_lag: dict[str, int | None]
     sinks: dict[str, EpochMetrics] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # source -> topic -> lag: ``source_lag`` per topic (only the sources it is not None for)
+    topic_lag: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -70,13 +73,24 @@ class ProgressView:
 
 def offsets_lag(latest: str | None, end: str | None) -> int | None:
     """Sum of ``latest - end`` over the partitions of two ``{topic: {partition: offset}}`` JSONs."""
+    per_topic = topic_lags(latest, end)
+    return None if per_topic is None else sum(per_topic.values())
+
+
+def topic_lags(latest: str | None, end: str | None) -> dict[str, int] | None:
+    """``latest - end`` summed per topic over two ``{topic: {partition: offset}}`` JSONs.
+
+    None when either is not such a JSON (a source with other offsets).
+    """
     try:
         hi, lo = json.loads(latest or ""), json.loads(end or "")
-        return sum(
-            max(0, int(off) - int(lo.get(topic, {}).get(part, 0)))
+        return {
+            str(topic): sum(
+                max(0, int(off) - int(lo.get(topic, {}).get(part, 0)))
+                for part, off in parts.items()
+            )
             for topic, parts in hi.items()
-            for part, off in parts.items()
-        )
+        }
     except (ValueError, TypeError, AttributeError):
         return None
 
@@ -102,13 +116,14 @@ def source_name(description: str, *offsets: str | None) -> str:
     return f"{match.group(1)}[{','.join(sorted(topics))}]" if topics else match.group(1)
 
 
-def _source_lags(sources: Sequence[SourceProgress]) -> dict[str, int | None]:
-    lags: dict[str, int | None] = {}
+def _source_lags(sources: Sequence[SourceProgress]) -> dict[str, dict[str, int] | None]:
+    """Each source's lag per topic (None for a source whose offsets are not Kafka's)."""
+    lags: dict[str, dict[str, int] | None] = {}
     for index, s in enumerate(sources):
         name = source_name(str(s.description), s.endOffset, s.latestOffset)
         if name in lags:
             name = f"{name}#{index}"
-        lags[name] = offsets_lag(s.latestOffset, s.endOffset)
+        lags[name] = topic_lags(s.latestOffset, s.endOffset)
     return lags
 
 
@@ -141,14 +156,16 @@ class MetricsListener(StreamingQueryListener):
             metrics = sink.metrics_for(query_id, batch_id)
             if metrics is not None:
                 sinks[metrics.sink_id] = metrics
+        lags = _source_lags(p.sources)
         view = ProgressView(
             query_id=query_id,
             batch_id=batch_id,
             input_rows=int(p.numInputRows),
             durations_ms={k: int(v) for k, v in dict(p.durationMs).items()},
-            source_lag=_source_lags(p.sources),
+            source_lag={k: None if v is None else sum(v.values()) for k, v in lags.items()},
             sinks=sinks,
             extra={name: dict(fn()) for name, fn in self._extra.items()},
+            topic_lag={k: v for k, v in lags.items() if v is not None},
         )
         self._views.append(view)
         log.info("progress %s", view.to_json())

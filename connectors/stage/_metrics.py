@@ -4,7 +4,10 @@ One :class:`EpochMetrics` per ``foreachBatch`` call, exposed three ways:
 
 1. :meth:`~connectors.stage.TransactionalSink.metrics`: the sink's recent epochs as data;
 2. one structured log line per epoch (logger ``connectors.stage.metrics``, JSON);
-3. :class:`~connectors.stage.MetricsListener`, beside Spark's own query progress.
+3. :class:`~connectors.stage.MetricsListener`, beside Spark's own query progress;
+
+and to observers (:meth:`~connectors.stage.TransactionalSink.observe_metrics`), such as the
+Prometheus exporter (:mod:`connectors.prometheus`).
 
 Timings of the write tasks are the slowest task's, from the task's start: ``pre_commit_ms``
 (rows written and pre-committed), ``vote_ms`` (waiting for every vote; 0 unaligned),
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
@@ -181,26 +185,61 @@ def _slowest(tasks: Sequence[TaskStats], name: str) -> float:
 
 
 class MetricsBook:
-    """The sink's recent epochs (bounded), and the structured log line per epoch."""
+    """The sink's recent epochs (bounded), the structured log line per epoch, and observers.
+
+    An observer (:meth:`observe`) is called with each epoch's metrics as they are recorded,
+    on the thread that ran the epoch (the ``foreachBatch`` call); it must return quickly. An
+    observer that raises is logged and skipped: metrics never fail an epoch.
+    """
 
     def __init__(self, keep: int = RECENT_EPOCHS) -> None:
         self._recent: deque[EpochMetrics] = deque(maxlen=keep)
+        self._observers: list[Callable[[EpochMetrics], None]] = []
+        self._lock = threading.RLock()
 
     def add(self, metrics: EpochMetrics) -> None:
-        """Keep ``metrics`` and log it as one JSON line."""
-        self._recent.append(metrics)
+        """Keep ``metrics``, log it as one JSON line and hand it to every observer."""
         log.info("epoch %s", metrics.to_json())
+        with self._lock:  # observers see the epochs in order, each once
+            self._recent.append(metrics)
+            for observer in self._observers:
+                _notify(observer, metrics)
+
+    def observe(self, observer: Callable[[EpochMetrics], None]) -> Callable[[], None]:
+        """Call ``observer`` with every kept epoch now, then with each new one.
+
+        Returns the function that removes the observer again.
+        """
+        with self._lock:
+            for metrics in self._recent:
+                _notify(observer, metrics)
+            self._observers.append(observer)
+
+        def remove() -> None:
+            with self._lock:
+                if observer in self._observers:
+                    self._observers.remove(observer)
+
+        return remove
 
     def recent(self) -> tuple[EpochMetrics, ...]:
         """Return the kept epochs, oldest first."""
-        return tuple(self._recent)
+        with self._lock:
+            return tuple(self._recent)
 
     def for_batch(self, query_id: str | None, batch_id: int) -> EpochMetrics | None:
         """Return the latest metrics of ``batch_id`` of ``query_id``, if kept."""
-        for m in reversed(self._recent):
+        for m in reversed(self.recent()):
             if m.batch_id == batch_id and (query_id is None or m.query_id == query_id):
                 return m
         return None
+
+
+def _notify(observer: Callable[[EpochMetrics], None], metrics: EpochMetrics) -> None:
+    try:
+        observer(metrics)
+    except Exception:  # an observer's bug must not fail the epoch
+        log.warning("metrics observer %r failed", observer, exc_info=True)
 
 
 class CountingLog(EpochLog):

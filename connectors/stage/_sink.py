@@ -317,6 +317,15 @@ class TransactionalSink(SinkLifecycle):
         """Return the metrics of ``batch_id`` of ``query_id`` (None: any query), if kept."""
         return self._book.for_batch(query_id, batch_id)
 
+    def observe_metrics(self, observer: Callable[[EpochMetrics], None]) -> Callable[[], None]:
+        """Call ``observer`` with the kept epochs' metrics, then with each new epoch's.
+
+        Called on the driver, on the thread that ran the epoch, in order, each epoch once;
+        an observer must return quickly, and one that raises is logged, never failing the
+        epoch. Returns the function that removes the observer. Not pickled with the sink.
+        """
+        return self._book.observe(observer)
+
     def request_stop(self) -> None:
         """Accept no new epoch: a later call raises :class:`SinkStoppedError`, writing nothing."""
         self._stopping.set()

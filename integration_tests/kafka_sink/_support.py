@@ -117,3 +117,25 @@ def rows(spark: Any, n: int, start: int = 0, parts: int = 3) -> Any:
 def expected(n: int, start: int = 0) -> Counter[bytes]:
     """The values :func:`rows` writes, as a multiset."""
     return Counter(f"v{i}".encode() for i in range(start, start + n))
+
+
+def rc_query(
+    spark: Any, bootstrap: str, topic: str, sink: Any, checkpoint: str, per_batch: int
+) -> Any:
+    """Start ``topic`` (kafka-rc source, from the earliest offsets, ``per_batch`` records a
+    batch) into ``sink`` with ``Trigger.AvailableNow``: key as a string, value as is."""
+    from connectors.kafka import register
+
+    return (
+        spark.readStream.format(register(spark))
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_batch))
+        .load()
+        .selectExpr("CAST(key AS STRING) AS key", "value")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )

@@ -16,6 +16,7 @@ from connectors.testing import FaultPlan
 from integration_tests.kafka_sink._support import (
     expected,
     lso_reaches_high_watermark,
+    rc_query,
     read_committed,
     sid,
     values,
@@ -177,7 +178,6 @@ def test_listener_joins_progress_sink_metrics_and_source_lag(
 ):
     from confluent_kafka import Producer
 
-    from connectors.kafka import register
     from connectors.stage import MetricsListener
 
     source_topic, topic = new_topic("ks-lsn-in", 1), new_topic("ks-lsn-out", 2)
@@ -189,19 +189,7 @@ def test_listener_joins_progress_sink_metrics_and_source_lag(
     listener = MetricsListener(sink, extra={"static": lambda: {"answer": 42}})
     spark.streams.addListener(listener)
     try:
-        query = (
-            spark.readStream.format(register(spark))
-            .option("kafka.bootstrap.servers", kafka_bootstrap)
-            .option("subscribe", source_topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "30")
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "value")
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = rc_query(spark, kafka_bootstrap, source_topic, sink, str(tmp_path / "ck"), 30)
         query.awaitTermination(QUERY_TIMEOUT_S)
         deadline = time.monotonic() + 60
         while len(listener.views()) < 3 and time.monotonic() < deadline:
@@ -230,8 +218,6 @@ def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
     spark, kafka_bootstrap, new_topic, tmp_path, closing
 ):
     from confluent_kafka import Producer
-
-    from connectors.kafka import register
 
     source_topic, topic = new_topic("ks-keep-in", 2), new_topic("ks-keep-out", 2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
@@ -264,19 +250,7 @@ def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
             fault_plan=FaultPlan(str(plan)),
         )
     )
-    query = (
-        spark.readStream.format(register(spark))
-        .option("kafka.bootstrap.servers", kafka_bootstrap)
-        .option("subscribe", source_topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "40")
-        .load()
-        .selectExpr("CAST(key AS STRING) AS key", "value")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = rc_query(spark, kafka_bootstrap, source_topic, sink, str(tmp_path / "ck"), 40)
     query.awaitTermination(QUERY_TIMEOUT_S)
     metrics = sink.metrics()
     sink.close()
