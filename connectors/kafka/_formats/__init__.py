@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from connectors.kafka._errors import KafkaSinkConfigError
 from connectors.kafka._formats._config import RecordFormat, registry_settings
+from connectors.kafka._formats._decode import decode_avro
 from connectors.kafka._formats._errors import (
     RecordFormatError,
     SchemaRegistryFormatError,
@@ -45,6 +46,7 @@ __all__ = [
     "SchemaRegistryUnavailableError",
     "SchemaResolutionError",
     "SinkFormats",
+    "decode_avro",
     "for_tasks",
     "formatted",
     "parse_formats",

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA
-from connectors.kafka._formats._errors import RecordFormatError
+from connectors.kafka._formats._errors import RecordFormatError, SchemaResolutionError
 from connectors.kafka._formats._plan import ColumnPlan, FormatPlan, _strategy, context
 from connectors.kafka._formats._registry import PinnedRegistry
 from connectors.kafka._secrets import scrub
@@ -96,6 +96,8 @@ class BatchEncoder:
         try:
             # list.extend keeps what it appended before an exception: len(out) is the row.
             out.extend(map(ser, rows, itertools.repeat(ctx)))
+        except SchemaResolutionError:  # the task would write otherwise than planned
+            raise
         except Exception as exc:  # noqa: BLE001 - any serializer complaint is this row's
             raise _row_error(col, len(out), exc) from None
         return out
