@@ -20,7 +20,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from pyspark.sql import types as T
+from pyspark.sql import types as T  # noqa: N812 - Spark's customary alias
 
 from connectors.kafka import (
     KafkaInputSchemaError,
