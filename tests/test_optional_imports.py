@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Top-level packages of the optional extras (pyproject.toml): postgres, dev, connect, prometheus.
+# Top-level packages of the optional extras (pyproject.toml): postgres, dev, connect,
+# prometheus, schema-registry.
 BLOCKED = (
     "psycopg",
     "psycopg_binary",
@@ -32,6 +33,9 @@ BLOCKED = (
     "ruff",
     "trustme",
     "prometheus_client",
+    "fastavro",
+    "jsonschema",
+    "httpx2",
 )
 # Every public module of the kit that must import without the extras.
 PUBLIC = (
@@ -114,6 +118,21 @@ def test_a_module_that_needs_an_extra_names_it(module: str, extra: str) -> None:
     """)
     assert out.returncode == 0, out.stderr
     assert f"pip install 'spark-kafka-eos[{extra}]'" in out.stdout
+
+
+def test_a_schema_registry_format_names_its_extra() -> None:
+    # KafkaSink(value_format=...) refuses at construction, before any I/O, naming the extra.
+    out = run_blocked("""
+        from connectors._extras import MissingExtraError
+        from connectors.kafka import KafkaSink
+        try:
+            KafkaSink("127.0.0.1:9", "out", "s", value_format="avro",
+                      schema_registry={"url": "http://127.0.0.1:9"})
+        except MissingExtraError as exc:
+            print("refused:", exc)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'spark-kafka-eos[schema-registry]'" in out.stdout
 
 
 def test_test_certificates_name_the_dev_extra(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@ Sink (``foreachBatch``; built on :mod:`connectors.stage`; docs/kafka-sink.md):
 * ``client_config`` (an option of the sink, the epoch log, the markers, the checker and
   ``eos``): the librdkafka settings every Kafka client of the kit shares (security,
   ``client.id``); :func:`kafka_options` turns it into the source's ``kafka.*`` options;
+* ``key_format`` / ``value_format`` (:class:`RecordFormat`): Avro, Protobuf or JSON Schema
+  in the Confluent wire format through a Schema Registry; :func:`decode_avro` reads such a
+  column back (the source's ``value``);
 * the error hierarchy rooted at :class:`KafkaSinkError` (a ``txn.TxnError``).
 
 Source (format ``kafka-rc``; docs/kafka-source.md): :func:`register`, its options and
@@ -42,6 +45,14 @@ from connectors.kafka._errors import (
     ProducerFencedError,
     RecordTooLargeError,
     TopicMissingError,
+)
+from connectors.kafka._formats import (
+    RecordFormat,
+    RecordFormatError,
+    SchemaRegistryFormatError,
+    SchemaRegistryUnavailableError,
+    SchemaResolutionError,
+    decode_avro,
 )
 from connectors.kafka._names import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
 from connectors.kafka._resume import resume_offsets
@@ -117,7 +128,12 @@ __all__ = [
     "PreflightError",
     "ProducerFencedError",
     "QueryMismatchError",
+    "RecordFormat",
+    "RecordFormatError",
     "RecordTooLargeError",
+    "SchemaRegistryFormatError",
+    "SchemaRegistryUnavailableError",
+    "SchemaResolutionError",
     "SinkConfig",
     "SinkInUseError",
     "SinkStoppedError",
@@ -129,6 +145,7 @@ __all__ = [
     "VoteRejectedError",
     "VoteTimeoutError",
     "classify",
+    "decode_avro",
     "decode_marker",
     "encode_marker",
     "kafka_options",

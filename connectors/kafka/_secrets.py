@@ -36,6 +36,9 @@ SECRET_KEYS = frozenset(
         "ssl.keystore.password",
         "ssl.key.pem",
         "ssl_key",
+        # Schema Registry client settings (connectors.kafka._formats): user:password, token.
+        "basic.auth.user.info",
+        "bearer.auth.token",
     }
 )
 # A setting whose name contains one of these words is secret.

@@ -20,6 +20,7 @@ from connectors.kafka import _names
 from connectors.kafka._client_config import librdkafka_settings
 from connectors.kafka._clients import Cluster
 from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
+from connectors.kafka._formats import RecordFormat, parse_formats
 from connectors.kafka._secrets import Settings
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
@@ -123,7 +124,12 @@ class SinkConfig(StageOptions):
       broker's ``transaction.max.timeout.ms``, checked at preflight);
     * ``producer_config``: producer-only librdkafka settings (strings, numbers, bools)
       over the defaults and ``client_config``;
-    * ``changelog``: rows carry an ``op`` column (upserts and tombstones).
+    * ``changelog``: rows carry an ``op`` column (upserts and tombstones);
+    * ``key_format`` / ``value_format``: write the column in a Schema Registry format
+      (``"avro"``, ``"protobuf"``, ``"json-schema"`` or a
+      :class:`~connectors.kafka.RecordFormat`), with ``schema_registry`` the
+      ``SchemaRegistryClient`` settings (credentials hidden in every repr; never shipped
+      to the tasks). docs/kafka-sink.md, "Schema Registry formats".
     """
 
     bootstrap_servers: str
@@ -137,6 +143,9 @@ class SinkConfig(StageOptions):
     client_config: Settings = Settings()
     producer_config: Settings = Settings()
     changelog: bool = False
+    key_format: RecordFormat | None = None
+    value_format: RecordFormat | None = None
+    schema_registry: Settings = Settings()
 
     @classmethod
     def create(cls, **options: Any) -> SinkConfig:
@@ -184,6 +193,11 @@ class SinkConfig(StageOptions):
         )
         object.__setattr__(self, "create_topics", bool(self.create_topics))
         object.__setattr__(self, "changelog", bool(self.changelog))
+        formats = parse_formats(self.key_format, self.value_format, self.schema_registry)
+        for name, value in zip(
+            ("key_format", "value_format", "schema_registry"), formats, strict=True
+        ):
+            object.__setattr__(self, name, value)
 
     @property
     def transactional(self) -> bool:

@@ -52,8 +52,10 @@ def input_layout(schema: StructType, cfg: SinkConfig) -> RecordLayout:
             "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')"
         )
         raise KafkaInputSchemaError(msg, column="value")
-    check("value", _STRING_OR_BINARY, "cast it, e.g. col('value').cast('string') or to_json(...)")
-    check("key", _STRING_OR_BINARY, "cast it, e.g. col('key').cast('string')")
+    if cfg.value_format is None:  # a formatted column: its format checks it (_formats)
+        check("value", _STRING_OR_BINARY, "cast it, e.g. col('value').cast('string') or to_json")
+    if cfg.key_format is None:
+        check("key", _STRING_OR_BINARY, "cast it, e.g. col('key').cast('string')")
     check("topic", ("string",), "cast it with col('topic').cast('string')")
     check("partition", ("int",), "cast it with col('partition').cast('int')")
     check(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from connectors.kafka._formats import FormatPlan, formatted
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._markers import read_markers
 from connectors.kafka._sink._participant import KafkaParticipant, PlainKafkaParticipant
@@ -19,12 +20,14 @@ from txn import EpochPlan, Marker, Resource
 class KafkaResource(Resource[ArrowPartition]):
     """Driver-side, picklable description of the sink's Kafka side.
 
-    ``task``: set in the write task by :meth:`for_task` (client reuse).
+    ``task``: set in the write task by :meth:`for_task` (client reuse). ``formats``: the
+    epoch's Schema Registry formats (``connectors.kafka._formats``), if any.
     """
 
     cfg: SinkConfig
     layout: RecordLayout
     task: TaskInfo | None = None
+    formats: FormatPlan | None = None
 
     def for_task(self, task: TaskInfo) -> KafkaResource:
         """Return this resource bound to the write task ``task``."""
@@ -33,11 +36,14 @@ class KafkaResource(Resource[ArrowPartition]):
     def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
         """Create or reuse the task's clients (the participant of the guarantee)."""
         kind = TransactionalKafkaParticipant if self.cfg.transactional else PlainKafkaParticipant
-        return kind(self.cfg, self.layout, plan, partition, task=self.task)
+        participant = kind(self.cfg, self.layout, plan, partition, task=self.task)
+        return formatted(participant, self.formats)  # type: ignore[no-any-return]
 
     def fingerprint(self) -> str:
-        """Digest of the options that decide where rows land."""
-        return self.cfg.fingerprint()
+        """Digest of the options that decide where rows land (and the formats' schema ids)."""
+        if self.formats is None:
+            return self.cfg.fingerprint()
+        return f"{self.cfg.fingerprint()[:8]}{self.formats.digest()[:8]}"
 
     def abort_lingering(self, partitions: Iterable[int]) -> None:
         """Abort open transactions of ``{sink_id}-{p}`` for each ``p`` (start-up, shrink)."""

@@ -14,6 +14,7 @@ from connectors.kafka._admin import (
 )
 from connectors.kafka._connect import connect_admin
 from connectors.kafka._errors import PreflightError, TopicMissingError
+from connectors.kafka._formats import SinkFormats, for_tasks
 from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
@@ -33,6 +34,7 @@ class KafkaConnector(SinkConnector):
 
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
+        self.formats = SinkFormats(cfg.key_format, cfg.value_format, cfg.schema_registry)
 
     @property
     def sink_id(self) -> str:
@@ -45,16 +47,24 @@ class KafkaConnector(SinkConnector):
         return self.cfg
 
     def check_input(self, schema: StructType) -> InputSpec:
-        """Check Spark's Kafka sink columns (see ``_input``)."""
-        return _input.check_input(schema, self.cfg)
+        """Check Spark's Kafka sink columns (see ``_input``) and the formatted ones (no I/O)."""
+        spec = _input.check_input(schema, self.cfg)
+        return self.formats.check_input(schema, spec, self.cfg.topic, spec.layout.topic)
 
     def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Apply the changelog rules before routing."""
-        return _input.transform(df, spec)
+        return _input.transform(df, self.formats.unwrap(spec))
 
     def resource(self, spec: InputSpec) -> KafkaResource:
-        """Return the Kafka resource for rows shaped by ``spec``."""
-        return KafkaResource(self.cfg, spec.layout)
+        """Return the Kafka resource for rows shaped by ``spec``.
+
+        With ``key_format``/``value_format``: the schemas are resolved here, on the driver,
+        before the epoch is logged (registry I/O, once per schema and sink object).
+        """
+        layout, formats = self.formats.resolve(spec)
+        if formats is None:
+            return KafkaResource(self.cfg, layout)
+        return KafkaResource(for_tasks(self.cfg), layout, formats=formats)
 
     def open_epoch_log(self) -> EpochLog:
         """Open the file log if ``epoch_log`` is set, else the Kafka epoch log."""
