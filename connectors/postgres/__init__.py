@@ -7,7 +7,8 @@
   commit (PREPARE TRANSACTION, COMMIT PREPARED from the coordinator) when the server
   allows it, else the idempotency table; :class:`PostgresParticipant` writes a partition;
 * :func:`describe_table` / :func:`check_input` / :class:`TableLayout` - target introspection
-  and the input check (errors name the column);
+  and the input check (errors name the column); ``create_table`` / ``evolve_schema``: the
+  table created or evolved from the input (``_ddl``);
 * :class:`BulkWriter` - COPY (CSV from Arrow) and one merge statement per task;
 * :class:`PostgresEpochLog` - the epoch log in a table of the same database;
 * :func:`read_markers`, :func:`list_prepared` - the sink's state, for checkers;
@@ -53,6 +54,8 @@ from connectors.postgres._errors import (
     PostgresWriteError,
     PreparedTransactionLostError,
     PreparedTransactionsUnavailableError,
+    SchemaEvolutionError,
+    TableChangedError,
     ValueTooLargeError,
 )
 from connectors.postgres._markers import read_markers
@@ -105,7 +108,9 @@ __all__ = [
     "PostgresWriteError",
     "PreparedTransactionLostError",
     "PreparedTransactionsUnavailableError",
+    "SchemaEvolutionError",
     "SinkInUseError",
+    "TableChangedError",
     "TableInfo",
     "TableLayout",
     "ValueTooLargeError",
