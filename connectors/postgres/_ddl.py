@@ -202,7 +202,8 @@ def apply_layout(conn: Conn, cfg: PostgresSinkConfig, layout: TableLayout) -> No
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_KEY,))
         table = find_table(conn, cfg.schema, cfg.table)
-        statements = layout_ddl(cfg, layout, table) if cfg.follows_stream else []
+        allowed = cfg.create_table if table is None else cfg.evolve_schema
+        statements = layout_ddl(cfg, layout, table) if allowed else []
         if table is None and statements and not _schema_exists(conn, cfg.schema):
             conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(cfg.schema))
