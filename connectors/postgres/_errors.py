@@ -73,7 +73,10 @@ class SchemaEvolutionError(PostgresInputSchemaError):
         self.needed = needed
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (rebuild_error, (type(self), str(self), {"column": self.column, "needed": self.needed}))
+        return (
+            rebuild_error,
+            (type(self), str(self), {"column": self.column, "needed": self.needed}),
+        )
 
 
 class PostgresRecordError(PostgresInputError, RecordError):

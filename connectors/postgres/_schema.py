@@ -94,7 +94,7 @@ def find_table(conn: Conn, schema: str, table: str) -> TableInfo | None:
 
 
 def table_not_found(schema: str, table: str) -> PostgresTableNotFoundError:
-    """The error of a missing target table, saying how to create it."""
+    """Return the error of a missing target table, saying how to create it."""
     msg = (
         f"table {schema}.{table} does not exist (or is not a table); create it before "
         "the first batch (or pass create_table=True), or fix table=/schema= of the sink"
@@ -190,7 +190,7 @@ def _resolve_keys(cfg: PostgresSinkConfig, table: TableInfo, written: list[str])
 
 
 def written_fields(schema: pa.Schema, cfg: PostgresSinkConfig) -> list[pa.Field]:
-    """The input's fields that are written to columns (not the hash nor a changelog's op)."""
+    """Return the input's fields written to columns (not the hash nor a changelog's op)."""
     op_column = cfg.op_column if cfg.write_mode is WriteMode.CHANGELOG else None
     return [f for f in schema if f.name != HASH_COLUMN and f.name != op_column]
 

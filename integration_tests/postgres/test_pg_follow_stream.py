@@ -94,7 +94,11 @@ def test_a_stream_that_gains_columns_keeps_running_into_a_table_the_sink_created
             "GROUP BY 1 ORDER BY 1"
         ).format(sql.Identifier(schema))
     ).fetchall()
-    assert [tuple(r) for r in got] == [(0, 0, 0, True, True), (1, 30, 0, True, True), (2, 30, 30, True, True)]
+    assert [tuple(r) for r in got] == [
+        (0, 0, 0, True, True),
+        (1, 30, 0, True, True),
+        (2, 30, 30, True, True),
+    ]
     # The layout of each epoch is part of its logged plan: three layouts, three fingerprints.
     assert len({p.fingerprint for p in plans(postgres_dsn, schema).values()}) == 3
 
@@ -166,9 +170,7 @@ def test_narrowing_or_dropping_is_refused_with_nothing_written(
     assert plans(postgres_dsn, schema) == {}  # nothing logged
 
 
-def test_concurrent_and_replayed_ddl_is_harmless(
-    pg: Any, schema: str, make_cfg: Any
-) -> None:
+def test_concurrent_and_replayed_ddl_is_harmless(pg: Any, schema: str, make_cfg: Any) -> None:
     """Sinks creating and evolving one table at once, then the same DDL again: one table."""
     import psycopg
 
