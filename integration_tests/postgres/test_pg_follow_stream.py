@@ -209,3 +209,50 @@ def test_concurrent_and_replayed_ddl_is_harmless(pg: Any, schema: str, make_cfg:
     with psycopg.connect(cfg.dsn, autocommit=True) as conn:  # a replay: nothing to do
         apply_layout(conn, cfg, layout(wide, describe_table(conn, cfg.schema, "t")))
     assert [c[0] for c in columns(pg, cfg.schema)] == ["id", "v", "w"]
+
+
+def test_a_replay_in_doubt_must_write_the_layout_its_plan_recorded(
+    spark: Any, pg: Any, schema: str, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Idempotency table, unaligned: epoch 1 (which gained ``w``) fails after partition 0
+    committed (partition 1 may have committed too: its own commit). A replay without ``w`` is refused by the plan's fingerprint, writing nothing
+    (its checksum would not match partition 0's marker anyway); the replay with ``w``
+    completes the epoch exactly once."""
+    import json
+
+    from connectors.testing.faults import FaultPlan
+    from txn import PlanMismatchError
+
+    faults = tmp_path / "faults.json"
+    fault = {"id": "f", "step": "after_commit", "epoch": 1, "partition": 0, "action": "raise"}
+    faults.write_text(json.dumps([fault]))
+    sink = table_sink(
+        postgres_dsn,
+        schema,
+        commit_protocol="idempotency-table",
+        mode="unaligned",
+        stage_retries=0,
+        create_table=True,
+        evolve_schema=True,
+        fault_plan=FaultPlan(str(faults)),
+    )
+    rows = spark.range(0, 40, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
+    gained = spark.range(40, 80, numPartitions=2).selectExpr(
+        "id", "concat('v', id) AS v", "id * 2 AS w"
+    )
+    count = sql.SQL("SELECT count(*), count(w) FROM {}.t").format(sql.Identifier(schema))
+    try:
+        assert sink(rows, 0).committed
+        with pytest.raises(Exception, match="InjectedFault|did not commit"):
+            sink(gained, 1)
+        partly = pg.execute(count).fetchone()
+        assert partly[0] > 40 and partly[1] == partly[0] - 40  # partition 0's part (or more)
+        with pytest.raises(PlanMismatchError):
+            sink(gained.drop("w"), 1)
+        assert pg.execute(count).fetchone() == partly  # nothing written
+        result = sink(gained, 1)
+        assert result.committed and not result.skipped
+    finally:
+        sink.close()
+    got = pg.execute(sql.SQL("SELECT id, w FROM {}.t ORDER BY id").format(sql.Identifier(schema)))
+    assert [tuple(r) for r in got.fetchall()] == [(i, None if i < 40 else 2 * i) for i in range(80)]
