@@ -30,7 +30,7 @@ from psycopg import sql
 from connectors.postgres import describe_table
 from integration_tests.e2e._scenario import CHUNK, N_RECORDS, Scenario, fired
 from integration_tests.e2e._table_side import TABLE, TableSide, epochs_of, record_ids
-from integration_tests.e2e.test_pg_chaos import assert_exact
+from integration_tests.e2e.test_pg_chaos import assert_exact, pg_scenario
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -72,10 +72,8 @@ def world(
     postgres_dsn: str,
     schema: str,
 ) -> tuple[Scenario, TableSide]:
-    sc = Scenario.create(kafka_bootstrap, tmp_path, new_topic)
-    sc.sink_id = f"{schema}-pg"  # the schema fixture rolls back this sink's prepared leftovers
-    sc.stage()
-    return sc, TableSide(postgres_dsn, schema)  # no table: the sink creates it
+    # No table: the sink creates it.
+    return pg_scenario(kafka_bootstrap, tmp_path, new_topic, postgres_dsn, schema, create=False)
 
 
 def gained(table: TableSide) -> dict[int, tuple[int, int | None]]:
