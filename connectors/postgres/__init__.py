@@ -41,6 +41,7 @@ from connectors.postgres._config import (
 from connectors.postgres._epoch_log import PostgresEpochLog
 from connectors.postgres._errors import (
     ConstraintViolationError,
+    EvolutionBlockedError,
     InvalidValueError,
     PostgresEpochLogFencedError,
     PostgresFatalError,
@@ -87,6 +88,7 @@ __all__ = [
     "ColumnInfo",
     "CommitProtocol",
     "ConstraintViolationError",
+    "EvolutionBlockedError",
     "Gid",
     "InvalidValueError",
     "LingeringPreparedError",

@@ -17,7 +17,9 @@ the epochs in doubt (whose prepared transactions hold locks on the table):
    transaction under the sink's DDL lock, read the table again and create it or add the
    layout's missing columns (``IF NOT EXISTS``: concurrent sinks and replays are
    harmless), commit, then check that the table holds the layout's columns with their
-   types (else :class:`TableChangedError`: someone else's DDL came in between).
+   types (else :class:`TableChangedError`: someone else's DDL came in between). An ALTER
+   that prepared work of the sink would block (a failed epoch the same sink object has
+   not finished yet) is refused at once (:class:`EvolutionBlockedError`).
 
 The layout's digest is part of the epoch plan's fingerprint (``PostgresResource``), so a
 replay of an epoch in doubt is checked to write the same columns (docs/postgres-sink.md,
@@ -37,6 +39,7 @@ from connectors.postgres._config import MAX_IDENTIFIER_BYTES, PostgresSinkConfig
 from connectors.postgres._connect import Conn
 from connectors.postgres._control import DDL_LOCK_KEY, qualified
 from connectors.postgres._errors import (
+    EvolutionBlockedError,
     PostgresInputSchemaError,
     SchemaEvolutionError,
     TableChangedError,
@@ -49,6 +52,7 @@ from connectors.postgres._schema import (
     find_table,
     table_not_found,
 )
+from connectors.postgres._twophase import list_prepared
 from connectors.postgres._types import check_column_type, spark_name
 
 log = logging.getLogger("connectors.postgres")
@@ -208,6 +212,8 @@ def apply_layout(conn: Conn, cfg: PostgresSinkConfig, layout: TableLayout) -> No
             conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(cfg.schema))
             )
+        if table is not None and statements:
+            _refuse_if_blocked(conn, cfg)
         for statement in statements:
             conn.execute(statement)
     if statements:
@@ -215,6 +221,21 @@ def apply_layout(conn: Conn, cfg: PostgresSinkConfig, layout: TableLayout) -> No
         names = [n for n, _ in layout.columns if table is None or table.column(n) is None]
         log.info("postgres sink %s: %s %s.%s: %s", cfg.sink_id, done, cfg.schema, cfg.table, names)
     check_layout(describe_table(conn, cfg.schema, cfg.table), layout)
+
+
+def _refuse_if_blocked(conn: Conn, cfg: PostgresSinkConfig) -> None:
+    """Raise :class:`EvolutionBlockedError` if prepared work of the sink would block the ALTER."""
+    pending = list_prepared(conn, cfg.sink_id)
+    if pending:
+        epochs = sorted({g.epoch for g in pending})
+        msg = (
+            f"sink {cfg.sink_id!r} must add columns to {cfg.schema}.{cfg.table}, but its "
+            f"prepared transactions of epoch(s) {epochs} (in doubt after a failed epoch) hold "
+            "locks on it; nothing was changed: run the batch again with its previous columns "
+            "(the sink finishes the epoch first), or restart with a new sink object, whose "
+            "recovery finishes them before any DDL"
+        )
+        raise EvolutionBlockedError(msg)
 
 
 def _schema_exists(conn: Conn, schema: str) -> bool:

@@ -19,6 +19,7 @@ the ones here are specific to PostgreSQL. The tree::
     |   +-- PostgresFatalError                                 authentication, privileges, server I/O
     +-- PostgresPartitionConflictError                         another instance committed this epoch
     +-- TableChangedError                                      the table changed while the sink evolved it
+    +-- EvolutionBlockedError                                  prepared work of the sink in doubt holds the table
     +-- PreparedTransactionLostError (txn.PreparedWorkLostError)  decided commit, work gone
     +-- PostgresEpochLogFencedError (txn.EpochLogLockedError)  another coordinator owns the log
 
@@ -135,6 +136,17 @@ class TableChangedError(PostgresSinkError):
 
     Raised on the driver before the epoch's plan is logged: nothing was written; the batch
     is checked again against the table as it is now when the query runs it again.
+    """
+
+    retry_stage = False
+
+
+class EvolutionBlockedError(PostgresSinkError):
+    """The table must gain columns, but prepared transactions of the sink hold locks on it.
+
+    Only after a failed epoch whose prepared work the same sink object has not finished
+    yet (a new sink object recovers before its first DDL). Raised on the driver at once,
+    instead of waiting for the locks: nothing was changed, logged or written.
     """
 
     retry_stage = False

@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from connectors._arrow_schema import arrow_schema
+from connectors.postgres._classify import call_with_retry
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._ddl import apply_layout, planned_table
@@ -103,9 +104,14 @@ class PostgresConnector(SinkConnector):
 
     def before_plan(self, spec: InputSpec) -> None:
         """``create_table`` / ``evolve_schema``: create or evolve the table (own transaction)."""
-        if self.cfg.follows_stream:
+        if not self.cfg.follows_stream:
+            return
+
+        def apply() -> None:
             with connect(self.cfg, "coordinator", autocommit=True) as conn:
                 apply_layout(conn, self.cfg, spec.layout)
+
+        call_with_retry(f"creating or evolving table {self.cfg.schema}.{self.cfg.table}", apply)
 
     def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Changelog input: drop ``update_before`` rows (the after-image carries the change)."""

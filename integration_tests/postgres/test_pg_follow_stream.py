@@ -256,3 +256,49 @@ def test_a_replay_in_doubt_must_write_the_layout_its_plan_recorded(
         sink.close()
     got = pg.execute(sql.SQL("SELECT id, w FROM {}.t ORDER BY id").format(sql.Identifier(schema)))
     assert [tuple(r) for r in got.fetchall()] == [(i, None if i < 40 else 2 * i) for i in range(80)]
+
+
+def test_an_alter_blocked_by_the_sink_s_own_prepared_work_is_refused_at_once(
+    spark: Any, pg: Any, schema: str, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Two-phase: epoch 1 fails right after its commit decision was logged, so its prepared
+    transactions (locks on the table) stay until this sink object finishes the epoch. A
+    batch that needs a new column meanwhile is refused at once, changing nothing; the replay
+    with the planned columns finishes epoch 1 from the log, then the column is added."""
+    import json
+    import time
+
+    from connectors.postgres import EvolutionBlockedError
+    from connectors.testing.faults import FaultPlan, InjectedFault
+
+    faults = tmp_path / "faults.json"
+    fault = {"id": "f", "step": "driver_after_decision", "epoch": 1, "action": "raise"}
+    faults.write_text(json.dumps([fault]))
+    sink = table_sink(
+        postgres_dsn,
+        schema,
+        commit_protocol="two-phase",
+        create_table=True,
+        evolve_schema=True,
+        fault_plan=FaultPlan(str(faults)),
+    )
+    batch = [
+        spark.range(i * 20, (i + 1) * 20).selectExpr("id", "concat('v', id) AS v")
+        for i in (0, 1, 2)
+    ]
+    try:
+        assert sink(batch[0], 0).committed
+        with pytest.raises(InjectedFault):
+            sink(batch[1], 1)
+        before = columns(pg, schema)
+        started = time.monotonic()
+        with pytest.raises(EvolutionBlockedError, match=r"epoch\(s\) \[1\]"):
+            sink(batch[1].selectExpr("*", "id AS w"), 1)
+        assert time.monotonic() - started < 30  # not the 60 s lock timeout
+        assert columns(pg, schema) == before
+        assert sink(batch[1], 1).skipped  # committed from the logged decision
+        assert sink(batch[2].selectExpr("*", "id AS w"), 2).committed
+    finally:
+        sink.close()
+    assert [c[0] for c in columns(pg, schema)] == ["id", "v", "w"]
+    assert table_rows(pg, schema) == {(i, f"v{i}"): 1 for i in range(60)}
