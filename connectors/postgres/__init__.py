@@ -7,7 +7,8 @@
   commit (PREPARE TRANSACTION, COMMIT PREPARED from the coordinator) when the server
   allows it, else the idempotency table; :class:`PostgresParticipant` writes a partition;
 * :func:`describe_table` / :func:`check_input` / :class:`TableLayout` - target introspection
-  and the input check (errors name the column);
+  and the input check (errors name the column); ``create_table`` / ``evolve_schema``: the
+  table created or evolved from the input (``_ddl``);
 * :class:`BulkWriter` - COPY (CSV from Arrow) and one merge statement per task;
 * :class:`PostgresEpochLog` - the epoch log in a table of the same database;
 * :func:`read_markers`, :func:`list_prepared` - the sink's state, for checkers;
@@ -40,6 +41,7 @@ from connectors.postgres._config import (
 from connectors.postgres._epoch_log import PostgresEpochLog
 from connectors.postgres._errors import (
     ConstraintViolationError,
+    EvolutionBlockedError,
     InvalidValueError,
     PostgresEpochLogFencedError,
     PostgresFatalError,
@@ -53,6 +55,8 @@ from connectors.postgres._errors import (
     PostgresWriteError,
     PreparedTransactionLostError,
     PreparedTransactionsUnavailableError,
+    SchemaEvolutionError,
+    TableChangedError,
     ValueTooLargeError,
 )
 from connectors.postgres._markers import read_markers
@@ -84,6 +88,7 @@ __all__ = [
     "ColumnInfo",
     "CommitProtocol",
     "ConstraintViolationError",
+    "EvolutionBlockedError",
     "Gid",
     "InvalidValueError",
     "LingeringPreparedError",
@@ -105,7 +110,9 @@ __all__ = [
     "PostgresWriteError",
     "PreparedTransactionLostError",
     "PreparedTransactionsUnavailableError",
+    "SchemaEvolutionError",
     "SinkInUseError",
+    "TableChangedError",
     "TableInfo",
     "TableLayout",
     "ValueTooLargeError",

@@ -114,6 +114,19 @@ def _check_dsn(dsn: object) -> str:
     return dsn
 
 
+def _check_follow(cfg: PostgresSinkConfig, mode: WriteMode, keys: tuple[str, ...]) -> None:
+    for name in ("create_table", "evolve_schema"):
+        if not isinstance(getattr(cfg, name), bool):
+            msg = f"{name} must be True or False, got {getattr(cfg, name)!r}"
+            raise PostgresSinkConfigError(msg)
+    if cfg.create_table and mode is not WriteMode.APPEND and not keys:
+        msg = (
+            f"create_table=True with write_mode {mode.value!r} needs key_columns: the primary "
+            "key of the table the sink creates, e.g. key_columns=['id']"
+        )
+        raise PostgresSinkConfigError(msg)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PostgresSinkConfig(StageOptions):
     """Validated options of one PostgreSQL sink (``PostgresSink(dsn, table, sink_id, ...)``).
@@ -128,6 +141,9 @@ class PostgresSinkConfig(StageOptions):
     * ``commit_protocol``: two-phase, idempotency table, or auto (the server decides);
     * ``control_schema``: where the markers and the epoch log tables live;
     * ``epoch_log``: None for the epoch log table in the database, or a file path;
+    * ``create_table``: create the table from the input's columns if it does not exist;
+      ``evolve_schema``: add the nullable columns the input gained (docs/postgres-sink.md,
+      "Tables that follow the stream");
     * the three timeouts below (named constants, defaults explained there).
     """
 
@@ -141,6 +157,8 @@ class PostgresSinkConfig(StageOptions):
     commit_protocol: CommitProtocol = CommitProtocol.AUTO
     control_schema: str = "eos"
     epoch_log: str | None = None
+    create_table: bool = False
+    evolve_schema: bool = False
     connect_timeout_s: int = CONNECT_TIMEOUT_S
     statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
     lock_timeout_ms: int = LOCK_TIMEOUT_MS
@@ -169,6 +187,7 @@ class PostgresSinkConfig(StageOptions):
         if len(set(keys)) != len(keys):
             msg = f"key_columns {list(keys)} names a column twice"
             raise PostgresSinkConfigError(msg)
+        _check_follow(self, mode, keys)
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
             msg = "epoch_log must be a file path, or None for the epoch log table"
@@ -189,6 +208,11 @@ class PostgresSinkConfig(StageOptions):
         set_(self, "epoch_log", log_path)
         for name in ("connect_timeout_s", "statement_timeout_ms", "lock_timeout_ms"):
             set_(self, name, _positive_int(name, getattr(self, name)))
+
+    @property
+    def follows_stream(self) -> bool:
+        """True when the sink creates or evolves the table (its DDL runs before each plan)."""
+        return self.create_table or self.evolve_schema
 
     @property
     def transactional(self) -> bool:

@@ -10,6 +10,7 @@ the ones here are specific to PostgreSQL. The tree::
     +-- PostgresInputError (connectors.stage.InputError)       the input cannot be written
     |   +-- PostgresTableNotFoundError                         the target table does not exist
     |   +-- PostgresInputSchemaError (stage.InputSchemaError)  missing column, type mismatch, no key
+    |   |   +-- SchemaEvolutionError                       evolving the table needs a change the sink never makes
     |   +-- PostgresRecordError (stage.RecordError)            one value cannot be written
     |       +-- ValueTooLargeError                             a value exceeds its column's limit
     +-- PostgresWriteError                                     the server refused a statement
@@ -17,6 +18,8 @@ the ones here are specific to PostgreSQL. The tree::
     |   +-- InvalidValueError                                  the server rejected a value (22xxx)
     |   +-- PostgresFatalError                                 authentication, privileges, server I/O
     +-- PostgresPartitionConflictError                         another instance committed this epoch
+    +-- TableChangedError                                      the table changed while the sink evolved it
+    +-- EvolutionBlockedError                                  prepared work of the sink in doubt holds the table
     +-- PreparedTransactionLostError (txn.PreparedWorkLostError)  decided commit, work gone
     +-- PostgresEpochLogFencedError (txn.EpochLogLockedError)  another coordinator owns the log
 
@@ -55,6 +58,26 @@ class PostgresTableNotFoundError(PostgresInputError):
 
 class PostgresInputSchemaError(PostgresInputError, InputSchemaError):
     """A column is missing, has a type the table column cannot take, or no key is known."""
+
+
+class SchemaEvolutionError(PostgresInputSchemaError):
+    """``evolve_schema=True`` met a difference the sink never resolves: it only adds columns.
+
+    A column whose type would have to change (the input is wider than the column), or a
+    NOT NULL column without default that the input no longer has. ``column`` names it,
+    ``needed`` is the statement a person could run (after checking it is what they want).
+    Raised when the input is checked: nothing was logged or written.
+    """
+
+    def __init__(self, message: str, *, column: str | None = None, needed: str = "") -> None:
+        super().__init__(message, column=column)
+        self.needed = needed
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            rebuild_error,
+            (type(self), str(self), {"column": self.column, "needed": self.needed}),
+        )
 
 
 class PostgresRecordError(PostgresInputError, RecordError):
@@ -106,6 +129,27 @@ class PostgresFatalError(PostgresWriteError):
 
 class PostgresPartitionConflictError(PostgresSinkError):
     """The idempotency marker shows another instance committed this partition's epoch."""
+
+
+class TableChangedError(PostgresSinkError):
+    """The table changed between the input check and the sink's own DDL (someone else's DDL).
+
+    Raised on the driver before the epoch's plan is logged: nothing was written; the batch
+    is checked again against the table as it is now when the query runs it again.
+    """
+
+    retry_stage = False
+
+
+class EvolutionBlockedError(PostgresSinkError):
+    """The table must gain columns, but prepared transactions of the sink hold locks on it.
+
+    Only after a failed epoch whose prepared work the same sink object has not finished
+    yet (a new sink object recovers before its first DDL). Raised on the driver at once,
+    instead of waiting for the locks: nothing was changed, logged or written.
+    """
+
+    retry_stage = False
 
 
 class PreparedTransactionLostError(PostgresSinkError, PreparedWorkLostError):

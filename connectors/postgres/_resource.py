@@ -23,6 +23,7 @@ its coordinator-side methods finish prepared transactions by gid, idempotently:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -119,8 +120,16 @@ class PostgresResource(Resource[ArrowPartition]):
         return PostgresParticipant(self.cfg, self.layout, self.two_phase, plan, partition)
 
     def fingerprint(self) -> str:
-        """Digest of the options that decide what a partition's rows do to the table."""
-        return self.cfg.fingerprint()
+        """Digest of the options that decide what a partition's rows do to the table.
+
+        With ``create_table`` / ``evolve_schema`` it covers the layout too (the columns
+        written, their types, the key): the plan records it, and a replay of an epoch in
+        doubt that would write other columns is refused (``txn.PlanMismatchError``).
+        """
+        if self.layout is None or not self.cfg.follows_stream:
+            return self.cfg.fingerprint()
+        raw = f"{self.cfg.fingerprint()}:{self.layout.digest()}".encode()
+        return hashlib.sha256(raw).hexdigest()[:16]
 
     def _gid(self, plan: EpochPlan, partition: int) -> Gid:
         return Gid(self.cfg.sink_id, plan.epoch, plan.attempt, partition)

@@ -73,19 +73,15 @@ GROUP BY i.indexrelid, i.indisprimary
 """
 
 
-def describe_table(conn: Conn, schema: str, table: str) -> TableInfo:
-    """Read the target table's definition; raise :class:`PostgresTableNotFoundError` if absent."""
+def find_table(conn: Conn, schema: str, table: str) -> TableInfo | None:
+    """Read the target table's definition; None if there is no such table."""
     row = conn.execute(
         "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
         (schema, table),
     ).fetchone()
     if row is None:
-        msg = (
-            f"table {schema}.{table} does not exist (or is not a table); create it before "
-            "the first batch, or fix table=/schema= of the sink"
-        )
-        raise PostgresTableNotFoundError(msg)
+        return None
     oid = row[0]
     columns = tuple(ColumnInfo(*r) for r in conn.execute(_COLUMNS_SQL, (oid,)).fetchall())
     primary: tuple[str, ...] = ()
@@ -95,6 +91,23 @@ def describe_table(conn: Conn, schema: str, table: str) -> TableInfo:
         if is_primary:
             primary = tuple(names)
     return TableInfo(schema, table, columns, primary, tuple(unique))
+
+
+def table_not_found(schema: str, table: str) -> PostgresTableNotFoundError:
+    """Return the error of a missing target table, saying how to create it."""
+    msg = (
+        f"table {schema}.{table} does not exist (or is not a table); create it before "
+        "the first batch (or pass create_table=True), or fix table=/schema= of the sink"
+    )
+    return PostgresTableNotFoundError(msg)
+
+
+def describe_table(conn: Conn, schema: str, table: str) -> TableInfo:
+    """Read the target table's definition; raise :class:`PostgresTableNotFoundError` if absent."""
+    found = find_table(conn, schema, table)
+    if found is None:
+        raise table_not_found(schema, table)
+    return found
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,12 @@ def _resolve_keys(cfg: PostgresSinkConfig, table: TableInfo, written: list[str])
     return tuple(keys)
 
 
+def written_fields(schema: pa.Schema, cfg: PostgresSinkConfig) -> list[pa.Field]:
+    """Return the input's fields written to columns (not the hash nor a changelog's op)."""
+    op_column = cfg.op_column if cfg.write_mode is WriteMode.CHANGELOG else None
+    return [f for f in schema if f.name != HASH_COLUMN and f.name != op_column]
+
+
 def check_input(schema: pa.Schema, table: TableInfo, cfg: PostgresSinkConfig) -> TableLayout:
     """Check the input's Arrow ``schema`` against ``table``; return the write :class:`TableLayout`.
 
@@ -186,7 +205,7 @@ def check_input(schema: pa.Schema, table: TableInfo, cfg: PostgresSinkConfig) ->
 
     """
     op_column = cfg.op_column if cfg.write_mode is WriteMode.CHANGELOG else None
-    fields = [f for f in schema if f.name != HASH_COLUMN and f.name != op_column]
+    fields = written_fields(schema, cfg)
     if op_column is not None:
         idx = schema.get_field_index(op_column)
         if idx < 0 or not (

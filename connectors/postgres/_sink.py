@@ -7,12 +7,21 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from connectors._arrow_schema import arrow_schema
+from connectors.postgres._classify import call_with_retry
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
+from connectors.postgres._ddl import apply_layout, planned_table
 from connectors.postgres._epoch_log import PostgresEpochLog
 from connectors.postgres._errors import PostgresInputSchemaError, PostgresSinkError
 from connectors.postgres._resource import PostgresResource, prepare_resource
-from connectors.postgres._schema import TableInfo, TableLayout, check_input, describe_table
+from connectors.postgres._schema import (
+    TableInfo,
+    TableLayout,
+    check_input,
+    describe_table,
+    find_table,
+    written_fields,
+)
 from connectors.stage import InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
@@ -41,7 +50,8 @@ class PostgresConnector(SinkConnector):
     """The PostgreSQL part of :class:`PostgresSink`: input check, resource, epoch log.
 
     The resource (the commit protocol the server allows) is chosen at preflight, the
-    table's definition is read on every epoch (an ALTER TABLE between epochs is seen).
+    table's definition is read on every epoch (an ALTER TABLE between epochs is seen);
+    ``create_table`` / ``evolve_schema`` DDL runs in :meth:`before_plan`.
     """
 
     def __init__(self, cfg: PostgresSinkConfig) -> None:
@@ -65,25 +75,43 @@ class PostgresConnector(SinkConnector):
         with connect(self.cfg, "coordinator", autocommit=True) as conn:
             return describe_table(conn, self.cfg.schema, self.cfg.table)
 
+    def _find_table(self) -> TableInfo | None:
+        with connect(self.cfg, "coordinator", autocommit=True) as conn:
+            return find_table(conn, self.cfg.schema, self.cfg.table)
+
     def check_input(self, schema: StructType) -> InputSpec:
         """Check the DataFrame against the table (errors name the column).
 
         ``order_by`` columns that the table does not have only order the rows; the others
-        are written like any column.
+        are written like any column. With ``create_table`` / ``evolve_schema`` the check is
+        against the table as the sink's DDL will leave it (``_ddl``; the DDL itself runs in
+        :meth:`before_plan`).
         """
-        table = self._table()
+        found = self._find_table()
         arrow = _arrow_schema(schema)
         for name in self.cfg.order_by:
             if arrow.get_field_index(name) < 0:
                 msg = f"order_by names column {name!r}, which the DataFrame does not have"
                 raise PostgresInputSchemaError(msg, column=name)
-            if table.column(name) is None:
+            if found is None or found.column(name) is None:
                 arrow = arrow.remove(arrow.get_field_index(name))
+        table = planned_table(found, written_fields(arrow, self.cfg), self.cfg)
         layout = check_input(arrow, table, self.cfg)
         shipped = layout.column_names + ((layout.op_column,) if layout.op_column else ())
         return InputSpec(
             columns=shipped, route_by=layout.keys, order_by=self.cfg.order_by, layout=layout
         )
+
+    def before_plan(self, spec: InputSpec) -> None:
+        """``create_table`` / ``evolve_schema``: create or evolve the table (own transaction)."""
+        if not self.cfg.follows_stream:
+            return
+
+        def apply() -> None:
+            with connect(self.cfg, "coordinator", autocommit=True) as conn:
+                apply_layout(conn, self.cfg, spec.layout)
+
+        call_with_retry(f"creating or evolving table {self.cfg.schema}.{self.cfg.table}", apply)
 
     def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Changelog input: drop ``update_before`` rows (the after-image carries the change)."""
@@ -111,9 +139,13 @@ class PostgresConnector(SinkConnector):
         return PostgresEpochLog(dataclasses.replace(self.cfg, sink_id=sink_id))
 
     def preflight(self) -> None:
-        """Create the control tables, choose the commit protocol (logged), check the table."""
+        """Create the control tables, choose the commit protocol (logged), check the table.
+
+        With ``create_table`` the table may not exist yet (:meth:`before_plan` creates it).
+        """
         self._resource = prepare_resource(self.cfg)
-        self._table()
+        if not self.cfg.create_table:
+            self._table()
 
     def close(self) -> None:
         """Close the coordinator's connection that finishes prepared transactions."""

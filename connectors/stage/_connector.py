@@ -8,7 +8,8 @@ contract; :class:`SimpleConnector` builds one from the three pieces alone.
 Call order on the driver (per :class:`~connectors.stage.TransactionalSink` call):
 ``check_input`` (every epoch, before anything is logged), ``preflight`` (first epoch),
 ``open_epoch_log`` (once per sink object), ``resource`` (for recovery and per epoch),
-``transform`` (per epoch, before routing), ``close`` (when the sink is closed). The
+``before_plan`` (per epoch, after recovery, before the plan is logged), ``transform`` (per
+epoch, before routing), ``close`` (when the sink is closed). The
 resource is pickled to the write tasks; if it implements :class:`~connectors.stage.TaskBound`
 it is bound to each task there.
 """
@@ -71,6 +72,14 @@ class SinkConnector(abc.ABC):
     def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Return ``df`` as the rows to route (e.g. drop changelog ``update_before`` rows)."""
         return df
+
+    def before_plan(self, spec: InputSpec) -> None:  # noqa: B027 - optional hook
+        """Make the target ready for rows shaped by ``spec`` (e.g. DDL); network I/O allowed.
+
+        Called every epoch after recovery (no work of a dead attempt holds locks any more)
+        and before the coordinator runs the epoch, so before its plan is logged. Must be
+        idempotent: a replayed batch calls it again.
+        """
 
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Check the external system before the first epoch (network I/O allowed)."""

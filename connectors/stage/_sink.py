@@ -186,6 +186,8 @@ class TransactionalSink(SinkLifecycle):
         # Step 3: aligned: the plan must fit the free task slots; the vote server starts.
         shape.check()  # a composite's slot error, naming the member to change
         self._reserve(spark, parallelism, shape.options)
+        for member, spec in zip(self._members, input_specs, strict=True):
+            member.connector.before_plan(spec)  # e.g. DDL the rows need, before the plan
         # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
         execute = EpochExecution(
             self._options,

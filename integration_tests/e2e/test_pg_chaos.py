@@ -32,12 +32,20 @@ HOLD_FOR_RESTART_S = 12.0
 
 
 def pg_scenario(
-    bootstrap: str, tmp: Path, new_topic: Callable[..., str], dsn: str, schema: str
+    bootstrap: str,
+    tmp: Path,
+    new_topic: Callable[..., str],
+    dsn: str,
+    schema: str,
+    *,
+    create: bool = True,
 ) -> tuple[Scenario, TableSide]:
+    """The input staged, the table side (its table created unless ``create`` is False)."""
     sc = Scenario.create(bootstrap, tmp, new_topic)
     sc.sink_id = f"{schema}-pg"  # the schema fixture rolls back this sink's prepared leftovers
     sc.stage()
-    return sc, TableSide(dsn, schema).create()
+    table = TableSide(dsn, schema)
+    return sc, table.create() if create else table
 
 
 @pytest.fixture

@@ -95,7 +95,10 @@ class PipelineConfig:
     ignored) and needs ``input_topic``. ``sink`` (module docstring) chooses the output; the
     ``postgres_*`` fields are the PostgreSQL sink's options (``postgres_dsn`` and
     ``postgres_table`` needed when it writes; ``postgres_protocol`` is its
-    ``commit_protocol``; ``postgres_control_schema`` holds its markers and epoch log table).
+    ``commit_protocol``; ``postgres_control_schema`` holds its markers and epoch log table;
+    ``postgres_create_table`` / ``postgres_evolve_schema`` its ``create_table`` /
+    ``evolve_schema``; ``postgres_gained_columns``: Spark SQL expressions the table rows
+    gain from batch ``postgres_gain_from_batch`` on, a stream that gains columns).
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
     the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``client_config``:
     the librdkafka settings every Kafka client of the query shares (the sink's option of
@@ -134,6 +137,10 @@ class PipelineConfig:
     postgres_control_schema: str = "eos"
     postgres_write_mode: str = "append"
     postgres_protocol: str = "auto"
+    postgres_create_table: bool = False
+    postgres_evolve_schema: bool = False
+    postgres_gained_columns: tuple[str, ...] = ()
+    postgres_gain_from_batch: int = 0
     client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +151,10 @@ class PipelineConfig:
         _one_of("postgres_protocol", self.postgres_protocol, POSTGRES_PROTOCOLS)
         if self.writes_postgres and not (self.postgres_dsn and self.postgres_table):
             msg = f"sink={self.sink!r} needs postgres_dsn and postgres_table: where to write"
+            raise PipelineConfigError(msg)
+        object.__setattr__(self, "postgres_gained_columns", tuple(self.postgres_gained_columns))
+        if self.postgres_gained_columns and self.sink != SINK_POSTGRES:
+            msg = 'postgres_gained_columns needs sink="postgres"'
             raise PipelineConfigError(msg)
         if self.source == SOURCE_KAFKA and not self.input_topic:
             msg = 'source="kafka" needs input_topic: the topic to read'
@@ -291,6 +302,8 @@ def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Postgre
         write_mode=cfg.postgres_write_mode,
         key_columns=keys,
         commit_protocol=cfg.postgres_protocol,
+        create_table=cfg.postgres_create_table,
+        evolve_schema=cfg.postgres_evolve_schema,
         parallelism=cfg.parallelism,
         order_by=ORDER_COLUMNS,
         **options,
@@ -345,7 +358,10 @@ def run_query(
 
     def write(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        result = sink(frame(df), batch_id)
+        rows = frame(df)
+        if cfg.postgres_gained_columns and batch_id >= cfg.postgres_gain_from_batch:
+            rows = rows.selectExpr("*", *cfg.postgres_gained_columns)
+        result = sink(rows, batch_id)
         if on_epoch is not None:
             rows = sum(r.rows for r in result.reports) // members
             on_epoch(
