@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
 from connectors.stage._composite import CompositeSink
 from connectors.stage._connector import SimpleConnector, SinkConnector
+from connectors.stage._bad_records import (
+    ERROR_CLASS_COLUMN,
+    ERROR_MESSAGE_COLUMN,
+    BadRow,
+    Classifier,
+    DeadLetterContext,
+    screened,
+)
 from connectors.stage._errors import (
+    BadRecordThresholdError,
     CheckpointError,
     InputError,
     InputSchemaError,
@@ -38,6 +47,7 @@ from connectors.stage._input import InputSpec
 from connectors.stage._listener import MetricsListener, ProgressView, offsets_lag
 from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics, TaskStats
 from connectors.stage._options import (
+    BAD_RECORD_POLICIES,
     DEFAULT_STAGE_RETRIES,
     DEFAULT_VOTE_CHANNEL,
     VOTE_CHANNELS,
@@ -58,7 +68,10 @@ from connectors.stage._task import TaskBound, TaskInfo
 from txn._renamed import renamed_names
 
 __all__ = [
+    "BAD_RECORD_POLICIES",
     "DEFAULT_STAGE_RETRIES",
+    "ERROR_CLASS_COLUMN",
+    "ERROR_MESSAGE_COLUMN",
     "DEFAULT_VOTE_CHANNEL",
     "DRIVER_STEPS",
     "HASH_COLUMN",
@@ -68,6 +81,10 @@ __all__ = [
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
+    "BadRecordThresholdError",
+    "BadRow",
+    "Classifier",
+    "DeadLetterContext",
     "CheckpointError",
     "CompositeSink",
     "EpochMetrics",
@@ -108,6 +125,7 @@ __all__ = [
     "VoteTimeoutError",
     "offsets_lag",
     "query_id_of",
+    "screened",
     "start_over_offset",
     "starting_offsets",
     "task_slots",
