@@ -11,17 +11,18 @@ stage retries, recovery at start-up and slot checks. The Kafka sink
 
 from typing import TYPE_CHECKING
 
-from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
-from connectors.stage._composite import CompositeSink
-from connectors.stage._connector import SimpleConnector, SinkConnector
 from connectors.stage._bad_records import (
     ERROR_CLASS_COLUMN,
     ERROR_MESSAGE_COLUMN,
     BadRow,
     Classifier,
     DeadLetterContext,
+    drop_rows,
     screened,
 )
+from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
+from connectors.stage._composite import CompositeSink
+from connectors.stage._connector import SimpleConnector, SinkConnector
 from connectors.stage._errors import (
     BadRecordThresholdError,
     CheckpointError,
@@ -124,6 +125,7 @@ __all__ = [
     "VoteRejectedError",
     "VoteTimeoutError",
     "offsets_lag",
+    "drop_rows",
     "query_id_of",
     "screened",
     "start_over_offset",

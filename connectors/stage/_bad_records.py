@@ -32,6 +32,7 @@ docs/bad-records.md has the user's view.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import zlib
 from collections.abc import Iterator, Sequence
@@ -71,7 +72,10 @@ class Classifier(Protocol):
     """A connector's per-record checks (deterministic: the same row, the same verdict)."""
 
     def classify(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Sequence[BadRow]]:
-        """Return the batch to write (same rows, maybe re-encoded) and its bad rows."""
+        """Return the good rows to write (maybe re-encoded) and the bad rows of ``batch``.
+
+        ``BadRow.index`` is a row of ``batch``; :func:`drop_rows` makes the good rows.
+        """
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,16 @@ class DeadLetterContext:
     sink_id: str
     epoch: int
     partition: int
-    batch_id: int | None
+    batch_id: int | None = None
+
+
+def drop_rows(batch: pa.RecordBatch, indices: Sequence[int]) -> pa.RecordBatch:
+    """Return ``batch`` without the rows ``indices`` (unchanged when there are none)."""
+    if not indices:
+        return batch
+    keep = np.ones(batch.num_rows, dtype=bool)
+    keep[list(indices)] = False
+    return batch.filter(pa.array(keep))
 
 
 def bad_batch(batch: pa.RecordBatch, bad: Sequence[BadRow]) -> pa.RecordBatch:
@@ -96,7 +109,7 @@ def bad_batch(batch: pa.RecordBatch, bad: Sequence[BadRow]) -> pa.RecordBatch:
 
 
 def _class_weight(error: str) -> int:
-    """An odd 64-bit factor per error class (stable across processes)."""
+    """Return an odd 64-bit factor per error class (stable across processes)."""
     return (zlib.crc32(error.encode()) << 1) | 1
 
 
@@ -112,7 +125,7 @@ def bad_digest(records: pa.RecordBatch) -> int:
 
 
 def screened_checksum(checksum: str, bad: int, digest: int) -> str:
-    """The partition's checksum with its classification (unchanged without bad records)."""
+    """Return the checksum with the classification (unchanged without bad records)."""
     return checksum if bad == 0 else f"{checksum}+b{bad}.{digest & _U64:016x}"
 
 
@@ -138,18 +151,14 @@ class ScreenedPartition(ArrowPartition):
         """Yield the good rows of every batch; collect the bad ones."""
         self._read = True
         for batch in self._inner.batches():
-            out, bad = self._classifier.classify(batch)
-            if not bad:
-                yield out
-                continue
-            records = bad_batch(batch, bad)
-            self.bad.append(records)
-            self.bad_count += len(bad)
-            self._digest = (self._digest + bad_digest(records)) & _U64
-            keep = np.ones(out.num_rows, dtype=bool)
-            keep[[b.index for b in bad]] = False
-            if keep.any():
-                yield out.filter(pa.array(keep))
+            good, bad = self._classifier.classify(batch)
+            if bad:
+                records = bad_batch(batch, sorted(bad, key=lambda b: b.index))
+                self.bad.append(records)
+                self.bad_count += len(bad)
+                self._digest = (self._digest + bad_digest(records)) & _U64
+            if good.num_rows:
+                yield good
 
     def summary(self) -> RowSummary:
         """Good rows and the checksum of all rows with their classification."""
@@ -209,11 +218,12 @@ class ScreeningParticipant(Participant[ArrowPartition]):
         count = sum(r.num_rows for r in records)
         if count:
             self._check_threshold(records, count, screened.total_rows)
+            context = dataclasses.replace(self._context, batch_id=rows.batch_id)
             if self._options.on_bad_record == "dead-letter":
-                self._inner.write_dead_letters(records, self._context)  # type: ignore[attr-defined]
+                self._inner.write_dead_letters(records, context)  # type: ignore[attr-defined]
                 rows.dead_lettered += count
             else:
-                _log_skipped(records, self._context)
+                _log_skipped(records, context)
                 rows.skipped += count
         return RowSummary(screened.total_rows - count, summary.checksum)
 

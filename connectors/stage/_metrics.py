@@ -82,7 +82,9 @@ class EpochMetrics:
     task_retries: int = 0
     aborted_attempts: int = 0  # failed stage runs and failed task attempts
     epoch_log_appends: int = 0
-    dead_lettered: int = 0  # bad records written to the dead-letter destination (docs/bad-records.md)
+    dead_lettered: int = (
+        0  # bad records written to the dead-letter destination (docs/bad-records.md)
+    )
     skipped_records: int = 0  # bad records left out, logged (on_bad_record="skip")
     pre_commit_ms: float = 0.0
     vote_ms: float = 0.0
