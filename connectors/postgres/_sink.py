@@ -44,6 +44,8 @@ class PostgresConnector(SinkConnector):
     table's definition is read on every epoch (an ALTER TABLE between epochs is seen).
     """
 
+    classifies_records = True
+
     def __init__(self, cfg: PostgresSinkConfig) -> None:
         self.cfg = cfg
         self._resource: PostgresResource | None = None

@@ -17,6 +17,7 @@ from connectors.stage._bad_records import (
     BadRow,
     Classifier,
     DeadLetterContext,
+    bad_batch,
     drop_rows,
     screened,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "VoteRejectedError",
     "VoteTimeoutError",
     "offsets_lag",
+    "bad_batch",
     "drop_rows",
     "query_id_of",
     "screened",
