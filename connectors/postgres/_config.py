@@ -38,6 +38,8 @@ KEEPALIVES_IDLE_S = 10
 KEEPALIVES_INTERVAL_S = 5
 KEEPALIVES_COUNT = 3
 
+# The dead-letter table's name in the control schema unless dead_letter_table says otherwise.
+DEFAULT_DEAD_LETTER_TABLE = "dead_letters"
 # PostgreSQL truncates identifiers longer than NAMEDATALEN - 1 = 63 bytes.
 MAX_IDENTIFIER_BYTES = 63
 # sink ids appear in transaction ids (at most 200 bytes) and in lock and load table names.
@@ -144,6 +146,9 @@ class PostgresSinkConfig(StageOptions):
     * ``create_table``: create the table from the input's columns if it does not exist;
       ``evolve_schema``: add the nullable columns the input gained (docs/postgres-sink.md,
       "Tables that follow the stream");
+    * ``dead_letter_table``: with ``on_bad_record="dead-letter"``, the table of the control
+      schema bad records go to (default ``dead_letters``; created if missing);
+      docs/bad-records.md;
     * the three timeouts below (named constants, defaults explained there).
     """
 
@@ -159,6 +164,7 @@ class PostgresSinkConfig(StageOptions):
     epoch_log: str | None = None
     create_table: bool = False
     evolve_schema: bool = False
+    dead_letter_table: str | None = None
     connect_timeout_s: int = CONNECT_TIMEOUT_S
     statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
     lock_timeout_ms: int = LOCK_TIMEOUT_MS
@@ -206,8 +212,20 @@ class PostgresSinkConfig(StageOptions):
         )
         set_(self, "control_schema", _identifier("control_schema", self.control_schema))
         set_(self, "epoch_log", log_path)
+        set_(self, "dead_letter_table", self._dead_letter_table())
         for name in ("connect_timeout_s", "statement_timeout_ms", "lock_timeout_ms"):
             set_(self, name, _positive_int(name, getattr(self, name)))
+
+    def _dead_letter_table(self) -> str | None:
+        if self.on_bad_record != "dead-letter":
+            if self.dead_letter_table is not None:
+                msg = "dead_letter_table only applies with on_bad_record='dead-letter'; remove it"
+                raise PostgresSinkConfigError(msg)
+            return None
+        name = (
+            DEFAULT_DEAD_LETTER_TABLE if self.dead_letter_table is None else self.dead_letter_table
+        )
+        return _identifier("dead_letter_table", name)
 
     @property
     def follows_stream(self) -> bool:

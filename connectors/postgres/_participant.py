@@ -21,12 +21,14 @@ row lock (``_markers``) is the second line of defence. The call order is the one
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 
 from connectors.postgres import _markers, _twophase
+from connectors.postgres._bad_records import write_dead_letters, write_isolating
 from connectors.postgres._classify import to_sink_error
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import Conn, connect
@@ -35,7 +37,7 @@ from connectors.postgres._errors import PostgresSinkError
 from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
 from connectors.postgres._writer import BulkWriter, ensure_load_table
-from connectors.stage import ArrowPartition
+from connectors.stage import ArrowPartition, DeadLetterContext
 from connectors.stage._states import ParticipantState, ParticipantStateMachine
 from txn import EpochPlan, Marker, Participant, RowSummary
 
@@ -94,6 +96,7 @@ class PostgresParticipant(Participant[ArrowPartition]):
         self._partition = partition
         self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
         self._load_table: sql.Composed | None = None
+        self._rejected: list[pa.RecordBatch] = []
         self._states = ParticipantStateMachine(
             _MOVES, f"partition {partition}", error=PostgresSinkError
         )
@@ -164,10 +167,32 @@ class PostgresParticipant(Participant[ArrowPartition]):
                 )
 
     def write(self, rows: ArrowPartition) -> RowSummary:
-        """Bulk-write the rows in the open transaction; return their summary."""
+        """Bulk-write the rows in the open transaction; return their summary.
+
+        With ``on_bad_record`` other than fail, rows the server rejects (SQLSTATE classes
+        22, 23) are isolated under savepoints and kept for :meth:`rejected_records`.
+        """
         with self._step(_S.WRITTEN, "writing"):
-            BulkWriter(self._conn, self._layout, self._load_table).write(rows.batches())
+            writer = BulkWriter(self._conn, self._layout, self._load_table)
+            if self._cfg.screens_records:
+                where = f"writing epoch {self._plan.epoch} partition {self._partition}"
+                self._rejected = write_isolating(self._conn, writer, rows.batches(), where)
+            else:
+                writer.write(rows.batches())
         return rows.summary()
+
+    def rejected_records(self) -> list[pa.RecordBatch]:
+        """Return the rows the server rejected in :meth:`write` (with their errors)."""
+        return self._rejected
+
+    def write_dead_letters(
+        self, records: Sequence[pa.RecordBatch], context: DeadLetterContext
+    ) -> None:
+        """Copy bad records into the dead-letter table, in the epoch's open transaction."""
+        table = self._cfg.dead_letter_table
+        assert table is not None  # noqa: S101 - the config sets it with dead-letter
+        with self._errors("dead-lettering"):
+            write_dead_letters(self._conn, self._cfg.control_schema, table, records, context)
 
     def pre_commit(self, summary: RowSummary) -> None:
         """Record the marker; two-phase: PREPARE TRANSACTION (durable, invisible)."""

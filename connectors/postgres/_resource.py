@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from connectors.postgres import _markers, _twophase
+from connectors.postgres._bad_records import PostgresClassifier, ensure_dead_letter_table
 from connectors.postgres._classify import call_with_retry
 from connectors.postgres._config import CommitProtocol, PostgresSinkConfig
 from connectors.postgres._connect import connect, driver_connection
@@ -45,8 +46,8 @@ from connectors.postgres._participant import (
 )
 from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
-from connectors.stage import ArrowPartition
-from txn import EpochPlan, Resource
+from connectors.stage import ArrowPartition, DeadLetterContext, screened
+from txn import EpochPlan, Participant, Resource
 
 log = logging.getLogger("connectors.postgres")
 
@@ -77,6 +78,8 @@ def prepare_resource(cfg: PostgresSinkConfig) -> PostgresResource:
     """Create the control tables, pick the commit protocol and log it (driver, network I/O)."""
     with connect(cfg, "coordinator", autocommit=True) as conn:
         ensure_control_tables(conn, cfg.control_schema)
+        if cfg.dead_letter_table is not None:
+            ensure_dead_letter_table(conn, cfg.control_schema, cfg.dead_letter_table)
         slots = _twophase.max_prepared_transactions(conn)
     two_phase = choose_two_phase(cfg, slots)
     if not cfg.transactional:
@@ -112,12 +115,18 @@ class PostgresResource(Resource[ArrowPartition]):
         """Return the same resource writing rows shaped by ``layout`` (per epoch)."""
         return dataclasses.replace(self, layout=layout)
 
-    def open(self, plan: EpochPlan, partition: int) -> PostgresParticipant:
-        """Open partition ``partition`` in the write task (fences older instances)."""
+    def open(self, plan: EpochPlan, partition: int) -> Participant[ArrowPartition]:
+        """Open partition ``partition`` in the write task (fences older instances).
+
+        With ``on_bad_record`` other than fail, behind the bad-record layer
+        (``_bad_records``).
+        """
         if self.layout is None:
             msg = "the resource has no layout; build it with with_layout(check_input(...))"
             raise PostgresSinkError(msg)
-        return PostgresParticipant(self.cfg, self.layout, self.two_phase, plan, partition)
+        participant = PostgresParticipant(self.cfg, self.layout, self.two_phase, plan, partition)
+        context = DeadLetterContext(self.cfg.sink_id, plan.epoch, partition)
+        return screened(participant, PostgresClassifier(self.layout), self.cfg, context)
 
     def fingerprint(self) -> str:
         """Digest of the options that decide what a partition's rows do to the table.

@@ -54,6 +54,8 @@ class PostgresConnector(SinkConnector):
     ``create_table`` / ``evolve_schema`` DDL runs in :meth:`before_plan`.
     """
 
+    classifies_records = True
+
     def __init__(self, cfg: PostgresSinkConfig) -> None:
         self.cfg = cfg
         self._resource: PostgresResource | None = None

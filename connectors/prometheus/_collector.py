@@ -64,6 +64,12 @@ _SINK_COUNTERS = (
     ("task_retries", "eos_sink_task_retries", "Write task attempts beyond the first."),
     ("aborted_attempts", "eos_sink_aborted_attempts", "Failed stage runs and task attempts."),
     ("epoch_log_appends", "eos_sink_epoch_log_appends", "Records appended to the epoch log."),
+    (
+        "dead_lettered",
+        "eos_sink_dead_lettered_records",
+        "Bad records sent to the dead-letter destination.",
+    ),
+    ("skipped_records", "eos_sink_skipped_records", "Bad records left out (on_bad_record='skip')."),
 )
 
 

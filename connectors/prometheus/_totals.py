@@ -66,6 +66,8 @@ class SinkTotals:
     task_retries: int = 0
     aborted_attempts: int = 0
     epoch_log_appends: int = 0
+    dead_lettered: int = 0
+    skipped_records: int = 0
     last_committed_epoch: int | None = None
     last_committed_batch_id: int | None = None
     last_commit_time_s: float | None = None  # Unix time the collector saw the commit
@@ -93,6 +95,8 @@ class SinkTotals:
         self.task_retries += m.task_retries
         self.aborted_attempts += m.aborted_attempts
         self.epoch_log_appends += m.epoch_log_appends
+        self.dead_lettered += m.dead_lettered
+        self.skipped_records += m.skipped_records
         if outcome == "committed":
             self.last_committed_epoch = m.epoch
             self.last_committed_batch_id = m.batch_id

@@ -11,10 +11,21 @@ stage retries, recovery at start-up and slot checks. The Kafka sink
 
 from typing import TYPE_CHECKING
 
+from connectors.stage._bad_records import (
+    ERROR_CLASS_COLUMN,
+    ERROR_MESSAGE_COLUMN,
+    BadRow,
+    Classifier,
+    DeadLetterContext,
+    bad_batch,
+    drop_rows,
+    screened,
+)
 from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
 from connectors.stage._composite import CompositeSink
 from connectors.stage._connector import SimpleConnector, SinkConnector
 from connectors.stage._errors import (
+    BadRecordThresholdError,
     CheckpointError,
     InputError,
     InputSchemaError,
@@ -38,6 +49,7 @@ from connectors.stage._input import InputSpec
 from connectors.stage._listener import MetricsListener, ProgressView, offsets_lag
 from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics, TaskStats
 from connectors.stage._options import (
+    BAD_RECORD_POLICIES,
     DEFAULT_STAGE_RETRIES,
     DEFAULT_VOTE_CHANNEL,
     VOTE_CHANNELS,
@@ -58,7 +70,10 @@ from connectors.stage._task import TaskBound, TaskInfo
 from txn._renamed import renamed_names
 
 __all__ = [
+    "BAD_RECORD_POLICIES",
     "DEFAULT_STAGE_RETRIES",
+    "ERROR_CLASS_COLUMN",
+    "ERROR_MESSAGE_COLUMN",
     "DEFAULT_VOTE_CHANNEL",
     "DRIVER_STEPS",
     "HASH_COLUMN",
@@ -68,6 +83,10 @@ __all__ = [
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
+    "BadRecordThresholdError",
+    "BadRow",
+    "Classifier",
+    "DeadLetterContext",
     "CheckpointError",
     "CompositeSink",
     "EpochMetrics",
@@ -107,7 +126,10 @@ __all__ = [
     "VoteRejectedError",
     "VoteTimeoutError",
     "offsets_lag",
+    "bad_batch",
+    "drop_rows",
     "query_id_of",
+    "screened",
     "start_over_offset",
     "starting_offsets",
     "task_slots",

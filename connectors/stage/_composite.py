@@ -45,7 +45,8 @@ class CompositeSink(TransactionalSink):
     None for a log of the first member's kind (the Kafka epoch log, or the PostgreSQL
     epoch log table). ``options``: the stage options of the composite (guarantee, mode,
     stage_retries, vote_channel, start_over, fault_plan); every member must have the same
-    guarantee. A member's ``parallelism`` option is its share of the plan; the members
+    guarantee; ``on_bad_record`` is each member's own (a composite refuses it). A
+    member's ``parallelism`` option is its share of the plan; the members
     without one share the composite's ``parallelism`` option, else Spark's default
     parallelism capped by the task slots in aligned mode (``_shares``: defaults fit
     ``local[2]``). Without a ``mode`` option, an epoch runs unaligned when the
@@ -69,6 +70,13 @@ class CompositeSink(TransactionalSink):
             msg = "CompositeSink needs at least one member sink"
             raise ConfigError(msg)
         opts = StageOptions(**options)
+        if opts.screens_records:
+            msg = (
+                "on_bad_record is a member sink's option in a CompositeSink (each member "
+                "classifies its own rows and has its own dead-letter destination): set it on "
+                "the member sinks"
+            )
+            raise ConfigError(msg)
         for member in members:
             theirs = member.connector.options.guarantee
             if theirs is not opts.guarantee:

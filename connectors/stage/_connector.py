@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 
 
 class SinkConnector(abc.ABC):
-    """A connector's part of a sink built on the stage (see the module docstring)."""
+    """A connector's part of a sink built on the stage (see the module docstring).
+
+    ``classifies_records``: the connector's participants screen bad records
+    (``on_bad_record="dead-letter"``/``"skip"``, see ``_bad_records``); a connector that
+    does not gets those options refused at construction.
+    """
+
+    classifies_records = False
 
     @property
     @abc.abstractmethod
@@ -68,6 +75,22 @@ class SinkConnector(abc.ABC):
             "epoch_log= (a file path) to the composite sink"
         )
         raise ConfigError(msg)
+
+    def check_options(self) -> None:
+        """Refuse stage options the connector cannot honour (at construction, no I/O).
+
+        Raises:
+            ConfigError: ``on_bad_record`` other than ``"fail"`` on a connector that does not
+                classify records.
+
+        """
+        if self.options.screens_records and not self.classifies_records:
+            msg = (
+                f"{type(self).__name__} cannot classify bad records; on_bad_record="
+                f"{self.options.on_bad_record!r} needs a sink that can (KafkaSink, "
+                "PostgresSink): use on_bad_record='fail'"
+            )
+            raise ConfigError(msg)
 
     def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Return ``df`` as the rows to route (e.g. drop changelog ``update_before`` rows)."""

@@ -9,6 +9,7 @@ and a ``KafkaSinkError``), so a caller can catch either family::
     +-- InputError (ValueError)             the DataFrame cannot be written; names the column
     |   +-- InputSchemaError                a column is missing or mistyped (driver, nothing written)
     |   +-- RecordError                     one record cannot be written (task; epoch aborted)
+    |       +-- BadRecordThresholdError     more bad records than max_bad_fraction allows
     +-- InsufficientSlotsError (ConfigError) aligned mode: the epoch's tasks do not fit at once
     +-- StagePartitioningError              Spark ran another number of write tasks than planned
     +-- QueryMismatchError                  the epoch log belongs to another query (checkpoint)
@@ -55,6 +56,14 @@ class InputSchemaError(InputError):
 
 class RecordError(InputError):
     """One record cannot be written (null where a value is required, unknown op, ...)."""
+
+
+class BadRecordThresholdError(RecordError):
+    """A write partition had more bad records than ``max_bad_fraction`` allows (epoch aborted).
+
+    The circuit breaker of ``on_bad_record="dead-letter"`` / ``"skip"``: the classification
+    is deterministic, so the replay trips it again until the input or the limit changes.
+    """
 
 
 class InsufficientSlotsError(StageError, ConfigError):

@@ -99,6 +99,7 @@ class EpochExecution:
                         hooks=hooks,
                         offset=offset,
                         partitions=width,
+                        batch_id=self.recorder.batch_id,
                     ),
                 )
             )

@@ -52,6 +52,8 @@ class TaskStats:
     vote_ms: float = 0.0
     commit_ms: float = 0.0
     claimed: bool = True  # at-most-once: False when another attempt owned the partition
+    dead_lettered: int = 0  # bad records sent to the dead-letter destination
+    skipped_records: int = 0  # bad records left out (on_bad_record="skip")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,10 @@ class EpochMetrics:
     task_retries: int = 0
     aborted_attempts: int = 0  # failed stage runs and failed task attempts
     epoch_log_appends: int = 0
+    dead_lettered: int = (
+        0  # bad records written to the dead-letter destination (docs/bad-records.md)
+    )
+    skipped_records: int = 0  # bad records left out, logged (on_bad_record="skip")
     pre_commit_ms: float = 0.0
     vote_ms: float = 0.0
     commit_ms: float = 0.0
@@ -143,6 +149,8 @@ class EpochRecorder:
             for m in self.members.values()
         }
         total = sum(r.rows for r in written)
+        kept = {r.partition for r in written}
+        bad = [t for t in self.tasks if t.partition in kept]
         return EpochMetrics(
             sink_id=self.sink_id,
             batch_id=self.batch_id,
@@ -168,6 +176,8 @@ class EpochRecorder:
             task_retries=retries,
             aborted_attempts=self.failed_runs + retries,
             epoch_log_appends=appends,
+            dead_lettered=sum(t.dead_lettered for t in bad),
+            skipped_records=sum(t.skipped_records for t in bad),
             pre_commit_ms=_slowest(self.tasks, "pre_commit_ms"),
             vote_ms=_slowest(self.tasks, "vote_ms"),
             commit_ms=_slowest(self.tasks, "commit_ms"),

@@ -19,6 +19,8 @@ DEFAULT_VOTE_CHANNEL = "driver"
 # Re-runs of a failed write stage within one call: Spark aborts the job of a failed
 # barrier stage instead of retrying it, and a re-run is safe (redo or skip by marker).
 DEFAULT_STAGE_RETRIES = 2
+# What a write task does with a record it cannot write (docs/bad-records.md).
+BAD_RECORD_POLICIES = ("fail", "dead-letter", "skip")
 
 
 def _positive_int_or_none(name: str, value: object) -> None:
@@ -60,6 +62,15 @@ class StageOptions:
       sink only if its first batch starts right after the committed output (an epoch in
       doubt is settled first); see ``_resume`` and docs/operations.md, "Changing a query".
       Not together with ``start_over``;
+    * ``on_bad_record``: what a write task does with a record the sink cannot write (a
+      null value, an oversized record, an unknown op, a value the database rejects):
+      ``"fail"`` (the default: the epoch is aborted), ``"dead-letter"`` (the record goes to
+      the sink's dead-letter topic or table in the same transaction as the good rows) or
+      ``"skip"`` (counted and logged with its reason); see ``_bad_records`` and
+      docs/bad-records.md. A connector that cannot classify records refuses the last two;
+    * ``max_bad_fraction``: with ``"dead-letter"`` or ``"skip"``, the largest fraction of a
+      write partition's rows that may be bad (None: no limit); beyond it the epoch is
+      aborted with :class:`~connectors.stage.BadRecordThresholdError` (a circuit breaker);
     * ``fault_plan``: fault injection at named steps (TESTING ONLY; see ``_hooks``).
 
     At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
@@ -76,6 +87,8 @@ class StageOptions:
     start_over: bool = False
     checkpoint_location: str | None = None
     resume: str | None = None
+    on_bad_record: str = "fail"
+    max_bad_fraction: float | None = None
     fault_plan: StepHooks | None = None
 
     def __post_init__(self) -> None:
@@ -120,12 +133,42 @@ class StageOptions:
                 "after the committed output, start_over wherever its startingOffsets say"
             )
             raise ConfigError(msg)
+        self._check_bad_records()
         if self.fault_plan is not None and not isinstance(self.fault_plan, StepHooks):
             msg = (
                 "fault_plan must be a connectors.testing.FaultPlan (or implement StepHooks) "
                 f"or None, got {type(self.fault_plan).__name__}"
             )
             raise ConfigError(msg)
+
+    def _check_bad_records(self) -> None:
+        if self.on_bad_record not in BAD_RECORD_POLICIES:
+            msg = (
+                f"on_bad_record must be one of {list(BAD_RECORD_POLICIES)}, got "
+                f"{self.on_bad_record!r}"
+            )
+            raise ConfigError(msg)
+        fraction = self.max_bad_fraction
+        if fraction is None:
+            return
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            msg = f"max_bad_fraction must be a number from 0 to 1 or None, got {fraction!r}"
+            raise ConfigError(msg)
+        if not 0.0 <= float(fraction) <= 1.0:
+            msg = f"max_bad_fraction must be from 0 to 1 (a fraction of the rows), got {fraction!r}"
+            raise ConfigError(msg)
+        if self.on_bad_record == "fail":
+            msg = (
+                "max_bad_fraction only applies with on_bad_record='dead-letter' or 'skip' "
+                "(with 'fail' the first bad record aborts the epoch); remove it or set the policy"
+            )
+            raise ConfigError(msg)
+        object.__setattr__(self, "max_bad_fraction", float(fraction))
+
+    @property
+    def screens_records(self) -> bool:
+        """True when write tasks classify records (``on_bad_record`` is not ``"fail"``)."""
+        return self.on_bad_record != "fail"
 
     def routing_fingerprint(self) -> dict[str, object]:
         """Return the stage options that decide where rows land and how they are checksummed.

@@ -61,6 +61,11 @@ class ArrowPartition:
     stage's ``mid_write`` step for every participant): :meth:`batches` hands over exactly
     ``rows`` rows (splitting a batch if needed), then calls ``callback`` when the writer
     asks for more (or when the rows end), so the writer has them in flight.
+
+    ``batch_id``: the micro-batch the rows belong to (None: unknown), recorded with each
+    dead-lettered record. ``dead_lettered`` / ``skipped``: bad records the task set aside
+    (``connectors.stage._bad_records`` counts them here; they travel back in the task's
+    stats).
     """
 
     def __init__(
@@ -69,7 +74,11 @@ class ArrowPartition:
         *,
         ordered: bool = False,
         interrupt: tuple[int, Callable[[], None]] | None = None,
+        batch_id: int | None = None,
     ) -> None:
+        self.batch_id = batch_id
+        self.dead_lettered = 0
+        self.skipped = 0
         self._source: Iterator[pa.RecordBatch] | None = iter(batches)
         self._interrupt = interrupt
         self._ordered = ordered

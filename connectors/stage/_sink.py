@@ -84,6 +84,7 @@ class TransactionalSink(SinkLifecycle):
     _auto_mode = False
 
     def __init__(self, connector: SinkConnector) -> None:
+        connector.check_options()
         self._sink_id = connector.sink_id
         self._options = connector.options
         self._members: tuple[_Member, ...] = (_Member(connector),)

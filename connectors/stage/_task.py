@@ -88,7 +88,7 @@ class TaskSpec:
     default the whole plan. ``empty_input``: the stage's input had no partition at all
     (Spark optimized an empty batch away), so the tasks run over placeholder partitions
     and write no rows: each still opens, pre-commits and votes (docs/architecture.md,
-    "Empty epochs").
+    "Empty epochs"). ``batch_id``: the micro-batch (recorded with dead-lettered records).
     """
 
     resource: Resource[ArrowPartition]
@@ -102,6 +102,7 @@ class TaskSpec:
     offset: int = 0
     partitions: int | None = None
     empty_input: bool = False
+    batch_id: int | None = None
 
     @property
     def task_count(self) -> int:
@@ -244,7 +245,12 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         for _ in batches:  # the placeholder rows of an empty input: read, never written
             pass
         batches = iter(())
-    rows = ArrowPartition(batches, ordered=spec.ordered, interrupt=_mid_write(spec, partition))
+    rows = ArrowPartition(
+        batches,
+        ordered=spec.ordered,
+        interrupt=_mid_write(spec, partition),
+        batch_id=spec.batch_id,
+    )
     try:
         report = run_partition(
             resource,
@@ -267,6 +273,8 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         pre_commit_ms=clock.ms(None, TaskStep.PRE_COMMITTED),
         vote_ms=clock.ms(TaskStep.PRE_COMMITTED, TaskStep.DECIDED) if spec.aligned else 0.0,
         commit_ms=clock.ms(TaskStep.DECIDED, TaskStep.COMMITTED),
+        dead_lettered=rows.dead_lettered if result.report else 0,
+        skipped_records=rows.skipped if result.report else 0,
     )
     result = TaskResult(partition, result.report, result.error, task_attempt, stats)
     yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})

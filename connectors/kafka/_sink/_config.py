@@ -34,6 +34,10 @@ MIN_TRANSACTION_TIMEOUT_MS = 1_000
 # Fraction of transaction_timeout_ms an epoch's write stage may take before the sink
 # warns: beyond it a slower batch risks being aborted by the broker's timeout.
 TIMEOUT_WARN_FRACTION = 0.5
+# librdkafka's default message.max.bytes: the largest record a producer accepts.
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+# Suffix of the default dead-letter topic (``<topic>.dlq``).
+DEAD_LETTER_SUFFIX = ".dlq"
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 # Kafka's own limit on topic names.
@@ -129,7 +133,10 @@ class SinkConfig(StageOptions):
       (``"avro"``, ``"protobuf"``, ``"json-schema"`` or a
       :class:`~connectors.kafka.RecordFormat`), with ``schema_registry`` the
       ``SchemaRegistryClient`` settings (credentials hidden in every repr; never shipped
-      to the tasks). docs/kafka-sink.md, "Schema Registry formats".
+      to the tasks). docs/kafka-sink.md, "Schema Registry formats";
+    * ``dead_letter_topic``: with ``on_bad_record="dead-letter"``, the topic bad records
+      go to (default ``<topic>.dlq``; required when the sink has no default topic; created
+      at preflight if missing). docs/bad-records.md.
     """
 
     bootstrap_servers: str
@@ -146,6 +153,7 @@ class SinkConfig(StageOptions):
     key_format: RecordFormat | None = None
     value_format: RecordFormat | None = None
     schema_registry: Settings = Settings()
+    dead_letter_topic: str | None = None
 
     @classmethod
     def create(cls, **options: Any) -> SinkConfig:
@@ -198,6 +206,36 @@ class SinkConfig(StageOptions):
             ("key_format", "value_format", "schema_registry"), formats, strict=True
         ):
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "dead_letter_topic", self._dead_letter_topic())
+
+    def _dead_letter_topic(self) -> str | None:
+        topic = self.dead_letter_topic
+        if self.on_bad_record != "dead-letter":
+            if topic is not None:
+                msg = "dead_letter_topic only applies with on_bad_record='dead-letter'; remove it"
+                raise KafkaSinkConfigError(msg)
+            return None
+        if topic is None:
+            if self.topic is None:
+                msg = (
+                    "on_bad_record='dead-letter' needs dead_letter_topic= when the sink has "
+                    "no default topic (rows name their topics)"
+                )
+                raise KafkaSinkConfigError(msg)
+            topic = f"{self.topic[: _MAX_TOPIC_LEN - len(DEAD_LETTER_SUFFIX)]}{DEAD_LETTER_SUFFIX}"
+        _require_name("dead_letter_topic", topic, _MAX_TOPIC_LEN)
+        if topic in (self.topic, self.marker_topic, self.epoch_log_topic):
+            msg = f"dead_letter_topic {topic!r} must differ from the sink's other topics"
+            raise KafkaSinkConfigError(msg)
+        return topic
+
+    @property
+    def message_max_bytes(self) -> int:
+        """The producers' ``message.max.bytes``: larger records are bad records."""
+        raw = self.producer_config.get("message.max.bytes") or self.client_config.get(
+            "message.max.bytes"
+        )
+        return DEFAULT_MESSAGE_MAX_BYTES if raw is None else int(raw)
 
     @property
     def transactional(self) -> bool:

@@ -17,15 +17,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 
+import pyarrow as pa
 from confluent_kafka import Producer
 
 from connectors.kafka import _classify
 from connectors.kafka._sink import _pool
+from connectors.kafka._sink._bad_records import produce_dead_letters
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._producers import new_producer, plain_pool_key
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
-from connectors.stage import ArrowPartition, TaskInfo
+from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo
 from connectors.stage._retry import step_budget
 from connectors.stage._states import ParticipantState, ParticipantStateMachine
 from txn import EpochPlan, Marker, Participant, RowSummary
@@ -148,6 +151,12 @@ class KafkaParticipant(Participant[ArrowPartition]):
         with self._states.step(_S.WRITTEN, _failed):
             self._writer.write(rows.batches())
             return rows.summary()
+
+    def write_dead_letters(
+        self, records: Sequence[pa.RecordBatch], context: DeadLetterContext
+    ) -> None:
+        """Produce bad records to the dead-letter topic (exactly-once: in the transaction)."""
+        produce_dead_letters(self._live(), self._clients.errors, self._cfg, records, context)
 
     def pre_commit(self, summary: RowSummary) -> None:
         """Flush, surfacing delivery errors (and put the marker in the transaction, exactly-once)."""

@@ -6,13 +6,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from connectors.kafka._formats import FormatPlan, formatted
+from connectors.kafka._sink._bad_records import KafkaClassifier
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._markers import read_markers
 from connectors.kafka._sink._participant import KafkaParticipant, PlainKafkaParticipant
 from connectors.kafka._sink._producers import init_transactions, new_producer
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
-from connectors.stage import ArrowPartition, TaskInfo
+from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo, screened
 from txn import EpochPlan, Marker, Resource
 
 
@@ -37,7 +38,12 @@ class KafkaResource(Resource[ArrowPartition]):
         """Create or reuse the task's clients (the participant of the guarantee)."""
         kind = TransactionalKafkaParticipant if self.cfg.transactional else PlainKafkaParticipant
         participant = kind(self.cfg, self.layout, plan, partition, task=self.task)
-        return formatted(participant, self.formats)  # type: ignore[no-any-return]
+        if not self.cfg.screens_records:
+            return formatted(participant, self.formats)  # type: ignore[no-any-return]
+        # The classifier encodes the formatted columns itself (a misfit is a bad record).
+        classifier = KafkaClassifier(self.cfg, self.layout, self.formats)
+        context = DeadLetterContext(self.cfg.sink_id, plan.epoch, partition)
+        return screened(participant, classifier, self.cfg, context)  # type: ignore[return-value]
 
     def fingerprint(self) -> str:
         """Digest of the options that decide where rows land (and the formats' schema ids)."""

@@ -32,6 +32,8 @@ log = logging.getLogger("connectors.kafka")
 class KafkaConnector(SinkConnector):
     """The Kafka part of :class:`KafkaSink`: schema check, resource, epoch log, preflight."""
 
+    classifies_records = True
+
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
         self.formats = SinkFormats(cfg.key_format, cfg.value_format, cfg.schema_registry)
@@ -88,6 +90,7 @@ class KafkaConnector(SinkConnector):
         1. the broker answers; 2. the output topic exists (created when
         ``create_topics=True``); the marker topic is created if missing (exactly-once);
         3. ``transaction_timeout_ms`` is at most the broker's ``transaction.max.timeout.ms``.
+        The dead-letter topic is created if missing (``on_bad_record="dead-letter"``).
 
         A topic missing from the metadata is looked for again for
         ``TOPIC_METADATA_WAIT_S`` (a restarted broker answers before it has loaded its
@@ -117,6 +120,8 @@ class KafkaConnector(SinkConnector):
                     "create it or pass create_topics=True"
                 )
                 raise TopicMissingError(msg)
+        if cfg.dead_letter_topic is not None:
+            ensure_topics(cfg.cluster, [cfg.dead_letter_topic])
         if cfg.transactional:
             ensure_topics(cfg.cluster, [cfg.marker_topic])
             self._check_timeout_limit()

@@ -1,0 +1,115 @@
+"""The Kafka sink's bad-record classifier, its dead letters and the dead_letter_topic option."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from connectors.kafka import KafkaSinkConfigError, SinkConfig
+from connectors.kafka._sink._bad_records import (
+    RECORD_OVERHEAD_BYTES,
+    TRUNCATED_HEADER,
+    KafkaClassifier,
+    dead_letter_batch,
+)
+from connectors.kafka._sink._writer import RecordLayout
+from connectors.stage import DeadLetterContext, bad_batch
+
+
+def cfg(**options: object) -> SinkConfig:
+    base: dict[str, object] = {
+        "bootstrap_servers": "localhost:9092",
+        "topic": "out",
+        "sink_id": "s",
+        "on_bad_record": "dead-letter",
+    }
+    return SinkConfig.create(**{**base, **options})
+
+
+def test_dead_letter_topic_defaults_to_topic_dlq_and_is_validated() -> None:
+    assert cfg().dead_letter_topic == "out.dlq"
+    assert cfg(dead_letter_topic="bad").dead_letter_topic == "bad"
+    with pytest.raises(KafkaSinkConfigError, match="needs dead_letter_topic"):
+        cfg(topic=None)
+    with pytest.raises(KafkaSinkConfigError, match="only applies"):
+        cfg(on_bad_record="skip", dead_letter_topic="bad")
+    with pytest.raises(KafkaSinkConfigError, match="must differ"):
+        cfg(dead_letter_topic="out")
+    with pytest.raises(KafkaSinkConfigError, match="on_bad_record must be one of"):
+        cfg(on_bad_record="ignore")
+    assert cfg(producer_config={"message.max.bytes": 5000}).message_max_bytes == 5000
+    assert pickle.loads(pickle.dumps(cfg())) == cfg()
+
+
+def test_null_value_and_oversized_record_are_bad_the_rest_good() -> None:
+    c = cfg(producer_config={"message.max.bytes": 2000})
+    big = "x" * (2000 - RECORD_OVERHEAD_BYTES)
+    batch = pa.record_batch(
+        [pa.array(["k1", "k2", "k3", "k4"]), pa.array(["v1", None, big, "v4"])],
+        names=["key", "value"],
+    )
+    good, bad = KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)
+    assert good.column(1).to_pylist() == ["v1", "v4"]
+    assert [(b.index, b.error) for b in bad] == [
+        (1, "KafkaRecordError"),
+        (2, "RecordTooLargeError"),
+    ]
+    assert "message.max.bytes=2000" in bad[1].message
+    # deterministic: the same batch, the same verdicts
+    assert KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)[1] == bad
+
+
+def test_headers_count_toward_the_size() -> None:
+    c = cfg(producer_config={"message.max.bytes": 1000})
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    headers = pa.array([[{"key": "h", "value": b"y" * 600}], None], type=header_type)
+    batch = pa.record_batch([pa.array(["v", "v"]), headers], names=["value", "headers"])
+    good, bad = KafkaClassifier(c, RecordLayout(headers=True), None).classify(batch)
+    assert [b.index for b in bad] == [0] and good.num_rows == 1
+
+
+def test_changelog_unknown_op_missing_key_and_tombstones() -> None:
+    c = cfg(changelog=True)
+    batch = pa.record_batch(
+        [
+            pa.array(["a", "b", None, "d", "e"]),
+            pa.array(["1", "2", "3", None, None]),
+            pa.array(["insert", "upsert", "insert", "delete", "insert"]),
+        ],
+        names=["key", "value", "op"],
+    )
+    good, bad = KafkaClassifier(c, RecordLayout(key=True, changelog=True), None).classify(batch)
+    assert good.column(0).to_pylist() == ["a", "d"]  # the delete's null value is a tombstone
+    assert [b.index for b in bad] == [1, 2, 4]
+    assert "'upsert'" in bad[0].message
+
+
+def test_dead_letter_records_carry_the_original_and_the_context_headers() -> None:
+    c = cfg(producer_config={"message.max.bytes": 2000})
+    big = "x" * 5000
+    batch = pa.record_batch(
+        [pa.array(["k1", "k2"]), pa.array([None, big]), pa.array([11, 12], pa.int64())],
+        names=["key", "value", "_eos_hash"],
+    )
+    _, bad = KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)
+    records = bad_batch(batch, bad)
+    out = dead_letter_batch(records, DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes)
+    keys, values, headers = (out.column(i).to_pylist() for i in range(3))
+    assert keys == [b"k1", b"k2"] and values[0] is None
+    assert len(values[1]) < 2000 - RECORD_OVERHEAD_BYTES and big.encode().startswith(values[1])
+    first = {h["key"]: h["value"] for h in headers[0]}
+    assert first["eos.dlq.error.class"] == b"KafkaRecordError"
+    assert (
+        first["eos.dlq.batch.id"],
+        first["eos.dlq.epoch"],
+        first["eos.dlq.write.partition"],
+    ) == (
+        b"9",
+        b"5",
+        b"2",
+    )
+    assert first["eos.dlq.topic"] == b"out"
+    second = {h["key"]: h["value"] for h in headers[1]}
+    assert second[TRUNCATED_HEADER] == b"5000"
