@@ -38,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
 from connectors.kafka import OffsetRange, SourceOptions, register
-from connectors.kafka._source._fetch import read_range
+from connectors.kafka._source._fetch import ARROW_BATCH_ROWS, FETCH_QUEUE_BACKOFF_MS, read_range
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGET_RATIO = 0.5
@@ -49,8 +49,6 @@ STALL_TIMEOUT_S = 60.0
 """Seconds the ceiling loop may go without progress before it is declared stuck."""
 CONSUME_POLL_S = 0.5
 """Seconds one consume() call of the ceiling loop may block."""
-CONSUME_CHUNK = 5_000
-"""Messages per consume() call in the ceiling loop (the source uses the same size)."""
 PROGRESS_EVERY = 10_000
 """Records produced between two progress-bar refreshes."""
 
@@ -107,7 +105,12 @@ def prepare_topic(bootstrap: str, records: int, value_bytes: int, progress: Prog
 
 
 def ceiling(bootstrap: str, topic: str, records: int) -> int:
-    """A plain consumer loop: consume chunks, touch each value, stop at position N."""
+    """A plain consumer loop: consume chunks, touch each value, stop at position N.
+
+    The same librdkafka fetch settings and chunk size as the source's, and like the
+    source's, chunks never larger than what is left (``N - position``), so neither loop
+    waits out a poll at the end of the records.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -115,14 +118,16 @@ def ceiling(bootstrap: str, topic: str, records: int) -> int:
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         }
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
-    seen, last_progress = 0, time.monotonic()
+    seen, last_progress, position = 0, time.monotonic(), 0
     tp = [TopicPartition(topic, 0)]
     try:
-        while consumer.position(tp)[0].offset < records:
-            msgs = consumer.consume(CONSUME_CHUNK, timeout=CONSUME_POLL_S)
+        while position < records:
+            chunk = max(1, min(ARROW_BATCH_ROWS, records - position))
+            msgs = consumer.consume(chunk, timeout=CONSUME_POLL_S)
             for m in msgs:
                 if m.error() is None:
                     m.value()
@@ -131,6 +136,7 @@ def ceiling(bootstrap: str, topic: str, records: int) -> int:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise RuntimeError(f"ceiling loop stuck at {seen} rows")
+            position = max(position, consumer.position(tp)[0].offset)
     finally:
         consumer.close()
     return seen
