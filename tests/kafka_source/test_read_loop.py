@@ -36,11 +36,12 @@ def test_a_poll_never_asks_for_more_than_the_range_can_hold(
     log = FakeLog({i: "data" for i in range(n + 50)}, lso=n + 50)
     assert read(log, OffsetRange("t", 0, 3, n), monkeypatch) == list(range(3, n))
     (consumer,) = log.consumers
-    # a full chunk, then exactly the rest: the last poll does not wait for rows past the end
-    assert [(pos, asked) for pos, asked, _gc in consumer.polls] == [
-        (3, _fetch.ARROW_BATCH_ROWS),
-        (3 + _fetch.ARROW_BATCH_ROWS, n - 3 - _fetch.ARROW_BATCH_ROWS),
+    # a full chunk, then exactly the rest, briefly: the last poll waits for no row past the end
+    assert [(pos, asked, timeout) for pos, asked, timeout, _gc in consumer.polls] == [
+        (3, _fetch.ARROW_BATCH_ROWS, _fetch.POLL_INTERVAL_S),
+        (3 + _fetch.ARROW_BATCH_ROWS, n - 3 - _fetch.ARROW_BATCH_ROWS, _fetch.TAIL_POLL_S),
     ]
+    assert _fetch.TAIL_POLL_S < _fetch.POLL_INTERVAL_S
 
 
 def test_one_poll_makes_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +60,7 @@ def test_gc_is_paused_during_a_poll_only_and_restored(monkeypatch: pytest.Monkey
     assert gc.isenabled()  # on while Spark holds the batch (between two polls)
     assert list(batches) == []
     assert gc.isenabled()
-    assert [on for _pos, _asked, on in log.consumers[0].polls] == [False]
+    assert [on for *_poll, on in log.consumers[0].polls] == [False]
     gc.disable()
     try:
         assert read(FakeLog({0: "data"}, lso=1), OffsetRange("t", 0, 0, 1), monkeypatch) == [0]

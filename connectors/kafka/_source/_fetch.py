@@ -5,7 +5,8 @@ Protocol (one task, one range):
        ``isolation.level=read_committed``, no auto commit, ``auto.offset.reset=error`` and
        partition-EOF events on; assign the partition at ``start``.
     2. Poll in chunks of at most ``end - position`` messages (the most the rest of the
-       range can hold, so a complete range never waits out a poll). Keep data messages
+       range can hold); a poll that may complete the range blocks briefly, so a range
+       ending on a transaction marker never waits out a long poll. Keep data messages
        with ``offset < end``; a message at or past ``end`` means the range is complete.
     3. After every poll, the range is complete when the consumer position is ``>= end``.
        librdkafka advances the position past control markers and aborted batches, so a
@@ -59,6 +60,9 @@ _log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.5
 """Seconds one ``consume()`` call may block: short, so position and timeout are re-checked."""
+TAIL_POLL_S = 0.02
+"""Seconds a poll that may complete the range blocks: markers and aborted records make a
+range hold fewer records than offsets, so its last poll never fills and waits this long."""
 ARROW_BATCH_ROWS = 16_384
 """Most messages one ``consume()`` call asks for, so most rows per yielded Arrow batch
 (bounded memory, few Python round trips; a poll's rows become one batch at once)."""
@@ -108,7 +112,7 @@ class _RangeReader:
         pos, done = rng.start, False
         while not done:
             with _cyclic_gc_paused():
-                batch, done = self._poll(_chunk(rng.end - pos))
+                batch, done = self._poll(*_poll_plan(rng.end - pos))
             if batch is not None:
                 progress_at = time.monotonic()
                 yield batch
@@ -120,9 +124,9 @@ class _RangeReader:
             elif not done and time.monotonic() - progress_at > timeout_s:
                 self._raise_timeout(pos)
 
-    def _poll(self, chunk: int) -> tuple[pa.RecordBatch | None, bool]:
+    def _poll(self, chunk: int, timeout_s: float) -> tuple[pa.RecordBatch | None, bool]:
         """One poll: the range's rows in it as one batch (None if none), and a done flag."""
-        data, done = self._sort(self._consumer.consume(chunk, timeout=POLL_INTERVAL_S))
+        data, done = self._sort(self._consumer.consume(chunk, timeout=timeout_s))
         if not data:
             return None, done
         return build_batch(data, self._rng.topic, self._rng.partition, self._schema), done
@@ -224,14 +228,18 @@ def _cyclic_gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _chunk(remaining: int) -> int:
-    """Messages to ask ``consume()`` for: never more than the range can still hold.
+def _poll_plan(remaining: int) -> tuple[int, float]:
+    """Messages to ask ``consume()`` for and seconds it may block, ``remaining`` from the end.
 
     A range ``[pos, end)`` holds at most ``end - pos`` records (markers and aborted
-    records only make fewer), so a range whose records are all there completes without
-    waiting ``POLL_INTERVAL_S`` for messages that cannot come.
+    records make fewer), so a poll never asks for more, and one that may complete the
+    range blocks only ``TAIL_POLL_S``: it returns as soon as the records are there, and a
+    range ending on a transaction marker (every range up to a transactional topic's last
+    stable offset) does not wait ``POLL_INTERVAL_S`` for a record that cannot come.
     """
-    return max(1, min(ARROW_BATCH_ROWS, remaining))
+    if remaining <= ARROW_BATCH_ROWS:
+        return max(1, remaining), TAIL_POLL_S
+    return ARROW_BATCH_ROWS, POLL_INTERVAL_S
 
 
 def _new_consumer(options: SourceOptions) -> Any:
