@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,7 @@ class FakeConsumer:
         self.next_fetch = 0
         self.closed = False
         self.eof_sent_at: int | None = None
+        self.polls: list[tuple[int, int, float, bool]] = []  # position, asked, timeout, GC on
         log.consumers.append(self)
 
     def assign(self, tps: list[TopicPartition]) -> None:
@@ -77,6 +79,7 @@ class FakeConsumer:
         self.out_of_range_sent = False
 
     def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        self.polls.append((self.next_fetch, num_messages, timeout, gc.isenabled()))
         if self.next_fetch < self.log.log_start:
             err = KafkaError(KafkaError._AUTO_OFFSET_RESET)
             return [FakeMessage(self.next_fetch, _error=err)]
