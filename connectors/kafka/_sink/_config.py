@@ -123,7 +123,10 @@ class SinkConfig(StageOptions):
       broker's ``transaction.max.timeout.ms``, checked at preflight);
     * ``producer_config``: producer-only librdkafka settings (strings, numbers, bools)
       over the defaults and ``client_config``;
-    * ``changelog``: rows carry an ``op`` column (upserts and tombstones).
+    * ``changelog``: rows carry an ``op`` column (upserts and tombstones);
+    * ``commit_offsets_to_group``: a consumer group id (exactly-once only) to which each
+      epoch's input offsets are committed inside write partition 0's transaction, so lag
+      tools see the committed progress (``_input_offsets``; docs/kafka-sink.md).
     """
 
     bootstrap_servers: str
@@ -137,6 +140,7 @@ class SinkConfig(StageOptions):
     client_config: Settings = Settings()
     producer_config: Settings = Settings()
     changelog: bool = False
+    commit_offsets_to_group: str | None = None
 
     @classmethod
     def create(cls, **options: Any) -> SinkConfig:
@@ -184,6 +188,25 @@ class SinkConfig(StageOptions):
         )
         object.__setattr__(self, "create_topics", bool(self.create_topics))
         object.__setattr__(self, "changelog", bool(self.changelog))
+        self._check_offsets_group()
+
+    def _check_offsets_group(self) -> None:
+        group = self.commit_offsets_to_group
+        if group is None:
+            return
+        _require_name("commit_offsets_to_group", group, _MAX_TOPIC_LEN)
+        if not self.transactional:
+            msg = (
+                "commit_offsets_to_group needs guarantee='exactly-once': the input offsets "
+                "are committed inside the output's Kafka transaction"
+            )
+            raise KafkaSinkConfigError(msg)
+        if group.startswith(_names.marker_group(self.sink_id, 0)[:-1]):
+            msg = (
+                f"commit_offsets_to_group {group!r} is a marker group of sink {self.sink_id!r}; "
+                "use a group id of its own (no active members)"
+            )
+            raise KafkaSinkConfigError(msg)
 
     @property
     def transactional(self) -> bool:
