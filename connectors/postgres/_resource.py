@@ -37,6 +37,7 @@ from connectors.postgres._errors import (
     PreparedTransactionLostError,
     PreparedTransactionsUnavailableError,
 )
+from connectors.postgres._input_offsets import ensure_offsets_table
 from connectors.postgres._participant import (
     PostgresParticipant,
     partition_lock_key,
@@ -76,6 +77,7 @@ def prepare_resource(cfg: PostgresSinkConfig) -> PostgresResource:
     """Create the control tables, pick the commit protocol and log it (driver, network I/O)."""
     with connect(cfg, "coordinator", autocommit=True) as conn:
         ensure_control_tables(conn, cfg.control_schema)
+        ensure_offsets_table(conn, cfg.control_schema)
         slots = _twophase.max_prepared_transactions(conn)
     two_phase = choose_two_phase(cfg, slots)
     if not cfg.transactional:
