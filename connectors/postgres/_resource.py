@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from connectors.postgres import _markers, _twophase
@@ -46,7 +46,7 @@ from connectors.postgres._participant import (
 from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
 from connectors.stage import ArrowPartition
-from txn import EpochPlan, Resource
+from txn import EpochPlan, Marker, Resource
 
 log = logging.getLogger("connectors.postgres")
 
@@ -167,6 +167,22 @@ class PostgresResource(Resource[ArrowPartition]):
                 raise
 
         call_with_retry(f"ROLLBACK PREPARED {gid}", rollback)
+
+    def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
+        """Every write partition's committed marker, read from the driver (settling, resume)."""
+        driver = driver_connection(self.cfg)
+
+        def read() -> dict[int, Marker]:
+            try:
+                return _markers.read_markers(
+                    driver.get(), self.cfg.control_schema, self.cfg.sink_id
+                )
+            except Exception:
+                driver.discard()
+                raise
+
+        found = call_with_retry("reading the markers", read)
+        return {p: found.get(p) for p in range(plan.parallelism)}
 
     def prepared_partitions(self, plan: EpochPlan) -> Sequence[int]:
         """Partitions of ``plan`` (this attempt) whose transaction is still prepared."""
