@@ -200,3 +200,8 @@ def unconnected_producer(settings: Mapping[str, Any]) -> Producer:
     setting or a bad value.
     """
     return Producer(_settings(None, {"log_level": "3", **settings}))
+
+
+def unconnected_consumer(settings: Mapping[str, Any]) -> Consumer:
+    """Return a Consumer without an address (it connects nowhere), e.g. for group metadata."""
+    return Consumer(_settings(None, settings))

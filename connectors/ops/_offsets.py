@@ -3,7 +3,9 @@
 Read-only (never settles an epoch in doubt; ``connectors.kafka.resume_offsets`` does).
 The committed input is the ``end`` of the last committed epoch's input offsets
 (docs/architecture.md, section 11); the lag of a partition is the input topic's last
-stable offset minus that, in offsets.
+stable offset minus that, in offsets. For a PostgreSQL sink, ``in_output`` shows the
+offsets its rows' own transactions recorded (``sink_input_offsets``); they must agree with
+the log at its last committed epoch, else that is a problem.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from connectors.kafka._clients import Cluster
 from connectors.ops import _commands as cmd
 from connectors.stage import committed_point, starting_offsets
 from connectors.verify import READ_COMMITTED, end_offsets
+from txn._offsets import offsets_json
 
 
-def offsets(log: cmd.LogRef, cluster: Cluster | None) -> cmd.Result:
-    """Return the committed input offsets of ``log``'s sink; ``cluster``: the input's (lag)."""
+def offsets(
+    log: cmd.LogRef,
+    cluster: Cluster | None,
+    in_output: tuple[int, dict[tuple[str, int], int]] | None = None,
+) -> cmd.Result:
+    """Return the committed input offsets of ``log``'s sink; ``cluster``: the input's (lag).
+
+    ``in_output``: (epoch, offsets) recorded in the output's own transactions, if any.
+    """
     history = log.read_log()
     point = committed_point(history)  # NotKafkaInputError: nothing Kafka was recorded
     ends: dict[str, dict[int, int]] = {}
@@ -46,4 +56,12 @@ def offsets(log: cmd.LogRef, cluster: Cluster | None) -> cmd.Result:
         "partitions": rows,
     }
     problems = cmd.in_doubt_problems(history)
+    if in_output is not None:
+        epoch, recorded = in_output
+        data["in_output"] = {"epoch": epoch, "starting_offsets": offsets_json(recorded)}
+        if epoch == point.epoch and recorded != point.as_map():
+            problems.append(
+                f"the output's own record of epoch {epoch}'s input offsets disagrees with the "
+                "epoch log's"
+            )
     return cmd.Result(data, cmd.PROBLEM if problems else cmd.OK, problems)

@@ -208,7 +208,12 @@ def _run(args: argparse.Namespace, cluster: Cluster | None) -> cmd.Result:
     if args.command == "reset":
         return cmd.reset(target.log, args.query)
     if args.command == "offsets":
-        return offsets(target.log, target.kafka.cluster if target.kafka is not None else None)
+        cluster = target.kafka.cluster if target.kafka is not None else None
+        pg_sides = [s for s in target.sides if s.kind == pgc.POSTGRES]
+        recorded = None
+        if target.pg is not None and len(pg_sides) == 1:
+            recorded = target.pg.input_offsets(pg_sides[0].sink_id)
+        return offsets(target.log, cluster, recorded)
     from connectors.ops._cli import _identity
 
     return pgc.verify_table(

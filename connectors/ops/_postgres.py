@@ -147,6 +147,13 @@ class PostgresRef:
             for gid, commit in gids:
                 (commit_prepared if commit else rollback_prepared)(conn, gid)
 
+    def input_offsets(self, sink_id: str) -> tuple[int, dict[tuple[str, int], int]] | None:
+        """Return the input offsets committed with the sink's rows (or None)."""
+        from connectors.postgres._input_offsets import read_input_offsets
+
+        with self._connect() as conn:
+            return read_input_offsets(conn, self.control_schema, sink_id)
+
     def _connect(self) -> Any:
         from connectors.postgres._connect import connect
 

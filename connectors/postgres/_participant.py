@@ -27,7 +27,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.postgres import _markers, _twophase
+from connectors.postgres import _input_offsets, _markers, _twophase
 from connectors.postgres._bad_records import write_dead_letters, write_isolating
 from connectors.postgres._classify import to_sink_error
 from connectors.postgres._config import PostgresSinkConfig, WriteMode
@@ -208,6 +208,10 @@ class PostgresParticipant(Participant[ArrowPartition]):
                     marker,
                     self._plan.attempt,
                 )
+                if self._partition == _input_offsets.OFFSETS_PARTITION:  # with the rows
+                    _input_offsets.write_input_offsets(
+                        self._conn, cfg.control_schema, cfg.sink_id, self._plan
+                    )
             if self._two_phase:
                 _twophase.prepare(self._conn, self._gid)
 

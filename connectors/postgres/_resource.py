@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from connectors.postgres import _markers, _twophase
@@ -39,6 +39,7 @@ from connectors.postgres._errors import (
     PreparedTransactionLostError,
     PreparedTransactionsUnavailableError,
 )
+from connectors.postgres._input_offsets import ensure_offsets_table
 from connectors.postgres._participant import (
     PostgresParticipant,
     partition_lock_key,
@@ -47,7 +48,7 @@ from connectors.postgres._participant import (
 from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
 from connectors.stage import ArrowPartition, DeadLetterContext, screened
-from txn import EpochPlan, Participant, Resource
+from txn import EpochPlan, Marker, Participant, Resource
 
 log = logging.getLogger("connectors.postgres")
 
@@ -80,6 +81,7 @@ def prepare_resource(cfg: PostgresSinkConfig) -> PostgresResource:
         ensure_control_tables(conn, cfg.control_schema)
         if cfg.dead_letter_table is not None:
             ensure_dead_letter_table(conn, cfg.control_schema, cfg.dead_letter_table)
+        ensure_offsets_table(conn, cfg.control_schema)
         slots = _twophase.max_prepared_transactions(conn)
     two_phase = choose_two_phase(cfg, slots)
     if not cfg.transactional:
@@ -183,6 +185,22 @@ class PostgresResource(Resource[ArrowPartition]):
                 raise
 
         call_with_retry(f"ROLLBACK PREPARED {gid}", rollback)
+
+    def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
+        """Every write partition's committed marker, read from the driver (settling, resume)."""
+        driver = driver_connection(self.cfg)
+
+        def read() -> dict[int, Marker]:
+            try:
+                return _markers.read_markers(
+                    driver.get(), self.cfg.control_schema, self.cfg.sink_id
+                )
+            except Exception:
+                driver.discard()
+                raise
+
+        found = call_with_retry("reading the markers", read)
+        return {p: found.get(p) for p in range(plan.parallelism)}
 
     def prepared_partitions(self, plan: EpochPlan) -> Sequence[int]:
         """Partitions of ``plan`` (this attempt) whose transaction is still prepared."""

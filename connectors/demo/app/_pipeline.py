@@ -30,7 +30,11 @@ Contract of :func:`run_query`:
    (:data:`ORDER_COLUMNS`), so the per-key output order follows the input (and an upsert
    keeps the last change of each key);
 3. after each batch call ``on_epoch`` with an :class:`EpochLine`;
-4. run with ``trigger(availableNow=True)``: the query stops once everything present at its
+4. ``resume_from_output``: the sink is built with ``resume="from-output"`` and the Kafka
+   source starts at ``connectors.kafka.resume_offsets`` (docs/operations.md, "Changing a
+   query"); ``changed_query``: the query writes one more column (a header for Kafka, the
+   table's ``note`` column, which the caller adds, for PostgreSQL);
+5. run with ``trigger(availableNow=True)``: the query stops once everything present at its
    start is written (every chunk file, or the topic up to its last stable offset), and a
    restart with the same checkpoint resumes (and replays an in-doubt batch).
 """
@@ -142,6 +146,8 @@ class PipelineConfig:
     postgres_gained_columns: tuple[str, ...] = ()
     postgres_gain_from_batch: int = 0
     client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
+    resume_from_output: bool = False
+    changed_query: bool = False
 
     def __post_init__(self) -> None:
         """Validate the source and sink fields (see the class docstring)."""
@@ -158,6 +164,9 @@ class PipelineConfig:
             raise PipelineConfigError(msg)
         if self.source == SOURCE_KAFKA and not self.input_topic:
             msg = 'source="kafka" needs input_topic: the topic to read'
+            raise PipelineConfigError(msg)
+        if self.resume_from_output and self.source != SOURCE_KAFKA:
+            msg = 'resume_from_output needs source="kafka": only Kafka input can resume'
             raise PipelineConfigError(msg)
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             msg = f"max_offsets_per_trigger must be positive, got {self.max_offsets_per_trigger}"
@@ -256,6 +265,8 @@ def build_sink(cfg: PipelineConfig) -> TransactionalSink:
     }
     if cfg.stage_retries is not None:
         stage["stage_retries"] = cfg.stage_retries
+    if cfg.resume_from_output:
+        stage["resume"] = "from-output"
     if cfg.fault_plan:
         stage["fault_plan"] = FaultPlan(cfg.fault_plan)
     if cfg.sink == SINK_KAFKA:
@@ -319,7 +330,23 @@ def _table_rows_of(cfg: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
     return select
 
 
-def input_stream(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
+# The column a changed query adds (module step 4): a header (Kafka), ``note`` (PostgreSQL).
+CHANGED_HEADERS = "array(named_struct('key', 'v', 'value', CAST('2' AS BINARY))) AS headers"
+CHANGED_NOTE = "'v2' AS note"
+
+
+def _changed(
+    cfg: PipelineConfig, frame: Callable[[DataFrame], DataFrame]
+) -> Callable[[DataFrame], DataFrame]:
+    if not cfg.changed_query:
+        return frame
+    extra = CHANGED_NOTE if cfg.sink == SINK_POSTGRES else CHANGED_HEADERS
+    return lambda df: frame(df).selectExpr("*", extra)
+
+
+def input_stream(
+    spark: SparkSession, cfg: PipelineConfig, starting_offsets: str = "earliest"
+) -> DataFrame:
     """Open the streaming DataFrame of ``cfg.source`` (module step 1), in the input schema."""
     if cfg.source == SOURCE_KAFKA:
         from connectors.kafka import kafka_options, register
@@ -328,7 +355,7 @@ def input_stream(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
             spark.readStream.format(register(spark))
             .options(**kafka_options(cfg.bootstrap, cfg.client_config))
             .option("subscribe", cfg.input_topic)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", starting_offsets)
         )
         if cfg.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
@@ -352,29 +379,33 @@ def run_query(
     stops it gracefully).
     """
     sink = build_sink(cfg)
-    frame = _table_rows_of(cfg) if cfg.sink == SINK_POSTGRES else (lambda df: df)
+    frame = _changed(cfg, _table_rows_of(cfg) if cfg.sink == SINK_POSTGRES else (lambda df: df))
     # kafka+postgres: both members get every input row; count each row once.
     members = 2 if cfg.sink == SINK_BOTH else 1
 
     def write(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        rows = frame(df)
+        batch = frame(df)
         if cfg.postgres_gained_columns and batch_id >= cfg.postgres_gain_from_batch:
-            rows = rows.selectExpr("*", *cfg.postgres_gained_columns)
-        result = sink(rows, batch_id)
+            batch = batch.selectExpr("*", *cfg.postgres_gained_columns)
+        result = sink(batch, batch_id)
         if on_epoch is not None:
-            rows = sum(r.rows for r in result.reports) // members
             on_epoch(
                 EpochLine(
                     batch_id,
-                    rows,
+                    sum(r.rows for r in result.reports) // members,
                     result.skipped,
                     result.committed,
                     round(time.monotonic() - started, 3),
                 )
             )
 
-    stream = input_stream(spark, cfg)
+    start = "earliest"
+    if cfg.resume_from_output:
+        from connectors.kafka import resume_offsets
+
+        start = resume_offsets(sink, cfg.bootstrap, client_config=dict(cfg.client_config) or None)
+    stream = input_stream(spark, cfg, start)
     query = (
         stream.writeStream.foreachBatch(write)
         .option("checkpointLocation", cfg.checkpoint)

@@ -137,6 +137,9 @@ class SinkConfig(StageOptions):
     * ``dead_letter_topic``: with ``on_bad_record="dead-letter"``, the topic bad records
       go to (default ``<topic>.dlq``; required when the sink has no default topic; created
       at preflight if missing). docs/bad-records.md.
+    * ``commit_offsets_to_group``: a consumer group id (exactly-once only) to which each
+      epoch's input offsets are committed inside write partition 0's transaction, so lag
+      tools see the committed progress (``_input_offsets``; docs/kafka-sink.md).
     """
 
     bootstrap_servers: str
@@ -154,6 +157,7 @@ class SinkConfig(StageOptions):
     value_format: RecordFormat | None = None
     schema_registry: Settings = Settings()
     dead_letter_topic: str | None = None
+    commit_offsets_to_group: str | None = None
 
     @classmethod
     def create(cls, **options: Any) -> SinkConfig:
@@ -207,6 +211,7 @@ class SinkConfig(StageOptions):
         ):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "dead_letter_topic", self._dead_letter_topic())
+        self._check_offsets_group()
 
     def _dead_letter_topic(self) -> str | None:
         topic = self.dead_letter_topic
@@ -236,6 +241,24 @@ class SinkConfig(StageOptions):
             "message.max.bytes"
         )
         return DEFAULT_MESSAGE_MAX_BYTES if raw is None else int(raw)
+
+    def _check_offsets_group(self) -> None:
+        group = self.commit_offsets_to_group
+        if group is None:
+            return
+        _require_name("commit_offsets_to_group", group, _MAX_TOPIC_LEN)
+        if not self.transactional:
+            msg = (
+                "commit_offsets_to_group needs guarantee='exactly-once': the input offsets "
+                "are committed inside the output's Kafka transaction"
+            )
+            raise KafkaSinkConfigError(msg)
+        if group.startswith(_names.marker_group(self.sink_id, 0)[:-1]):
+            msg = (
+                f"commit_offsets_to_group {group!r} is a marker group of sink {self.sink_id!r}; "
+                "use a group id of its own (no active members)"
+            )
+            raise KafkaSinkConfigError(msg)
 
     @property
     def transactional(self) -> bool:

@@ -11,7 +11,7 @@ import contextlib
 from confluent_kafka import KafkaException, TopicPartition
 
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
-from connectors.kafka._sink import _pool
+from connectors.kafka._sink import _input_offsets, _pool
 from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import fill_spares, init_transactions, new_producer, pool_key
@@ -105,7 +105,17 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         self._clients.committed = marker
         return marker
 
+    @property
+    def _offsets_group(self) -> str | None:
+        """The group this partition commits the epoch's input offsets to, if any."""
+        if self._partition != _input_offsets.OFFSETS_PARTITION:
+            return None
+        return self._cfg.commit_offsets_to_group
+
     def _begin(self) -> None:
+        group = self._cfg.commit_offsets_to_group
+        if group is not None:  # every partition refuses, before anything is written
+            _input_offsets.require_kafka_input(self._plan, self._cfg.sink_id, group)
         try:
             self._live().begin_transaction()
         except KafkaException as exc:
@@ -122,7 +132,21 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             "send_offsets_to_transaction",
             lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
         )
+        self._put_input_offsets()
         self._pending_marker = marker
+
+    def _put_input_offsets(self) -> None:
+        """Partition 0 with ``commit_offsets_to_group``: the epoch's input offsets, in its txn."""
+        group = self._offsets_group
+        if group is None:
+            return
+        offsets = _input_offsets.group_offsets(self._plan)
+        metadata = _input_offsets.group_metadata(group)
+        producer = self._live()
+        call_with_retry(
+            "send_offsets_to_transaction (input offsets)",
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S),
+        )
 
     def _commit(self) -> None:
         """Commit the transaction (retried while retriable; fenced raises)."""
