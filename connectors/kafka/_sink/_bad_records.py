@@ -204,9 +204,7 @@ def _bytes(value: object) -> bytes | None:
 def _cut(
     data: bytes | None, room: int, header: str, headers: list[dict[str, Any]]
 ) -> tuple[bytes | None, int]:
-    """Cut ``data`` to ``room`` bytes (saying its length in ``header``); return it and the
-    room left.
-    """
+    """Cut ``data`` to ``room`` bytes, its length in ``header``; return it and the room left."""
     if data is None:
         return None, room
     if len(data) > room:

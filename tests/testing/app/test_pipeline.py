@@ -157,7 +157,9 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
     assert cfg.order_by == ("in_partition", "in_offset")
     assert cfg.on_bad_record == "fail"
     policy = {"on_bad_record": "dead-letter"}
-    dead = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s4", sink="postgres", **policy, **PG))
+    dead = build_sink(
+        PipelineConfig("h:1", "/in", "/ck", "out", "s4", sink="postgres", **policy, **PG)
+    )
     assert isinstance(dead, PostgresSink) and dead.config.dead_letter_table == "dead_letters"
     kafka_dead = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s5", **policy))
     assert isinstance(kafka_dead, KafkaSink) and kafka_dead.config.dead_letter_topic == "out.dlq"
