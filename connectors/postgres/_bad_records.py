@@ -160,8 +160,24 @@ def _server_message(exc: psycopg.Error) -> str:
     return ": ".join(p for p in parts if p)
 
 
+def _index_name(table: str) -> str:
+    return f"{table[:50]}_epoch_idx"
+
+
 def ensure_dead_letter_table(conn: Conn, schema: str, table: str) -> None:
-    """Create the dead-letter table (and its index by sink and epoch) if absent."""
+    """Create the dead-letter table (and its index by sink and epoch) if absent.
+
+    Nothing runs when the index (created last) exists: ``CREATE INDEX IF NOT EXISTS``
+    would wait for the table's lock, which the prepared transactions of an epoch in doubt
+    hold (their dead letters) until the sink's recovery, after this, ends them.
+    """
+    exists = conn.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, _index_name(table)),
+    ).fetchone()
+    if exists is not None:
+        return
     name = qualified(schema, table)
     run_ddl(
         conn,
@@ -176,7 +192,7 @@ def ensure_dead_letter_table(conn: Conn, schema: str, table: str) -> None:
                 " dead_lettered_at timestamptz NOT NULL DEFAULT now())"
             ).format(name),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, epoch)").format(
-                sql.Identifier(f"{table[:50]}_epoch_idx"), name
+                sql.Identifier(_index_name(table)), name
             ),
         ],
     )

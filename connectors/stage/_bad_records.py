@@ -22,7 +22,9 @@ carries ``+b<count>.<digest>`` after the rows' checksum, the digest summing each
 content hash weighted by its error class, so a replay of a committed partition that
 classifies otherwise is a :class:`txn.NonDeterministicReplayError`, never a silent
 difference. Rows rejected by a server are not part of it (the server decides them while
-the transaction runs; they are committed with it). The row count is the good rows'.
+the transaction runs; they are committed with it). The task's row count is the good rows';
+the marker's is the rows the classifier let through (the server's rejections included), so
+that a replay which only compares recounts it.
 
 Circuit breaker: more bad records than ``max_bad_fraction`` of the partition's rows raise
 :class:`~connectors.stage.BadRecordThresholdError` before anything is pre-committed.
@@ -194,6 +196,7 @@ class ScreeningParticipant(Participant[ArrowPartition]):
         self._classifier = classifier
         self._options = options
         self._context = context
+        self._marked: RowSummary | None = None  # the marker's summary, set by write
 
     def committed_marker(self) -> Marker | None:
         """Return the wrapped participant's marker."""
@@ -208,9 +211,16 @@ class ScreeningParticipant(Participant[ArrowPartition]):
         self._inner.begin(epoch)
 
     def write(self, rows: ArrowPartition) -> RowSummary:
-        """Write the good rows, then dead-letter or skip the bad ones (same transaction)."""
+        """Write the good rows, then dead-letter or skip the bad ones (same transaction).
+
+        Returns the good rows' summary (the task's row count). The marker gets the
+        screened rows' summary instead (:meth:`pre_commit`): rows the server rejected
+        while writing count as rows there, since a replay that only compares
+        (:meth:`summarize`) cannot know them.
+        """
         screened = ScreenedPartition(rows, self._classifier)
         summary = self._inner.write(screened)
+        self._marked = summary
         records = list(screened.bad)
         rejected = getattr(self._inner, "rejected_records", None)
         if rejected is not None:
@@ -241,8 +251,8 @@ class ScreeningParticipant(Participant[ArrowPartition]):
         raise BadRecordThresholdError(msg)
 
     def pre_commit(self, summary: RowSummary) -> None:
-        """Pre-commit the wrapped participant."""
-        self._inner.pre_commit(summary)
+        """Pre-commit the wrapped participant with the summary a replay recomputes."""
+        self._inner.pre_commit(summary if self._marked is None else self._marked)
 
     def commit(self) -> None:
         """Commit the wrapped participant."""

@@ -11,6 +11,7 @@ from connectors.kafka import KafkaSinkConfigError, SinkConfig
 from connectors.kafka._sink._bad_records import (
     RECORD_OVERHEAD_BYTES,
     TRUNCATED_HEADER,
+    TRUNCATED_KEY_HEADER,
     KafkaClassifier,
     dead_letter_batch,
 )
@@ -113,3 +114,22 @@ def test_dead_letter_records_carry_the_original_and_the_context_headers() -> Non
     assert first["eos.dlq.topic"] == b"out"
     second = {h["key"]: h["value"] for h in headers[1]}
     assert second[TRUNCATED_HEADER] == b"5000"
+
+
+def test_a_dead_letter_of_an_oversized_key_is_cut_to_fit_too() -> None:
+    c = cfg(producer_config={"message.max.bytes": 2000})
+    key, value = "k" * 3000, "v" * 3000
+    batch = pa.record_batch(
+        [pa.array([key]), pa.array([value]), pa.array([11], pa.int64())],
+        names=["key", "value", "_eos_hash"],
+    )
+    _, bad = KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)
+    out = dead_letter_batch(
+        bad_batch(batch, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes
+    )
+    [k], [v], [headers] = (out.column(i).to_pylist() for i in range(3))
+    lengths = {h["key"]: h["value"] for h in headers}
+    assert (lengths[TRUNCATED_KEY_HEADER], lengths[TRUNCATED_HEADER]) == (b"3000", b"3000")
+    assert key.encode().startswith(k) and v == b""
+    size = len(k) + sum(len(h["key"]) + len(h["value"]) for h in headers)
+    assert size <= 2000 - RECORD_OVERHEAD_BYTES  # the dead letter itself is not too large

@@ -21,6 +21,7 @@ from connectors.stage import (
     SimpleConnector,
     StageOptions,
     TransactionalSink,
+    bad_batch,
     drop_rows,
     screened,
 )
@@ -186,3 +187,48 @@ def test_an_empty_partition_and_a_partition_of_only_bad_rows() -> None:
 def test_context_pickles() -> None:
     ctx = DeadLetterContext("s", 1, 2, 3)
     assert pickle.loads(pickle.dumps(ctx)) == ctx
+
+
+class Rejecting(Recorder):
+    """Test double of a participant whose server rejects the value ``"reject"`` while writing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rejected: list[pa.RecordBatch] = []
+        self.marked: RowSummary | None = None
+
+    def write(self, rows: ArrowPartition) -> RowSummary:
+        for b in rows.batches():
+            values = b.column(b.schema.get_field_index("value")).to_pylist()
+            bad = [
+                BadRow(i, "Rejected", "the server says no")
+                for i, v in enumerate(values)
+                if v == "reject"
+            ]
+            self.written += [v for v in values if v != "reject"]
+            if bad:
+                self.rejected.append(bad_batch(b, bad))
+        return rows.summary()
+
+    def rejected_records(self) -> list[pa.RecordBatch]:
+        return self.rejected
+
+    def pre_commit(self, summary: RowSummary) -> None:
+        self.marked = summary
+
+
+def test_the_marker_of_a_partition_with_server_rejections_is_what_a_replay_recounts() -> None:
+    values = ["a", None, "reject", "b"]
+    inner = Rejecting()
+    participant = screened(inner, NullValues(), StageOptions(on_bad_record="dead-letter"), CTX)
+    rows = ArrowPartition([batch(values)], batch_id=42)
+    task = participant.write(rows)
+    participant.pre_commit(task)
+    assert inner.written == ["a", "b"] and rows.dead_lettered == 2
+    assert task.rows == 2  # the good rows: the task's (and the epoch's) count
+    # A replay of the committed partition only compares: it cannot see the server's
+    # rejection, so the marker must hold what summarize() recounts (3 rows got through
+    # the classifier), with the same checksum.
+    again = screened(Rejecting(), NullValues(), StageOptions(on_bad_record="dead-letter"), CTX)
+    replay = again.summarize(ArrowPartition([batch(values)], batch_id=42))
+    assert inner.marked == replay == RowSummary(3, task.checksum)

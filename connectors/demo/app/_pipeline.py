@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
 from connectors.demo.app._tables import table_rows
+from connectors.stage import BAD_RECORD_POLICIES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -103,6 +104,8 @@ class PipelineConfig:
     ``postgres_create_table`` / ``postgres_evolve_schema`` its ``create_table`` /
     ``evolve_schema``; ``postgres_gained_columns``: Spark SQL expressions the table rows
     gain from batch ``postgres_gain_from_batch`` on, a stream that gains columns).
+    ``on_bad_record``: the policy of every sink of the query (``"fail"``, ``"dead-letter"``
+    into its default dead-letter topic or table, or ``"skip"``; docs/bad-records.md).
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
     the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``client_config``:
     the librdkafka settings every Kafka client of the query shares (the sink's option of
@@ -111,7 +114,7 @@ class PipelineConfig:
     environment (``EOS_KAFKA_*``). Validated at construction, without network I/O.
 
     Raises:
-        PipelineConfigError: unknown ``source``, ``sink``, write mode or protocol,
+        PipelineConfigError: unknown ``source``, ``sink``, write mode, protocol or policy,
             ``source="kafka"`` without ``input_topic``, a PostgreSQL sink without DSN or
             table, or a ``max_offsets_per_trigger`` that is not positive.
 
@@ -145,6 +148,7 @@ class PipelineConfig:
     postgres_evolve_schema: bool = False
     postgres_gained_columns: tuple[str, ...] = ()
     postgres_gain_from_batch: int = 0
+    on_bad_record: str = "fail"
     client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     resume_from_output: bool = False
     changed_query: bool = False
@@ -155,6 +159,7 @@ class PipelineConfig:
         _one_of("sink", self.sink, SINKS)
         _one_of("postgres_write_mode", self.postgres_write_mode, POSTGRES_WRITE_MODES)
         _one_of("postgres_protocol", self.postgres_protocol, POSTGRES_PROTOCOLS)
+        _one_of("on_bad_record", self.on_bad_record, BAD_RECORD_POLICIES)
         if self.writes_postgres and not (self.postgres_dsn and self.postgres_table):
             msg = f"sink={self.sink!r} needs postgres_dsn and postgres_table: where to write"
             raise PipelineConfigError(msg)
@@ -295,6 +300,7 @@ def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> KafkaSink:
         producer_config=dict(cfg.producer_config) or None,
         client_config=dict(cfg.client_config) or None,
         order_by=ORDER_COLUMNS,
+        on_bad_record=cfg.on_bad_record,
         **options,
     )
 
@@ -317,6 +323,7 @@ def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Postgre
         evolve_schema=cfg.postgres_evolve_schema,
         parallelism=cfg.parallelism,
         order_by=ORDER_COLUMNS,
+        on_bad_record=cfg.on_bad_record,
         **options,
     )
 

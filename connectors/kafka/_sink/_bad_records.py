@@ -17,8 +17,9 @@ verdicts enter the partition's checksum, see ``connectors.stage._bad_records``):
 
 :func:`produce_dead_letters` writes the bad records to the dead-letter topic through the
 write task's own producer, so inside its transaction: the original key and value (a
-formatted column that failed its schema as the JSON of the row's value; an oversized value
-cut to fit, with ``eos.dlq.value.length`` saying its length) and the original headers
+formatted column that failed its schema as the JSON of the row's value; an oversized key
+or value cut to fit, with ``eos.dlq.key.length`` / ``eos.dlq.value.length`` saying its
+length) and the original headers
 (where a pipeline puts a record's source coordinates: the sink ships only Kafka's
 columns), plus the ``eos.dlq.*`` headers of :data:`HEADERS`. docs/bad-records.md.
 """
@@ -67,6 +68,10 @@ HEADERS = (
     "eos.dlq.topic",
 )
 TRUNCATED_HEADER = "eos.dlq.value.length"
+# Header of a dead letter whose key was cut to fit (the key's length in bytes).
+TRUNCATED_KEY_HEADER = "eos.dlq.key.length"
+# Bytes kept free in a dead letter for the length headers a cut adds.
+TRUNCATION_SLACK_BYTES = 128
 DEAD_LETTER_LAYOUT = RecordLayout(key=True, headers=True)
 
 
@@ -196,6 +201,18 @@ def _bytes(value: object) -> bytes | None:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
+def _cut(
+    data: bytes | None, room: int, header: str, headers: list[dict[str, Any]]
+) -> tuple[bytes | None, int]:
+    """Cut ``data`` to ``room`` bytes, its length in ``header``; return it and the room left."""
+    if data is None:
+        return None, room
+    if len(data) > room:
+        headers.append({"key": header, "value": str(len(data)).encode()})
+        data = data[: max(0, room)]
+    return data, room - len(data)
+
+
 def dead_letter_batch(
     records: pa.RecordBatch, context: DeadLetterContext, topic: str | None, max_bytes: int
 ) -> pa.RecordBatch:
@@ -221,12 +238,10 @@ def dead_letter_batch(
             if v is not None
         ]
         headers = list((cols.get("headers") or [None] * n)[i] or ()) + headers
-        room = max_bytes - RECORD_OVERHEAD_BYTES - len(keys[i] or b"") - 64
+        room = max_bytes - RECORD_OVERHEAD_BYTES - TRUNCATION_SLACK_BYTES
         room -= sum(len(h["key"]) + len(h["value"] or b"") for h in headers)
-        value = values[i]
-        if value is not None and len(value) > room:
-            headers.append({"key": TRUNCATED_HEADER, "value": str(len(value)).encode()})
-            values[i] = value[: max(0, room)]
+        keys[i], room = _cut(keys[i], room, TRUNCATED_KEY_HEADER, headers)
+        values[i], _ = _cut(values[i], room, TRUNCATED_HEADER, headers)
         all_headers.append(headers)
     header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     return pa.RecordBatch.from_arrays(

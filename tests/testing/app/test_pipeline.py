@@ -124,6 +124,8 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
         PipelineConfig(
             "h:1", "/in", "/ck", "out", "sink", sink="postgres", postgres_protocol="3pc", **PG
         )
+    with pytest.raises(PipelineConfigError, match="on_bad_record must be one of"):
+        PipelineConfig("h:1", "/in", "/ck", "out", "sink", on_bad_record="ignore")
 
 
 def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
@@ -153,6 +155,14 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
     assert (cfg.sink_id, cfg.table, cfg.key_columns, cfg.parallelism) == ("s2", "t", ("key",), 3)
     assert (cfg.write_mode.value, cfg.commit_protocol.value) == ("upsert", "idempotency-table")
     assert cfg.order_by == ("in_partition", "in_offset")
+    assert cfg.on_bad_record == "fail"
+    policy = {"on_bad_record": "dead-letter"}
+    dead = build_sink(
+        PipelineConfig("h:1", "/in", "/ck", "out", "s4", sink="postgres", **policy, **PG)
+    )
+    assert isinstance(dead, PostgresSink) and dead.config.dead_letter_table == "dead_letters"
+    kafka_dead = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s5", **policy))
+    assert isinstance(kafka_dead, KafkaSink) and kafka_dead.config.dead_letter_topic == "out.dlq"
     both = build_sink(
         PipelineConfig(
             "h:1", "/in", "/ck", "out", "s3", sink="kafka+postgres", mode="unaligned", **PG
