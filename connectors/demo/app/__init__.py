@@ -10,7 +10,7 @@ writes, and running it as a separate Spark application
 from typing import TYPE_CHECKING
 
 from connectors.demo.app._chunks import SCHEMA, SPARK_SCHEMA_DDL, chunk_input, write_chunks
-from connectors.demo.app._pipeline import (
+from connectors.demo.app._config import (
     ORDER_COLUMNS,
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
@@ -24,12 +24,9 @@ from connectors.demo.app._pipeline import (
     EpochLine,
     PipelineConfig,
     PipelineConfigError,
-    build_sink,
-    input_stream,
-    make_spark,
     member_ids,
-    run_query,
 )
+from connectors.demo.app._pipeline import build_sink, input_stream, make_spark, run_query
 from connectors.demo.app._runner import AppProcess
 from connectors.demo.app._tables import (
     CHANGELOG_OP_SQL,

@@ -17,7 +17,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.demo.app._pipeline import EpochLine, PipelineConfig, make_spark, run_query
+from connectors.demo.app._config import EpochLine, PipelineConfig
+from connectors.demo.app._pipeline import make_spark, run_query
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from connectors.demo.app._pipeline import EpochLine, PipelineConfig
+from connectors.demo.app._config import EpochLine, PipelineConfig
 from connectors.ops._properties import environment_variables
 from connectors.testing.faults import KILL_APP_ENV
 
