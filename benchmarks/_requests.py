@@ -83,8 +83,14 @@ def client_role(conf: Mapping[str, Any], kind: str) -> tuple[str, str]:
 
 
 def with_protocol_log(conf: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """Return ``conf`` plus ``debug=protocol`` and a role-naming ``client.id``."""
+    """Return ``conf`` plus ``debug=protocol`` and a role-naming ``client.id``.
+
+    A ``logger`` is removed: the kit's clients route librdkafka's lines to a Python logger
+    (``connectors.kafka._clients``), which sees them only when the client is polled and
+    rate-limits repeated lines; the count needs every line on stderr, synchronously.
+    """
     out = dict(conf)
+    out.pop("logger", None)
     role, ident = client_role(conf, kind)
     out["client.id"] = _SAFE.sub("_", ".".join(p for p in (role, ident, str(os.getpid())) if p))
     debug = str(out.get("debug", ""))
