@@ -40,6 +40,7 @@ from typing import Any
 import confluent_kafka
 
 ENV_FLAG = "EOS_BENCH_RDKAFKA_PROTOCOL_LOG"
+DEBUG_ENV = "EOS_BENCH_RDKAFKA_DEBUG"  # e.g. "eos,broker": extra debug contexts, same log
 SITE_DIR = Path(__file__).resolve().parent / "_worker_site"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DRIVER_ROLES = ("log-producer", "log-reader")
@@ -94,7 +95,8 @@ def with_protocol_log(conf: Mapping[str, Any], kind: str) -> dict[str, Any]:
     role, ident = client_role(conf, kind)
     out["client.id"] = _SAFE.sub("_", ".".join(p for p in (role, ident, str(os.getpid())) if p))
     debug = str(out.get("debug", ""))
-    out["debug"] = ",".join(d for d in (debug, "protocol") if d)
+    extra = os.environ.get(DEBUG_ENV, "")  # more librdkafka debug contexts (diagnostics)
+    out["debug"] = ",".join(d for d in (debug, "protocol", extra) if d)
     if int(out.get("log_level", 7)) < 7:
         out["log_level"] = 7
     return out

@@ -142,13 +142,18 @@ def wait_for_spares(n: int) -> None:
         time.sleep(0.01)
 
 
-def test_spares_are_filled_in_the_background_for_keys_without_clients():
+def test_spares_are_filled_in_the_background_also_for_keys_with_pooled_clients():
+    # A pooled producer goes stale when another worker initializes its id: the next task
+    # of that id here needs a spare too.
     _pool.POOL.give_back(("pooled",), entry())
     _pool.POOL.fill_spares({("pooled",): spare, ("a",): spare, ("b",): spare})
-    wait_for_spares(2)
-    assert _pool.POOL.spares() == 2  # the key with a pooled entry gets none
+    wait_for_spares(3)
+    assert _pool.POOL.spares() == 3
+    assert _pool.POOL.size() == 1  # the pooled entry is kept beside its spare
     taken = _pool.POOL.take_spare(("a",))
     assert taken is not None and _pool.POOL.take_spare(("a",)) is None  # a spare is used once
+    _pool.POOL.fill_spares({("b",): spare})  # a key that has its spare gets no second one
+    assert _pool.POOL.spares() == 2
 
 
 def test_spares_are_bounded_and_a_failing_factory_is_skipped():

@@ -26,7 +26,10 @@ initialized. Creating a client fences nothing (only ``init_transactions`` does),
 is just a new producer created earlier; a task whose pooled producer cannot serve takes
 the spare and runs ``init_transactions`` on it with warm connections (a few ms instead of
 tens to hundreds: librdkafka's coordinator-query timer, docs/perf-notes.md). Spares are
-filled in the background after a task (:meth:`ClientPool.fill_spares`), at most ``MAX_SPARES`` per process.
+filled in the background after a task (:meth:`ClientPool.fill_spares`), at most ``MAX_SPARES`` per process,
+also for ids this worker has pooled clients of: when Spark hands the partition to the other
+worker, that worker's ``init_transactions`` fences the pooled producer here, and the next
+task of the id in this worker needs the spare (measured: 4-15 ms instead of 500 ms).
 """
 
 from __future__ import annotations
@@ -175,16 +178,13 @@ class ClientPool:
     def fill_spares(self, wanted: dict[Key, Callable[[], Spare]]) -> None:
         """Create, in a background thread, the spares of ``wanted`` this process lacks.
 
-        ``wanted`` maps a pool key to a factory of its spare. Keys with a pooled entry or a
-        spare already are skipped; at most ``max_spares`` spares are kept.
+        ``wanted`` maps a pool key to a factory of its spare. Keys with a spare already are
+        skipped (a pooled entry does not count: another worker may fence its producer); at
+        most ``max_spares`` spares are kept.
         """
         with self._lock:
             self._check_pid()
-            missing = [
-                k
-                for k in wanted
-                if k not in self._entries and k not in self._spares and k not in self._filling
-            ]
+            missing = [k for k in wanted if k not in self._spares and k not in self._filling]
             room = self._max_spares - len(self._spares) - len(self._filling)
             missing = missing[: max(0, room)]
             self._filling.update(missing)
