@@ -2,8 +2,9 @@
 
 Run ``python -m benchmarks.summary`` after the benchmarks (``--check`` only reports whether
 the docs are up to date). It reads the last run's results under ``benchmarks/results/``
-(``bench_sink.json``, ``bench_job.json``, ``bench_postgres.json``: each holds the target
-lines the benchmark printed, ``benchmarks._targets``, and the command that ran it) and
+(``bench_sink.json``, ``bench_job.json``, ``bench_source.json``, ``bench_postgres.json``:
+each holds the target lines the benchmark printed, ``benchmarks._targets``, and the command
+that ran it; a file without ``"targets"`` is skipped) and
 replaces the text between the markers ``<!-- targets:start -->`` / ``<!-- targets:end -->``
 in docs/perf-notes.md (one row per target: the target, MET / NOT MET, the measured value,
 the command) and ``<!-- bench-summary:start -->`` / ``<!-- bench-summary:end -->`` in
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PERF_NOTES = ROOT / "docs" / "perf-notes.md"
 README = ROOT / "README.md"
-SOURCES = ("bench_sink", "bench_job", "bench_postgres")
+SOURCES = ("bench_sink", "bench_job", "bench_source", "bench_postgres")
 TARGETS_MARK = "targets"
 SUMMARY_MARK = "bench-summary"
 
@@ -35,7 +36,9 @@ def load(names: Sequence[str] = SOURCES, results: Path = RESULTS) -> dict[str, d
     for name in names:
         path = results / f"{name}.json"
         if path.is_file():
-            out[name] = json.loads(path.read_text())
+            doc = json.loads(path.read_text())
+            if isinstance(doc, dict) and doc.get("targets"):
+                out[name] = doc
     return out
 
 
@@ -66,15 +69,11 @@ def targets_table(docs: dict[str, dict[str, Any]]) -> str:
 
 
 def _summary_line(name: str, doc: dict[str, Any]) -> str:
-    targets = doc.get("targets", [])
+    targets = doc["targets"]
     met = sum(1 for t in targets if t["met"])
     shown = "; ".join(f"{t['name']}: {t['shown']}" for t in targets)
     command = doc.get("command", f"python -m benchmarks.{name}")
-    return (
-        f"- `{command}` (load {_load(doc)}): {met} of {len(targets)} targets met. {shown}."
-        if targets
-        else f"- `{command}` (load {_load(doc)}): no target lines."
-    )
+    return f"- `{command}` (load {_load(doc)}): {met} of {len(targets)} targets met. {shown}."
 
 
 def readme_summary(docs: dict[str, dict[str, Any]]) -> str:
