@@ -70,7 +70,7 @@ def _task_of(r: _requests.Request) -> str | None:
     """The write partition a write task's client belongs to (from its client.id), or None."""
     if r.role not in ("task-producer", "marker-consumer"):
         return None
-    ident = r.client.split(".", 1)[1].rsplit(".", 1)[0] if "." in r.client else ""
+    ident = r.client.split("#", 1)[0].split(".", 1)[-1].rsplit(".", 1)[0]
     sep = "-" if r.role == "task-producer" else "."
     return ident.rsplit(sep, 1)[-1] or None
 
@@ -80,17 +80,18 @@ def round_trips(requests: Iterable[_requests.Request]) -> int:
 
     The driver's epoch-log requests run one after another; the write tasks run in
     parallel, each sending its requests one after another except Produce, which is
-    pipelined (counted once per task).
+    pipelined (counted once per task). A task's requests are those of the client
+    instances that did its work: the producer that ended its transaction and the
+    consumer that read its marker (spares created in the background are left out).
     """
-    driver = 0
+    reqs = list(requests)
+    workers = {r.client for r in reqs if r.api in ("EndTxn", "OffsetFetch") and _task_of(r)}
+    driver = sum(1 for r in reqs if r.role in _requests.DRIVER_ROLES)
     per_task: dict[str, int] = {}
     produced: set[str] = set()
-    for r in requests:
-        if r.role in _requests.DRIVER_ROLES:
-            driver += 1
-            continue
+    for r in reqs:
         task = _task_of(r)
-        if task is None:
+        if task is None or r.client not in workers:
             continue
         if r.api == "Produce":
             produced.add(task)
