@@ -134,14 +134,15 @@ def _drop_rows(rows: Iterator[Any]) -> None:
         pass
 
 
-def _drop_batches(batches: Iterator[Any]) -> Iterator[Any]:
+def drop_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function that reads every batch and returns none."""
     for _ in batches:
         pass
     yield from ()
 
 
 def _arrow_drop(df: Any, _batch_id: int) -> None:
-    df.mapInArrow(_drop_batches, df.schema).write.format("noop").mode("overwrite").save()
+    df.mapInArrow(drop_batches, df.schema).write.format("noop").mode("overwrite").save()
 
 
 def _noop(df: Any, _batch_id: int) -> None:
