@@ -14,6 +14,7 @@ from rich.console import Console
 BENCHMARKS = (
     "bench_minikafka",
     "bench_sink",
+    "bench_job",
     "bench_writer",
     "bench_clients",
     "bench_source",

@@ -17,7 +17,11 @@ Variants:
   producer batching settings;
 * ``noop``: Spark's ``noop`` writer, the ceiling of the job without Kafka;
 * ``rows-drop``: ``foreachPartition`` that only iterates the ``Row`` objects (the cost
-  of shipping rows to Python, without Kafka).
+  of shipping rows to Python, without Kafka);
+* ``arrow-drop``: ``df.mapInArrow(drop, df.schema)`` into the ``noop`` writer, ``drop``
+  reading every Arrow batch in the Python worker and returning none: the same
+  ``mapInArrow`` path the sink's write stage uses, so what any Python sink on Spark pays
+  before it talks to Kafka (the ceiling of the issue-23 targets).
 """
 
 from __future__ import annotations
@@ -45,7 +49,15 @@ from connectors.stage import DEFAULT_VOTE_CHANNEL
 # The partition functions below travel to the Spark workers by value, like user code.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink", "baseline", "noop", "rows-drop")
+VARIANTS = (
+    "eos-aligned",
+    "eos-unaligned",
+    "alo-sink",
+    "baseline",
+    "noop",
+    "rows-drop",
+    "arrow-drop",
+)
 SINK_VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink")
 KAFKA_VARIANTS = (*SINK_VARIANTS, "baseline")
 INPUT_PARTITIONS = 4
@@ -122,6 +134,17 @@ def _drop_rows(rows: Iterator[Any]) -> None:
         pass
 
 
+def drop_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function that reads every batch and returns none."""
+    for _ in batches:
+        pass
+    yield from ()
+
+
+def _arrow_drop(df: Any, _batch_id: int) -> None:
+    df.mapInArrow(drop_batches, df.schema).write.format("noop").mode("overwrite").save()
+
+
 def _noop(df: Any, _batch_id: int) -> None:
     df.write.format("noop").mode("overwrite").save()
 
@@ -156,6 +179,8 @@ class Writers:
                 self._write[variant] = _noop
             elif variant == "rows-drop":
                 self._write[variant] = _rows_drop
+            elif variant == "arrow-drop":
+                self._write[variant] = _arrow_drop
             else:
                 msg = f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}"
                 raise ValueError(msg)

@@ -151,15 +151,16 @@ def _record_kind(_self: Any, record: Any, *_a: Any, **_k: Any) -> str:
 def install_driver_probes(directory: str | Path) -> EventLog:
     """Time the driver-side steps of every KafkaSink epoch of this process."""
     from connectors.kafka._sink import _epoch_log, _sink
-    from connectors.stage import _jobs, _votes
+    from connectors.stage import _execute, _jobs, _votes
     from connectors.stage import _sink as _stage_sink
 
     log = EventLog(directory, "driver")
     install_py4j_meter()
     _wrap(_sink.KafkaSink, "write", log, "sink write")
     _wrap(_stage_sink, "check_slots", log, "slot check")
+    _wrap(_execute, "check_slots", log, "slot check")
     _wrap(_sink.KafkaConnector, "check_input", log, "input check")
-    _wrap(_stage_sink, "route", log, "prepare (routing plan)")
+    _wrap(_execute, "route", log, "prepare (routing plan)")
     _wrap(_jobs, "run_write_stage", log, "write stage job")
     _wrap(_sink.KafkaSink, "_vote_server", log, "vote server check")
     _wrap(_epoch_log.KafkaEpochLog, "append", log, _record_kind)
@@ -231,7 +232,7 @@ def install_task_probes(directory: str | Path) -> EventLog:
     _wrap(_writer.RecordWriter, "_serve", log, "serve (poll or flush)")
     _wrap(_rows.ArrowPartition, "_account", log, "checksum")
     _wrap(_task, "gather_votes", log, "vote round")
-    original = _run.write_task
+    original = _task.write_task
 
     @functools.wraps(original)
     def write_task(spec: Any, batches: Iterator[Any]) -> Iterator[Any]:
@@ -265,7 +266,10 @@ def install_task_probes(directory: str | Path) -> EventLog:
                 profiler.disable()
             _context.clear()
 
-    _run.write_task = write_task  # what run_write_stage hands to mapInArrow
+    # mapInArrow's function is pickled by reference to ``_task.write_task``: the worker
+    # resolves that name, so the wrapper must replace it there (and in ``_run``).
+    _task.write_task = write_task
+    _run.write_task = write_task
     return log
 
 

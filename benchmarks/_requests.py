@@ -40,6 +40,7 @@ from typing import Any
 import confluent_kafka
 
 ENV_FLAG = "EOS_BENCH_RDKAFKA_PROTOCOL_LOG"
+DEBUG_ENV = "EOS_BENCH_RDKAFKA_DEBUG"  # e.g. "eos,broker": extra debug contexts, same log
 SITE_DIR = Path(__file__).resolve().parent / "_worker_site"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DRIVER_ROLES = ("log-producer", "log-reader")
@@ -83,12 +84,19 @@ def client_role(conf: Mapping[str, Any], kind: str) -> tuple[str, str]:
 
 
 def with_protocol_log(conf: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """Return ``conf`` plus ``debug=protocol`` and a role-naming ``client.id``."""
+    """Return ``conf`` plus ``debug=protocol`` and a role-naming ``client.id``.
+
+    A ``logger`` is removed: the kit's clients route librdkafka's lines to a Python logger
+    (``connectors.kafka._clients``), which sees them only when the client is polled and
+    rate-limits repeated lines; the count needs every line on stderr, synchronously.
+    """
     out = dict(conf)
+    out.pop("logger", None)
     role, ident = client_role(conf, kind)
     out["client.id"] = _SAFE.sub("_", ".".join(p for p in (role, ident, str(os.getpid())) if p))
     debug = str(out.get("debug", ""))
-    out["debug"] = ",".join(d for d in (debug, "protocol") if d)
+    extra = os.environ.get(DEBUG_ENV, "")  # more librdkafka debug contexts (diagnostics)
+    out["debug"] = ",".join(d for d in (debug, "protocol", extra) if d)
     if int(out.get("log_level", 7)) < 7:
         out["log_level"] = 7
     return out

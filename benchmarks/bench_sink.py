@@ -10,12 +10,14 @@ turn, in an order that rotates with the batch id:
 
 ``eos-aligned``, ``eos-unaligned`` (KafkaSink exactly-once), ``alo-sink`` (KafkaSink
 at-least-once), ``baseline`` (hand-written ``foreachPartition`` + idempotent producer over
-Rows), ``noop`` (Spark's noop writer: the job without Kafka) and ``rows-drop`` (Rows shipped
-to Python and dropped).
+Rows), ``noop`` (Spark's noop writer: the job without Kafka), ``rows-drop`` (Rows shipped
+to Python and dropped) and ``arrow-drop`` (``mapInArrow`` batches shipped to Python and
+dropped: the ceiling of any Python sink on Spark, the path the sink's write stage uses).
 
 Interleaving epoch by epoch makes load changes on the shared machine hit every variant
 alike, so the report is about ratios: for each variant the median over epochs of the paired
-per-epoch ratio to the baseline, to the sink's at-least-once and to ``noop``, and for the
+per-epoch ratio to the baseline, to the sink's at-least-once, to ``noop`` and to
+``arrow-drop``, and for the
 exactly-once modes the median added milliseconds per epoch over the sink's at-least-once
 (same batch). Next to wall time, the CPU seconds the job's processes used per epoch
 (driver, Spark JVM, Python workers; the minikafka broker apart, ``benchmarks._cpu``):
@@ -29,6 +31,12 @@ it off); the report gives the mean requests per epoch of each variant by API, sp
 the driver's (epoch log) and the write tasks'. The run's stderr (Spark's and librdkafka's)
 goes to ``benchmarks/results/bench_sink.stderr.log``.
 
+Targets (issue 23; ``benchmarks._targets``): one line each, MET / NOT MET with the number:
+exactly-once aligned and unaligned >= 0.8x ``arrow-drop`` at 200k-row epochs and >= 0.95x
+the sink's at-least-once at every size; no ApiVersion, Metadata, FindCoordinator or
+InitProducerId request from the write tasks of a measured epoch; the sequential round
+trips of a measured exactly-once epoch (driver, then the slowest task) below 12.
+
 Results: tables on the console, ``benchmarks/results/bench_sink.json`` and ``.png``. Numbers
 are measurements on a shared machine; the load average is printed with them.
 """
@@ -40,6 +48,7 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -62,15 +71,25 @@ from benchmarks._job import (
 )
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._table import print_table
+from benchmarks._targets import (
+    MAX_ROUND_TRIPS,
+    MIN_X_ALO,
+    MIN_X_ARROW_DROP,
+    Target,
+    as_dicts,
+    at_least,
+    at_most,
+    median_or_none,
+    print_targets,
+    round_trips,
+    setup_requests,
+)
 from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_ROWS = (10_000, 200_000)
 QUICK_ROWS = (10_000, 50_000)
-# Targets of issue 13 (benchmarks, not timed tests).
-TARGET_X_BASELINE = 1.5  # eos-aligned vs the hand-written sink at 200k-row epochs
-TARGET_X_ALO = 0.95  # exactly-once vs the sink's at-least-once, 10k and 200k
-TARGET_ADDED_MS = 50.0  # median added ms of an exactly-once epoch at 10k-row epochs
+COMMAND = "python -m benchmarks.bench_sink"
 EOS = ("eos-aligned", "eos-unaligned")
 DRIVER = "driver"
 TASKS = "tasks"
@@ -94,6 +113,9 @@ class Summary:
     broker_cpu_ms: float | None = None  # median CPU ms per epoch of the minikafka broker
     x_baseline_cpu: float | None = None  # paired ratio of CPU ms (baseline / this)
     x_alo_cpu: float | None = None
+    x_arrow: float | None = None  # paired ratio to arrow-drop
+    setup_requests: float | None = None  # write tasks' set-up requests per epoch (mean)
+    round_trips: float | None = None  # exactly-once: median sequential round trips
 
 
 def default_epochs(rows: int) -> int:
@@ -143,6 +165,15 @@ def summarize(
                     _median_ms(t.broker_cpu_s for t in mine),
                     paired(sized, variant, "baseline", "ratio", "cpu_s"),
                     paired(sized, variant, "alo-sink", "ratio", "cpu_s"),
+                    paired(sized, variant, "arrow-drop", "ratio"),
+                    (
+                        sum(setup_requests(reqs) for reqs in per_epoch) / len(per_epoch)
+                        if per_epoch
+                        else None
+                    ),
+                    median_or_none(round_trips(reqs) for reqs in per_epoch)
+                    if per_epoch and variant in EOS
+                    else None,
                 )
             )
     return out
@@ -170,6 +201,7 @@ def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
             "x baseline",
             "x alo-sink",
             "x noop",
+            "x arrow-drop",
             "added ms vs alo",
             "CPU ms",
             "broker CPU ms",
@@ -186,6 +218,7 @@ def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
                 _fmt(s.x_baseline),
                 _fmt(s.x_alo),
                 _fmt(s.x_noop),
+                _fmt(s.x_arrow),
                 _fmt(s.added_ms, 0),
                 _fmt(s.cpu_ms, 0),
                 _fmt(s.broker_cpu_ms, 0),
@@ -227,7 +260,7 @@ def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
 
 
 def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
-    """Two panels: throughput relative to the hand-written sink; added ms per EOS epoch."""
+    """Two panels: throughput relative to arrow-drop, and to the sink's at-least-once."""
     sizes = sorted({s.rows for s in summaries})
     groups = [f"{n // 1000}k rows" for n in sizes]
 
@@ -235,46 +268,72 @@ def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
         found = {s.rows: getattr(s, field) for s in summaries if s.variant == variant}
         return [float("nan") if found.get(n) is None else float(found[n]) for n in sizes]
 
-    ratio = {
-        v: values(v, "x_baseline")
-        for v in VARIANTS
-        if v != "baseline" and any(s.variant == v for s in summaries)
-    }
-    added = {v: values(v, "added_ms") for v in EOS if any(s.variant == v for s in summaries)}
-    panels: list[tuple[str, Sequence[str], dict[str, Sequence[float]], float | None]] = [
-        ("throughput / hand-written sink (median paired ratio)", groups, ratio, TARGET_X_BASELINE)
-    ]
-    if added:
+    present = [v for v in VARIANTS if any(s.variant == v for s in summaries)]
+    panels: list[tuple[str, Sequence[str], dict[str, Sequence[float]], float | None]] = []
+    if "arrow-drop" in present:
+        ratio = {v: values(v, "x_arrow") for v in present if v != "arrow-drop"}
         panels.append(
-            ("added ms per epoch vs the sink's at-least-once", groups, added, TARGET_ADDED_MS)
+            ("throughput / arrow-drop (median paired ratio)", groups, ratio, MIN_X_ARROW_DROP)
         )
-    return grouped_bar_plot(path, f"KafkaSink vs hand-written at-least-once ({subtitle})", panels)
+    if "alo-sink" in present:
+        alo = {v: values(v, "x_alo") for v in present if v in EOS}
+        if alo:
+            panels.append(("throughput / the sink's at-least-once", groups, alo, MIN_X_ALO))
+    if not panels:
+        ratio = {v: values(v, "x_baseline") for v in present if v != "baseline"}
+        panels.append(("throughput / hand-written sink (median paired ratio)", groups, ratio, None))
+    return grouped_bar_plot(path, f"KafkaSink against its ceilings ({subtitle})", panels)
 
 
-def targets(summaries: Sequence[Summary], console: Console) -> None:
-    """Print each issue-13 target with met / MISSED."""
-
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "MISSED"
-
+def targets(summaries: Sequence[Summary]) -> list[Target]:
+    """Issue 23's targets measured by this run (see the module docstring)."""
+    out: list[Target] = []
+    bench = "bench_sink"
     for s in summaries:
-        if s.variant == "eos-aligned" and s.rows >= 200_000 and s.x_baseline is not None:
-            console.print(
-                f"eos-aligned x{s.x_baseline:.2f} of the hand-written sink at "
-                f"{s.rows:,} rows (target >= {TARGET_X_BASELINE}: "
-                f"{verdict(s.x_baseline >= TARGET_X_BASELINE)})"
+        if s.variant not in EOS:
+            continue
+        size = f"{s.rows // 1000}k-row epochs"
+        if s.rows >= 200_000 and s.x_arrow is not None:
+            out.append(
+                at_least(
+                    bench,
+                    f"{s.variant} >= {MIN_X_ARROW_DROP}x arrow-drop at {size}",
+                    s.x_arrow,
+                    MIN_X_ARROW_DROP,
+                    "x{:.2f}",
+                )
             )
-        if s.variant in EOS and s.x_alo is not None:
-            console.print(
-                f"{s.variant} x{s.x_alo:.2f} of the sink's at-least-once at {s.rows:,} "
-                f"rows (target >= {TARGET_X_ALO}: {verdict(s.x_alo >= TARGET_X_ALO)})"
+        if s.x_alo is not None:
+            out.append(
+                at_least(
+                    bench,
+                    f"{s.variant} >= {MIN_X_ALO}x the sink's at-least-once at {size}",
+                    s.x_alo,
+                    MIN_X_ALO,
+                    "x{:.2f}",
+                )
             )
-        if s.variant in EOS and s.rows <= 10_000 and s.added_ms is not None:
-            console.print(
-                f"{s.variant} adds {s.added_ms:.0f} ms per {s.rows:,}-row epoch "
-                f"(target <= {TARGET_ADDED_MS:.0f} ms: "
-                f"{verdict(s.added_ms <= TARGET_ADDED_MS)})"
+        if s.setup_requests is not None:
+            out.append(
+                at_most(
+                    bench,
+                    f"{s.variant}: no client set-up requests from write tasks at {size}",
+                    s.setup_requests,
+                    0.0,
+                    "{:.2f} per epoch",
+                )
             )
+        if s.round_trips is not None:
+            out.append(
+                at_most(
+                    bench,
+                    f"{s.variant}: round trips on the epoch's critical path < 12 at {size}",
+                    s.round_trips,
+                    MAX_ROUND_TRIPS,
+                    "{:.0f}",
+                )
+            )
+    return out
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -414,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     load = f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
     subtitle = f"local[2], {WRITE_TASKS} write tasks, {load}"
     report(summaries, console, f"Same streaming job, variants interleaved per epoch ({subtitle})")
-    targets(summaries, console)
+    measured = targets(summaries)
+    print_targets(measured, console)
     problems = _check_written(written, times, args.warmup)
     for p in problems:
         console.print(f"[red]{p}")
@@ -425,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
                     k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, bool))
                 },
                 "load_average": {"before": load_before, "after": load_after},
+                "command": " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])]),
                 "summaries": [asdict(s) for s in summaries],
+                "targets": as_dicts(measured),
                 "epochs": [asdict(t) for t in times],
                 "records_written": written,
                 "kafka_variants": [v for v in args.variant_list if v in KAFKA_VARIANTS],

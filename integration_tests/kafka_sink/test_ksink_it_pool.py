@@ -18,6 +18,7 @@ from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
 from integration_tests.kafka_sink._support import (
@@ -238,13 +239,67 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     first = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
     run_partition(first, two, 0, epoch_rows(0))
     deadline = time.monotonic() + 30
-    while _pool.POOL.spares() < 1 and time.monotonic() < deadline:
+    while _pool.POOL.spares() < 2 and time.monotonic() < deadline:  # one per partition
         time.sleep(0.05)
-    assert _pool.POOL.take(pool_key(cfg, 1)) is None and _pool.POOL.spares() >= 1
+    assert _pool.POOL.take(pool_key(cfg, 1)) is None and _pool.POOL.spares() == 2
     second = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
     report = run_partition(second, two, 1, epoch_rows(1))
     assert report.outcome is PartitionOutcome.COMMITTED
     assert second.opened[0].why_new.endswith("a spare producer, created earlier")
+
+
+@dataclass(frozen=True)
+class WorkerResource(KafkaResource):
+    """KafkaResource whose participants use ``pool``: one Python worker's clients."""
+
+    pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
+    opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
+
+    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
+        participant = TransactionalKafkaParticipant(
+            self.cfg, self.layout, plan, partition, task=self.task, pool=self.pool
+        )
+        self.opened.append(participant)
+        return participant
+
+
+def test_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(sink):
+    # Spark moved partition 0 to worker B for one epoch: B's new producer fenced the one
+    # worker A pooled. Back in A, the stale producer is not reused (its marker is behind)
+    # and A initializes the spare it keeps for that id, not a new producer (whose
+    # init_transactions can wait for librdkafka's 500 ms coordinator-query timer).
+    cfg = sink.config
+    worker_a, worker_b = _pool.ClientPool(), _pool.ClientPool()
+    try:
+
+        def on(worker: _pool.ClientPool, epoch: int) -> KafkaParticipant:
+            resource = WorkerResource(cfg, RecordLayout(), pool=worker)
+            resource = resource.for_task(TaskInfo(0, 0, ReuseTicket("g")))
+            plan = EpochPlan(
+                cfg.sink_id,
+                epoch,
+                1,
+                resource.fingerprint(),
+                Guarantee.EXACTLY_ONCE,
+                CommitMode.UNALIGNED,
+            )
+            report = run_partition(resource, plan, 0, epoch_rows(epoch))
+            assert report.outcome is PartitionOutcome.COMMITTED
+            return resource.opened[0]
+
+        on(worker_a, 0)
+        deadline = time.monotonic() + 30
+        while worker_a.spares() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker_a.size() == 1 and worker_a.spares() == 1  # pooled clients and a spare
+        assert not on(worker_b, 1).reused  # fences worker A's pooled producer
+        back = on(worker_a, 2)
+        assert not back.reused
+        assert back.why_new.endswith("a spare producer, created earlier")
+        check_exact(sink, 3)
+    finally:
+        worker_a.clear()
+        worker_b.clear()
 
 
 def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic, closing):

@@ -6,7 +6,7 @@ import json
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka import KafkaEpochLog, KafkaEpochLogFencedError, KafkaSink, read_markers
 from connectors.testing import FaultPlan, InjectedFault
@@ -281,3 +281,23 @@ def test_kafka_epoch_log_compaction_keeps_the_floor(kafka_bootstrap):
     assert history.committed_through == 2
     assert history.max_parallelism() == 3  # from the compacted epoch 0
     assert all(history.is_committed(e) for e in range(6))
+
+
+def test_kafka_epoch_log_is_read_whole_when_the_topic_no_longer_starts_at_offset_0(
+    kafka_bootstrap, new_topic, kafka_admin
+):
+    # The log is read from offset 0 (faster than "beginning"); records deleted below the
+    # log start must make the reader start at the log start, never at the end.
+    topic = new_topic("log", 1, {"cleanup.policy": "compact"})
+    other = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(3):
+        other.produce(topic, b"x", f"another-sink/{i}".encode())
+    assert other.flush(30) == 0
+    start = TopicPartition(topic, 0, 3)
+    kafka_admin.delete_records([start])[start].result(30)
+    sink_id = sid()
+    with KafkaEpochLog(kafka_bootstrap, sink_id, topic=topic) as log:
+        log.append(EpochPlan(sink_id, 0, 2, "fp"))
+        log.append(EpochCompletion(sink_id, 0, committed=True))
+    history = KafkaEpochLog(kafka_bootstrap, sink_id, topic=topic, create_topic=False).load()
+    assert history.is_committed(0) and history.max_parallelism() == 2

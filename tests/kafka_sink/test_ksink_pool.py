@@ -130,8 +130,9 @@ class FakeProducer:
     pass
 
 
-def spare() -> _pool.Spare:
-    return _pool.Spare(FakeProducer(), DeliveryErrors(), FakeConsumer())  # type: ignore[arg-type]
+def spare(with_consumer: bool = True) -> _pool.Spare:
+    consumer = FakeConsumer() if with_consumer else None
+    return _pool.Spare(FakeProducer(), DeliveryErrors(), consumer)  # type: ignore[arg-type]
 
 
 def wait_for_spares(n: int) -> None:
@@ -142,17 +143,25 @@ def wait_for_spares(n: int) -> None:
         time.sleep(0.01)
 
 
-def test_spares_are_filled_in_the_background_for_keys_without_clients():
+def test_spares_are_filled_in_the_background_also_for_keys_with_pooled_clients():
+    # A pooled producer goes stale when another worker initializes its id: the next task
+    # of that id here needs a spare too.
     _pool.POOL.give_back(("pooled",), entry())
     _pool.POOL.fill_spares({("pooled",): spare, ("a",): spare, ("b",): spare})
-    wait_for_spares(2)
-    assert _pool.POOL.spares() == 2  # the key with a pooled entry gets none
+    wait_for_spares(3)
+    assert _pool.POOL.spares() == 3
+    assert _pool.POOL.size() == 1  # the pooled entry is kept beside its spare
+    pooled_spare = _pool.POOL.take_spare(("pooled",))
+    assert pooled_spare is not None and pooled_spare.consumer is None  # its consumer is pooled
     taken = _pool.POOL.take_spare(("a",))
-    assert taken is not None and _pool.POOL.take_spare(("a",)) is None  # a spare is used once
+    assert taken is not None and taken.consumer is not None
+    assert _pool.POOL.take_spare(("a",)) is None  # a spare is used once
+    _pool.POOL.fill_spares({("b",): spare})  # a key that has its spare gets no second one
+    assert _pool.POOL.spares() == 1
 
 
 def test_spares_are_bounded_and_a_failing_factory_is_skipped():
-    def broken() -> _pool.Spare:
+    def broken(_with_consumer: bool) -> _pool.Spare:
         raise RuntimeError("broker down")
 
     wanted = {(str(i),): spare for i in range(_pool.MAX_SPARES + 4)}

@@ -162,12 +162,18 @@ class KafkaEpochLog(EpochLog):
                 "enable.partition.eof": "true",
                 # Reaching the end needs an empty fetch: do not let the broker hold it long.
                 "fetch.wait.max.ms": str(READER_FETCH_WAIT_MS),
+                # Reading starts at offset 0 (below): if the log no longer starts there
+                # (records deleted), the consumer resets to the log start, never the end.
+                "auto.offset.reset": "earliest",
             },
         )
         out: dict[str, tuple[int, bytes]] = {}
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         try:
-            consumer.assign([TopicPartition(self._topic, 0, -2)])  # -2: from the beginning
+            # Offset 0, not OFFSET_BEGINNING: librdkafka resolves "beginning" with a
+            # ListOffsets it sends about 0.5 s after the assignment (measured: 500 ms per
+            # read against 10-100 ms; docs/perf-notes.md, section 6).
+            consumer.assign([TopicPartition(self._topic, 0, 0)])
             while time.monotonic() < deadline:
                 m = consumer.poll(CONSUME_POLL_S)  # returns as soon as one message is there
                 if m is not None and self._take(m, out):

@@ -26,7 +26,11 @@ initialized. Creating a client fences nothing (only ``init_transactions`` does),
 is just a new producer created earlier; a task whose pooled producer cannot serve takes
 the spare and runs ``init_transactions`` on it with warm connections (a few ms instead of
 tens to hundreds: librdkafka's coordinator-query timer, docs/perf-notes.md). Spares are
-filled in the background after a task (:meth:`ClientPool.fill_spares`), at most ``MAX_SPARES`` per process.
+filled in the background after a task (:meth:`ClientPool.fill_spares`), at most ``MAX_SPARES`` per process,
+also for ids this worker has pooled clients of: when Spark hands the partition to the other
+worker, that worker's ``init_transactions`` fences the pooled producer here, and the next
+task of the id in this worker needs the spare (measured: 4-15 ms instead of 500 ms). Such a
+spare has no consumer: the pooled marker consumer stays valid (nothing fences a consumer).
 """
 
 from __future__ import annotations
@@ -69,11 +73,18 @@ class PoolEntry:
 
 @dataclass
 class Spare:
-    """A producer (with its delivery callback) and a marker consumer, created, never initialized."""
+    """A producer (with its delivery callback) and a marker consumer, created, never initialized.
+
+    ``consumer`` is None when the spare was made for an id whose marker consumer is pooled.
+    """
 
     producer: Producer
     errors: DeliveryErrors
-    consumer: Consumer
+    consumer: Consumer | None
+
+
+# Factory of a spare: ``with_consumer`` False when the id's marker consumer is pooled.
+SpareFactory = Callable[[bool], Spare]
 
 
 Key = tuple[str, ...]
@@ -172,35 +183,41 @@ class ClientPool:
             self._check_pid()
             return self._spares.pop(key, None)
 
-    def fill_spares(self, wanted: dict[Key, Callable[[], Spare]]) -> None:
+    def fill_spares(self, wanted: dict[Key, SpareFactory]) -> None:
         """Create, in a background thread, the spares of ``wanted`` this process lacks.
 
-        ``wanted`` maps a pool key to a factory of its spare. Keys with a pooled entry or a
-        spare already are skipped; at most ``max_spares`` spares are kept.
+        ``wanted`` maps a pool key to a factory of its spare. Keys with a spare already are
+        skipped (a pooled entry does not count: another worker may fence its producer; its
+        spare then comes without a consumer); at most ``max_spares`` spares are kept.
         """
         with self._lock:
             self._check_pid()
-            missing = [
-                k
-                for k in wanted
-                if k not in self._entries and k not in self._spares and k not in self._filling
-            ]
+            missing = [k for k in wanted if k not in self._spares and k not in self._filling]
             room = self._max_spares - len(self._spares) - len(self._filling)
             missing = missing[: max(0, room)]
             self._filling.update(missing)
             owner = self._owner_pid
+            consumers = {
+                k: k not in self._entries or self._entries[k].consumer is None for k in missing
+            }
         if missing:
             threading.Thread(
                 target=self._create,
-                args=(missing, wanted, owner),
+                args=(missing, wanted, consumers, owner),
                 name="kafka-sink-spares",
                 daemon=True,
             ).start()
 
-    def _create(self, keys: list[Key], wanted: dict[Key, Callable[[], Spare]], owner: int) -> None:
+    def _create(
+        self,
+        keys: list[Key],
+        wanted: dict[Key, SpareFactory],
+        consumers: dict[Key, bool],
+        owner: int,
+    ) -> None:
         for key in keys:
             try:
-                spare = wanted[key]()
+                spare = wanted[key](consumers[key])
             except Exception:  # noqa: BLE001 - a spare is an optimization; a task makes its own
                 spare = None
             with self._lock:
@@ -231,8 +248,9 @@ class ClientPool:
         for e in entries:
             discard(e)
         for s in spare:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                s.consumer.close()
+            if s.consumer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    s.consumer.close()
 
 
 # The pool of this process: Spark reuses Python workers, so the clients of one epoch's

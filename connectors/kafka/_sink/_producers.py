@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 
 from confluent_kafka import Producer
 
@@ -57,13 +56,15 @@ def pool_key(cfg: SinkConfig, partition: int) -> _pool.Key:
     return (txn_id, cfg.marker_group(partition), cfg.marker_topic, _settings_digest(cfg, txn_id))
 
 
-def spare_factory(cfg: SinkConfig, partition: int) -> Callable[[], _pool.Spare]:
+def spare_factory(cfg: SinkConfig, partition: int) -> _pool.SpareFactory:
     """Return a factory of partition ``partition``'s spare clients (created, not initialized)."""
 
-    def make() -> _pool.Spare:
+    def make(with_consumer: bool) -> _pool.Spare:
         errors = DeliveryErrors()
         producer = new_producer(cfg, cfg.transactional_id(partition), errors)
-        consumer = marker_consumer(cfg.cluster, cfg.marker_group(partition))
+        consumer = (
+            marker_consumer(cfg.cluster, cfg.marker_group(partition)) if with_consumer else None
+        )
         return _pool.Spare(producer, errors, consumer)
 
     return make

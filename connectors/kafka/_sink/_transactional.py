@@ -52,7 +52,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             spare = self._lease.take_spare()
             clients.consumer = (
                 spare.consumer
-                if spare is not None
+                if spare is not None and spare.consumer is not None
                 else marker_consumer(self._cfg.cluster, self._cfg.marker_group(self._partition))
             )
         try:
@@ -85,7 +85,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             why = decision.reason
         if spare is None:
             spare = self._lease.take_spare()
-            if spare is not None:  # the pooled consumer serves; the spare's is not needed
+            if spare is not None and spare.consumer is not None:  # the pooled one serves
                 with contextlib.suppress(KafkaException, RuntimeError):
                     spare.consumer.close()
         if spare is not None:

@@ -1,0 +1,115 @@
+"""The performance targets of issue 23 as report lines: each printed MET / NOT MET with the number.
+
+A benchmark builds one :class:`Target` per target it measures, prints them with
+:func:`print_targets` and saves them in its JSON result (``"targets"``), from which
+``python -m benchmarks.summary`` writes docs/perf-notes.md's table and the README's summary.
+Targets are checked in benchmarks only, never in timed tests.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from benchmarks import _requests
+
+# Client set-up requests: a write task that reuses its pooled clients sends none of them.
+SETUP_APIS = ("ApiVersion", "Metadata", "FindCoordinator", "InitProducerId")
+# Issue 23's thresholds.
+MIN_X_ARROW_DROP = 0.8  # exactly-once vs arrow-drop at 200k-row epochs
+MIN_X_ALO = 0.95  # exactly-once vs the sink's at-least-once, 10k and 200k
+MAX_STARTUP_EXTRA_S = 0.5  # first two batches vs the hand-written sink
+MAX_ROUND_TRIPS = 11  # sequential round trips of a pooled exactly-once epoch ("down from 12")
+MIN_PG_X_EXECUTEMANY = 2.5  # PostgreSQL two-phase vs the hand-written executemany writer
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target: what, the measured value (None: not measured), whether it is met."""
+
+    benchmark: str
+    name: str
+    value: float | None
+    shown: str  # the value as printed ("x0.83", "3.2 requests", "+0.41 s")
+    met: bool | None  # None: not measured in this run
+
+    def line(self) -> str:
+        """``<name>: MET (<value>)``; NOT MET, or NOT MEASURED without a value."""
+        verdict = "NOT MEASURED" if self.met is None else "MET" if self.met else "NOT MET"
+        return f"target {self.name}: {verdict} ({self.shown})"
+
+
+def at_least(benchmark: str, name: str, value: float | None, bound: float, fmt: str) -> Target:
+    """A target met when ``value >= bound``; ``fmt`` formats the value (``"x{:.2f}"``)."""
+    shown = "not measured" if value is None else fmt.format(value)
+    return Target(benchmark, name, value, shown, None if value is None else value >= bound)
+
+
+def at_most(benchmark: str, name: str, value: float | None, bound: float, fmt: str) -> Target:
+    """A target met when ``value <= bound``."""
+    shown = "not measured" if value is None else fmt.format(value)
+    return Target(benchmark, name, value, shown, None if value is None else value <= bound)
+
+
+def print_targets(targets: Sequence[Target], console: Console) -> None:
+    """Print one line per target, green when met, red when not."""
+    for t in targets:
+        style = "yellow" if t.met is None else "green" if t.met else "red"
+        console.print(f"[{style}]{t.line()}")
+
+
+def setup_requests(requests: Iterable[_requests.Request]) -> int:
+    """Client set-up requests (:data:`SETUP_APIS`) that write tasks sent."""
+    return sum(1 for r in requests if r.role not in _requests.DRIVER_ROLES and r.api in SETUP_APIS)
+
+
+def _task_of(r: _requests.Request) -> str | None:
+    """The write partition a write task's client belongs to (from its client.id), or None."""
+    if r.role not in ("task-producer", "marker-consumer"):
+        return None
+    ident = r.client.split("#", 1)[0].split(".", 1)[-1].rsplit(".", 1)[0]
+    sep = "-" if r.role == "task-producer" else "."
+    return ident.rsplit(sep, 1)[-1] or None
+
+
+def round_trips(requests: Iterable[_requests.Request]) -> int:
+    """Sequential round trips of one exactly-once epoch: the driver's, then the slowest task's.
+
+    The driver's epoch-log requests run one after another; the write tasks run in
+    parallel, each sending its requests one after another except Produce, which is
+    pipelined (counted once per task). A task's requests are those of the client
+    instances that did its work: the producer that ended its transaction and the
+    consumer that read its marker (spares created in the background are left out).
+    """
+    reqs = list(requests)
+    workers = {r.client for r in reqs if r.api in ("EndTxn", "OffsetFetch") and _task_of(r)}
+    driver = sum(1 for r in reqs if r.role in _requests.DRIVER_ROLES)
+    per_task: dict[str, int] = {}
+    produced: set[str] = set()
+    for r in reqs:
+        task = _task_of(r)
+        if task is None or r.client not in workers:
+            continue
+        if r.api == "Produce":
+            produced.add(task)
+        else:
+            per_task[task] = per_task.get(task, 0) + 1
+    longest = max((per_task.get(t, 0) + (t in produced) for t in {*per_task, *produced}), default=0)
+    return driver + longest
+
+
+def median_or_none(values: Iterable[float]) -> float | None:
+    """Median of ``values``, None if there are none."""
+    known = list(values)
+    return statistics.median(known) if known else None
+
+
+def as_dicts(targets: Sequence[Target]) -> list[Mapping[str, object]]:
+    """The targets as JSON-ready dicts (saved with a benchmark's results)."""
+    return [
+        {"benchmark": t.benchmark, "name": t.name, "value": t.value, "shown": t.shown, "met": t.met}
+        for t in targets
+    ]

@@ -1,0 +1,73 @@
+"""The issue-23 target lines of the benchmarks and the summary written from them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import _targets, summary
+from benchmarks._requests import Request
+
+
+def req(client: str, api: str, instance: int = 1) -> Request:
+    role = client.split(".", 1)[0]
+    return Request(0.0, f"{client}#producer-{instance}", role, api)
+
+
+def test_round_trips_are_the_driver_then_the_slowest_task_with_produce_once():
+    reqs = [
+        req("log-producer.s.coordinator.1", "AddPartitionsToTxn"),
+        req("log-producer.s.coordinator.1", "Produce"),
+        req("log-producer.s.coordinator.1", "EndTxn"),
+        req("marker-consumer.s.marker.0.7", "OffsetFetch"),
+        req("task-producer.s-0.7", "AddPartitionsToTxn"),
+        req("task-producer.s-0.7", "Produce"),
+        req("task-producer.s-0.7", "Produce"),
+        req("task-producer.s-0.7", "EndTxn"),
+        req("task-producer.s-1.8", "EndTxn"),
+        # a spare of partition 0's id created in the background: not on the critical path
+        req("task-producer.s-0.7", "ApiVersion", instance=2),
+        req("task-producer.s-0.7", "Metadata", instance=2),
+    ]
+    # driver 3; partition 0: OffsetFetch, AddPartitionsToTxn, Produce (once), EndTxn = 4
+    assert _targets.round_trips(reqs) == 7
+
+
+def test_setup_requests_count_only_write_task_clients():
+    reqs = [
+        req("log-producer.s.coordinator.1", "Metadata"),
+        req("task-producer.s-0.7", "InitProducerId"),
+        req("marker-consumer.s.marker.0.7", "FindCoordinator"),
+        req("task-producer.s-0.7", "Produce"),
+    ]
+    assert _targets.setup_requests(reqs) == 2
+
+
+def test_target_lines_say_met_not_met_or_not_measured():
+    assert _targets.at_least("b", "x >= 0.8", 0.81, 0.8, "x{:.2f}").line().endswith(": MET (x0.81)")
+    assert (
+        "NOT MET (3.00 per epoch)" in _targets.at_most("b", "none", 3, 0, "{:.2f} per epoch").line()
+    )
+    assert "NOT MEASURED" in _targets.at_least("b", "x", None, 1, "{}").line()
+
+
+def test_summary_replaces_only_the_marked_block(tmp_path):
+    doc = {
+        "command": "python -m benchmarks.bench_job",
+        "load_average": {"before": [2.0, 0, 0], "after": [3.5, 0, 0]},
+        "targets": _targets.as_dicts(
+            [_targets.at_least("bench_job", "eos >= 0.8x arrow-drop", 0.5, 0.8, "x{:.2f}")]
+        ),
+    }
+    (tmp_path / "bench_job.json").write_text(json.dumps(doc))
+    (tmp_path / "bench_sink.json").write_text(json.dumps({"summaries": []}))  # no targets
+    docs = summary.load(("bench_job", "bench_sink", "bench_source"), tmp_path)
+    assert list(docs) == ["bench_job"]
+    text = "before\n<!-- targets:start -->\nold\n<!-- targets:end -->\nafter\n"
+    new = summary.replace_block(text, "targets", summary.targets_table(docs))
+    assert new.startswith("before\n<!-- targets:start -->\n| target |")
+    assert "| eos >= 0.8x arrow-drop | **NOT MET** | x0.50 | 2.0 -> 3.5 |" in new
+    assert new.endswith("<!-- targets:end -->\nafter\n") and "old" not in new
+    with pytest.raises(ValueError, match="bench-summary"):
+        summary.replace_block(text, "bench-summary", "x")
