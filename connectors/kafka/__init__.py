@@ -10,8 +10,9 @@ Sink (``foreachBatch``; built on :mod:`connectors.stage`; docs/kafka-sink.md):
   ``eos``): the librdkafka settings every Kafka client of the kit shares (security,
   ``client.id``); :func:`kafka_options` turns it into the source's ``kafka.*`` options;
 * ``key_format`` / ``value_format`` (:class:`RecordFormat`): Avro, Protobuf or JSON Schema
-  in the Confluent wire format through a Schema Registry; :func:`decode_avro` reads such a
-  column back (the source's ``value``);
+  in the Confluent wire format through a Schema Registry; :func:`decode_avro`,
+  :func:`decode_json_schema` and :func:`decode_protobuf` read such a column back (the
+  source's ``value``);
 * the error hierarchy rooted at :class:`KafkaSinkError` (a ``txn.TxnError``).
 
 Source (format ``kafka-rc``; docs/kafka-source.md): :func:`register`, its options and
@@ -53,6 +54,8 @@ from connectors.kafka._formats import (
     SchemaRegistryUnavailableError,
     SchemaResolutionError,
     decode_avro,
+    decode_json_schema,
+    decode_protobuf,
 )
 from connectors.kafka._names import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
 from connectors.kafka._resume import resume_offsets
@@ -146,6 +149,8 @@ __all__ = [
     "VoteTimeoutError",
     "classify",
     "decode_avro",
+    "decode_json_schema",
+    "decode_protobuf",
     "decode_marker",
     "encode_marker",
     "kafka_options",

@@ -41,6 +41,8 @@ BIG = MAX_BYTES + 5_000
 PRODUCER = {"message.max.bytes": str(MAX_BYTES)}
 # Rows keep their input order per key (the checker checks it).
 ORDER = ("in_partition", "in_offset")
+# The input columns whose values dead letters carry as eos.dlq.source.* headers.
+SOURCE = ("in_topic", "in_partition", "in_offset")
 
 
 def routed_key(spark: Any, prefix: str, partition: int) -> str:
@@ -71,13 +73,16 @@ class World:
         self.sink_id = sid()
 
     def frame(self, bad: bool = True) -> Any:
-        rows: list[tuple[str | None, bytes | None, int, int]] = [
-            (None if r.key is None else r.key.decode(), r.value, r.partition, r.offset)
+        rows: list[tuple[str | None, bytes | None, str, int, int]] = [
+            (None if r.key is None else r.key.decode(), r.value, self.input, r.partition, r.offset)
             for r in self.inputs
         ]
         if bad:
-            rows += [(self.null_key, None, 0, 10**6), (self.big_key, self.big_value, 1, 10**6)]
-        schema = "key string, value binary, in_partition int, in_offset long"
+            rows += [
+                (self.null_key, None, self.input, 0, 10**6),
+                (self.big_key, self.big_value, self.input, 1, 10**6 + 1),
+            ]
+        schema = "key string, value binary, in_topic string, in_partition int, in_offset long"
         return self.spark.createDataFrame(rows, schema).repartition(3)
 
     def sink(self, **options: Any) -> KafkaSink:
@@ -99,8 +104,11 @@ class World:
         assert report.ok, [(a.kind.value, a.record_id, a.detail) for a in report.examples]
         assert report.committed_records == report.input_records == N
 
-    def assert_dead_letters(self, mode: str) -> None:
-        """Exactly the two bad records in ``<output>.dlq``, once each, with their headers."""
+    def assert_dead_letters(self, mode: str, source: bool = False) -> None:
+        """Exactly the two bad records in ``<output>.dlq``, once each, with their headers.
+
+        ``source``: the sink had ``dead_letter_source=SOURCE`` (headers eos.dlq.source.*).
+        """
         dlq = f"{self.output}.dlq"
         records = read_committed(self.bootstrap, dlq)
         assert sorted(r.key or b"" for r in records) == sorted(
@@ -122,6 +130,15 @@ class World:
             assert headers["eos.dlq.epoch"] == b"0"
             assert headers["eos.dlq.write.partition"] == partition
             assert headers["eos.dlq.topic"] == self.output.encode()
+        coordinates = [
+            tuple(h.get(f"eos.dlq.source.{c}") for c in ("topic", "partition", "offset"))
+            for h in (null_h, big_h)
+        ]
+        if source:
+            topic = self.input.encode()
+            assert coordinates == [(topic, b"0", b"1000000"), (topic, b"1", b"1000001")]
+        else:
+            assert coordinates == [(None, None, None)] * 2
         assert lso_reaches_high_watermark(self.bootstrap, dlq), f"{mode}: a transaction is open"
 
 
@@ -150,7 +167,8 @@ def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
     world: World, tmp_path: Path, mode: str
 ) -> None:
     faults = fault_plan(tmp_path, {"id": "f", "action": "raise", **FIRST_FAILURE[mode]})
-    first = world.sink(mode=mode, on_bad_record="dead-letter", stage_retries=0, fault_plan=faults)
+    dlq = {"on_bad_record": "dead-letter", "dead_letter_source": SOURCE}
+    first = world.sink(mode=mode, stage_retries=0, fault_plan=faults, **dlq)
     try:
         # a driver step raises InjectedFault itself; a task's arrives wrapped by Spark
         with pytest.raises(Exception, match="injected fault 'f'"):
@@ -159,7 +177,7 @@ def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
         first.close()
     # The replay by a new sink object: a committed partition is compared with its marker
     # (its checksum covers the classification), the others written again.
-    second = world.sink(mode=mode, on_bad_record="dead-letter")
+    second = world.sink(mode=mode, **dlq)
     try:
         result = second(world.frame(), 0)
         assert result.committed and not result.skipped
@@ -178,13 +196,13 @@ def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
     finally:
         second.close()
     # Once more with yet another sink object: the batch is complete, nothing is added.
-    third = world.sink(mode=mode, on_bad_record="dead-letter")
+    third = world.sink(mode=mode, **dlq)
     try:
         assert third(world.frame(), 0).skipped
     finally:
         third.close()
     world.assert_output_exact()
-    world.assert_dead_letters(mode)
+    world.assert_dead_letters(mode, source=True)
 
 
 def test_skip_counts_the_bad_records_and_dead_letters_nothing(

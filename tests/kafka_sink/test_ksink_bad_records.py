@@ -6,15 +6,18 @@ import pickle
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import types as T  # noqa: N812 - Spark's customary alias
 
-from connectors.kafka import KafkaSinkConfigError, SinkConfig
+from connectors.kafka import KafkaInputSchemaError, KafkaSinkConfigError, SinkConfig
 from connectors.kafka._sink._bad_records import (
+    DROPPED_HEADERS_HEADER,
     RECORD_OVERHEAD_BYTES,
     TRUNCATED_HEADER,
     TRUNCATED_KEY_HEADER,
     KafkaClassifier,
     dead_letter_batch,
 )
+from connectors.kafka._sink._input import check_input
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import DeadLetterContext, bad_batch
 
@@ -133,3 +136,119 @@ def test_a_dead_letter_of_an_oversized_key_is_cut_to_fit_too() -> None:
     assert key.encode().startswith(k) and v == b""
     size = len(k) + sum(len(h["key"]) + len(h["value"]) for h in headers)
     assert size <= 2000 - RECORD_OVERHEAD_BYTES  # the dead letter itself is not too large
+
+
+SOURCE = ("in_topic", "in_partition", "in_offset")
+
+
+def test_dead_letter_source_is_validated_at_construction() -> None:
+    assert cfg(dead_letter_source=list(SOURCE)).dead_letter_source == SOURCE
+    assert cfg().dead_letter_source is None
+    with pytest.raises(KafkaSinkConfigError, match="only applies"):
+        cfg(on_bad_record="skip", dead_letter_source=SOURCE)
+    with pytest.raises(KafkaSinkConfigError, match="three input columns"):
+        cfg(dead_letter_source=("in_topic", "in_partition"))
+    with pytest.raises(KafkaSinkConfigError, match="three input columns"):
+        cfg(dead_letter_source="in_topic")
+    with pytest.raises(KafkaSinkConfigError, match="other than the sink's own"):
+        cfg(dead_letter_source=("topic", "in_partition", "in_offset"))
+    with pytest.raises(KafkaSinkConfigError, match="distinct"):
+        cfg(dead_letter_source=("a", "a", "b"))
+    with_source = cfg(dead_letter_source=SOURCE)
+    assert pickle.loads(pickle.dumps(with_source)) == with_source
+
+
+def test_dead_letter_source_columns_are_shipped_only_when_set() -> None:
+    schema = T.StructType(
+        [
+            T.StructField("value", T.StringType()),
+            T.StructField("in_topic", T.StringType()),
+            T.StructField("in_partition", T.IntegerType()),
+            T.StructField("in_offset", T.LongType()),
+        ]
+    )
+    plain, with_source = cfg(), cfg(dead_letter_source=SOURCE)
+    assert check_input(schema, plain).columns == ("value",)
+    assert check_input(schema, with_source).columns == ("value", *SOURCE)
+    # a sink without the option keeps its fingerprint (epochs in doubt replay as before)
+    assert plain.fingerprint() == cfg(producer_config={"linger.ms": 5}).fingerprint()
+    assert with_source.fingerprint() != plain.fingerprint()
+    missing = T.StructType(schema.fields[:3])
+    with pytest.raises(KafkaInputSchemaError, match="'in_offset'.*does not have"):
+        check_input(missing, with_source)
+    wrong = T.StructType([*schema.fields[:3], T.StructField("in_offset", T.StringType())])
+    with pytest.raises(KafkaInputSchemaError, match="in_offset.*has type string"):
+        check_input(wrong, with_source)
+
+
+def test_dead_letters_carry_the_source_coordinates() -> None:
+    c = cfg(dead_letter_source=SOURCE)
+    batch = pa.record_batch(
+        [
+            pa.array([None, None], pa.string()),
+            pa.array(["in", None]),
+            pa.array([3, None], pa.int32()),
+            pa.array([1234567890123, None], pa.int64()),
+            pa.array([11, 12], pa.int64()),
+        ],
+        names=["value", *SOURCE, "_eos_hash"],
+    )
+    _, bad = KafkaClassifier(c, RecordLayout(), None).classify(batch)
+    out = dead_letter_batch(
+        bad_batch(batch, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes, SOURCE
+    )
+    first, second = ({h["key"]: h["value"] for h in row} for row in out.column(2).to_pylist())
+    assert (
+        first["eos.dlq.source.topic"],
+        first["eos.dlq.source.partition"],
+        first["eos.dlq.source.offset"],
+    ) == (b"in", b"3", b"1234567890123")
+    assert not any(k.startswith("eos.dlq.source.") for k in second)  # nulls are left out
+    assert first["eos.dlq.epoch"] == b"5"
+
+
+def test_oversized_original_headers_are_dropped_from_a_dead_letter() -> None:
+    c = cfg(producer_config={"message.max.bytes": 2000})
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    originals = [{"key": "small", "value": b"s"}, {"key": "big", "value": b"y" * 3000}]
+    originals.append({"key": "after", "value": b"a"})
+    batch = pa.record_batch(
+        [
+            pa.array(["k"]),
+            pa.array(["v"]),
+            pa.array([originals], type=header_type),
+            pa.array([11], pa.int64()),
+        ],
+        names=["key", "value", "headers", "_eos_hash"],
+    )
+    _, bad = KafkaClassifier(c, RecordLayout(key=True, headers=True), None).classify(batch)
+    assert [b.error for b in bad] == ["RecordTooLargeError"]
+    out = dead_letter_batch(
+        bad_batch(batch, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes
+    )
+    [k], [v], [headers] = (out.column(i).to_pylist() for i in range(3))
+    keys = [h["key"] for h in headers]
+    assert keys[0] == "small" and "big" not in keys and "after" not in keys
+    found = {h["key"]: h["value"] for h in headers}
+    assert found[DROPPED_HEADERS_HEADER] == b"2"
+    assert (k, v) == (b"k", b"v")  # key and value kept whole: they fit once headers are gone
+    size = len(k) + len(v) + sum(len(h["key"]) + len(h["value"]) for h in headers)
+    assert size <= 2000 - RECORD_OVERHEAD_BYTES  # the dead letter itself is not too large
+    # headers that fit are all kept, with no drop header
+    small = pa.record_batch(
+        [
+            pa.array(["k"]),
+            pa.array([None], pa.string()),
+            pa.array([originals[:1]], type=header_type),
+            pa.array([11], pa.int64()),
+        ],
+        names=["key", "value", "headers", "_eos_hash"],
+    )
+    _, bad = KafkaClassifier(c, RecordLayout(key=True, headers=True), None).classify(small)
+    out = dead_letter_batch(
+        bad_batch(small, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes
+    )
+    [headers] = out.column(2).to_pylist()
+    assert headers[0]["key"] == "small" and DROPPED_HEADERS_HEADER not in {
+        h["key"] for h in headers
+    }

@@ -31,7 +31,14 @@ from connectors.kafka import (
     SchemaResolutionError,
 )
 from connectors.kafka._formats import _encode, _registry
-from connectors.kafka._formats._decode import AvroReader
+from connectors.kafka._formats._config import registry_settings
+from connectors.kafka._formats._decode import (
+    ColumnReader,
+    avro_reader,
+    decode_batches,
+    json_schema_reader,
+    protobuf_reader,
+)
 from connectors.kafka._formats._encode import BatchEncoder
 from connectors.kafka._formats._plan import ColumnPlan, FormatPlan
 from connectors.kafka._formats._registry import PinnedRegistry, Registered, driver_client
@@ -156,7 +163,7 @@ def test_plans_cross_process_boundaries_by_pickle(registry):
     assert pickle.loads(pickle.dumps(resource)) == resource
     fmt = RecordFormat(kind="avro", subject_strategy="record", record_name="Order")
     assert pickle.loads(pickle.dumps(fmt)) == fmt
-    reader = AvroReader("value", "orders-value", '"string"', ((1, '"string"'),))
+    reader = ColumnReader("value", "avro", "orders-value", '"string"', ((1, '"string"'),))
     assert pickle.loads(pickle.dumps(reader)) == reader
     # the sink's connector (Spark Connect ships it) pickles without its registry client
     again = pickle.loads(pickle.dumps(conn))
@@ -355,3 +362,122 @@ def test_an_unreachable_registry_is_a_typed_error(monkeypatch):
     with pytest.raises(SchemaRegistryUnavailableError, match="did not answer") as info:
         resolve(conn, schema())
     assert SECRET not in str(info.value)
+
+
+# -- decoding (the source's value column) ------------------------------------------------
+def decoded(reader, dtype, values):
+    """Decode ``values`` as the executors do (one Arrow batch), return the decoded column."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    batch = pa.RecordBatch.from_arrays([pa.array(values, type=pa.binary())], names=["value"])
+    arrow_type = to_arrow_type(dtype, timezone="UTC")
+    [out] = decode_batches(reader, arrow_type, iter([batch]))
+    assert pickle.loads(pickle.dumps(reader)) == reader  # shipped to the executors
+    return out.column(0).to_pylist()
+
+
+def test_decode_avro_round_trip(registry):
+    resource = resolve(connector(registry, value_format="avro", schema_registry=registry), schema())
+    values = [*encoded_values(resource, value_batch()), None]
+    reader, dtype = avro_reader(registry, "value", "orders-value", None)
+    assert dtype == VALUE
+    assert decoded(reader, dtype, values) == [*ROWS, None]
+
+
+JSON_VALUE = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("name", T.StringType()),
+        T.StructField("score", T.DoubleType()),
+        T.StructField("tags", T.ArrayType(T.StringType())),
+        T.StructField("inner", T.StructType([T.StructField("ok", T.BooleanType())])),
+    ]
+)
+JSON_ROWS = [
+    {"id": 1, "name": "a", "score": 1.5, "tags": ["x", None], "inner": {"ok": True}},
+    {"id": 2, "name": None, "score": None, "tags": None, "inner": None},
+]
+
+
+def test_decode_json_schema_round_trip_with_a_derived_type(registry):
+    conn = connector(registry, value_format="json-schema", schema_registry=registry)
+    values = encoded_values(resolve(conn, schema(JSON_VALUE)), value_batch(JSON_ROWS, JSON_VALUE))
+    reader, dtype = json_schema_reader(registry, "value", "orders-value", None)
+    # the derived schema lists properties sorted by name: the struct follows the schema
+    assert [f.name for f in dtype.fields] == ["id", "inner", "name", "score", "tags"]
+    assert dtype["tags"].dataType == T.ArrayType(T.StringType(), True)
+    assert dtype["inner"].dataType == T.StructType([T.StructField("ok", T.BooleanType())])
+    assert decoded(reader, dtype, [*values, None]) == [*JSON_ROWS, None]
+
+
+def test_decode_json_schema_with_an_explicit_spark_type(registry):
+    conn = connector(registry, value_format="json-schema", schema_registry=registry)
+    values = encoded_values(resolve(conn, schema(JSON_VALUE)), value_batch(JSON_ROWS, JSON_VALUE))
+    wanted = T.StructType(
+        [T.StructField("name", T.StringType()), T.StructField("id", T.LongType())]
+    )
+    reader, dtype = json_schema_reader(registry, "value", "orders-value", wanted)
+    assert dtype == wanted
+    assert decoded(reader, dtype, values) == [{"name": "a", "id": 1}, {"name": None, "id": 2}]
+
+
+def test_a_json_schema_without_a_derived_type_asks_for_spark_schema(registry):
+    client = driver_client(registry_settings(registry))
+    loose = '{"type": "object", "additionalProperties": {"type": "string"}}'
+    client.register_schema("loose-value", Schema(loose, "JSON"))
+    with pytest.raises(KafkaInputSchemaError, match="spark_schema="):
+        json_schema_reader(registry, "value", "loose-value", None)
+
+
+def test_decode_json_schema_refuses_a_record_that_is_not_framed(registry):
+    conn = connector(registry, value_format="json-schema", schema_registry=registry)
+    resolve(conn, schema(JSON_VALUE))
+    reader, dtype = json_schema_reader(registry, "value", "orders-value", None)
+    with pytest.raises(RecordFormatError, match="record 0 of column 'value'"):
+        decoded(reader, dtype, [b'{"id": 1}'])
+
+
+def test_decode_protobuf_round_trip():
+    fmt = {"kind": "protobuf", "message": "tests.kafka_sink._proto_order:Order"}
+    registry = {"url": f"mock://{uuid.uuid4().hex}"}
+    conn = connector(registry, value_format=fmt, schema_registry=registry)
+    value = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("name", T.StringType()),
+            T.StructField("tags", T.ArrayType(T.StringType())),
+        ]
+    )
+    rows = [{"id": 1, "name": "a", "tags": ["x", "y"]}, {"id": 2, "name": None, "tags": []}]
+    values = encoded_values(resolve(conn, schema(value)), value_batch(rows, value))
+    reader, dtype = protobuf_reader("value", "tests.kafka_sink._proto_order:Order")
+    assert dtype == T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("name", T.StringType()),
+            T.StructField("tags", T.ArrayType(T.StringType())),
+        ]
+    )
+    # proto3 scalars without presence read back as their default ("" for the null name)
+    assert decoded(reader, dtype, [*values, None]) == [
+        rows[0],
+        {"id": 2, "name": "", "tags": []},
+        None,
+    ]
+    with pytest.raises(RecordFormatError, match="protobuf"):
+        decoded(reader, dtype, [b"not framed"])
+
+
+def test_decode_protobuf_takes_an_importable_class():
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    reader, dtype = protobuf_reader("value", Timestamp)
+    assert reader.message == "google.protobuf.timestamp_pb2:Timestamp"
+    assert dtype == T.StructType(
+        [T.StructField("seconds", T.LongType()), T.StructField("nanos", T.IntegerType())]
+    )
+    # a class built at run time (Order) has no module the executors could import it from
+    with pytest.raises(KafkaSinkConfigError, match="pass message='module:Class'"):
+        protobuf_reader("value", Order)
+    with pytest.raises(KafkaSinkConfigError, match="cannot be imported"):
+        protobuf_reader("value", "no.such.module:Msg")

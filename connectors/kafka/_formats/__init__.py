@@ -1,4 +1,4 @@
-"""Schema Registry formats of the Kafka sink (and the source's decode helper).
+"""Schema Registry formats of the Kafka sink (and the source's decode helpers).
 
 A layer before the Kafka writer: ``key_format`` / ``value_format`` make the sink turn a
 key or value column (a struct, or any type the format maps) into records in the Confluent
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from connectors.kafka._errors import KafkaSinkConfigError
 from connectors.kafka._formats._config import RecordFormat, registry_settings
-from connectors.kafka._formats._decode import decode_avro
+from connectors.kafka._formats._decode import decode_avro, decode_json_schema, decode_protobuf
 from connectors.kafka._formats._errors import (
     RecordFormatError,
     SchemaRegistryFormatError,
@@ -47,6 +47,8 @@ __all__ = [
     "SchemaResolutionError",
     "SinkFormats",
     "decode_avro",
+    "decode_json_schema",
+    "decode_protobuf",
     "for_tasks",
     "formatted",
     "parse_formats",

@@ -19,9 +19,10 @@ verdicts enter the partition's checksum, see ``connectors.stage._bad_records``):
 write task's own producer, so inside its transaction: the original key and value (a
 formatted column that failed its schema as the JSON of the row's value; an oversized key
 or value cut to fit, with ``eos.dlq.key.length`` / ``eos.dlq.value.length`` saying its
-length) and the original headers
-(where a pipeline puts a record's source coordinates: the sink ships only Kafka's
-columns), plus the ``eos.dlq.*`` headers of :data:`HEADERS`. docs/bad-records.md.
+length) and the original headers (those beyond the first that does not fit dropped, with
+``eos.dlq.headers.dropped`` saying how many), plus the ``eos.dlq.*`` headers of :data:`HEADERS` and,
+with the ``dead_letter_source`` option, the record's source coordinates
+(``eos.dlq.source.topic`` / ``.partition`` / ``.offset``). docs/bad-records.md.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from confluent_kafka import Producer
 
 from connectors.kafka._formats import FormatPlan, RecordFormatError
 from connectors.kafka._formats._encode import BatchEncoder
-from connectors.kafka._sink._config import SinkConfig
+from connectors.kafka._sink._config import DEAD_LETTER_SOURCE_HEADERS, SinkConfig
 from connectors.kafka._sink._writer import (
     ALL_OPS,
     WRITTEN_OPS,
@@ -70,6 +71,9 @@ HEADERS = (
 TRUNCATED_HEADER = "eos.dlq.value.length"
 # Header of a dead letter whose key was cut to fit (the key's length in bytes).
 TRUNCATED_KEY_HEADER = "eos.dlq.key.length"
+# Header of a dead letter whose original headers did not all fit: how many were dropped
+# (the headers from the first that does not fit on).
+DROPPED_HEADERS_HEADER = "eos.dlq.headers.dropped"
 # Bytes kept free in a dead letter for the length headers a cut adds.
 TRUNCATION_SLACK_BYTES = 128
 DEAD_LETTER_LAYOUT = RecordLayout(key=True, headers=True)
@@ -213,12 +217,36 @@ def _cut(
     return data, room - len(data)
 
 
+def _size(headers: list[dict[str, Any]]) -> int:
+    return sum(len(h["key"]) + len(h["value"] or b"") for h in headers)
+
+
+def _fitting(headers: list[dict[str, Any]], room: int) -> list[dict[str, Any]]:
+    """Return the leading ``headers`` that fit in ``room`` bytes (all of them if they fit)."""
+    kept: list[dict[str, Any]] = []
+    for h in headers:
+        room -= len(h["key"]) + len(h["value"] or b"")
+        if room < 0:
+            break
+        kept.append(h)
+    return kept
+
+
 def dead_letter_batch(
-    records: pa.RecordBatch, context: DeadLetterContext, topic: str | None, max_bytes: int
+    records: pa.RecordBatch,
+    context: DeadLetterContext,
+    topic: str | None,
+    max_bytes: int,
+    source: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
-    """Return the dead-letter records of ``records`` (bad rows with their error columns)."""
+    """Return the dead-letter records of ``records`` (bad rows with their error columns).
+
+    ``source``: the ``dead_letter_source`` columns, whose values go into the
+    :data:`~connectors.kafka._sink._config.DEAD_LETTER_SOURCE_HEADERS` (nulls left out).
+    """
     cols = {n: records.column(i).to_pylist() for i, n in enumerate(records.schema.names)}
     n = records.num_rows
+    names = (*HEADERS, *DEAD_LETTER_SOURCE_HEADERS[: len(source)])
     keys = [_bytes(k) for k in cols.get("key", [None] * n)]
     values = [_bytes(v) for v in cols["value"]]
     all_headers = []
@@ -231,15 +259,21 @@ def dead_letter_batch(
             context.epoch,
             context.partition,
             (cols.get("topic") or [None] * n)[i] or topic,
+            *(cols[c][i] for c in source),
         ]
         headers = [
             {"key": h, "value": str(v).encode()}
-            for h, v in zip(HEADERS, ours, strict=True)
+            for h, v in zip(names, ours, strict=True)
             if v is not None
         ]
-        headers = list((cols.get("headers") or [None] * n)[i] or ()) + headers
-        room = max_bytes - RECORD_OVERHEAD_BYTES - TRUNCATION_SLACK_BYTES
-        room -= sum(len(h["key"]) + len(h["value"] or b"") for h in headers)
+        room = max_bytes - RECORD_OVERHEAD_BYTES - TRUNCATION_SLACK_BYTES - _size(headers)
+        original = list((cols.get("headers") or [None] * n)[i] or ())
+        kept = _fitting(original, room)
+        if len(kept) < len(original):
+            dropped = str(len(original) - len(kept)).encode()
+            headers.append({"key": DROPPED_HEADERS_HEADER, "value": dropped})
+        headers = kept + headers
+        room -= _size(kept)
         keys[i], room = _cut(keys[i], room, TRUNCATED_KEY_HEADER, headers)
         values[i], _ = _cut(values[i], room, TRUNCATED_HEADER, headers)
         all_headers.append(headers)
@@ -273,5 +307,8 @@ def produce_dead_letters(
     assert topic is not None  # noqa: S101 - the config requires it with dead-letter
     writer = _DeadLetterWriter(producer, errors, DEAD_LETTER_LAYOUT, topic)
     return writer.write(
-        dead_letter_batch(r, context, cfg.topic, cfg.message_max_bytes) for r in records
+        dead_letter_batch(
+            r, context, cfg.topic, cfg.message_max_bytes, cfg.dead_letter_source or ()
+        )
+        for r in records
     )

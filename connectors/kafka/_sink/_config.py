@@ -38,6 +38,14 @@ TIMEOUT_WARN_FRACTION = 0.5
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 # Suffix of the default dead-letter topic (``<topic>.dlq``).
 DEAD_LETTER_SUFFIX = ".dlq"
+# Headers of a dead letter holding its source coordinates (option dead_letter_source).
+DEAD_LETTER_SOURCE_HEADERS = (
+    "eos.dlq.source.topic",
+    "eos.dlq.source.partition",
+    "eos.dlq.source.offset",
+)
+# Input columns with a meaning to the Kafka sink (Spark's Kafka sink columns and op).
+SINK_COLUMNS = ("key", "value", "topic", "partition", "headers", "op")
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 # Kafka's own limit on topic names.
@@ -137,6 +145,12 @@ class SinkConfig(StageOptions):
     * ``dead_letter_topic``: with ``on_bad_record="dead-letter"``, the topic bad records
       go to (default ``<topic>.dlq``; required when the sink has no default topic; created
       at preflight if missing). docs/bad-records.md.
+    * ``dead_letter_source``: with ``on_bad_record="dead-letter"``, three input column
+      names (topic: string; partition, offset: integers) whose values a dead letter carries
+      in its ``eos.dlq.source.topic`` / ``.partition`` / ``.offset`` headers (the record's
+      source coordinates, e.g. the ``kafka-rc`` source's, renamed: ``topic`` and
+      ``partition`` are the output's columns). The columns are shipped to the write tasks
+      and enter the partitions' checksums (and the fingerprint) only when this is set.
     * ``commit_offsets_to_group``: a consumer group id (exactly-once only) to which each
       epoch's input offsets are committed inside write partition 0's transaction, so lag
       tools see the committed progress (``_input_offsets``; docs/kafka-sink.md).
@@ -157,6 +171,7 @@ class SinkConfig(StageOptions):
     value_format: RecordFormat | None = None
     schema_registry: Settings = Settings()
     dead_letter_topic: str | None = None
+    dead_letter_source: tuple[str, str, str] | None = None
     commit_offsets_to_group: str | None = None
 
     @classmethod
@@ -211,7 +226,34 @@ class SinkConfig(StageOptions):
         ):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "dead_letter_topic", self._dead_letter_topic())
+        object.__setattr__(self, "dead_letter_source", self._dead_letter_source())
         self._check_offsets_group()
+
+    def _dead_letter_source(self) -> tuple[str, str, str] | None:
+        raw = self.dead_letter_source
+        if raw is None:
+            return None
+        if self.on_bad_record != "dead-letter":
+            msg = "dead_letter_source only applies with on_bad_record='dead-letter'; remove it"
+            raise KafkaSinkConfigError(msg)
+        names = tuple(raw) if isinstance(raw, (tuple, list)) else ()
+        if len(names) != len(DEAD_LETTER_SOURCE_HEADERS) or not all(
+            isinstance(n, str) and n for n in names
+        ):
+            msg = (
+                "dead_letter_source must name three input columns (topic, partition, offset), "
+                f"e.g. ('in_topic', 'in_partition', 'in_offset'); got {raw!r}"
+            )
+            raise KafkaSinkConfigError(msg)
+        reserved = sorted(set(names) & set(SINK_COLUMNS))
+        if reserved or len(set(names)) != len(names):
+            msg = (
+                f"dead_letter_source {names!r} must name distinct columns other than the "
+                f"sink's own ({', '.join(SINK_COLUMNS)}); rename them, e.g. "
+                "df.withColumnRenamed('topic', 'in_topic')"
+            )
+            raise KafkaSinkConfigError(msg)
+        return (names[0], names[1], names[2])
 
     def _dead_letter_topic(self) -> str | None:
         topic = self.dead_letter_topic
@@ -311,6 +353,12 @@ class SinkConfig(StageOptions):
             "marker_topic": self.marker_topic,
             "changelog": self.changelog,
             **self.routing_fingerprint(),
+            # shipped columns change the checksums: only when set (older plans unchanged)
+            **(
+                {"dead_letter_source": list(self.dead_letter_source)}
+                if self.dead_letter_source
+                else {}
+            ),
         }
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(raw).hexdigest()[:16]

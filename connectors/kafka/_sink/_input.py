@@ -3,7 +3,8 @@
 Columns (as Spark's own Kafka sink): ``value`` (string or binary, required), ``key``,
 ``topic``, ``partition``, ``headers``; with ``changelog=True`` an ``op`` column and a key.
 :func:`check_input` returns the stage's :class:`~connectors.stage.InputSpec`: the shipped
-columns, routing by key (rows without a key by value), the configured order.
+columns (and the ``dead_letter_source`` ones, when set), routing by key (rows without a key
+by value), the configured order.
 :func:`transform` applies the changelog rules before routing: ``update_before`` rows are
 dropped, ``delete`` rows become tombstones (null value).
 """
@@ -107,11 +108,38 @@ def data_columns(layout: RecordLayout) -> list[str]:
     return names
 
 
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+
+
+def check_source_columns(schema: StructType, cfg: SinkConfig) -> tuple[str, ...]:
+    """Check the ``dead_letter_source`` columns of ``schema``; return them (or none).
+
+    Raises:
+        KafkaInputSchemaError: a named column is missing or has a wrong type.
+
+    """
+    if cfg.dead_letter_source is None:
+        return ()
+    types = {f.name: _type_name(f.dataType) for f in schema.fields}
+    wanted = zip(cfg.dead_letter_source, (("string",), _INTEGERS, _INTEGERS), strict=True)
+    for name, allowed in wanted:
+        if name not in types:
+            msg = f"dead_letter_source names column {name!r}, which the DataFrame does not have"
+            raise KafkaInputSchemaError(msg, column=name)
+        if types[name] not in allowed:
+            msg = (
+                f"dead_letter_source column {name!r} has type {types[name]}; it needs "
+                f"{' or '.join(allowed)} (topic, partition, offset)"
+            )
+            raise KafkaInputSchemaError(msg, column=name)
+    return cfg.dead_letter_source
+
+
 def check_input(schema: StructType, cfg: SinkConfig) -> InputSpec:
     """Check ``schema`` and return what the stage ships, how it routes and orders it."""
     layout = input_layout(schema, cfg)
     return InputSpec(
-        columns=tuple(data_columns(layout)),
+        columns=(*data_columns(layout), *check_source_columns(schema, cfg)),
         route_by=("key",) if layout.key else (),
         fallback=("value",),
         order_by=cfg.order_by,
