@@ -7,9 +7,14 @@ task metrics from, can be switched on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 MASTER = "local[2]"
 
@@ -34,3 +39,39 @@ def bench_session(app_name: str, *, ui: bool = False) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def open_job_bench(
+    stack: contextlib.ExitStack,
+    app_name: str,
+    *,
+    bootstrap_servers: str | None,
+    log_path: Path | None,
+    console: Console,
+) -> tuple[str, Any, Progress]:
+    """Set up a Spark job benchmark on ``stack``: its broker, session and progress display.
+
+    With ``log_path``, every Kafka client of this process and of the Python workers logs
+    its protocol requests there (``benchmarks._requests``; None: no request counting).
+    Returns the bootstrap address, the SparkSession and the started rich ``Progress``.
+    """
+    from benchmarks import _requests
+    from benchmarks._broker import broker
+
+    if log_path is not None:
+        os.environ.update(_requests.worker_env())
+        _requests.install()
+        stack.enter_context(_requests.capture_stderr(log_path))
+    bootstrap = stack.enter_context(broker(bootstrap_servers))
+    spark = bench_session(app_name)
+    stack.callback(spark.stop)
+    progress = stack.enter_context(
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+    )
+    return bootstrap, spark, progress

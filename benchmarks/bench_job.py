@@ -43,10 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks import _cpu, _requests
-from benchmarks._broker import broker
 from benchmarks._job import (
     VARIANTS,
     WRITE_TASKS,
@@ -315,26 +313,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, console: Console, log_path: Path) -> list[JobRun]:
     """Run the warm-up job, then every variant's jobs; return the measured jobs."""
-    from benchmarks._spark import bench_session
+    from benchmarks._spark import open_job_bench
 
     runs: list[JobRun] = []
     total = WARMUP_BATCHES + args.rounds * len(args.variant_list) * args.batches
     with contextlib.ExitStack() as stack:
-        if not args.no_requests:
-            os.environ.update(_requests.worker_env())
-            _requests.install()
-            stack.enter_context(_requests.capture_stderr(log_path))
-        bootstrap = stack.enter_context(broker(args.bootstrap_servers))
-        spark = bench_session("bench-job")
-        stack.callback(spark.stop)
-        progress = stack.enter_context(
-            Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            )
+        bootstrap, spark, progress = open_job_bench(
+            stack,
+            "bench-job",
+            bootstrap_servers=args.bootstrap_servers,
+            log_path=None if args.no_requests else log_path,
+            console=console,
         )
         task = progress.add_task("warm-up job", total=total)
 

@@ -56,10 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks import _requests
-from benchmarks._broker import broker
 from benchmarks._job import (
     KAFKA_VARIANTS,
     VARIANTS,
@@ -395,27 +393,18 @@ def run(
     args: argparse.Namespace, console: Console, log_path: Path
 ) -> tuple[list[EpochTime], dict[str, dict[str, int]]]:
     """Run every epoch size; return all epoch times and the records written per variant."""
-    from benchmarks._spark import bench_session
+    from benchmarks._spark import open_job_bench
 
     times: list[EpochTime] = []
     written: dict[str, dict[str, int]] = {}
     total = sum((args.warmup + _epochs_for(args, n)) * len(args.variant_list) for n in args.sizes)
     with contextlib.ExitStack() as stack:
-        if not args.no_requests:
-            os.environ.update(_requests.worker_env())
-            _requests.install()
-            stack.enter_context(_requests.capture_stderr(log_path))
-        bootstrap = stack.enter_context(broker(args.bootstrap_servers))
-        spark = bench_session("bench-sink")
-        stack.callback(spark.stop)
-        progress = stack.enter_context(
-            Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            )
+        bootstrap, spark, progress = open_job_bench(
+            stack,
+            "bench-sink",
+            bootstrap_servers=args.bootstrap_servers,
+            log_path=None if args.no_requests else log_path,
+            console=console,
         )
         task = progress.add_task("epochs", total=total)
         for rows in args.sizes:
