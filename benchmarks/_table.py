@@ -32,3 +32,8 @@ def print_table(
     for row in rows:
         table.add_row(*(_format(cell) for cell in row))
     (console or Console()).print(table)
+
+
+def optional_cell(x: float | None, digits: int = 2) -> Cell:
+    """A measured value rounded for a table cell; empty when it was not measured."""
+    return "" if x is None else round(x, digits)

@@ -56,7 +56,7 @@ from benchmarks._job import (
 )
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._steady import Batch, JobRun, Summary, summarize
-from benchmarks._table import print_table
+from benchmarks._table import optional_cell, print_table
 from benchmarks._targets import (
     MAX_STARTUP_EXTRA_S,
     MIN_X_ALO,
@@ -134,10 +134,6 @@ def _warm_up(spark: Any, on_batch: Any) -> None:
     run_stream(spark, source_frame(spark, WARMUP_ROWS), each, WARMUP_BATCHES)
 
 
-def _fmt(x: float | None, digits: int = 2) -> str | float:
-    return "" if x is None else round(x, digits)
-
-
 def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
     """Print the throughput table and the requests table."""
     print_table(
@@ -161,13 +157,13 @@ def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
                 s.batches,
                 round(s.median_ms),
                 round(s.rows_per_s),
-                _fmt(s.x_arrow),
-                _fmt(s.x_alo),
-                _fmt(s.x_baseline),
-                _fmt(s.x_noop),
-                _fmt(s.startup_s),
-                _fmt(s.startup_vs_baseline_s),
-                _fmt(s.cpu_ms, 0),
+                optional_cell(s.x_arrow),
+                optional_cell(s.x_alo),
+                optional_cell(s.x_baseline),
+                optional_cell(s.x_noop),
+                optional_cell(s.startup_s),
+                optional_cell(s.startup_vs_baseline_s),
+                optional_cell(s.cpu_ms, 0),
             ]
             for s in summaries
         ],

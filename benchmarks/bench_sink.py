@@ -68,7 +68,7 @@ from benchmarks._job import (
     run_interleaved,
 )
 from benchmarks._plot import grouped_bar_plot
-from benchmarks._table import print_table
+from benchmarks._table import optional_cell, print_table
 from benchmarks._targets import (
     MAX_ROUND_TRIPS,
     MIN_X_ALO,
@@ -182,10 +182,6 @@ def _median_ms(values: Iterable[float]) -> float | None:
     return 1000.0 * statistics.median(known) if known else None
 
 
-def _fmt(x: float | None, digits: int = 2) -> str | float:
-    return "" if x is None else round(x, digits)
-
-
 def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
     """Print the throughput table and the requests table."""
     print_table(
@@ -213,15 +209,15 @@ def report(summaries: Sequence[Summary], console: Console, title: str) -> None:
                 s.epochs,
                 round(s.median_ms),
                 round(s.rows_per_s),
-                _fmt(s.x_baseline),
-                _fmt(s.x_alo),
-                _fmt(s.x_noop),
-                _fmt(s.x_arrow),
-                _fmt(s.added_ms, 0),
-                _fmt(s.cpu_ms, 0),
-                _fmt(s.broker_cpu_ms, 0),
-                _fmt(s.x_baseline_cpu),
-                _fmt(s.x_alo_cpu),
+                optional_cell(s.x_baseline),
+                optional_cell(s.x_alo),
+                optional_cell(s.x_noop),
+                optional_cell(s.x_arrow),
+                optional_cell(s.added_ms, 0),
+                optional_cell(s.cpu_ms, 0),
+                optional_cell(s.broker_cpu_ms, 0),
+                optional_cell(s.x_baseline_cpu),
+                optional_cell(s.x_alo_cpu),
             ]
             for s in summaries
         ],
