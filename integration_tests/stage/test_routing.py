@@ -44,8 +44,10 @@ def placement(df):
         InputSpec(("key", "value"), route_by=("key",), fallback=("value",)),
         InputSpec(("value",), fallback=("value",)),
         InputSpec(("key", "value", "odd name"), route_by=("key", "odd name")),
+        InputSpec(("value",), route_by=("key",), fallback=("odd name",)),
+        InputSpec(("key", "value"), route_by=("key",), fallback=("value",), order_by=("value",)),
     ],
-    ids=["by-key", "by-value", "two-keys-quoted"],
+    ids=["by-key", "by-value", "two-keys-quoted", "routing-columns-not-shipped", "ordered"],
 )
 def test_routing_matches_the_formula(spark, spec: InputSpec) -> None:
     df = spark.range(300).selectExpr(
@@ -53,4 +55,6 @@ def test_routing_matches_the_formula(spark, spec: InputSpec) -> None:
         "concat('v', id) AS value",
         "id % 3 AS `odd name`",
     )
-    assert placement(route(df, spec, 3)) == placement(expected_routing(df, spec, 3))
+    routed = route(df, spec, 3)
+    assert routed.columns == [*spec.columns, HASH_COLUMN]
+    assert placement(routed) == placement(expected_routing(df, spec, 3))
