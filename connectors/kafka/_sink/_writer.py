@@ -178,7 +178,8 @@ class RecordWriter:
             column = column.view(pa.binary())
         elif pa.types.is_large_string(column.type):
             column = column.view(pa.large_binary())
-        return column.to_pylist()
+        payload: list[Any] = column.to_pylist()
+        return payload
 
     def _produce(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
