@@ -76,17 +76,31 @@ def route(df: DataFrame, spec: InputSpec, parallelism: int | None) -> DataFrame:
 
     ``parallelism`` None keeps the input's partitions (``keep_partitioning``: no routing
     shuffle). The plan is built from SQL strings: a handful of py4j calls on the driver
-    instead of a few hundred for the same expressions built as Column objects.
+    instead of a few hundred for the same expressions built as Column objects. The routing
+    hash is the exchange's partitioning expression itself, not a column: Spark's hash
+    partitioning of an expression hashes its value exactly as it hashes a column holding
+    it, so the rows land where a shipped routing column would put them (no 8 bytes per row
+    through the shuffle, and no projection after it unless ``order_by`` or routing columns
+    that are not shipped need one).
     """
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
+
     row_hash, routing = routing_expressions(spec)
+    shipped = [_q(n) for n in spec.columns]
     order = [f"{_q(c)} AS {_ORDER_PREFIX}{i}" for i, c in enumerate(spec.order_by)]
-    routes = [] if parallelism is None else [f"{routing} AS {ROUTE_COLUMN}"]
-    routed = df.selectExpr(
-        *[_q(n) for n in spec.columns], *order, f"{row_hash} AS {HASH_COLUMN}", *routes
-    )
+    extra = [] if parallelism is None else _unshipped_routing_columns(spec)
+    routed = df.selectExpr(*shipped, *order, *map(_q, extra), f"{row_hash} AS {HASH_COLUMN}")
     if parallelism is not None:
-        routed = routed.repartition(parallelism, ROUTE_COLUMN)
+        routed = routed.repartition(parallelism, F.expr(routing))
     if spec.order_by:
         keys = [f"{_ORDER_PREFIX}{i}" for i in range(len(spec.order_by))]
         routed = routed.sortWithinPartitions(*keys, HASH_COLUMN)
-    return routed.selectExpr(*[_q(n) for n in spec.columns], HASH_COLUMN)
+    if not (order or extra):
+        return routed
+    return routed.selectExpr(*shipped, HASH_COLUMN)
+
+
+def _unshipped_routing_columns(spec: InputSpec) -> list[str]:
+    """Routing columns that are not shipped (carried to the exchange, dropped after it)."""
+    wanted = dict.fromkeys((*spec.route_by, *(spec.fallback or spec.columns)))
+    return [c for c in wanted if c not in spec.columns]

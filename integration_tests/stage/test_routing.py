@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.stage import HASH_COLUMN, InputSpec
-from connectors.stage._input import route
+from connectors.stage._input import route, routing_expressions
 
 pytestmark = pytest.mark.spark
 
@@ -44,8 +44,10 @@ def placement(df):
         InputSpec(("key", "value"), route_by=("key",), fallback=("value",)),
         InputSpec(("value",), fallback=("value",)),
         InputSpec(("key", "value", "odd name"), route_by=("key", "odd name")),
+        InputSpec(("value",), route_by=("key",), fallback=("odd name",)),
+        InputSpec(("key", "value"), route_by=("key",), fallback=("value",), order_by=("value",)),
     ],
-    ids=["by-key", "by-value", "two-keys-quoted"],
+    ids=["by-key", "by-value", "two-keys-quoted", "routing-columns-not-shipped", "ordered"],
 )
 def test_routing_matches_the_formula(spark, spec: InputSpec) -> None:
     df = spark.range(300).selectExpr(
@@ -53,4 +55,34 @@ def test_routing_matches_the_formula(spark, spec: InputSpec) -> None:
         "concat('v', id) AS value",
         "id % 3 AS `odd name`",
     )
-    assert placement(route(df, spec, 3)) == placement(expected_routing(df, spec, 3))
+    routed = route(df, spec, 3)
+    assert routed.columns == [*spec.columns, HASH_COLUMN]
+    assert placement(routed) == placement(expected_routing(df, spec, 3))
+
+
+def shuffles(df) -> int:
+    """Shuffle exchanges of ``df``'s executed plan (the final plan under adaptive execution)."""
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return plan.split("Initial Plan")[0].count("Exchange hashpartitioning")
+
+
+def test_an_input_already_routed_is_not_shuffled_again_and_lands_where_the_formula_says(
+    spark,
+) -> None:
+    # Spark drops the routing exchange only when the input is hash-partitioned by the very
+    # routing expression into P partitions: the placement is the formula's by construction.
+    # Any other upstream partitioning (here: by the key alone) is shuffled again, so where a
+    # row lands never depends on how the input was partitioned (an in-doubt replay meets
+    # the same markers whatever the upstream plan).
+    spec = InputSpec(("key", "value"), route_by=("key",), fallback=("value",))
+    df = spark.range(300).selectExpr(
+        "CASE WHEN id % 7 = 0 THEN NULL ELSE concat('k', id % 11) END AS key",
+        "concat('v', id) AS value",
+    )
+    by_routing = df.repartition(3, F.expr(routing_expressions(spec)[1]))
+    by_key = df.repartition(3, "key")
+    assert shuffles(route(by_routing, spec, 3)) == shuffles(by_routing) == 1
+    assert shuffles(route(by_key, spec, 3)) == 2
+    expected = placement(expected_routing(df, spec, 3))
+    assert placement(route(by_routing, spec, 3)) == placement(route(by_key, spec, 3)) == expected

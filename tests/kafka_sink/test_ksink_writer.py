@@ -15,6 +15,11 @@ from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from connectors.testing import InjectedFault
 
 
+def wire(data):
+    """What confluent-kafka sends for ``data``: a str as its UTF-8 bytes."""
+    return data.encode() if isinstance(data, str) else data
+
+
 class FakeProducer:
     def __init__(self, full_every=0, too_large=None):
         self.sent = []
@@ -28,9 +33,9 @@ class FakeProducer:
         self._tries += 1
         if self.full_every and self._tries % self.full_every == 0:
             raise BufferError("queue full")
-        if self.too_large is not None and value == self.too_large:
+        if self.too_large is not None and wire(value) == wire(self.too_large):
             raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too big"))
-        self.sent.append((topic, key, value, partition, headers))
+        self.sent.append((topic, wire(key), wire(value), partition, headers))
 
     def poll(self, timeout):
         self.polls += 1
@@ -57,11 +62,31 @@ def test_simple_rows_are_produced_in_order():
     w = writer(p)
     w.write([batch(key=["a", None], value=["1", "2"]), batch(key=["c"], value=[b"3"])])
     assert [(t, k, v) for t, k, v, _, _ in p.sent] == [
-        ("out", "a", "1"),
-        ("out", None, "2"),
-        ("out", "c", b"3"),
+        ("out", b"a", b"1"),
+        ("out", None, b"2"),
+        ("out", b"c", b"3"),
     ]
     assert w.rows == 3
+
+
+def test_string_keys_and_values_are_produced_as_their_utf8_bytes():
+    # produce gets bytes (no str objects per row); the same bytes a str would be sent as
+    p = FakeProducer()
+    text = ["Zoë ☃ 東京", "plain"]
+    w = writer(p)
+    w.write(
+        [
+            batch(key=text, value=text[::-1]),
+            batch(key=pa.array(text, pa.large_string()), value=pa.array(text, pa.large_string())),
+        ]
+    )
+    assert [(k, v) for _, k, v, _, _ in p.sent] == [
+        ("Zoë ☃ 東京".encode(), b"plain"),
+        (b"plain", "Zoë ☃ 東京".encode()),
+        ("Zoë ☃ 東京".encode(), "Zoë ☃ 東京".encode()),
+        (b"plain", b"plain"),
+    ]
+    assert all(type(k) is bytes and type(v) is bytes for _, k, v, _, _ in p.sent)
 
 
 def test_back_pressure_polls_and_retries_without_losing_rows():
@@ -69,7 +94,7 @@ def test_back_pressure_polls_and_retries_without_losing_rows():
     w = writer(p)
     values = [str(i) for i in range(20)]
     w.write([batch(key=values, value=values)])
-    assert [v for _, _, v, _, _ in p.sent] == values
+    assert [v for _, _, v, _, _ in p.sent] == [wire(v) for v in values]
     assert p.polls > 5
 
 
@@ -92,8 +117,8 @@ def test_topic_partition_and_headers_columns():
             )
         ]
     )
-    assert p.sent[0] == ("t1", "k1", "v1", 2, [("h", b"v")])
-    assert p.sent[1] == ("default", "k2", "v2", -1, None)
+    assert p.sent[0] == ("t1", b"k1", b"v1", 2, [("h", b"v")])
+    assert p.sent[1] == ("default", b"k2", b"v2", -1, None)
 
 
 def test_null_value_is_refused_naming_the_column():
@@ -116,7 +141,7 @@ def test_changelog_validation():
     layout = RecordLayout(key=True, changelog=True)
     ok = FakeProducer()
     writer(ok, layout).write([batch(key=["a", "b"], value=["1", None], op=["insert", "delete"])])
-    assert [v for _, _, v, _, _ in ok.sent] == ["1", None]  # delete -> tombstone
+    assert [v for _, _, v, _, _ in ok.sent] == [b"1", None]  # delete -> tombstone
     with pytest.raises(KafkaRecordError, match="'op'.*'upsert'") as info:
         writer(FakeProducer(), layout).write([batch(key=["a"], value=["1"], op=["upsert"])])
     assert info.value.column == "op"

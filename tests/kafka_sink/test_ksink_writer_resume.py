@@ -39,8 +39,8 @@ class QueueProducer:
 
 
 def rows(n, start=0):
-    keys = [f"k{i}" for i in range(start, start + n)]
-    values = [f"v{i}" for i in range(start, start + n)]
+    keys = [f"k{i}".encode() for i in range(start, start + n)]
+    values = [f"v{i}".encode() for i in range(start, start + n)]
     return keys, values
 
 
@@ -69,8 +69,8 @@ def test_every_row_once_in_order_whatever_attempt_finds_the_queue_full(full_on):
 @pytest.mark.parametrize("full_on", [(), (4,), (7,), (8,)])
 def test_too_large_row_is_named_after_rows_before_it_were_produced(full_on):
     keys, values = rows(10)
-    values[6] = "x" * 50
-    p = QueueProducer(full_on=full_on, too_large="x" * 50)
+    values[6] = b"x" * 50
+    p = QueueProducer(full_on=full_on, too_large=b"x" * 50)
     with pytest.raises(RecordTooLargeError, match="value 50 bytes") as info:
         write(p, (keys, values))
     assert info.value.column == "value"
@@ -79,8 +79,8 @@ def test_too_large_row_is_named_after_rows_before_it_were_produced(full_on):
 
 def test_row_that_did_not_fit_and_then_is_too_large_is_typed():
     keys, values = rows(5)
-    values[2] = "x" * 50
-    p = QueueProducer(full_on=(3,), too_large="x" * 50)  # attempt 3 is row 2
+    values[2] = b"x" * 50
+    p = QueueProducer(full_on=(3,), too_large=b"x" * 50)  # attempt 3 is row 2
     with pytest.raises(RecordTooLargeError) as info:
         write(p, (keys, values))
     assert info.value.column == "value"

@@ -4,7 +4,9 @@ Steps per batch:
 
 1. validate it vectorized (null values, unknown changelog ops, missing keys or
    topics) and raise a :class:`KafkaRecordError` naming the column and the fix;
-2. convert the needed columns once with ``to_pylist()``;
+2. convert the needed columns once with ``to_pylist()``; string keys and values as their
+   UTF-8 bytes (a zero-copy cast to binary first: no decoding into ``str`` and no
+   encoding back in ``produce``, the same bytes on the wire);
 3. produce: rows with only a key and a value go through ``Producer.produce`` driven by
    ``map`` (a loop in C, no Python bytecode per row); other rows through a Python loop.
    On ``BufferError`` (the bounded producer queue is full) serve delivery reports with
@@ -166,12 +168,25 @@ class RecordWriter:
         idx = batch.schema.get_field_index(name)
         return None if idx < 0 else batch.column(idx).to_pylist()
 
+    def _payload(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:
+        """Key or value column as Python objects; strings as their UTF-8 bytes (step 2)."""
+        idx = batch.schema.get_field_index(name)
+        if idx < 0:
+            return None
+        column = batch.column(idx)
+        if pa.types.is_string(column.type):
+            column = column.view(pa.binary())
+        elif pa.types.is_large_string(column.type):
+            column = column.view(pa.large_binary())
+        payload: list[Any] = column.to_pylist()
+        return payload
+
     def _produce(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
         if n == 0:
             return
-        values = self._column(batch, "value")
-        keys = self._column(batch, "key") or [None] * n
+        values = self._payload(batch, "value")
+        keys = self._payload(batch, "key") or [None] * n
         assert values is not None  # noqa: S101 - the driver checked the schema
         layout = self._layout
         if not (layout.topic or layout.partition or layout.headers):
