@@ -5,6 +5,7 @@ See docs/architecture.md for the protocol. The pieces:
 * :class:`EpochState` - the epoch state machine with guarded transitions;
 * :class:`Participant` / :class:`Resource` - what a sink implements (task / driver side);
 * :class:`EpochLog` / :class:`FileEpochLog` / :class:`EpochHistory` - the write-ahead log;
+  :class:`DeferredCompletionLog` writes an epoch's completion with the next plan;
 * :func:`run_partition` - the task-side driver; :class:`Coordinator` - the driver side;
 * :class:`InProcessExecutor` - runs the write stage in threads, for tests and the demo;
 * :class:`CompositeResource` - one epoch across several resources (Kafka and PostgreSQL);
@@ -29,6 +30,7 @@ from txn._coordinator import (
     CoordinatorHooks,
     Execute,
 )
+from txn._deferred import DeferredCompletionLog
 from txn._errors import (
     ConfigError,
     EpochAbortedError,
@@ -84,6 +86,7 @@ __all__ = [
     "Coordinator",
     "CoordinatorHooks",
     "CoordinatorStep",
+    "DeferredCompletionLog",
     "EpochAbortedError",
     "EpochCompletion",
     "EpochDecision",
