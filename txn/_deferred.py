@@ -55,9 +55,9 @@ class DeferredCompletionLog(EpochLog):
 
     def append_deferred(self, completion: EpochCompletion) -> None:
         """Rule 1: validate ``completion`` and hold it (a completion held before is written)."""
+        self.load().with_record(completion)  # IllegalTransitionError: nothing changes
         if self._pending is not None:
             self.flush()
-        self._inner.load().with_record(completion)  # IllegalTransitionError: nothing held
         self._pending = completion
 
     def load(self) -> EpochHistory:
