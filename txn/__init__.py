@@ -71,7 +71,7 @@ from txn._model import (
 from txn._offsets import InputOffsets
 from txn._outcome import EpochResult, RecoveryReport
 from txn._renamed import renamed_names
-from txn._settle import Settlement, settle_in_doubt
+from txn._settle import Settlement, deferred_completion, settle_in_doubt
 from txn._state import EpochState
 from txn._steps import CoordinatorStep, TaskStep
 from txn._task import Gather, TaskHooks, run_partition
@@ -133,6 +133,7 @@ __all__ = [
     "check_next_record",
     "corrupt_error",
     "decode_record",
+    "deferred_completion",
     "encode_record",
     "record_from_body",
     "run_partition",

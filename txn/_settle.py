@@ -20,13 +20,14 @@ once its call for N returned, so N committed everywhere and its markers must say
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from txn._errors import EpochUnresolvedError
 from txn._history import EpochHistory
 from txn._log import EpochLog
-from txn._model import EpochCompletion, EpochPlan, Guarantee, Resource
+from txn._model import EpochCompletion, EpochPlan, Guarantee, Marker, Resource
 from txn._state import EpochState
 
 
@@ -118,6 +119,30 @@ def settle_previous(
     raise EpochUnresolvedError(msg)
 
 
+def deferred_completion(
+    history: EpochHistory, markers: Mapping[int, Marker | None]
+) -> EpochCompletion | None:
+    """Return the completion a running (or crashed) sink deferred, if the markers show it.
+
+    For readers that do not own the log (``eos status``, ``eos offsets``, ``eos reset``):
+    the last epoch of the log, planned exactly-once without a completion, whose every
+    write partition's marker shows it, is committed; only its completion is not written
+    yet (docs/architecture.md, "Deferred completion"). None otherwise.
+    """
+    doubtful = history.in_doubt()
+    if len(doubtful) != 1:
+        return None
+    plan = doubtful[0]
+    if (
+        plan.epoch != history.max_epoch()
+        or history.state(plan.epoch) is not EpochState.PLANNED
+        or plan.guarantee is not Guarantee.EXACTLY_ONCE
+        or len(_covered(plan, markers)) < plan.parallelism
+    ):
+        return None
+    return EpochCompletion(plan.sink_id, plan.epoch, committed=True)
+
+
 def _committed_partitions(resource: Resource[Any], plan: EpochPlan) -> tuple[int, ...]:
     try:
         markers = resource.committed_markers(plan)
@@ -127,6 +152,11 @@ def _committed_partitions(resource: Resource[Any], plan: EpochPlan) -> tuple[int
             "query that planned it from its checkpoint until the epoch commits"
         )
         raise EpochUnresolvedError(msg) from None
+    return _covered(plan, markers)
+
+
+def _covered(plan: EpochPlan, markers: Mapping[int, Marker | None]) -> tuple[int, ...]:
+    """Write partitions of ``plan`` whose committed marker shows its epoch (or a later one)."""
     return tuple(
         p
         for p in range(plan.parallelism)
