@@ -77,3 +77,21 @@ def test_a_refused_record_writes_none_of_its_write(kafka_bootstrap: str) -> None
         assert log.load().state(0).in_doubt  # the completion was not written either
     history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
     assert history.state(0).in_doubt and history.completion(0) is None
+
+
+def test_merged_appends_compact_as_single_ones(kafka_bootstrap: str) -> None:
+    sink_id = f"merge-{uuid.uuid4().hex[:8]}"
+    log = KafkaEpochLog(kafka_bootstrap, sink_id, retain_epochs=1)
+    try:
+        log.append(EpochPlan(sink_id, 0, 3, "fp"))
+        for epoch in range(1, 6):  # each epoch's completion with the next plan
+            done = EpochCompletion(sink_id, epoch - 1, committed=True)
+            log.append_all([done, EpochPlan(sink_id, epoch, 1, "fp")])
+        log.append(EpochCompletion(sink_id, 5, committed=True))
+    finally:
+        log.close()
+    history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
+    assert history.epochs() == [4, 5]
+    assert history.committed_through == 3
+    assert history.max_parallelism() == 3  # from the compacted epoch 0
+    assert all(history.is_committed(e) for e in range(6))
