@@ -5,6 +5,7 @@ See docs/architecture.md for the protocol. The pieces:
 * :class:`EpochState` - the epoch state machine with guarded transitions;
 * :class:`Participant` / :class:`Resource` - what a sink implements (task / driver side);
 * :class:`EpochLog` / :class:`FileEpochLog` / :class:`EpochHistory` - the write-ahead log;
+  :class:`DeferredCompletionLog` writes an epoch's completion with the next plan;
 * :func:`run_partition` - the task-side driver; :class:`Coordinator` - the driver side;
 * :class:`InProcessExecutor` - runs the write stage in threads, for tests and the demo;
 * :class:`CompositeResource` - one epoch across several resources (Kafka and PostgreSQL);
@@ -29,6 +30,7 @@ from txn._coordinator import (
     CoordinatorHooks,
     Execute,
 )
+from txn._deferred import DeferredCompletionLog
 from txn._errors import (
     ConfigError,
     EpochAbortedError,
@@ -69,7 +71,7 @@ from txn._model import (
 from txn._offsets import InputOffsets
 from txn._outcome import EpochResult, RecoveryReport
 from txn._renamed import renamed_names
-from txn._settle import Settlement, settle_in_doubt
+from txn._settle import Settlement, deferred_completion, settle_in_doubt
 from txn._state import EpochState
 from txn._steps import CoordinatorStep, TaskStep
 from txn._task import Gather, TaskHooks, run_partition
@@ -84,6 +86,7 @@ __all__ = [
     "Coordinator",
     "CoordinatorHooks",
     "CoordinatorStep",
+    "DeferredCompletionLog",
     "EpochAbortedError",
     "EpochCompletion",
     "EpochDecision",
@@ -130,6 +133,7 @@ __all__ = [
     "check_next_record",
     "corrupt_error",
     "decode_record",
+    "deferred_completion",
     "encode_record",
     "record_from_body",
     "run_partition",

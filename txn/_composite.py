@@ -48,6 +48,7 @@ class CompositeResource(Resource[Any]):
         self.parallelism = start
         flags = {m.resource.completable_by_coordinator for m in self.members}
         self.completable_by_coordinator = flags == {True}
+        self.reads_markers = all(m.resource.reads_markers for m in self.members)
 
     def locate(self, partition: int) -> tuple[int, int]:
         """Return ``(member index, local partition)`` of global ``partition``."""

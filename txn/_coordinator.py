@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Generic
 
@@ -11,7 +10,6 @@ from txn._errors import (
     ConfigError,
     EpochAbortedError,
     ParticipantError,
-    PlanMismatchError,
     PreparedWorkLostError,
 )
 from txn._history import EpochHistory
@@ -27,8 +25,10 @@ from txn._model import (
     Resource,
     Rows,
 )
-from txn._offsets import InputOffsets, check_same_input
+from txn._offsets import InputOffsets
 from txn._outcome import DONE, READY, EpochResult, RecoveryReport, blame, lost_error
+from txn._planning import PlanSettings, check_int, check_pinned, next_plan
+from txn._settle import settle_previous
 from txn._state import EpochState
 from txn._steps import CoordinatorStep
 
@@ -62,19 +62,18 @@ class Coordinator(Generic[Rows]):
         self._log = log
         self._resource = resource
         self._sink_id = sink_id
-        self._guarantee = Guarantee.parse(guarantee)
-        self._mode = CommitMode.parse(mode)
+        self._settings = PlanSettings(sink_id, Guarantee.parse(guarantee), CommitMode.parse(mode))
         self._hooks = hooks
 
     @property
     def guarantee(self) -> Guarantee:
         """The delivery guarantee new epochs are planned with."""
-        return self._guarantee
+        return self._settings.guarantee
 
     @property
     def mode(self) -> CommitMode:
         """The commit mode new epochs are planned with."""
-        return self._mode
+        return self._settings.mode
 
     def _hook(self, step: CoordinatorStep, epoch: int) -> None:
         if self._hooks is not None:
@@ -189,22 +188,29 @@ class Coordinator(Generic[Rows]):
             Exception: anything ``execute`` raises; the epoch stays in doubt.
 
         """
-        _check_int("epoch", epoch, 0)
-        _check_int("parallelism", parallelism, 1)
+        check_int("epoch", epoch, 0)
+        check_int("parallelism", parallelism, 1)
         # Step 1: load the history; a committed epoch is skipped.
         history = self._log.load()
         if history.is_committed(epoch):
             return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
+        # The epoch before lost its deferred completion in a crash: settled by its markers.
+        settled = settle_previous(history, self._resource, epoch)
+        if settled is not None:
+            self._log.append_deferred(settled)  # written with this epoch's plan
+            history = self._log.load()
         # Step 2: an epoch in doubt is finished from the log or re-planned pinned; else a new plan.
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
             if self._resolve_in_doubt(previous, history):
                 return EpochResult(epoch, previous, skipped=True, committed=True)
             history = self._log.load()
-        plan = self._next_plan(epoch, parallelism, history, input_offsets)
+        fingerprint = self._resource.fingerprint
+        plan = next_plan(self._settings, epoch, parallelism, history, input_offsets, fingerprint)
         # Step 3: a shrunk parallelism aborts the work lingering on the dropped partitions.
         self._abort_dropped(plan, history)
-        # Step 4: the plan is logged before any task runs.
+        # Step 4: the plan is logged before any task runs (with a deferred completion).
+        self._hook(CoordinatorStep.BEFORE_PLAN, epoch)
         self._log.append(plan)
         self._hook(CoordinatorStep.PLAN_LOGGED, epoch)
         # Step 5: at-most-once logs the completion first, then runs the write stage.
@@ -267,46 +273,7 @@ class Coordinator(Generic[Rows]):
         return reports
 
     def _check_pinned(self, previous: EpochPlan) -> None:
-        fingerprint = self._resource.fingerprint()
-        if previous.fingerprint != fingerprint:
-            msg = (
-                f"the sink configuration changed while epoch {previous.epoch} was in doubt "
-                f"(planned fingerprint {previous.fingerprint}, now {fingerprint}); restore the "
-                "previous sink configuration until that epoch has committed, then change it"
-            )
-            raise PlanMismatchError(msg)
-        if (previous.guarantee, previous.mode) != (self._guarantee, self._mode):
-            msg = (
-                f"epoch {previous.epoch} is in doubt with guarantee {previous.guarantee.value} "
-                f"and mode {previous.mode.value}, but the coordinator runs "
-                f"{self._guarantee.value} / {self._mode.value}; keep the old settings until "
-                "that epoch has committed"
-            )
-            raise PlanMismatchError(msg)
-
-    def _next_plan(
-        self,
-        epoch: int,
-        parallelism: int,
-        history: EpochHistory,
-        input_offsets: InputOffsets | None,
-    ) -> EpochPlan:
-        previous = history.plan(epoch)
-        pinned = (EpochState.PLANNED, EpochState.COMMIT_DECIDED)
-        if previous is not None and history.state(epoch) in pinned:
-            check_same_input(previous.epoch, previous.input, input_offsets)
-            return dataclasses.replace(previous, attempt=previous.attempt + 1)
-        # A new epoch, or an aborted one: nothing of it is visible, so it is planned freely.
-        return EpochPlan(
-            self._sink_id,
-            epoch,
-            parallelism,
-            self._resource.fingerprint(),
-            self._guarantee,
-            self._mode,
-            attempt=0 if previous is None else previous.attempt + 1,
-            input=input_offsets,
-        )
+        check_pinned(previous, self._settings, self._resource.fingerprint())
 
     def _execute(self, plan: EpochPlan, execute: Execute) -> tuple[PartitionReport, ...]:
         """Run the write stage; return its reports, checked: one per partition, in order."""
@@ -397,12 +364,10 @@ class Coordinator(Generic[Rows]):
                 "stays in doubt and the replay redoes the missing partitions"
             )
             raise EpochAbortedError(msg)
-        self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
+        completion = EpochCompletion(self._sink_id, plan.epoch, committed=True)
+        if plan.guarantee is Guarantee.EXACTLY_ONCE and self._resource.reads_markers:
+            self._log.append_deferred(completion)  # "Deferred completion": with the next plan
+        else:
+            self._log.append(completion)
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
-
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        msg = f"{name} must be an int >= {minimum}, got {value!r}"
-        raise ConfigError(msg)

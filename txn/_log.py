@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -21,7 +22,7 @@ import crc32c
 from txn._codec import FORMAT_VERSION, corrupt_error, encode_record, record_from_body, seal, unseal
 from txn._errors import ConfigError, EpochLogError, EpochLogLockedError
 from txn._history import EpochHistory
-from txn._model import LogRecord
+from txn._model import EpochCompletion, LogRecord
 
 # Committed epochs kept below the last committed one before compaction drops them; enough
 # to debug recent history while keeping every append (a full rewrite) small.
@@ -57,9 +58,36 @@ class EpochLog(abc.ABC):
     def append(self, record: LogRecord) -> None:
         """Validate and durably append ``record``."""
 
+    def append_all(self, records: Sequence[LogRecord]) -> None:
+        """Validate and durably append ``records``, in order.
+
+        A log that can make them durable in one step (one file rewrite, one Kafka
+        transaction) overrides this: all of them or none. This default appends them one by
+        one, so a failure can leave a prefix durable (a prefix of valid records is valid).
+        """
+        for record in records:
+            self.append(record)
+
+    def append_deferred(self, completion: EpochCompletion) -> None:
+        """Append ``completion`` no later than the next append, :meth:`flush` or :meth:`close`.
+
+        This default appends it at once. :class:`~txn.DeferredCompletionLog` holds it
+        and writes it in the same durable step as the next record (docs/architecture.md,
+        section 2, "Deferred completion").
+        """
+        self.append(completion)
+
+    @property
+    def pending(self) -> EpochCompletion | None:
+        """The completion held by :meth:`append_deferred`, not durable yet (None here)."""
+        return None
+
+    def flush(self) -> None:  # noqa: B027 - a log that holds nothing has nothing to flush
+        """Make a completion held by :meth:`append_deferred` durable now (nothing here)."""
+
     @abc.abstractmethod
     def load(self) -> EpochHistory:
-        """Return the history of every durable record."""
+        """Return the history of every durable record (and of a deferred completion)."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -159,12 +187,18 @@ class FileEpochLog(EpochLog):
 
     def append(self, record: LogRecord) -> None:
         """Validate ``record``, then durably rewrite the log with it (see class docstring)."""
+        self.append_all((record,))
+
+    def append_all(self, records: Sequence[LogRecord]) -> None:
+        """Validate ``records``, then durably rewrite the log with all of them at once."""
         self._check_open()
         if self._read_only:
             msg = f"epoch log {self._path} was opened read-only; it cannot be appended to"
             raise EpochLogError(msg)
         history, _ = self._read(check_generation=True)
-        self._write(history.with_record(record).compacted(self._retain))
+        for record in records:
+            history = history.with_record(record)
+        self._write(history.compacted(self._retain))
 
     def load(self) -> EpochHistory:
         """Read, verify and fold the log file."""

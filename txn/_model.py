@@ -264,6 +264,9 @@ class Resource(abc.ABC, Generic[Rows]):
     """
 
     completable_by_coordinator: bool = False
+    # Whether committed_markers works from the driver: then the coordinator may defer the
+    # completion of a commit-in-task epoch (docs/architecture.md, "Deferred completion").
+    reads_markers: bool = False
 
     def completes(self, partition: int) -> bool:
         """Whether the coordinator completes ``partition``'s prepared work.

@@ -28,6 +28,8 @@ class TaskStep(str, enum.Enum):
 class CoordinatorStep(str, enum.Enum):
     """Steps of the driver side (:meth:`txn.Coordinator.run_epoch`), in protocol order."""
 
+    # Plan about to be logged (with the epoch before's deferred completion), nothing durable.
+    BEFORE_PLAN = "driver_before_plan"
     PLAN_LOGGED = "driver_after_plan"  # plan durable, write stage not started
     STAGE_RETURNED = "driver_after_stage"  # write stage returned, reports not checked
     REPORTS_RECEIVED = "driver_before_complete"  # reports checked, outcome not logged

@@ -38,6 +38,7 @@ from txn import (
     FileEpochLog,
     IllegalTransitionError,
     QueryBinding,
+    deferred_completion,
 )
 
 OK, PROBLEM, USAGE, UNAVAILABLE, REFUSED = 0, 1, 2, 3, 4
@@ -61,6 +62,9 @@ class SinkRef:
 
     def read_log(self) -> EpochHistory:
         """Read the sink's history without taking the log over from a running sink.
+
+        The last epoch's completion that the sink defers (docs/architecture.md, "Deferred
+        completion") is folded in when every write partition's marker shows the epoch.
 
         Raises:
             UnreadableLogError: ``epoch_log`` is a PostgreSQL connection string (``--dsn``'s).
@@ -91,7 +95,21 @@ class SinkRef:
                 f"{self.cluster.bootstrap_servers}"
             )
             raise UnknownSinkError(self._unknown(f"the {where} holds no record of it"))
-        return history
+        return self.settled(history)
+
+    def settled(self, history: EpochHistory) -> EpochHistory:
+        """Return ``history`` with the deferred completion its markers show folded in."""
+        if not history.in_doubt():
+            return history
+        markers = read_markers(
+            self.cluster.bootstrap_servers,
+            self.sink_id,
+            history.max_parallelism(),
+            marker_topic=self.marker_topic,
+            client_config=self.cluster.config,
+        )
+        completion = deferred_completion(history, markers)
+        return history if completion is None else history.with_record(completion)
 
     def open_log(self) -> EpochLog:
         """Open the sink's log for appending (fences a coordinator that still runs)."""
@@ -332,9 +350,17 @@ def reset(ref: LogRef, query_id: str | None) -> Result:
     log = ref.open_log()
     try:
         history = log.load()
+        # A completion the sink deferred (settled by its markers in ``known``) goes first.
+        settled = [
+            c
+            for p in history.in_doubt()
+            if known.is_committed(p.epoch) and (c := known.completion(p.epoch)) is not None
+        ]
+        for completion in settled:
+            history = history.with_record(completion)
         binding = QueryBinding(ref.sink_id, query_id or "", start_over_offset(history))
         try:
-            log.append(binding)
+            log.append_all([*settled, binding])
         except IllegalTransitionError as exc:
             return Result({"sink_id": ref.sink_id, "reset": False}, REFUSED, [str(exc)])
     finally:

@@ -31,7 +31,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from txn import EpochHistory, EpochLog, EpochResult, LogRecord, PartitionOutcome
+from txn import (
+    EpochCompletion,
+    EpochHistory,
+    EpochLog,
+    EpochResult,
+    LogRecord,
+    PartitionOutcome,
+)
 
 log = logging.getLogger("connectors.stage.metrics")
 
@@ -253,7 +260,11 @@ def _notify(observer: Callable[[EpochMetrics], None], metrics: EpochMetrics) -> 
 
 
 class CountingLog(EpochLog):
-    """An :class:`txn.EpochLog` that counts its appends (the epoch's log round trips)."""
+    """An :class:`txn.EpochLog` that counts the records it made durable.
+
+    Wraps a :class:`txn.DeferredCompletionLog`: a deferred completion counts when it is
+    written (with the next record, or by :meth:`flush`).
+    """
 
     def __init__(self, inner: EpochLog) -> None:
         self._inner = inner
@@ -264,14 +275,34 @@ class CountingLog(EpochLog):
         """The wrapped log's sink."""
         return self._inner.sink_id
 
+    @property
+    def pending(self) -> EpochCompletion | None:
+        """The wrapped log's deferred completion."""
+        return self._inner.pending
+
     def load(self) -> EpochHistory:
         """Load through the wrapped log."""
         return self._inner.load()
 
     def append(self, record: LogRecord) -> None:
         """Append through the wrapped log and count it."""
-        self._inner.append(record)
-        self.appends += 1
+        self.append_all((record,))
+
+    def append_all(self, records: Sequence[LogRecord]) -> None:
+        """Append through the wrapped log; count them and a deferred completion written."""
+        held = self._inner.pending is not None
+        self._inner.append_all(records)
+        self.appends += len(records) + (held and self._inner.pending is None)
+
+    def append_deferred(self, completion: EpochCompletion) -> None:
+        """Defer through the wrapped log (counted once written)."""
+        held = self._inner.pending is not None
+        self._inner.append_deferred(completion)
+        self.appends += held  # a completion held before was written now
+
+    def flush(self) -> None:
+        """Flush the wrapped log, counting a deferred completion written."""
+        self.append_all(())
 
     def close(self) -> None:
         """Close the wrapped log."""

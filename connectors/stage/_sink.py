@@ -27,6 +27,7 @@ from txn import (
     CompositeResource,
     Coordinator,
     CoordinatorStep,
+    DeferredCompletionLog,
     EpochHistory,
     EpochLog,
     EpochResult,
@@ -276,7 +277,8 @@ class TransactionalSink(SinkLifecycle):
         if self._res.log is None:
             query_id = self._query.query_id if self._query is not None else None
             take_over(self._owner_key, self, query_id)  # SinkInUseError: its query runs
-            self._res.log = CountingLog(self._log_factory())
+            # One log write per epoch: the completion goes with the next plan (txn._deferred).
+            self._res.log = CountingLog(DeferredCompletionLog(self._log_factory()))
         return self._res.log
 
     def _coordinator(self, resource: Resource[Any], opts: StageOptions) -> Coordinator[Any]:

@@ -13,7 +13,7 @@ A :class:`FaultPlan` names a JSON file holding a list of faults::
 
 A step is named by its value in ``txn.TaskStep`` (the task side: ``after_open``,
 ``mid_write``, ``after_write``, ``after_pre_commit``, ``before_commit``, ``after_commit``,
-``after_abort``) or ``txn.CoordinatorStep`` (the driver: ``driver_after_plan``,
+``after_abort``) or ``txn.CoordinatorStep`` (the driver: ``driver_before_plan``, ``driver_after_plan``,
 ``driver_after_stage``, ``driver_before_complete``, ``driver_after_decision``,
 ``driver_after_partition_delivered``, ``driver_after_delivered``,
 ``driver_after_complete``; the decision and its delivery only for sinks the coordinator

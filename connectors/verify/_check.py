@@ -25,6 +25,7 @@ from connectors.verify._epochs import (
     HistoryLike,
     MarkerLike,
     check_epoch_log,
+    deferred_epoch,
     open_history,
 )
 from connectors.verify._records import (
@@ -148,12 +149,16 @@ def _epoch_checks(
         bootstrap, sink_id, width, marker_topic=marker_topic, client_config=shared
     )
     anomalies = check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
-    last = history.last_committed_epoch()
+    deferred = deferred_epoch(history, markers)
+    last = history.last_committed_epoch() if deferred is None else deferred
     note = (
         f"epoch log: last committed epoch {last}, markers of {width} write partitions "
         f"in {marker_topic!r}"
     )
-    return anomalies, [note], True, last
+    notes = [note]
+    if deferred is not None:
+        notes.append(f"epoch {deferred}: committed by its markers, its completion deferred")
+    return anomalies, notes, True, last
 
 
 def load_history(

@@ -124,6 +124,7 @@ class _Res:
     """The part of a resource a composite's fingerprint reads."""
 
     completable_by_coordinator = False
+    reads_markers = False
 
     def __init__(self, fingerprint: str) -> None:
         self._fingerprint = fingerprint

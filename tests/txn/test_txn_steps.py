@@ -31,6 +31,7 @@ def test_a_two_phase_epoch_fires_every_driver_step_in_declared_order(tmp_path: P
     world.close()
     p = CoordinatorStep.PARTITION_DELIVERED
     assert driver == [
+        CoordinatorStep.BEFORE_PLAN,
         CoordinatorStep.PLAN_LOGGED,
         CoordinatorStep.STAGE_RETURNED,
         CoordinatorStep.REPORTS_RECEIVED,
@@ -51,6 +52,7 @@ def test_a_commit_in_task_epoch_fires_the_task_steps_in_declared_order(tmp_path:
     world.run_epoch(0)
     world.close()
     assert driver == [
+        CoordinatorStep.BEFORE_PLAN,
         CoordinatorStep.PLAN_LOGGED,
         CoordinatorStep.STAGE_RETURNED,
         CoordinatorStep.REPORTS_RECEIVED,

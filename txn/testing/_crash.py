@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple
 
 from txn._coordinator import Coordinator
+from txn._deferred import DeferredCompletionLog
 from txn._errors import EpochAbortedError, ParticipantError, TxnError
 from txn._executor import InProcessExecutor
 from txn._history import EpochHistory
@@ -138,6 +139,9 @@ CASES: list[tuple[str, Crash, tuple[str, ...], bool]] = [
         False,
     ),
     ("coord-after-completion", Crash("coordinator", C.COMPLETED), KINDS, False),
+    # after the call for epoch 0 returned (Spark committed it), before the plan of epoch 1
+    # is durable: epoch 0's deferred completion is lost ("Deferred completion")
+    ("coord-before-next-plan", Crash("coordinator", C.BEFORE_PLAN), KINDS, False),
     ("task-p1-after-open", Crash("task", T.OPENED, partition=1), KINDS, False),
     ("task-p1-after-write", Crash("task", T.WRITTEN, partition=1), KINDS, False),
     ("task-p1-after-pre-commit", Crash("task", T.PRE_COMMITTED, partition=1), KINDS, False),
@@ -256,8 +260,11 @@ class CrashWorld(abc.ABC, Generic[Rows]):
 
     # -- processes -------------------------------------------------------------------
     def start(self) -> Coordinator[Rows]:
-        """Start a driver process: open the log, build the resource and coordinator, recover."""
-        self.log = self.open_log()
+        """Start a driver process: open the log, build the resource and coordinator, recover.
+
+        The log defers completions as the Spark stage's does (:class:`DeferredCompletionLog`).
+        """
+        self.log = DeferredCompletionLog(self.open_log())
         self.resource = self.new_resource()
         self.coordinator = Coordinator(
             self.log,
@@ -272,9 +279,13 @@ class CrashWorld(abc.ABC, Generic[Rows]):
         return self.coordinator
 
     def crash(self) -> None:
-        """Kill the driver: its log handle is released; every in-process object is gone."""
-        if self.log is not None:
-            self.log.close()
+        """Kill the driver: its log handle is released; every in-process object is gone.
+
+        A deferred completion is lost with the process (nothing flushes it).
+        """
+        log = self.log.inner if isinstance(self.log, DeferredCompletionLog) else self.log
+        if log is not None:
+            log.close()
         self.log = self.coordinator = self.resource = None
         self.restarts += 1
         _require(

@@ -129,6 +129,8 @@ class _CommitInTaskParticipant(_MemoryParticipant):
 
 
 class _MemoryResource(Resource[MemRows]):
+    reads_markers = True
+
     def __init__(self, store: Store, fingerprint: str = "v1", decode: Decode = read_rows) -> None:
         self.store = store
         self._fingerprint = fingerprint

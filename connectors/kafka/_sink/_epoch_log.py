@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
@@ -236,7 +237,11 @@ class KafkaEpochLog(EpochLog):
         return f"{self._sink_id}/r/{record.epoch:020d}/{attempt:06d}/{_kind(record)}"
 
     def append(self, record: LogRecord) -> None:
-        """Validate ``record`` and append it durably in one Kafka transaction.
+        """Validate ``record`` and append it durably in one Kafka transaction (:meth:`append_all`)."""
+        self.append_all((record,))
+
+    def append_all(self, records: Sequence[LogRecord]) -> None:
+        """Validate ``records`` and append them durably in one Kafka transaction.
 
         Rides through a broker restart: a transaction that failed with a broker-restart
         error (the topic unknown while the broker reloads it, no leader, the coordinator
@@ -244,14 +249,16 @@ class KafkaEpochLog(EpochLog):
         aborted and written again for up to ``BROKER_RESTART_WAIT_S``
         (``_classify.retry_over_restart``). When the abort itself fails, the producer is
         dropped and the next attempt takes the log over again (``init_transactions``,
-        re-read) before it validates and writes the record again. A record the history
+        re-read) before it validates and writes the records again. A record the history
         refuses raises :class:`~txn.IllegalTransitionError` as every epoch log does (nothing
         is written).
         """
         self._check_open()
+        if not records:
+            return
         try:
             retry_over_restart(
-                f"appending to epoch log {self._topic}", lambda: self._append_once(record)
+                f"appending to epoch log {self._topic}", lambda: self._append_once(records)
             )
         except (EpochLogError, KafkaEpochLogFencedError, IllegalTransitionError):
             raise
@@ -259,17 +266,20 @@ class KafkaEpochLog(EpochLog):
             msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
             raise EpochLogError(msg) from exc
 
-    def _append_once(self, record: LogRecord) -> None:
+    def _append_once(self, records: Sequence[LogRecord]) -> None:
         producer = self._acquire()
         assert self._history is not None  # noqa: S101 - set by _acquire
-        folded = self._history.with_record(record)
-        compacted = folded.compacted(self._retain)
+        folded = self._history
         attempts = dict(self._attempts)
-        if isinstance(record, EpochPlan):
-            attempts[record.epoch] = record.attempt
-        messages: list[tuple[str, bytes | None]] = [
-            (self._key(record, attempts.get(record.epoch, 0)), encode_record(record))
-        ]
+        messages: list[tuple[str, bytes | None]] = []
+        for record in records:
+            folded = folded.with_record(record)
+            if isinstance(record, EpochPlan):
+                attempts[record.epoch] = record.attempt
+            messages.append(
+                (self._key(record, attempts.get(record.epoch, 0)), encode_record(record))
+            )
+        compacted = folded.compacted(self._retain)
         if compacted is not folded:
             messages += self._tombstones(folded, compacted, attempts)
         self._write(producer, messages)

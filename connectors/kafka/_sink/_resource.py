@@ -29,6 +29,7 @@ class KafkaResource(Resource[ArrowPartition]):
     layout: RecordLayout
     task: TaskInfo | None = None
     formats: FormatPlan | None = None
+    reads_markers = True  # committed_markers reads the marker topic from the driver
 
     def for_task(self, task: TaskInfo) -> KafkaResource:
         """Return this resource bound to the write task ``task``."""
