@@ -51,23 +51,22 @@ SHARED_SERVER_TESTS := cluster or connect
 # 61 s against 83 s for one application-kill test, side by side.
 TEST_JAVA_OPTIONS := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 # Class data sharing: every test JVM maps the classes a small Spark workload loaded
-# (integration_tests/support/class_archive.py) from one archive per venv, written once,
+# (integration_tests/support/class_archive.py) from an archive in the venv, written once,
 # instead of loading and verifying them again: a third less CPU per JVM (measured 49 s
 # against 32 s for two application-kill tests). A JVM whose class path differs ignores the
 # archive; -Xlog keeps its warning off stdout (the applications' EPOCH lines go there).
 CLASS_ARCHIVE := spark-classes.jsa
 CDS_QUIET := -Xlog:cds=off,cds+dynamic=off
-java_options_with = $(TEST_JAVA_OPTIONS) $(CDS_QUIET) -XX:SharedArchiveFile=$(abspath $(1))
 
-# The archive of a venv (its PySpark's jars); not written: the tests run without it.
-%/$(CLASS_ARCHIVE): %/.installed integration_tests/support/class_archive.py
+# The venv's archive (its PySpark's jars); if it cannot be written, the tests run without it.
+$(VENV)/$(CLASS_ARCHIVE): $(STAMP) integration_tests/support/class_archive.py
 	@rm -f $@; JAVA_TOOL_OPTIONS="$(TEST_JAVA_OPTIONS) $(CDS_QUIET) -XX:ArchiveClassesAtExit=$(abspath $@)" \
-	  PYSPARK_PYTHON=$(abspath $*)/bin/python PYSPARK_DRIVER_PYTHON=$(abspath $*)/bin/python \
-	  $*/bin/python -m integration_tests.support.class_archive >$*/class-archive.log 2>&1 \
-	  || { rm -f $@; echo "no class archive for $* (see $*/class-archive.log): JVMs start without it"; }
+	  $(PY) -m integration_tests.support.class_archive >$(VENV)/class-archive.log 2>&1 \
+	  || { rm -f $@; echo "no class archive (see $(VENV)/class-archive.log): JVMs start without it"; }
 
 test: lint typecheck $(VENV)/$(CLASS_ARCHIVE)
-	@export JAVA_TOOL_OPTIONS="$(call java_options_with,$(VENV)/$(CLASS_ARCHIVE))"; log=$$(mktemp); \
+	@export JAVA_TOOL_OPTIONS="$(TEST_JAVA_OPTIONS) $(CDS_QUIET) -XX:SharedArchiveFile=$(abspath $(VENV)/$(CLASS_ARCHIVE))"; \
+	log=$$(mktemp); \
 	$(PY) -m pytest -q -m "$(SHARED_SERVER_TESTS)" --durations=10 >$$log 2>&1 & shared=$$!; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not ($(SHARED_SERVER_TESTS))" --durations=25; \
 	rest=$$?; wait $$shared; status=$$?; \
@@ -89,12 +88,12 @@ $(COMPAT_DIR)/%/.installed: pyproject.toml
 	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet -e '.[dev]' 'pyspark==$*'
 	touch $@
 
-test-compat: $(COMPAT_STAMPS) $(COMPAT_SPARK:%=$(COMPAT_DIR)/%/$(CLASS_ARCHIVE))
-	@failed=""; \
+# No class archive here: writing one per line costs about what its few JVMs would save.
+test-compat: $(COMPAT_STAMPS)
+	@export JAVA_TOOL_OPTIONS="$(TEST_JAVA_OPTIONS)"; failed=""; \
 	for v in $(COMPAT_SPARK); do \
 	  py=$(abspath $(COMPAT_DIR))/$$v/bin/python; start=$$(date +%s); \
 	  echo "=== test-compat: PySpark $$v ==="; \
-	  JAVA_TOOL_OPTIONS="$(call java_options_with,$(COMPAT_DIR)/$$v/$(CLASS_ARCHIVE))" \
 	  PYSPARK_PYTHON=$$py PYSPARK_DRIVER_PYTHON=$$py $$py -m pytest -q -m compat \
 	    -W ignore::DeprecationWarning --durations=5 || failed="$$failed $$v"; \
 	  echo "=== test-compat: PySpark $$v took $$(( $$(date +%s) - start )) s ==="; \
