@@ -4,8 +4,8 @@ The suite starts a few hundred Spark JVMs (each test session's driver, every end
 application, cluster daemons); each loads and verifies some ten thousand classes from
 Spark's jars before it does anything. ``python -m integration_tests.support.class_archive``
 runs a small Spark workload (a batch query with a shuffle and Arrow through a Python
-worker, a streaming query from files through ``foreachBatch``, as the demo application
-runs it) in a JVM started with ``-XX:ArchiveClassesAtExit=FILE``: at its exit the JVM
+worker, a streaming query from files through ``foreachBatch``) in the demo application's
+session, in a JVM started with ``-XX:ArchiveClassesAtExit=FILE``: at its exit the JVM
 writes the classes it loaded to ``FILE``. A JVM started with ``-XX:SharedArchiveFile=FILE``
 maps them instead (JDK 13+; measured 14 s against 8 s of CPU for a Spark start and a small
 query). A JVM whose class path or JDK differs from the archive's ignores it, and so does
@@ -16,7 +16,6 @@ The Makefile writes the archive once per venv and names it in the tests' JVM opt
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -54,19 +53,10 @@ def workload(spark: Any, tmp: Path) -> None:
 
 
 def main() -> int:
-    """Run the workload in a local Spark session (the JVM options come from the caller)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    """Run the workload in the demo application's session (JVM options from the caller)."""
+    from connectors.demo.app._pipeline import make_spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("class-archive")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
-    )
+    spark = make_spark("local[2]", app_name="class-archive")
     gateway: Any = spark.sparkContext._gateway
     jvm = gateway.proc  # the JVM's process (spark-submit execs java)
     try:
