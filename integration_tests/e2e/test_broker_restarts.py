@@ -40,13 +40,18 @@ pytestmark = [
 
 # Milliseconds after each start during which the broker answers metadata without topics.
 LOAD_DELAY_MS = 3000
-# Records of the run: thirty epochs of the scenario's chunk size, so restarts land mid-run.
-RECORDS = 3000
+# Records of the run: twenty epochs of the scenario's chunk size, so restarts land mid-run
+# (the last one after about ten epochs).
+RECORDS = 2000
+# Milliseconds librdkafka waits for a topic it has not known long to appear in the metadata
+# (topic.metadata.propagation.max.ms, 30 s by default), set lower on every client of the run
+# so that the hold below can be short.
+PROPAGATION_MS = 5000
 # Seconds the driver holds epoch 1 (a fault plan's sleep) before the restarts: the clients
-# must have known their topics for longer than librdkafka's topic.metadata.propagation.max.ms
-# (30 s), as in a long-running query; librdkafka then fails a record at once when the
-# reloading broker reports the topic unknown, instead of waiting for it to appear.
-RUN_BEFORE_RESTART_S = 35.0
+# must have known their topics for longer than PROPAGATION_MS, as in a long-running query;
+# librdkafka then fails a record at once when the reloading broker reports the topic
+# unknown, instead of waiting for it to appear.
+RUN_BEFORE_RESTART_S = PROPAGATION_MS / 1000 + 5.0
 # Seconds the broker stays down after a SIGKILL in the last restart.
 DOWN_S = 3.0
 
@@ -72,7 +77,13 @@ def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> Non
         time.sleep(LOAD_DELAY_MS / 1000 + 0.5)
         make_topic = topic_maker(broker.bootstrap_servers)
 
-        sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic, n=RECORDS)
+        sc = Scenario.create(
+            broker.bootstrap_servers,
+            tmp_path,
+            make_topic,
+            n=RECORDS,
+            client_config={"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)},
+        )
         epochs = sc.stage()
         hold = sc.fault_plan(
             [

@@ -36,6 +36,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 # Seconds for the hand-made zombie producer's transactional calls.
 ZOMBIE_TIMEOUT_S = 60.0
+# Transaction timeout (ms) of a run whose write task dies before its commit: the checker
+# sees the open transaction at once, then reads the markers, which wait for the broker to
+# abort it; shorter than the default minute, long enough that it is still open when the
+# checker scans the output right after the run.
+DIED_TXN_TIMEOUT_MS = 30_000
 
 
 @pytest.fixture
@@ -226,7 +231,12 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
     )
     scenario.run(
         scenario.config(
-            parallelism=3, mode="unaligned", master="local[4]", fault_plan=plan1, stage_retries=0
+            parallelism=3,
+            mode="unaligned",
+            master="local[4]",
+            fault_plan=plan1,
+            stage_retries=0,
+            transaction_timeout_ms=DIED_TXN_TIMEOUT_MS,
         ),
         "first",
         expect=None,

@@ -64,14 +64,15 @@ class World:
     out: str = ""
     sink_id: str = field(default_factory=lambda: f"rc-restart-{uuid.uuid4().hex[:8]}")
     produced: int = 0
+    kafka_log: bool = False  # the sink's Kafka epoch log instead of a file
 
     @property
     def bootstrap(self) -> str:
         return str(self.broker.bootstrap_servers)
 
     @property
-    def epoch_log(self) -> str:
-        return str(self.tmp / "epochs.log")
+    def epoch_log(self) -> str | None:
+        return None if self.kafka_log else str(self.tmp / "epochs.log")
 
     def restart(self, how: str, mode: str) -> None:
         """Stop the broker (``clean`` or ``kill``) and start it loading in ``mode``."""
