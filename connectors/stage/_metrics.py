@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from connectors.stage._reuse import ClientNote
 from txn import EpochHistory, EpochLog, EpochResult, LogRecord, PartitionOutcome
 
 log = logging.getLogger("connectors.stage.metrics")
@@ -54,6 +55,7 @@ class TaskStats:
     claimed: bool = True  # at-most-once: False when another attempt owned the partition
     dead_lettered: int = 0  # bad records sent to the dead-letter destination
     skipped_records: int = 0  # bad records left out (on_bad_record="skip")
+    clients: tuple[ClientNote, ...] = ()  # the client instances that served it (``_reuse``)
 
 
 @dataclass(frozen=True)

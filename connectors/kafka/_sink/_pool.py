@@ -20,7 +20,9 @@ Contract (:class:`ClientPool`; the process's one pool is :data:`POOL`):
 Whether an entry's *producer* may be reused for a given epoch is decided by the stage's
 reuse rules (``connectors.stage``'s ``ReuseTicket``), not here.
 
-Spares: a worker also keeps, per transactional id of a sink it writes, a *spare*
+Keys name one transactional id, i.e. one partition on one producer lane (``_lanes``).
+
+Spares: a worker also keeps, per transactional id of a sink it writes (its own lane), a *spare*
 producer and marker consumer: created (``Producer(...)``, ``Consumer(...)``) but never
 initialized. Creating a client fences nothing (only ``init_transactions`` does), so a spare
 is just a new producer created earlier; a task whose pooled producer cannot serve takes
@@ -44,7 +46,6 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from connectors.kafka._sink._writer import DeliveryErrors
-from txn import Marker
 
 # Entries kept per process at most; beyond it the oldest is closed (bounds the
 # connections of a worker that wrote many sinks or partitions over its life).
@@ -58,16 +59,16 @@ MAX_SPARES = 8
 class PoolEntry:
     """The clients of one transactional id in one process, between two epochs.
 
-    ``producer`` is None when only the consumer is kept. ``committed`` is the marker
-    this entry's producer committed last, or read right after its ``init_transactions``
-    (None: no marker). ``generation`` is the driver's client generation the producer
-    was last used under (see ``KafkaSink``).
+    ``producer`` is None when only the consumer is kept. ``token`` names the producer
+    instance (minted by its ``init_transactions``; tasks report it, ``connectors.stage``'s
+    ``ClientNote``). ``generation`` is the driver's client generation the producer was
+    last used under (see ``KafkaSink``).
     """
 
     producer: Producer | None
     errors: DeliveryErrors
     consumer: Consumer | None
-    committed: Marker | None = None
+    token: str = ""
     generation: str = ""
 
 
