@@ -80,6 +80,7 @@ class EpochMetrics:
     partitions_skipped: int = 0  # already committed, found by marker
     partitions_redone: int = 0  # written again in a redo (plan attempt > 0 or stage re-run)
     partitions_lost: int = 0  # at-most-once: not written because an earlier attempt owned them
+    clients_new: int = 0  # write tasks served by newly initialized clients, not pooled ones
     stage_runs: int = 0
     task_retries: int = 0
     aborted_attempts: int = 0  # failed stage runs and failed task attempts
@@ -173,6 +174,7 @@ class EpochRecorder:
                 1 for r in reports if r.outcome is PartitionOutcome.ALREADY_COMMITTED
             ),
             partitions_redone=len(written) if redo else 0,
+            clients_new=sum(1 for t in self.tasks for c in t.clients if not c.reused),
             partitions_lost=lost,
             stage_runs=self.stage_runs,
             task_retries=retries,

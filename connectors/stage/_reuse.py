@@ -57,13 +57,15 @@ class ClientNote:
     """Which client instance served write partition ``partition`` (picklable; a task reports it).
 
     ``lane``: which of the partition's identities; ``token``: the instance (minted when it
-    was initialized); ``fenced_all``: its opening fenced every lane of the partition.
+    was initialized); ``fenced_all``: its opening fenced every lane of the partition;
+    ``reused``: a pooled instance served (nothing initialized).
     """
 
     partition: int
     lane: int
     token: str
     fenced_all: bool
+    reused: bool = False
 
 
 @dataclass(frozen=True)

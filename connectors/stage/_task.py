@@ -67,9 +67,9 @@ class TaskInfo:
     reuse: ReuseTicket
     clients: list[ClientNote] = field(default_factory=list, compare=False)
 
-    def note_client(self, lane: int, token: str, *, fenced_all: bool) -> None:
+    def note_client(self, lane: int, token: str, *, fenced_all: bool, reused: bool) -> None:
         """Report the client instance that serves this task (lane ``lane``, ``token``)."""
-        self.clients.append(ClientNote(self.partition, lane, token, fenced_all))
+        self.clients.append(ClientNote(self.partition, lane, token, fenced_all, reused))
 
     @property
     def may_reuse(self) -> bool:

@@ -20,7 +20,7 @@ from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
+from connectors.stage import HASH_COLUMN, ArrowPartition, ReusePolicy, TaskInfo
 from integration_tests.kafka_sink._support import (
     expected,
     lso_reaches_high_watermark,
@@ -29,7 +29,15 @@ from integration_tests.kafka_sink._support import (
     sid,
     values,
 )
-from txn import CommitMode, EpochPlan, Guarantee, PartitionOutcome, TaskStep, run_partition
+from txn import (
+    CommitMode,
+    EpochPlan,
+    Guarantee,
+    PartitionOutcome,
+    PartitionReport,
+    TaskStep,
+    run_partition,
+)
 
 ROWS = 50
 
@@ -75,23 +83,62 @@ def epoch_rows(epoch: int, *, null_value: bool = False) -> ArrowPartition:
     return ArrowPartition([batch])
 
 
-def run(
-    sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, generation: str = "", **kw: Any
-):
+class Driver:
+    """The driver's side of client reuse: tickets from a ``ReusePolicy`` that learns from reports."""
+
+    def __init__(self, mode: CommitMode = CommitMode.UNALIGNED) -> None:
+        self.policy = ReusePolicy()
+        self.mode = mode
+
+    def plan(self, cfg: Any, epoch: int, *, attempt: int = 0, parallelism: int = 1) -> EpochPlan:
+        fingerprint = KafkaResource(cfg, RecordLayout()).fingerprint()
+        return EpochPlan(
+            cfg.sink_id,
+            epoch,
+            parallelism,
+            fingerprint,
+            Guarantee.EXACTLY_ONCE,
+            self.mode,
+            attempt=attempt,
+        )
+
+    def run(
+        self,
+        resource: KafkaResource,
+        plan: EpochPlan,
+        partition: int = 0,
+        *,
+        task_attempt: int = 0,
+        **kw: Any,
+    ) -> tuple[PartitionReport, KafkaParticipant]:
+        """Run ``partition`` of ``plan`` as a write task; the driver learns from its report."""
+        info = TaskInfo(partition, task_attempt, self.policy.ticket(plan, 0))
+        bound = resource.for_task(info)
+        rows = epoch_rows(plan.epoch, null_value=kw.pop("null_value", False))
+        try:
+            report = run_partition(bound, plan, partition, rows, **kw)
+        except BaseException:
+            self.policy.renew("a failed epoch")
+            raise
+        self.policy.observe([report], info.clients)
+        opened: list[KafkaParticipant] = bound.opened  # type: ignore[attr-defined]
+        return report, opened[-1]
+
+
+DRIVER = Driver()
+
+
+@pytest.fixture(autouse=True)
+def new_driver():
+    global DRIVER  # one driver per test
+    DRIVER = Driver()
+
+
+def run(sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, **kw: Any):
     """Run partition 0 of ``epoch`` as a write task would; ``reuse=False``: a task retry."""
-    task = TaskInfo(0, 0 if reuse else 1, ReuseTicket(generation, attempt, 0))
-    resource = RecordingResource(sink.config, RecordLayout()).for_task(task)
-    plan = EpochPlan(
-        sink.config.sink_id,
-        epoch,
-        1,
-        resource.fingerprint(),
-        Guarantee.EXACTLY_ONCE,
-        CommitMode.UNALIGNED,
-        attempt=attempt,
-    )
-    rows = epoch_rows(epoch, null_value=kw.pop("null_value", False))
-    return run_partition(resource, plan, 0, rows, **kw), resource.opened[0]
+    plan = DRIVER.plan(sink.config, epoch, attempt=attempt)
+    resource = RecordingResource(sink.config, RecordLayout())
+    return DRIVER.run(resource, plan, task_attempt=0 if reuse else 1, **kw)
 
 
 def check_exact(sink: KafkaSink, epochs: int) -> None:
@@ -182,10 +229,11 @@ def test_partition_committed_by_another_instance_gets_a_new_producer(sink):
 
 
 def test_producer_pooled_under_another_generation_is_not_reused(sink):
-    run(sink, 0, reuse=True, generation="g1")
-    _, participant = run(sink, 1, reuse=True, generation="g2")
+    run(sink, 0, reuse=True)
+    DRIVER.policy.renew("e.g. a stage re-run")
+    _, participant = run(sink, 1, reuse=True)
     assert not participant.reused
-    _, participant = run(sink, 2, reuse=True, generation="g2")
+    _, participant = run(sink, 2, reuse=True)
     assert participant.reused
     check_exact(sink, 3)
 
@@ -228,29 +276,21 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     # Partition 0's task leaves spares for the sink's other partitions in this worker; the
     # first task of partition 1 here then initializes a spare instead of a new producer.
     cfg = sink.config
-    two = EpochPlan(
-        cfg.sink_id,
-        0,
-        2,
-        KafkaResource(cfg, RecordLayout()).fingerprint(),
-        Guarantee.EXACTLY_ONCE,
-        CommitMode.UNALIGNED,
-    )
-    first = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
-    run_partition(first, two, 0, epoch_rows(0))
+    two = DRIVER.plan(cfg, 0, parallelism=2)
+    DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 0)
+    lane = _pool.POOL.lanes.claim(cfg.sink_id, cfg.producer_lanes).index
     deadline = time.monotonic() + 30
     while _pool.POOL.spares() < 2 and time.monotonic() < deadline:  # one per partition
         time.sleep(0.05)
-    assert _pool.POOL.take(pool_key(cfg, 1)) is None and _pool.POOL.spares() == 2
-    second = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
-    report = run_partition(second, two, 1, epoch_rows(1))
+    assert _pool.POOL.take(pool_key(cfg, 1, lane)) is None and _pool.POOL.spares() == 2
+    report, participant = DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 1)
     assert report.outcome is PartitionOutcome.COMMITTED
-    assert second.opened[0].why_new.endswith("a spare producer, created earlier")
+    assert "a spare producer, created earlier" in participant.why_new
 
 
 @dataclass(frozen=True)
 class WorkerResource(KafkaResource):
-    """KafkaResource whose participants use ``pool``: one Python worker's clients."""
+    """KafkaResource whose participants use ``pool``: one Python worker's clients and lane."""
 
     pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
     opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
@@ -263,43 +303,79 @@ class WorkerResource(KafkaResource):
         return participant
 
 
-def test_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(sink):
-    # Spark moved partition 0 to worker B for one epoch: B's new producer fenced the one
-    # worker A pooled. Back in A, the stale producer is not reused (its marker is behind)
-    # and A initializes the spare it keeps for that id, not a new producer (whose
-    # init_transactions can wait for librdkafka's 500 ms coordinator-query timer).
-    cfg = sink.config
-    worker_a, worker_b = _pool.ClientPool(), _pool.ClientPool()
-    try:
+@pytest.fixture
+def two_workers():
+    """Two Python workers of one host: their own pools, hence their own lanes."""
+    workers = (_pool.ClientPool(), _pool.ClientPool())
+    yield workers
+    for worker in workers:
+        worker.clear()
+        worker.lanes.release()
 
-        def on(worker: _pool.ClientPool, epoch: int) -> KafkaParticipant:
-            resource = WorkerResource(cfg, RecordLayout(), pool=worker)
-            resource = resource.for_task(TaskInfo(0, 0, ReuseTicket("g")))
-            plan = EpochPlan(
-                cfg.sink_id,
-                epoch,
-                1,
-                resource.fingerprint(),
-                Guarantee.EXACTLY_ONCE,
-                CommitMode.UNALIGNED,
-            )
-            report = run_partition(resource, plan, 0, epoch_rows(epoch))
-            assert report.outcome is PartitionOutcome.COMMITTED
-            return resource.opened[0]
 
-        on(worker_a, 0)
-        deadline = time.monotonic() + 30
-        while worker_a.spares() < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert worker_a.size() == 1 and worker_a.spares() == 1  # pooled clients and a spare
-        assert not on(worker_b, 1).reused  # fences worker A's pooled producer
-        back = on(worker_a, 2)
-        assert not back.reused
-        assert back.why_new.endswith("a spare producer, created earlier")
-        check_exact(sink, 3)
-    finally:
-        worker_a.clear()
-        worker_b.clear()
+def on(
+    driver: Driver, sink: KafkaSink, worker: _pool.ClientPool, epoch: int, **kw: Any
+) -> KafkaParticipant:
+    """Run partition 0 of ``epoch`` in ``worker``; it must commit."""
+    plan = driver.plan(sink.config, epoch, attempt=kw.pop("attempt", 0))
+    resource = WorkerResource(sink.config, RecordLayout(), pool=worker)
+    report, participant = driver.run(resource, plan, **kw)
+    assert report.outcome is PartitionOutcome.COMMITTED
+    return participant
+
+
+def test_unaligned_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(
+    sink, two_workers
+):
+    # Unaligned: Spark moved partition 0 to worker B for one epoch: B's new producer fenced
+    # every lane, so the one worker A pooled too. Back in A, the stale producer is not
+    # reused (the driver saw lane 1 serve last) and A initializes the spare it keeps for
+    # its id, not a new producer (whose init_transactions can wait for librdkafka's 500 ms
+    # coordinator-query timer).
+    worker_a, worker_b = two_workers
+    on(DRIVER, sink, worker_a, 0)
+    deadline = time.monotonic() + 30
+    while worker_a.spares() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker_a.size() == 1 and worker_a.spares() == 1  # pooled clients and a spare
+    assert not on(DRIVER, sink, worker_b, 1).reused  # fences worker A's pooled producer
+    back = on(DRIVER, sink, worker_a, 2)
+    assert not back.reused
+    assert "a spare producer, created earlier" in back.why_new
+    check_exact(sink, 3)
+
+
+def test_aligned_swapped_workers_reuse_their_lanes_producers(sink, two_workers):
+    # Aligned: partition 0 alternates between the two workers of a host (Spark's idle
+    # FIFO). After each worker's first task, every task reuses its lane's producer:
+    # no init_transactions (InitProducerId) and no coordinator look-up any more.
+    driver = Driver(CommitMode.ALIGNED)
+    worker_a, worker_b = two_workers
+    served = [on(driver, sink, (worker_a, worker_b)[epoch % 2], epoch) for epoch in range(6)]
+    assert [p.reused for p in served] == [False, False, True, True, True, True]
+    lanes = {
+        worker_a.lanes.claim(sink.config.sink_id, 2).index,
+        worker_b.lanes.claim(sink.config.sink_id, 2).index,
+    }
+    assert lanes == {0, 1}
+    check_exact(sink, 6)
+
+
+def test_aligned_a_retry_fences_every_lane_and_the_swap_reuse_resumes(sink, two_workers):
+    driver = Driver(CommitMode.ALIGNED)
+    worker_a, worker_b = two_workers
+    on(driver, sink, worker_a, 0)
+    on(driver, sink, worker_b, 1)
+    retry = on(driver, sink, worker_a, 2, task_attempt=1)  # fences lane B's producer too
+    assert not retry.reused and retry.why_new.endswith("every lane fenced")
+    driver.policy.renew("the driver saw a task retry")
+    # B's pooled producer was fenced: the driver's knowledge says so, so B inits afresh
+    # (its own lane only) instead of failing on a fenced producer.
+    assert not on(driver, sink, worker_b, 3).reused
+    assert not on(driver, sink, worker_a, 4).reused  # new generation
+    assert on(driver, sink, worker_b, 5).reused
+    assert on(driver, sink, worker_a, 6).reused
+    check_exact(sink, 7)
 
 
 def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic, closing):

@@ -8,7 +8,7 @@ other worker pooled. With lanes, partition ``p`` has ``producer_lanes`` ids
 ``k`` for its life, so each worker keeps a live producer of every partition it wrote.
 When and which lanes are fenced: docs/kafka-sink.md, "Producer lanes".
 
-Contract of :func:`claim_lane`:
+Contract of :meth:`LaneClaims.claim` (a worker's claims: its client pool's, ``_pool``):
 
 1. at most one live process per host holds lane ``k`` of a sink: an exclusive,
    non-blocking ``flock`` on ``<tmp>/kafka-eos-lanes/<digest(sink_id)>.<k>.lock``, kept
@@ -99,11 +99,3 @@ class LaneClaims:
                     handle.close()
             self._held.clear()
 
-
-# The lanes of this process: one answer per sink for the process's life.
-CLAIMS = LaneClaims()
-
-
-def claim_lane(sink_id: str, lanes: int) -> Lane:
-    """Return this process's lane of ``sink_id`` among ``lanes`` (module docstring)."""
-    return CLAIMS.claim(sink_id, lanes)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
+from connectors.kafka._sink._lanes import LaneClaims
 from connectors.kafka._sink._writer import DeliveryErrors
 
 # Entries kept per process at most; beyond it the oldest is closed (bounds the
@@ -138,7 +139,13 @@ class Lease:
 class ClientPool:
     """Write-task clients of one process by pool key (see the module docstring)."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_spares: int = MAX_SPARES) -> None:
+    def __init__(
+        self,
+        max_entries: int = MAX_ENTRIES,
+        max_spares: int = MAX_SPARES,
+        lanes: LaneClaims | None = None,
+    ) -> None:
+        self.lanes = lanes or LaneClaims()  # this worker's producer lanes (``_lanes``)
         self._max_entries = max_entries
         self._max_spares = max_spares
         self._lock = threading.Lock()

@@ -13,7 +13,6 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets, _pool
-from connectors.kafka._sink._lanes import claim_lane
 from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import (
@@ -51,7 +50,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
     _lane = 0
 
     def _pool_key(self) -> _pool.Key:
-        self._lane = claim_lane(self._cfg.sink_id, self._cfg.producer_lanes).index
+        self._lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
         return pool_key(self._cfg, self._partition, self._lane)
 
     @property
@@ -102,7 +101,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
                 self._reuse()
                 self._marker = decision.marker
                 self._states.move(_S.READY)
-                task.note_client(self._lane, clients.token, fenced_all=False)
+                task.note_client(self._lane, clients.token, fenced_all=False, reused=True)
                 return decision.reason
             why, fence_all = decision.reason, decision.fence_all
         if spare is None:
@@ -118,7 +117,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             clients.producer = new_producer(self._cfg, self._txn_id, clients.errors)
         clients.token = self._init(clients.producer, fence_all)
         if task is not None:
-            task.note_client(self._lane, clients.token, fenced_all=fence_all)
+            task.note_client(self._lane, clients.token, fenced_all=fence_all, reused=False)
         return f"{why}; every lane fenced" if fence_all else why
 
     def _init(self, producer: Producer, fence_all: bool) -> str:
