@@ -98,4 +98,3 @@ class LaneClaims:
                 if handle is not None:
                     handle.close()
             self._held.clear()
-
