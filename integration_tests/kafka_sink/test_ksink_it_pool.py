@@ -6,20 +6,22 @@ process, which plays one Spark Python worker: its pool is the worker's pool.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import KafkaException
 
 from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant
-from connectors.kafka._sink._producers import pool_key
+from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
-from connectors.kafka._sink._writer import RecordLayout
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
 from connectors.stage import HASH_COLUMN, ArrowPartition, ReusePolicy, TaskInfo
 from integration_tests.kafka_sink._support import (
     expected,
@@ -109,10 +111,11 @@ class Driver:
         partition: int = 0,
         *,
         task_attempt: int = 0,
+        stage_run: int = 0,
         **kw: Any,
     ) -> tuple[PartitionReport, KafkaParticipant]:
         """Run ``partition`` of ``plan`` as a write task; the driver learns from its report."""
-        info = TaskInfo(partition, task_attempt, self.policy.ticket(plan, 0))
+        info = TaskInfo(partition, task_attempt, self.policy.ticket(plan, stage_run))
         bound = resource.for_task(info)
         rows = epoch_rows(plan.epoch, null_value=kw.pop("null_value", False))
         try:
@@ -317,11 +320,18 @@ def on(
     driver: Driver, sink: KafkaSink, worker: _pool.ClientPool, epoch: int, **kw: Any
 ) -> KafkaParticipant:
     """Run partition 0 of ``epoch`` in ``worker``; it must commit."""
-    plan = driver.plan(sink.config, epoch, attempt=kw.pop("attempt", 0))
-    resource = WorkerResource(sink.config, RecordLayout(), pool=worker)
-    report, participant = driver.run(resource, plan, **kw)
+    report, participant = on_any(driver, sink, worker, epoch, **kw)
     assert report.outcome is PartitionOutcome.COMMITTED
     return participant
+
+
+def on_any(
+    driver: Driver, sink: KafkaSink, worker: _pool.ClientPool, epoch: int, **kw: Any
+) -> tuple[PartitionReport, KafkaParticipant]:
+    """Run partition 0 of ``epoch`` in ``worker``."""
+    plan = driver.plan(sink.config, epoch, attempt=kw.pop("attempt", 0))
+    resource = WorkerResource(sink.config, RecordLayout(), pool=worker)
+    return driver.run(resource, plan, **kw)
 
 
 def test_unaligned_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(
@@ -398,3 +408,77 @@ def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic,
         reused.append(resource.opened[0].reused)
     assert reused == [False, True]
     assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * ROWS)
+
+
+def redo_elsewhere(path: str, driver: Driver, sink: KafkaSink, worker: _pool.ClientPool) -> None:
+    """Write epoch 2 of partition 0 again in ``worker`` on the non-steady ``path``."""
+    if path == "task retry":
+        on(driver, sink, worker, 2, task_attempt=1)
+    elif path == "stage re-run":
+        driver.policy.renew("a stage re-run")
+        on(driver, sink, worker, 2, stage_run=1)
+    else:  # recovery at start-up: fence every lane, then the in-doubt epoch's redo
+        KafkaResource(sink.config, RecordLayout()).abort_lingering([0])
+        driver.policy.renew("recovery")
+        on(driver, sink, worker, 2, attempt=1)
+
+
+@pytest.mark.parametrize("path", ["task retry", "stage re-run", "recovery"])
+def test_a_zombie_on_one_lane_cannot_commit_after_another_lane_redid_the_partition(
+    sink, two_workers, path
+):
+    # Worker A's attempt of epoch 2 (a pooled producer, its own lane) stops after its
+    # pre-commit, its transaction open; the non-steady path redoes the partition in worker
+    # B on the other lane, fencing every lane first. A then resumes and commits: fenced.
+    driver = Driver(CommitMode.ALIGNED)
+    worker_a, worker_b = two_workers
+    on(driver, sink, worker_a, 0)
+    on(driver, sink, worker_b, 1)  # both lanes warm
+    held, resume = threading.Event(), threading.Event()
+
+    def hold(step: TaskStep, plan: EpochPlan, partition: int) -> None:
+        if step is TaskStep.PRE_COMMITTED:
+            held.set()
+            resume.wait(60)
+
+    zombie: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            zombie["report"], zombie["participant"] = on_any(driver, sink, worker_a, 2, hooks=hold)
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            zombie["error"] = exc
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    try:
+        assert held.wait(60)
+        redo_elsewhere(path, driver, sink, worker_b)
+    finally:
+        resume.set()
+        thread.join(60)
+    report = zombie.get("report")
+    assert report is None or report.outcome is not PartitionOutcome.COMMITTED, zombie
+    check_exact(sink, 3)
+
+
+def test_abort_lingering_fences_every_lane_of_a_partition(sink):
+    # Open transactions on both lanes of partition 0 (zombies of two workers) pin the
+    # last stable offset until recovery or a shrink aborts them: every lane, not lane 0.
+    cfg = sink.config
+    assert cfg.topic is not None
+    zombies = []
+    for lane in range(cfg.producer_lanes):
+        producer = new_producer(cfg, cfg.transactional_id(0, lane), DeliveryErrors())
+        init_transactions(producer, cfg.transactional_id(0, lane))
+        producer.begin_transaction()
+        producer.produce(cfg.topic, value=f"zombie lane {lane}".encode())
+        producer.flush(30)
+        zombies.append(producer)
+    assert not lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
+    KafkaResource(cfg, RecordLayout()).abort_lingering([0])
+    assert lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
+    for producer in zombies:
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(30)
+    assert not values(read_committed(cfg.bootstrap_servers, cfg.topic))
