@@ -383,7 +383,8 @@ def test_aligned_a_retry_fences_every_lane_and_the_swap_reuse_resumes(sink, two_
     # (its own lane only) instead of failing on a fenced producer.
     assert not on(driver, sink, worker_b, 3).reused
     assert not on(driver, sink, worker_a, 4).reused  # new generation
-    assert on(driver, sink, worker_b, 5).reused
+    fifth = on(driver, sink, worker_b, 5)
+    assert fifth.reused, fifth.why_new
     assert on(driver, sink, worker_a, 6).reused
     check_exact(sink, 7)
 
@@ -482,3 +483,19 @@ def test_abort_lingering_fences_every_lane_of_a_partition(sink):
         with pytest.raises(KafkaException):
             producer.commit_transaction(30)
     assert not values(read_committed(cfg.bootstrap_servers, cfg.topic))
+
+
+def test_unaligned_a_worker_reuses_the_lane_0_producer_its_fresh_open_made(sink, two_workers):
+    # Unaligned: a fresh open fences every lane and writes on lane 0, also in the worker
+    # of lane 1; that worker then keeps using the lane-0 producer while the driver knows it.
+    worker_a, worker_b = two_workers
+    assert worker_a.lanes.claim(sink.config.sink_id, 2).index == 0
+    assert worker_b.lanes.claim(sink.config.sink_id, 2).index == 1
+    first = on(DRIVER, sink, worker_b, 0)
+    assert not first.reused and first.why_new.endswith("every lane fenced")
+    assert on(DRIVER, sink, worker_b, 1).reused
+    moved = on(DRIVER, sink, worker_a, 2)  # fences the lane-0 producer of worker B
+    assert not moved.reused
+    assert on(DRIVER, sink, worker_a, 3).reused
+    assert not on(DRIVER, sink, worker_b, 4).reused  # B's pooled one was fenced: not reused
+    check_exact(sink, 5)

@@ -173,6 +173,13 @@ class ClientPool:
             self._check_pid()
             return self._entries.pop(key, None)
 
+    def token_of(self, key: Key) -> str | None:
+        """Return the token of the producer pooled under ``key`` (None: no producer)."""
+        with self._lock:
+            self._check_pid()
+            entry = self._entries.get(key)
+            return entry.token if entry is not None and entry.producer is not None else None
+
     def give_back(self, key: Key, entry: PoolEntry) -> None:
         """Keep ``entry`` for the next lease of ``key`` (see the contract)."""
         with self._lock:

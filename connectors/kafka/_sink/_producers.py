@@ -105,8 +105,12 @@ def spare_factory(cfg: SinkConfig, partition: int, lane: int) -> _pool.SpareFact
     return make
 
 
-def fill_spares(pool: _pool.ClientPool, cfg: SinkConfig, parallelism: int, lane: int) -> None:
-    """Have ``pool`` create in the background the spares of every partition on ``lane``."""
+def fill_spares(pool: _pool.ClientPool, cfg: SinkConfig, parallelism: int, lanes: set[int]) -> None:
+    """Have ``pool`` create in the background the spares of every partition on ``lanes``."""
     pool.fill_spares(
-        {pool_key(cfg, p, lane): spare_factory(cfg, p, lane) for p in range(parallelism)}
+        {
+            pool_key(cfg, p, k): spare_factory(cfg, p, k)
+            for k in sorted(lanes)
+            for p in range(parallelism)
+        }
     )

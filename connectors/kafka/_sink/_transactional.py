@@ -7,7 +7,6 @@ The part it shares with the plain participant (states, lease, writer):
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
@@ -30,6 +29,10 @@ from txn import ErrorAction, Marker, RowSummary
 
 _S = ParticipantState
 
+# The lane an open that fences every lane writes on: two such opens of one partition (a
+# retry and a slow first attempt, unaligned) then fence each other on this lane's id.
+REDO_LANE = 0
+
 # Seconds for commit/abort/send_offsets of one transaction (each is retried too).
 TXN_CALL_TIMEOUT_S = 60.0
 
@@ -50,7 +53,21 @@ class TransactionalKafkaParticipant(KafkaParticipant):
     _lane = 0
 
     def _pool_key(self) -> _pool.Key:
-        self._lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
+        """Return the key of this worker's lane, or lane 0's when the driver knows its pooled one.
+
+        A worker writes on lane 0 after an open that fenced every lane (``REDO_LANE``); it
+        keeps using that producer while the driver knows it serves lane 0.
+        """
+        own = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
+        self._lane = own
+        task = self._task
+        if own != REDO_LANE and task is not None:
+            known = task.reuse.known_token
+            mine = self._pool.token_of(pool_key(self._cfg, self._partition, own))
+            redo = self._pool.token_of(pool_key(self._cfg, self._partition, REDO_LANE))
+            stale = mine is None or mine != known(task.partition, own)
+            if stale and redo is not None and redo == known(task.partition, REDO_LANE):
+                self._lane = REDO_LANE
         return pool_key(self._cfg, self._partition, self._lane)
 
     @property
@@ -70,9 +87,10 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         try:
             return self._reuse_or_init(spare)
         except BaseException:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                clients.consumer.close()
-            clients.consumer = None
+            consumer, self._clients.consumer = self._clients.consumer, None
+            if consumer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    consumer.close()
             raise
 
     def _decide(self, task: TaskInfo) -> ReuseDecision:
@@ -90,7 +108,6 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         )
 
     def _reuse_or_init(self, spare: _pool.Spare | None) -> str:
-        clients = self._clients
         task = self._task
         fence_all = True
         if task is None:
@@ -101,9 +118,13 @@ class TransactionalKafkaParticipant(KafkaParticipant):
                 self._reuse()
                 self._marker = decision.marker
                 self._states.move(_S.READY)
-                task.note_client(self._lane, clients.token, fenced_all=False, reused=True)
+                task.note_client(self._lane, self._clients.token, fenced_all=False, reused=True)
                 return decision.reason
             why, fence_all = decision.reason, decision.fence_all
+        if fence_all and self._lane != REDO_LANE:
+            self._move_to_redo_lane()
+            spare = None  # made for the lane left
+        clients = self._clients
         if spare is None:
             spare = self._lease.take_spare()
             if spare is not None and spare.consumer is not None:  # the pooled one serves
@@ -120,16 +141,31 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             task.note_client(self._lane, clients.token, fenced_all=fence_all, reused=False)
         return f"{why}; every lane fenced" if fence_all else why
 
+    def _move_to_redo_lane(self) -> None:
+        """Write on lane 0 after fencing every lane: concurrent fence-alls then fence each other.
+
+        The marker consumer comes along; this worker's pooled producer of the lane left is
+        dropped (the fence-all fences it anyway).
+        """
+        consumer = self._clients.consumer
+        self._clients.consumer = None
+        self._lease.release(clean=False)
+        self._lane = REDO_LANE
+        self._lease = self._pool.acquire(pool_key(self._cfg, self._partition, REDO_LANE))
+        self._clients = self._lease.clients
+        self._clients.producer = None  # a pooled one here is fenced by this open
+        if self._clients.consumer is None:
+            self._clients.consumer = consumer
+        elif consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+
     def _init(self, producer: Producer, fence_all: bool) -> str:
-        """``init_transactions`` on this lane; with ``fence_all`` every other lane too, at once."""
+        """``init_transactions`` on this lane; with ``fence_all`` every other lane first."""
         others = [t for t in lane_ids(self._cfg, self._partition) if t != self._txn_id]
-        if not fence_all or not others:
-            return init_transactions(producer, self._txn_id)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            fenced = pool.submit(fence, self._cfg, others)
-            token = init_transactions(producer, self._txn_id)
-            fenced.result()
-        return token
+        if fence_all:
+            fence(self._cfg, others)
+        return init_transactions(producer, self._txn_id)
 
     @property
     def _offsets_group(self) -> str | None:
@@ -212,4 +248,6 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         """
         self._clients.generation = self._task.reuse.generation if self._task else ""
         self._lease.release(clean=self._clean())
-        fill_spares(self._pool, self._cfg, self._plan.parallelism, self._lane)
+        lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
+        lanes = {lane} if self._task is None or self._task.reuse.gated else {lane, REDO_LANE}
+        fill_spares(self._pool, self._cfg, self._plan.parallelism, lanes)
