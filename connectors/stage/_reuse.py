@@ -26,8 +26,10 @@ The rules:
 4. the marker read now must equal the marker the driver knows this generation's tasks
    committed last epoch; otherwise an unknown instance committed, and the fresh clients
    fence every lane;
-5. a fresh open in a first attempt (rule 1) fences only its own lane when the epoch's
-   commits are gated by a vote round (aligned), every lane otherwise.
+5. a fresh open in a first attempt (rule 1) fences only its own lane. Lanes other than
+   lane 0 serve only epochs whose commits are gated by a vote round (``gated``: aligned);
+   otherwise every task writes on lane 0, so a slow first attempt and a retry meet on one
+   identity.
 
 Why these keep at most one commit per partition and epoch: docs/kafka-sink.md,
 "Producer reuse across epochs". :class:`ReusePolicy` (driver) owns the generation, the
@@ -72,7 +74,7 @@ class ClientNote:
 class ReuseDecision:
     """Answer of :meth:`ReuseTicket.decide`: reuse or not, why, and the marker read.
 
-    ``fence_all``: a fresh open must fence every lane of the partition (rules 1, 4, 5).
+    ``fence_all``: a fresh open must fence every lane of the partition (rules 1, 4).
     """
 
     reuse: bool
@@ -86,7 +88,8 @@ class ReuseDecision:
 class ReuseTicket:
     """What a write task needs to decide on reuse (picklable; in the task spec).
 
-    ``gated``: the epoch's commits wait for a vote round (aligned). ``known``: the instance
+    ``gated``: the epoch's commits wait for a vote round (aligned): only then may a task
+    write on a lane other than 0 (rule 5). ``known``: the instance
     the driver last saw serve each lane of each partition; ``markers``: the marker each
     partition committed last epoch in this generation (both from the tasks' reports).
     """
@@ -124,15 +127,14 @@ class ReuseTicket:
         """
         if not self.may_reuse(task_attempt):
             return ReuseDecision(False, "a retry or redo: fresh clients fence the dead attempt")
-        fence_all = not self.gated  # rule 5: every lane, unless a vote round gates commits
         if pooled is None:
-            return ReuseDecision(False, "no pooled client", fence_all=fence_all)
+            return ReuseDecision(False, "no pooled client", fence_all=False)
         if pooled_generation != self.generation:
             why = "pooled under an older client generation"
-            return ReuseDecision(False, why, fence_all=fence_all)
+            return ReuseDecision(False, why, fence_all=False)
         if self.known_token(partition, pooled.lane) != pooled.token:
             why = f"lane {pooled.lane} was last served by another instance"
-            return ReuseDecision(False, why, fence_all=fence_all)
+            return ReuseDecision(False, why, fence_all=False)
         marker = read_marker()
         expected = dict(self.markers).get(partition)
         if marker != expected:

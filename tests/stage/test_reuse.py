@@ -67,8 +67,8 @@ def test_an_unknown_commit_or_a_retry_fences_every_lane():
     assert ticket.decide(1, 0, lane(1, "t1"), "g1", lambda: M3).fence_all  # Spark task retry
     rerun = known_ticket(gated=True, stage_run=1).decide(0, 0, lane(1, "t1"), "g1", lambda: M3)
     assert not rerun.reuse and rerun.fence_all
-    # Unaligned: no vote round gates the commits, so every fresh open fences every lane.
-    assert known_ticket(gated=False).decide(0, 0, None, None, lambda: M3).fence_all
+    # A first attempt's fresh open fences its own lane only (unaligned: lane 0, rule 5).
+    assert not known_ticket(gated=False).decide(0, 0, None, None, lambda: M3).fence_all
 
 
 def test_policy_learns_instances_and_markers_from_a_stage_run():

@@ -56,11 +56,14 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         """Return the key of this worker's lane, or lane 0's when the driver knows its pooled one.
 
         A worker writes on lane 0 after an open that fenced every lane (``REDO_LANE``); it
-        keeps using that producer while the driver knows it serves lane 0.
+        keeps using that producer while the driver knows it serves lane 0. Epochs whose
+        commits no vote round gates (unaligned) use lane 0 only (``ReuseTicket.gated``).
         """
         own = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
-        self._lane = own
         task = self._task
+        if task is None or not task.reuse.gated:  # lanes serve only vote-gated epochs
+            own = REDO_LANE
+        self._lane = own
         if own != REDO_LANE and task is not None:
             known = task.reuse.known_token
             mine = self._pool.token_of(pool_key(self._cfg, self._partition, own))
@@ -249,5 +252,5 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         self._clients.generation = self._task.reuse.generation if self._task else ""
         self._lease.release(clean=self._clean())
         lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
-        lanes = {lane} if self._task is None or self._task.reuse.gated else {lane, REDO_LANE}
-        fill_spares(self._pool, self._cfg, self._plan.parallelism, lanes)
+        gated = self._task is not None and self._task.reuse.gated
+        fill_spares(self._pool, self._cfg, self._plan.parallelism, {lane if gated else REDO_LANE})
