@@ -499,3 +499,22 @@ def test_unaligned_every_worker_writes_on_lane_0(sink, two_workers):
     cfg = sink.config
     assert worker_b.take(pool_key(cfg, 0, 1)) is None  # lane 1 never served
     check_exact(sink, 5)
+
+
+@pytest.mark.parametrize("mode", [CommitMode.ALIGNED, CommitMode.UNALIGNED])
+def test_a_fresh_open_reads_the_marker_another_worker_committed(sink, two_workers, mode):
+    # Worker B's first task of partition 0 (fresh, its own lane) and a redo there (every
+    # lane fenced) must find worker A's commit: the redo skips, the next epoch follows on.
+    driver = Driver(mode)
+    worker_a, worker_b = two_workers
+    on(driver, sink, worker_a, 0)
+    report, fresh = on_any(driver, sink, worker_b, 0, task_attempt=1)  # a retry of epoch 0
+    assert report.outcome is PartitionOutcome.ALREADY_COMMITTED and not fresh.reused
+    driver.policy.renew("the driver saw a task retry")
+    workers = (worker_a, worker_b)
+    reused = [on(driver, sink, workers[epoch % 2], epoch).reused for epoch in range(1, 6)]
+    # aligned: both lanes warm after one task each; unaligned: lane 0 only, a swap misses
+    assert reused == (
+        [False, False, False, True, True] if mode is CommitMode.ALIGNED else [False] * 5
+    )
+    check_exact(sink, 6)

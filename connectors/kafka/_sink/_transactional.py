@@ -170,6 +170,10 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             fence(self._cfg, others)
         return init_transactions(producer, self._txn_id)
 
+    def _read_marker(self) -> Marker | None:
+        assert self._clients.consumer is not None  # noqa: S101 - kept from open to close
+        return read_marker(self._clients.consumer, self._cfg.marker_topic)
+
     @property
     def _offsets_group(self) -> str | None:
         """The group this partition commits the epoch's input offsets to, if any."""
