@@ -26,7 +26,8 @@ The rules:
 4. the marker read now must equal the marker the driver knows this generation's tasks
    committed last epoch; otherwise an unknown instance committed, and the fresh clients
    fence every lane;
-5. a fresh open in a first attempt (rule 1) fences only its own lane. Lanes other than
+5. a fresh open in a first attempt (rule 1) fences only its own lane, every lane when the
+   driver has not yet seen this generation's tasks serve the partition. Lanes other than
    lane 0 serve only epochs whose commits are gated by a vote round (``gated``: aligned);
    otherwise every task writes on lane 0, so a slow first attempt and a retry meet on one
    identity.
@@ -127,14 +128,17 @@ class ReuseTicket:
         """
         if not self.may_reuse(task_attempt):
             return ReuseDecision(False, "a retry or redo: fresh clients fence the dead attempt")
+        # Rule 5; a partition this generation has not seen served yet may have instances
+        # the driver never heard of on any lane (e.g. a zombie from before recovery).
+        unseen = not any(note.partition == partition for note in self.known)
         if pooled is None:
-            return ReuseDecision(False, "no pooled client", fence_all=False)
+            return ReuseDecision(False, "no pooled client", fence_all=unseen)
         if pooled_generation != self.generation:
             why = "pooled under an older client generation"
-            return ReuseDecision(False, why, fence_all=False)
+            return ReuseDecision(False, why, fence_all=unseen)
         if self.known_token(partition, pooled.lane) != pooled.token:
             why = f"lane {pooled.lane} was last served by another instance"
-            return ReuseDecision(False, why, fence_all=False)
+            return ReuseDecision(False, why, fence_all=unseen)
         marker = read_marker()
         expected = dict(self.markers).get(partition)
         if marker != expected:

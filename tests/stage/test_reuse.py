@@ -53,10 +53,11 @@ def test_reuse_needs_the_generation_the_known_instance_and_the_known_marker():
         ticket.decide(0, 0, None, None, read),  # nothing pooled
         ticket.decide(0, 0, lane(1, "t0"), "g1", read),  # another instance served lane 1 since
         ticket.decide(0, 0, lane(0, "t1"), "g1", read),  # lane 0: never seen
-        ticket.decide(0, 1, lane(1, "t1"), "g1", read),  # partition 1: never seen
     ):
         assert not decision.reuse and not decision.marker_read
-        assert not decision.fence_all, "aligned: a first attempt's fresh open fences its own lane"
+        assert not decision.fence_all, "a first attempt's fresh open fences its own lane"
+    unseen = ticket.decide(0, 1, lane(1, "t1"), "g1", read)  # partition 1: never seen served
+    assert not unseen.reuse and unseen.fence_all, "unknown instances may exist: every lane"
     assert reads == [], "the marker is read only when it decides"
 
 
@@ -69,6 +70,7 @@ def test_an_unknown_commit_or_a_retry_fences_every_lane():
     assert not rerun.reuse and rerun.fence_all
     # A first attempt's fresh open fences its own lane only (unaligned: lane 0, rule 5).
     assert not known_ticket(gated=False).decide(0, 0, None, None, lambda: M3).fence_all
+    assert ReuseTicket("g1").decide(0, 0, None, None, lambda: M3).fence_all  # nothing seen yet
 
 
 def test_policy_learns_instances_and_markers_from_a_stage_run():
