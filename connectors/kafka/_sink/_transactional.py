@@ -124,7 +124,8 @@ class TransactionalKafkaParticipant(KafkaParticipant):
                 task.note_client(self._lane, self._clients.token, fenced_all=False, reused=True)
                 return decision.reason
             why, fence_all = decision.reason, decision.fence_all
-        if fence_all and self._lane != REDO_LANE:
+        redo = task is None or not task.may_reuse or not task.reuse.gated
+        if fence_all and redo and self._lane != REDO_LANE:
             self._move_to_redo_lane()
             spare = None  # made for the lane left
         clients = self._clients
@@ -145,7 +146,10 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         return f"{why}; every lane fenced" if fence_all else why
 
     def _move_to_redo_lane(self) -> None:
-        """Write on lane 0 after fencing every lane: concurrent fence-alls then fence each other.
+        """Write on lane 0 after a redo's fence of every lane: two redos then fence each other.
+
+        (A first attempt of an aligned epoch that fences every lane stays on its own lane:
+        a redo starts only after its vote round ended.)
 
         The marker consumer comes along; this worker's pooled producer of the lane left is
         dropped (the fence-all fences it anyway).
