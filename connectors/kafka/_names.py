@@ -3,7 +3,8 @@
 Everything the sink creates or owns on the cluster is named here, so the sink, the
 checker, the CLI and the docs agree:
 
-* write partition ``p``'s transactional id: ``{sink_id}-{p}``;
+* write partition ``p``'s transactional id on producer lane ``k``: ``{sink_id}-{p}`` for
+  lane 0, ``{sink_id}-{p}.{k}`` for lane ``k > 0`` (docs/kafka-sink.md, "Producer lanes");
 * write partition ``p``'s marker group: ``{sink_id}.marker.{p}``;
 * the Kafka epoch log's coordinator transactional id: ``{sink_id}.coordinator``;
 * the epoch log's record keys start with ``{sink_id}/``.
@@ -15,9 +16,9 @@ DEFAULT_EPOCH_LOG_TOPIC = "eos-epoch-log"
 DEFAULT_MARKER_TOPIC = "eos-markers"
 
 
-def transactional_id(sink_id: str, partition: int) -> str:
-    """Transactional id of write partition ``partition``."""
-    return f"{sink_id}-{partition}"
+def transactional_id(sink_id: str, partition: int, lane: int = 0) -> str:
+    """Transactional id of write partition ``partition`` on producer lane ``lane``."""
+    return f"{sink_id}-{partition}" if lane == 0 else f"{sink_id}-{partition}.{lane}"
 
 
 def marker_group(sink_id: str, partition: int) -> str:

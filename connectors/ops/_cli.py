@@ -23,6 +23,7 @@ from connectors.kafka import (
 )
 from connectors.kafka._clients import Cluster
 from connectors.kafka._connect import connect_admin
+from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.ops import _commands as cmd
 from connectors.ops import _pgcli
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
@@ -127,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
         "transactions as its epoch log decided",
     )
     s.add_argument("--parallelism", type=int, help="ids 0..N-1 at least (default: the log's)")
+    s.add_argument(
+        "--lanes",
+        type=int,
+        default=DEFAULT_PRODUCER_LANES,
+        help="producer lanes per partition: the largest producer_lanes the sink ran with",
+    )
     s.add_argument("--dry-run", action="store_true")
     sink_command(
         "offsets",
@@ -214,7 +221,7 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
         if args.command == "status":
             return cmd.status(ref, args.topic, args.scan)
         if args.command == "abort-lingering":
-            return cmd.abort_lingering(ref, args.parallelism, args.dry_run)
+            return cmd.abort_lingering(ref, args.parallelism, args.dry_run, args.lanes)
         if args.command == "offsets":
             return offsets(ref, cluster)
         return cmd.reset(ref, args.query)

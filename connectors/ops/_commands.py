@@ -17,6 +17,7 @@ from connectors.kafka import (
 )
 from connectors.kafka._admin import admin_client, existing_topics
 from connectors.kafka._clients import Cluster
+from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
@@ -238,11 +239,14 @@ def _output(cluster: Cluster, topic: str, scan: bool) -> dict[str, Any]:
     return {"topic": topic, "partitions": partitions}
 
 
-def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Result:
+def abort_lingering(
+    ref: SinkRef, parallelism: int | None, dry_run: bool, lanes: int = DEFAULT_PRODUCER_LANES
+) -> Result:
     """``eos abort-lingering``: ``init_transactions`` on every id the sink ever used.
 
-    A sink with no epoch log records is refused unless ``parallelism`` says which ids to
-    abort (a sink that is gone for good).
+    Every producer lane ``0 .. lanes-1`` of every partition (the sink's ``producer_lanes``;
+    pass the largest it ever ran with). A sink with no epoch log records is refused unless
+    ``parallelism`` says which ids to abort (a sink that is gone for good).
     """
     try:
         width = max(ref.read_log().max_parallelism(), parallelism or 0)
@@ -251,7 +255,7 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
             msg = f"{exc}; or pass --parallelism N to abort the ids 0..N-1 anyway"
             raise UnknownSinkError(msg) from None
         width = parallelism
-    ids = [_names.transactional_id(ref.sink_id, p) for p in range(width)]
+    ids = [_names.transactional_id(ref.sink_id, p, k) for p in range(width) for k in range(lanes)]
     if not dry_run and width:
         sink = KafkaSink(
             ref.cluster.bootstrap_servers,
@@ -259,6 +263,7 @@ def abort_lingering(ref: SinkRef, parallelism: int | None, dry_run: bool) -> Res
             ref.sink_id,
             marker_topic=ref.marker_topic,
             client_config=ref.cluster.config,
+            producer_lanes=lanes,
         )
         KafkaResource(sink.config, RecordLayout()).abort_lingering(range(width))
     return Result(

@@ -62,7 +62,7 @@ from connectors.stage._resume import (
     committed_point,
     starting_offsets,
 )
-from connectors.stage._reuse import ReuseDecision, ReusePolicy, ReuseTicket
+from connectors.stage._reuse import ClientNote, ReuseDecision, ReusePolicy, ReuseTicket
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
 from connectors.stage._sink import TransactionalSink
 from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
@@ -102,6 +102,7 @@ __all__ = [
     "ResumeError",
     "ResumeInputMismatchError",
     "ResumePoint",
+    "ClientNote",
     "ReuseDecision",
     "ReusePolicy",
     "ReuseTicket",

@@ -153,6 +153,7 @@ class EpochExecution:
             self.recorder.stage_ran(time.monotonic() - started, (), failed=True)
             raise
         self.recorder.stage_ran(time.monotonic() - started, stats, failed=False)
+        self.reuse.observe(reports, [note for s in stats for note in s.clients])
         return reports
 
     def _on_task_retry(self) -> None:

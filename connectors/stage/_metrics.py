@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from connectors.stage._reuse import ClientNote
 from txn import (
     EpochCompletion,
     EpochHistory,
@@ -61,6 +62,7 @@ class TaskStats:
     claimed: bool = True  # at-most-once: False when another attempt owned the partition
     dead_lettered: int = 0  # bad records sent to the dead-letter destination
     skipped_records: int = 0  # bad records left out (on_bad_record="skip")
+    clients: tuple[ClientNote, ...] = ()  # the client instances that served it (``_reuse``)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class EpochMetrics:
     partitions_skipped: int = 0  # already committed, found by marker
     partitions_redone: int = 0  # written again in a redo (plan attempt > 0 or stage re-run)
     partitions_lost: int = 0  # at-most-once: not written because an earlier attempt owned them
+    clients_new: int = 0  # write tasks served by newly initialized clients, not pooled ones
     stage_runs: int = 0
     task_retries: int = 0
     aborted_attempts: int = 0  # failed stage runs and failed task attempts
@@ -178,6 +181,7 @@ class EpochRecorder:
                 1 for r in reports if r.outcome is PartitionOutcome.ALREADY_COMMITTED
             ),
             partitions_redone=len(written) if redo else 0,
+            clients_new=sum(1 for t in self.tasks for c in t.clients if not c.reused),
             partitions_lost=lost,
             stage_runs=self.stage_runs,
             task_retries=retries,

@@ -7,31 +7,46 @@ Why it needs rules: a kept client is only safe while nobody else used its identi
 between (a newer instance fences it; committing through a fenced producer fails, and an
 open transaction of a dead attempt must be aborted by a fresh ``init``).
 
+A partition may have several identities (*lanes*: Kafka's producer lanes, one per Python
+worker of a host), each with at most one live instance. Tasks report which instance
+served them (:class:`ClientNote`); the driver keeps, per partition, the instance it last
+saw serve each lane and the marker this generation's tasks committed last.
+
 The rules:
 
 1. only the first attempt of a task, in the first run of the write stage, of the first
-   plan attempt of an epoch may reuse (any retry, stage re-run or in-doubt redo creates
-   fresh clients, whose initialization fences and aborts what a dead attempt left);
+   plan attempt of an epoch may reuse; any retry, stage re-run or in-doubt redo opens
+   fresh clients that fence *every* lane of the partition (``fence_all``);
 2. the driver's *client generation* must be the one the client was pooled under; the
    driver starts a new generation whenever clients of the sink may have been fenced by
    an instance the pooled ones do not know of: recovery, a failed epoch, a stage re-run,
    a Spark task retry, a change of parallelism;
-3. the marker read now must equal the marker the pooled client committed (or read right
-   after its own initialization): then no other instance committed in between.
+3. the pooled instance must be the one the driver last saw serve its lane (a report of
+   the generation's tasks: its initialization ended before this epoch's stage began);
+4. the marker read now must equal the marker the driver knows this generation's tasks
+   committed last epoch; otherwise an unknown instance committed, and the fresh clients
+   fence every lane;
+5. a fresh open in a first attempt (rule 1) fences only its own lane, every lane when the
+   driver has not yet seen this generation's tasks serve the partition. Lanes other than
+   lane 0 serve only epochs whose commits are gated by a vote round (``gated``: aligned);
+   otherwise every task writes on lane 0, so a slow first attempt and a retry meet on one
+   identity.
 
-:class:`ReusePolicy` (driver) owns the generation and the events that renew it; the
-:class:`ReuseTicket` it issues for one stage run travels to the tasks and answers the
-task-side questions. Connectors ask the ticket; none of them re-implements a rule.
+Why these keep at most one commit per partition and epoch: docs/kafka-sink.md,
+"Producer reuse across epochs". :class:`ReusePolicy` (driver) owns the generation, the
+known instances and markers; the :class:`ReuseTicket` it issues for one stage run
+travels to the tasks and answers the task-side questions. Connectors ask the ticket;
+none of them re-implements a rule.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from txn import EpochPlan, Marker
+from txn import CommitMode, EpochPlan, Guarantee, Marker, PartitionOutcome, PartitionReport
 
 log = logging.getLogger("connectors.stage.reuse")
 
@@ -41,58 +56,105 @@ def _new_generation() -> str:
 
 
 @dataclass(frozen=True)
+class ClientNote:
+    """Which client instance served write partition ``partition`` (picklable; a task reports it).
+
+    ``lane``: which of the partition's identities; ``token``: the instance (minted when it
+    was initialized); ``fenced_all``: its opening fenced every lane of the partition;
+    ``reused``: a pooled instance served (nothing initialized).
+    """
+
+    partition: int
+    lane: int
+    token: str
+    fenced_all: bool
+    reused: bool = False
+
+
+@dataclass(frozen=True)
 class ReuseDecision:
-    """Answer of :meth:`ReuseTicket.decide`: reuse or not, why, and the marker read."""
+    """Answer of :meth:`ReuseTicket.decide`: reuse or not, why, and the marker read.
+
+    ``fence_all``: a fresh open must fence every lane of the partition (rules 1, 4).
+    """
 
     reuse: bool
     reason: str
     marker: Marker | None = None
     marker_read: bool = False
+    fence_all: bool = True
 
 
 @dataclass(frozen=True)
 class ReuseTicket:
-    """What a write task needs to decide on reuse (picklable; in the task spec)."""
+    """What a write task needs to decide on reuse (picklable; in the task spec).
+
+    ``gated``: the epoch's commits wait for a vote round (aligned): only then may a task
+    write on a lane other than 0 (rule 5). ``known``: the instance
+    the driver last saw serve each lane of each partition; ``markers``: the marker each
+    partition committed last epoch in this generation (both from the tasks' reports).
+    """
 
     generation: str
     plan_attempt: int = 0
     stage_run: int = 0
+    gated: bool = False
+    known: tuple[ClientNote, ...] = ()
+    markers: tuple[tuple[int, Marker], ...] = ()
 
     def may_reuse(self, task_attempt: int) -> bool:
         """Rule 1: True only for the first attempt of everything."""
         return task_attempt == 0 and self.stage_run == 0 and self.plan_attempt == 0
 
+    def known_token(self, partition: int, lane: int) -> str | None:
+        """Return the instance the driver last saw serve ``lane`` of ``partition`` (or None)."""
+        for note in self.known:
+            if note.partition == partition and note.lane == lane:
+                return note.token
+        return None
+
     def decide(
         self,
         task_attempt: int,
+        partition: int,
+        pooled: ClientNote | None,
         pooled_generation: str | None,
-        pooled_marker: Marker | None,
         read_marker: Callable[[], Marker | None],
     ) -> ReuseDecision:
-        """Apply rules 1-3 to a pooled client; ``read_marker`` is called only if needed.
+        """Apply rules 1-5 to a pooled client; ``read_marker`` is called only if needed.
 
-        ``pooled_generation`` None: nothing is pooled.
+        ``pooled`` None: nothing is pooled (else its lane and token, ``pooled_generation``
+        the generation it was pooled under).
         """
         if not self.may_reuse(task_attempt):
             return ReuseDecision(False, "a retry or redo: fresh clients fence the dead attempt")
-        if pooled_generation is None:
-            return ReuseDecision(False, "no pooled client")
+        # Rule 5; a partition this generation has not seen served yet may have instances
+        # the driver never heard of on any lane (e.g. a zombie from before recovery).
+        unseen = not any(note.partition == partition for note in self.known)
+        if pooled is None:
+            return ReuseDecision(False, "no pooled client", fence_all=unseen)
         if pooled_generation != self.generation:
-            return ReuseDecision(False, "pooled under an older client generation")
+            why = "pooled under an older client generation"
+            return ReuseDecision(False, why, fence_all=unseen)
+        if self.known_token(partition, pooled.lane) != pooled.token:
+            why = f"lane {pooled.lane} was last served by another instance"
+            return ReuseDecision(False, why, fence_all=unseen)
         marker = read_marker()
-        if marker != pooled_marker:
-            return ReuseDecision(
-                False, f"marker {marker} is not the pooled client's {pooled_marker}", marker, True
-            )
-        return ReuseDecision(True, "pooled client still owns its identity", marker, True)
+        expected = dict(self.markers).get(partition)
+        if marker != expected:
+            why = f"marker {marker} is not the {expected} this generation committed"
+            return ReuseDecision(False, why, marker, True)
+        return ReuseDecision(True, "pooled client still owns its lane", marker, True, False)
 
 
 class ReusePolicy:
-    """Driver side: the client generation and the events that renew it (rule 2)."""
+    """Driver side: the generation, the instances and markers it knows (rules 2-4)."""
 
     def __init__(self) -> None:
         self._generation = _new_generation()
         self._parallelism: int | None = None
+        self._known: dict[tuple[int, int], ClientNote] = {}
+        self._markers: dict[int, Marker] = {}
 
     @property
     def generation(self) -> str:
@@ -102,7 +164,22 @@ class ReusePolicy:
     def renew(self, why: str) -> None:
         """Start a new generation: clients pooled before now are not reused."""
         self._generation = _new_generation()
+        self._known.clear()
+        self._markers.clear()
         log.debug("new client generation (%s)", why)
+
+    def observe(self, reports: Iterable[PartitionReport], notes: Iterable[ClientNote]) -> None:
+        """Learn from a successful stage run: who served each lane, what each partition committed."""
+        for note in notes:
+            if note.fenced_all:
+                for key in [k for k in self._known if k[0] == note.partition]:
+                    del self._known[key]
+            self._known[(note.partition, note.lane)] = note
+        for report in reports:
+            if report.outcome is PartitionOutcome.COMMITTED:
+                self._markers[report.partition] = Marker(report.epoch, report.rows, report.checksum)
+            else:
+                self._markers.pop(report.partition, None)
 
     def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
         """Return the ticket of one run of ``plan``'s write stage.
@@ -114,4 +191,12 @@ class ReusePolicy:
             if self._parallelism is not None:
                 self.renew(f"parallelism {self._parallelism} -> {plan.parallelism}")
             self._parallelism = plan.parallelism
-        return ReuseTicket(self._generation, plan.attempt, stage_run)
+        gated = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
+        return ReuseTicket(
+            self._generation,
+            plan.attempt,
+            stage_run,
+            gated,
+            tuple(self._known.values()),
+            tuple(sorted(self._markers.items())),
+        )

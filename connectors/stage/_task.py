@@ -15,7 +15,7 @@ import logging
 import pickle
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ import pyarrow as pa
 from connectors.stage import _hooks
 from connectors.stage._errors import VoteChannelError
 from connectors.stage._metrics import TaskStats
-from connectors.stage._reuse import ReuseTicket
+from connectors.stage._reuse import ClientNote, ReuseTicket
 from connectors.stage._rows import ArrowPartition
 from connectors.stage._votes import (
     VoteTicket,
@@ -56,11 +56,20 @@ RESULT_SCHEMA = "payload binary"
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """Where a write task runs: handed to a connector's resource in the task."""
+    """Where a write task runs: handed to a connector's resource in the task.
+
+    ``clients``: the client instances that served the task (:meth:`note_client`); they
+    travel back in the task's stats for the driver's reuse policy (``_reuse``).
+    """
 
     partition: int
     task_attempt: int
     reuse: ReuseTicket
+    clients: list[ClientNote] = field(default_factory=list, compare=False)
+
+    def note_client(self, lane: int, token: str, *, fenced_all: bool, reused: bool) -> None:
+        """Report the client instance that serves this task (lane ``lane``, ``token``)."""
+        self.clients.append(ClientNote(self.partition, lane, token, fenced_all, reused))
 
     @property
     def may_reuse(self) -> bool:
@@ -240,7 +249,8 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         result = TaskResult(partition, report=report, task_attempt=task_attempt, stats=stats)
         yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})
         return
-    resource = bind(spec.resource, TaskInfo(partition, task_attempt, spec.reuse))
+    info = TaskInfo(partition, task_attempt, spec.reuse)
+    resource = bind(spec.resource, info)
     if spec.empty_input:
         for _ in batches:  # the placeholder rows of an empty input: read, never written
             pass
@@ -275,6 +285,7 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         commit_ms=clock.ms(TaskStep.DECIDED, TaskStep.COMMITTED),
         dead_lettered=rows.dead_lettered if result.report else 0,
         skipped_records=rows.skipped if result.report else 0,
+        clients=tuple(info.clients),
     )
     result = TaskResult(partition, result.report, result.error, task_attempt, stats)
     yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})

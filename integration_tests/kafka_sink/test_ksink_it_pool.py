@@ -6,21 +6,23 @@ process, which plays one Spark Python worker: its pool is the worker's pool.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import KafkaException
 
 from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant
-from connectors.kafka._sink._producers import pool_key
+from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
-from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import HASH_COLUMN, ArrowPartition, ReuseTicket, TaskInfo
+from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
+from connectors.stage import HASH_COLUMN, ArrowPartition, ReusePolicy, TaskInfo
 from integration_tests.kafka_sink._support import (
     expected,
     lso_reaches_high_watermark,
@@ -29,7 +31,15 @@ from integration_tests.kafka_sink._support import (
     sid,
     values,
 )
-from txn import CommitMode, EpochPlan, Guarantee, PartitionOutcome, TaskStep, run_partition
+from txn import (
+    CommitMode,
+    EpochPlan,
+    Guarantee,
+    PartitionOutcome,
+    PartitionReport,
+    TaskStep,
+    run_partition,
+)
 
 ROWS = 50
 
@@ -75,23 +85,63 @@ def epoch_rows(epoch: int, *, null_value: bool = False) -> ArrowPartition:
     return ArrowPartition([batch])
 
 
-def run(
-    sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, generation: str = "", **kw: Any
-):
+class Driver:
+    """The driver's side of client reuse: tickets from a ``ReusePolicy`` that learns from reports."""
+
+    def __init__(self, mode: CommitMode = CommitMode.UNALIGNED) -> None:
+        self.policy = ReusePolicy()
+        self.mode = mode
+
+    def plan(self, cfg: Any, epoch: int, *, attempt: int = 0, parallelism: int = 1) -> EpochPlan:
+        fingerprint = KafkaResource(cfg, RecordLayout()).fingerprint()
+        return EpochPlan(
+            cfg.sink_id,
+            epoch,
+            parallelism,
+            fingerprint,
+            Guarantee.EXACTLY_ONCE,
+            self.mode,
+            attempt=attempt,
+        )
+
+    def run(
+        self,
+        resource: KafkaResource,
+        plan: EpochPlan,
+        partition: int = 0,
+        *,
+        task_attempt: int = 0,
+        stage_run: int = 0,
+        **kw: Any,
+    ) -> tuple[PartitionReport, KafkaParticipant]:
+        """Run ``partition`` of ``plan`` as a write task; the driver learns from its report."""
+        info = TaskInfo(partition, task_attempt, self.policy.ticket(plan, stage_run))
+        bound = resource.for_task(info)
+        rows = epoch_rows(plan.epoch, null_value=kw.pop("null_value", False))
+        try:
+            report = run_partition(bound, plan, partition, rows, **kw)
+        except BaseException:
+            self.policy.renew("a failed epoch")
+            raise
+        self.policy.observe([report], info.clients)
+        opened: list[KafkaParticipant] = bound.opened  # type: ignore[attr-defined]
+        return report, opened[-1]
+
+
+DRIVER = Driver()
+
+
+@pytest.fixture(autouse=True)
+def new_driver():
+    global DRIVER  # one driver per test
+    DRIVER = Driver()
+
+
+def run(sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, **kw: Any):
     """Run partition 0 of ``epoch`` as a write task would; ``reuse=False``: a task retry."""
-    task = TaskInfo(0, 0 if reuse else 1, ReuseTicket(generation, attempt, 0))
-    resource = RecordingResource(sink.config, RecordLayout()).for_task(task)
-    plan = EpochPlan(
-        sink.config.sink_id,
-        epoch,
-        1,
-        resource.fingerprint(),
-        Guarantee.EXACTLY_ONCE,
-        CommitMode.UNALIGNED,
-        attempt=attempt,
-    )
-    rows = epoch_rows(epoch, null_value=kw.pop("null_value", False))
-    return run_partition(resource, plan, 0, rows, **kw), resource.opened[0]
+    plan = DRIVER.plan(sink.config, epoch, attempt=attempt)
+    resource = RecordingResource(sink.config, RecordLayout())
+    return DRIVER.run(resource, plan, task_attempt=0 if reuse else 1, **kw)
 
 
 def check_exact(sink: KafkaSink, epochs: int) -> None:
@@ -182,10 +232,11 @@ def test_partition_committed_by_another_instance_gets_a_new_producer(sink):
 
 
 def test_producer_pooled_under_another_generation_is_not_reused(sink):
-    run(sink, 0, reuse=True, generation="g1")
-    _, participant = run(sink, 1, reuse=True, generation="g2")
+    run(sink, 0, reuse=True)
+    DRIVER.policy.renew("e.g. a stage re-run")
+    _, participant = run(sink, 1, reuse=True)
     assert not participant.reused
-    _, participant = run(sink, 2, reuse=True, generation="g2")
+    _, participant = run(sink, 2, reuse=True)
     assert participant.reused
     check_exact(sink, 3)
 
@@ -228,29 +279,21 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     # Partition 0's task leaves spares for the sink's other partitions in this worker; the
     # first task of partition 1 here then initializes a spare instead of a new producer.
     cfg = sink.config
-    two = EpochPlan(
-        cfg.sink_id,
-        0,
-        2,
-        KafkaResource(cfg, RecordLayout()).fingerprint(),
-        Guarantee.EXACTLY_ONCE,
-        CommitMode.UNALIGNED,
-    )
-    first = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(0, 0, ReuseTicket("g")))
-    run_partition(first, two, 0, epoch_rows(0))
+    two = DRIVER.plan(cfg, 0, parallelism=2)
+    DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 0)
+    lane = _pool.POOL.lanes.claim(cfg.sink_id, cfg.producer_lanes).index
     deadline = time.monotonic() + 30
     while _pool.POOL.spares() < 2 and time.monotonic() < deadline:  # one per partition
         time.sleep(0.05)
-    assert _pool.POOL.take(pool_key(cfg, 1)) is None and _pool.POOL.spares() == 2
-    second = RecordingResource(cfg, RecordLayout()).for_task(TaskInfo(1, 0, ReuseTicket("g")))
-    report = run_partition(second, two, 1, epoch_rows(1))
+    assert _pool.POOL.take(pool_key(cfg, 1, lane)) is None and _pool.POOL.spares() == 2
+    report, participant = DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 1)
     assert report.outcome is PartitionOutcome.COMMITTED
-    assert second.opened[0].why_new.endswith("a spare producer, created earlier")
+    assert "a spare producer, created earlier" in participant.why_new
 
 
 @dataclass(frozen=True)
 class WorkerResource(KafkaResource):
-    """KafkaResource whose participants use ``pool``: one Python worker's clients."""
+    """KafkaResource whose participants use ``pool``: one Python worker's clients and lane."""
 
     pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
     opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
@@ -263,43 +306,85 @@ class WorkerResource(KafkaResource):
         return participant
 
 
-def test_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(sink):
-    # Spark moved partition 0 to worker B for one epoch: B's new producer fenced the one
-    # worker A pooled. Back in A, the stale producer is not reused (its marker is behind)
-    # and A initializes the spare it keeps for that id, not a new producer (whose
-    # init_transactions can wait for librdkafka's 500 ms coordinator-query timer).
-    cfg = sink.config
-    worker_a, worker_b = _pool.ClientPool(), _pool.ClientPool()
-    try:
+@pytest.fixture
+def two_workers():
+    """Two Python workers of one host: their own pools, hence their own lanes."""
+    workers = (_pool.ClientPool(), _pool.ClientPool())
+    yield workers
+    for worker in workers:
+        worker.clear()
+        worker.lanes.release()
 
-        def on(worker: _pool.ClientPool, epoch: int) -> KafkaParticipant:
-            resource = WorkerResource(cfg, RecordLayout(), pool=worker)
-            resource = resource.for_task(TaskInfo(0, 0, ReuseTicket("g")))
-            plan = EpochPlan(
-                cfg.sink_id,
-                epoch,
-                1,
-                resource.fingerprint(),
-                Guarantee.EXACTLY_ONCE,
-                CommitMode.UNALIGNED,
-            )
-            report = run_partition(resource, plan, 0, epoch_rows(epoch))
-            assert report.outcome is PartitionOutcome.COMMITTED
-            return resource.opened[0]
 
-        on(worker_a, 0)
-        deadline = time.monotonic() + 30
-        while worker_a.spares() < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert worker_a.size() == 1 and worker_a.spares() == 1  # pooled clients and a spare
-        assert not on(worker_b, 1).reused  # fences worker A's pooled producer
-        back = on(worker_a, 2)
-        assert not back.reused
-        assert back.why_new.endswith("a spare producer, created earlier")
-        check_exact(sink, 3)
-    finally:
-        worker_a.clear()
-        worker_b.clear()
+def on(
+    driver: Driver, sink: KafkaSink, worker: _pool.ClientPool, epoch: int, **kw: Any
+) -> KafkaParticipant:
+    """Run partition 0 of ``epoch`` in ``worker``; it must commit."""
+    report, participant = on_any(driver, sink, worker, epoch, **kw)
+    assert report.outcome is PartitionOutcome.COMMITTED
+    return participant
+
+
+def on_any(
+    driver: Driver, sink: KafkaSink, worker: _pool.ClientPool, epoch: int, **kw: Any
+) -> tuple[PartitionReport, KafkaParticipant]:
+    """Run partition 0 of ``epoch`` in ``worker``."""
+    plan = driver.plan(sink.config, epoch, attempt=kw.pop("attempt", 0))
+    resource = WorkerResource(sink.config, RecordLayout(), pool=worker)
+    return driver.run(resource, plan, **kw)
+
+
+def test_unaligned_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(
+    sink, two_workers
+):
+    # Unaligned: Spark moved partition 0 to worker B for one epoch: B's new producer fenced
+    # every lane, so the one worker A pooled too. Back in A, the stale producer is not
+    # reused (the driver saw lane 1 serve last) and A initializes the spare it keeps for
+    # its id, not a new producer (whose init_transactions can wait for librdkafka's 500 ms
+    # coordinator-query timer).
+    worker_a, worker_b = two_workers
+    on(DRIVER, sink, worker_a, 0)
+    deadline = time.monotonic() + 30
+    while worker_a.spares() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker_a.size() == 1 and worker_a.spares() == 1  # pooled clients and a spare
+    assert not on(DRIVER, sink, worker_b, 1).reused  # fences worker A's pooled producer
+    back = on(DRIVER, sink, worker_a, 2)
+    assert not back.reused
+    assert "a spare producer, created earlier" in back.why_new
+    check_exact(sink, 3)
+
+
+def test_aligned_swapped_workers_reuse_their_lanes_producers(sink, two_workers):
+    # Aligned: partition 0 alternates between the two workers of a host (Spark's idle
+    # FIFO). After each worker's first task, every task reuses its lane's producer:
+    # no init_transactions (InitProducerId) and no coordinator look-up any more.
+    driver = Driver(CommitMode.ALIGNED)
+    worker_a, worker_b = two_workers
+    served = [on(driver, sink, (worker_a, worker_b)[epoch % 2], epoch) for epoch in range(6)]
+    assert [p.reused for p in served] == [False, False, True, True, True, True]
+    lanes = {
+        worker_a.lanes.claim(sink.config.sink_id, 2).index,
+        worker_b.lanes.claim(sink.config.sink_id, 2).index,
+    }
+    assert lanes == {0, 1}
+    check_exact(sink, 6)
+
+
+def test_aligned_a_retry_fences_every_lane_and_the_swap_reuse_resumes(sink, two_workers):
+    driver = Driver(CommitMode.ALIGNED)
+    worker_a, worker_b = two_workers
+    on(driver, sink, worker_a, 0)
+    on(driver, sink, worker_b, 1)
+    retry = on(driver, sink, worker_a, 2, task_attempt=1)  # fences lane B's producer too
+    assert not retry.reused and retry.why_new.endswith("every lane fenced")
+    driver.policy.renew("the driver saw a task retry")
+    # A new generation: the first fresh open fences every lane again (the driver has not
+    # seen the partition served since); then each worker warms its own lane once.
+    workers = (worker_a, worker_b)
+    reused = [on(driver, sink, workers[epoch % 2], epoch).reused for epoch in range(3, 9)]
+    assert reused == [False, False, True, True, True, True]
+    check_exact(sink, 9)
 
 
 def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic, closing):
@@ -322,3 +407,112 @@ def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic,
         reused.append(resource.opened[0].reused)
     assert reused == [False, True]
     assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * ROWS)
+
+
+def redo_elsewhere(path: str, driver: Driver, sink: KafkaSink, worker: _pool.ClientPool) -> None:
+    """Write epoch 2 of partition 0 again in ``worker`` on the non-steady ``path``."""
+    if path == "task retry":
+        on(driver, sink, worker, 2, task_attempt=1)
+    elif path == "stage re-run":
+        driver.policy.renew("a stage re-run")
+        on(driver, sink, worker, 2, stage_run=1)
+    else:  # recovery at start-up: fence every lane, then the in-doubt epoch's redo
+        KafkaResource(sink.config, RecordLayout()).abort_lingering([0])
+        driver.policy.renew("recovery")
+        on(driver, sink, worker, 2, attempt=1)
+
+
+@pytest.mark.parametrize("path", ["task retry", "stage re-run", "recovery"])
+def test_a_zombie_on_one_lane_cannot_commit_after_another_lane_redid_the_partition(
+    sink, two_workers, path
+):
+    # Worker A's attempt of epoch 2 (a pooled producer, its own lane) stops after its
+    # pre-commit, its transaction open; the non-steady path redoes the partition in worker
+    # B on the other lane, fencing every lane first. A then resumes and commits: fenced.
+    driver = Driver(CommitMode.ALIGNED)
+    worker_a, worker_b = two_workers
+    on(driver, sink, worker_a, 0)
+    on(driver, sink, worker_b, 1)  # both lanes warm
+    held, resume = threading.Event(), threading.Event()
+
+    def hold(step: TaskStep, plan: EpochPlan, partition: int) -> None:
+        if step is TaskStep.PRE_COMMITTED:
+            held.set()
+            resume.wait(60)
+
+    zombie: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            zombie["report"], zombie["participant"] = on_any(driver, sink, worker_a, 2, hooks=hold)
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            zombie["error"] = exc
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    try:
+        assert held.wait(60)
+        redo_elsewhere(path, driver, sink, worker_b)
+    finally:
+        resume.set()
+        thread.join(60)
+    report = zombie.get("report")
+    assert report is None or report.outcome is not PartitionOutcome.COMMITTED, zombie
+    check_exact(sink, 3)
+
+
+def test_abort_lingering_fences_every_lane_of_a_partition(sink):
+    # Open transactions on both lanes of partition 0 (zombies of two workers) pin the
+    # last stable offset until recovery or a shrink aborts them: every lane, not lane 0.
+    cfg = sink.config
+    assert cfg.topic is not None
+    zombies = []
+    for lane in range(cfg.producer_lanes):
+        producer = new_producer(cfg, cfg.transactional_id(0, lane), DeliveryErrors())
+        init_transactions(producer, cfg.transactional_id(0, lane))
+        producer.begin_transaction()
+        producer.produce(cfg.topic, value=f"zombie lane {lane}".encode())
+        producer.flush(30)
+        zombies.append(producer)
+    assert not lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
+    KafkaResource(cfg, RecordLayout()).abort_lingering([0])
+    assert lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
+    for producer in zombies:
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(30)
+    assert not values(read_committed(cfg.bootstrap_servers, cfg.topic))
+
+
+def test_unaligned_every_worker_writes_on_lane_0(sink, two_workers):
+    # Unaligned: no vote round orders a slow first attempt against a retry, so every task
+    # writes on lane 0 (one identity, as without lanes), also in the worker of lane 1.
+    worker_a, worker_b = two_workers
+    assert worker_a.lanes.claim(sink.config.sink_id, 2).index == 0
+    assert worker_b.lanes.claim(sink.config.sink_id, 2).index == 1
+    assert not on(DRIVER, sink, worker_b, 0).reused
+    assert on(DRIVER, sink, worker_b, 1).reused
+    assert not on(DRIVER, sink, worker_a, 2).reused  # fences the lane-0 producer of worker B
+    assert on(DRIVER, sink, worker_a, 3).reused
+    assert not on(DRIVER, sink, worker_b, 4).reused  # B's pooled one was fenced: not reused
+    cfg = sink.config
+    assert worker_b.take(pool_key(cfg, 0, 1)) is None  # lane 1 never served
+    check_exact(sink, 5)
+
+
+@pytest.mark.parametrize("mode", [CommitMode.ALIGNED, CommitMode.UNALIGNED])
+def test_a_fresh_open_reads_the_marker_another_worker_committed(sink, two_workers, mode):
+    # Worker B's first task of partition 0 (fresh, its own lane) and a redo there (every
+    # lane fenced) must find worker A's commit: the redo skips, the next epoch follows on.
+    driver = Driver(mode)
+    worker_a, worker_b = two_workers
+    on(driver, sink, worker_a, 0)
+    report, fresh = on_any(driver, sink, worker_b, 0, task_attempt=1)  # a retry of epoch 0
+    assert report.outcome is PartitionOutcome.ALREADY_COMMITTED and not fresh.reused
+    driver.policy.renew("the driver saw a task retry")
+    workers = (worker_a, worker_b)
+    reused = [on(driver, sink, workers[epoch % 2], epoch).reused for epoch in range(1, 6)]
+    # aligned: both lanes warm after one task each; unaligned: lane 0 only, a swap misses
+    assert reused == (
+        [False, False, True, True, True] if mode is CommitMode.ALIGNED else [False] * 5
+    )
+    check_exact(sink, 6)

@@ -203,11 +203,11 @@ def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_
         wide(rows(spark, 100), 0)
     finally:
         wide.close()
-    # A zombie of write partition 3 leaves an open transaction behind.
+    # A zombie of write partition 3 on producer lane 1 leaves an open transaction behind.
     zombie = Producer(
         {
             "bootstrap.servers": kafka_bootstrap,
-            "transactional.id": f"{sink_id}-3",
+            "transactional.id": f"{sink_id}-3.1",
             "transaction.timeout.ms": "600000",
         }
     )
@@ -218,7 +218,7 @@ def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_
     assert not lso_reaches_high_watermark(kafka_bootstrap, topic)
     narrow = KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=2)
     try:
-        narrow(rows(spark, 100, start=100), 1)  # recover() aborts {sink_id}-0..3 first
+        narrow(rows(spark, 100, start=100), 1)  # recover() aborts every lane of 0..3 first
     finally:
         narrow.close()
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)

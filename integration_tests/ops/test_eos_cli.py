@@ -38,7 +38,8 @@ def sink_log(tmp_path: Path, sink_id: str, *records: Any) -> str:
 def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic, tmp_path, capsys):
     topic, sink_id = new_topic("eos-al", 1), f"eos-{uuid.uuid4().hex[:8]}"
     log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 2, "fp"))
-    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1"})
+    # a zombie on producer lane 1 of write partition 1
+    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1.1"})
     zombie.init_transactions(TXN_TIMEOUT_S)
     zombie.begin_transaction()
     zombie.produce(topic, b"left open")
@@ -60,7 +61,8 @@ def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic
     code, dry = eos(
         kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, "--dry-run", capsys=capsys
     )
-    assert code == 0 and dry["transactional_ids"] == [f"{sink_id}-0", f"{sink_id}-1"]
+    lanes = [f"{sink_id}-0", f"{sink_id}-0.1", f"{sink_id}-1", f"{sink_id}-1.1"]
+    assert code == 0 and dry["transactional_ids"] == lanes
     assert not dry["aborted"]
     code, done = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, capsys=capsys)
     assert code == 0 and done["aborted"]
@@ -238,7 +240,19 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
         "--dry-run",
         capsys=capsys,
     )
-    assert code == 0 and out["transactional_ids"] == [f"{unknown}-0"]
+    assert code == 0 and out["transactional_ids"] == [f"{unknown}-0", f"{unknown}-0.1"]
+    code, out = eos(
+        kafka_bootstrap,
+        "abort-lingering",
+        unknown,
+        "--parallelism",
+        "1",
+        "--lanes",
+        "3",
+        "--dry-run",
+        capsys=capsys,
+    )
+    assert out["transactional_ids"] == [f"{unknown}-0", f"{unknown}-0.1", f"{unknown}-0.2"]
 
 
 def test_a_connection_string_as_epoch_log_is_a_typed_refusal(kafka_bootstrap, capsys):

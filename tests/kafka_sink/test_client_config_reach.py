@@ -79,7 +79,7 @@ def test_the_sinks_clients(built: Callable[[Callable[[], Any]], Built]) -> None:
     assert_shared(producer, "Producer")
     assert producer.conf["transactional.id"] == "s1-0"
     assert_shared(built(lambda: marker_consumer(cfg.cluster, cfg.marker_group(0))), "Consumer")
-    assert_shared(built(lambda: _producers.spare_factory(cfg, 1)(True)), "Producer")
+    assert_shared(built(lambda: _producers.spare_factory(cfg, 1, 1)(True)), "Producer")
     assert_shared(
         built(KafkaSink("h:9093", "o", "s1", client_config=SHARED).preflight), "AdminClient"
     )

@@ -2,14 +2,26 @@
 
 import pickle
 
-from connectors.stage import ReusePolicy, ReuseTicket
-from txn import EpochPlan, Marker
+from connectors.stage import ClientNote, ReusePolicy, ReuseTicket
+from txn import CommitMode, EpochPlan, Guarantee, Marker, PartitionOutcome, PartitionReport
 
 M3 = Marker(3, 10, "c")
 
 
-def plan(attempt: int = 0, parallelism: int = 2) -> EpochPlan:
-    return EpochPlan("s", 4, parallelism, "f", attempt=attempt)
+def plan(
+    attempt: int = 0, parallelism: int = 2, mode: CommitMode = CommitMode.ALIGNED
+) -> EpochPlan:
+    return EpochPlan("s", 4, parallelism, "f", Guarantee.EXACTLY_ONCE, mode, attempt=attempt)
+
+
+def committed(partition: int, marker: Marker) -> PartitionReport:
+    return PartitionReport(
+        marker.epoch, partition, PartitionOutcome.COMMITTED, marker.rows, marker.checksum
+    )
+
+
+def lane(lane_: int, token: str, *, partition: int = 0, fenced_all: bool = False) -> ClientNote:
+    return ClientNote(partition, lane_, token, fenced_all)
 
 
 def test_only_the_first_attempt_of_the_first_run_reuses():
@@ -20,26 +32,67 @@ def test_only_the_first_attempt_of_the_first_run_reuses():
     assert not policy.ticket(plan(attempt=1), 0).may_reuse(0)  # in-doubt redo
 
 
-def test_decision_needs_same_generation_and_unchanged_marker():
-    ticket = ReuseTicket("g1")
+def known_ticket(**kw: object) -> ReuseTicket:
+    """Generation g1; the driver saw lane 1 of partition 0 served by instance t1, marker M3."""
+    return ReuseTicket("g1", known=(lane(1, "t1"),), markers=((0, M3),), **kw)  # type: ignore[arg-type]
+
+
+def test_reuse_needs_the_generation_the_known_instance_and_the_known_marker():
+    ticket = known_ticket(gated=True)
     reads: list[int] = []
 
     def read() -> Marker:
         reads.append(1)
         return M3
 
-    assert ticket.decide(0, "g1", M3, read).reuse
-    assert ticket.decide(0, "g1", M3, read).marker == M3
-    other = ticket.decide(0, "g1", Marker(4, 1, "d"), read)  # someone else committed since
-    assert not other.reuse and other.marker == M3 and other.marker_read
+    ok = ticket.decide(0, 0, lane(1, "t1"), "g1", read)
+    assert ok.reuse and ok.marker == M3 and not ok.fence_all
     reads.clear()
     for decision in (
-        ticket.decide(0, "g0", M3, read),  # pooled under an older generation
-        ticket.decide(0, None, None, read),  # nothing pooled
-        ticket.decide(1, "g1", M3, read),
-    ):  # a retry
+        ticket.decide(0, 0, lane(1, "t1"), "g0", read),  # pooled under an older generation
+        ticket.decide(0, 0, None, None, read),  # nothing pooled
+        ticket.decide(0, 0, lane(1, "t0"), "g1", read),  # another instance served lane 1 since
+        ticket.decide(0, 0, lane(0, "t1"), "g1", read),  # lane 0: never seen
+    ):
         assert not decision.reuse and not decision.marker_read
+        assert not decision.fence_all, "a first attempt's fresh open fences its own lane"
+    unseen = ticket.decide(0, 1, lane(1, "t1"), "g1", read)  # partition 1: never seen served
+    assert not unseen.reuse and unseen.fence_all, "unknown instances may exist: every lane"
     assert reads == [], "the marker is read only when it decides"
+
+
+def test_an_unknown_commit_or_a_retry_fences_every_lane():
+    ticket = known_ticket(gated=True)
+    other = ticket.decide(0, 0, lane(1, "t1"), "g1", lambda: Marker(4, 1, "d"))
+    assert not other.reuse and other.marker_read and other.fence_all  # someone else committed
+    assert ticket.decide(1, 0, lane(1, "t1"), "g1", lambda: M3).fence_all  # Spark task retry
+    rerun = known_ticket(gated=True, stage_run=1).decide(0, 0, lane(1, "t1"), "g1", lambda: M3)
+    assert not rerun.reuse and rerun.fence_all
+    # A first attempt's fresh open fences its own lane only (unaligned: lane 0, rule 5).
+    assert not known_ticket(gated=False).decide(0, 0, None, None, lambda: M3).fence_all
+    assert ReuseTicket("g1").decide(0, 0, None, None, lambda: M3).fence_all  # nothing seen yet
+
+
+def test_policy_learns_instances_and_markers_from_a_stage_run():
+    policy = ReusePolicy()
+    assert policy.ticket(plan(), 0).gated
+    assert not policy.ticket(plan(mode=CommitMode.UNALIGNED), 0).gated
+    policy.observe([committed(0, M3)], [lane(0, "a", fenced_all=True)])
+    policy.observe([committed(0, M3)], [lane(1, "b")])  # a single-lane init keeps lane 0
+    ticket = policy.ticket(plan(), 0)
+    assert (ticket.known_token(0, 0), ticket.known_token(0, 1)) == ("a", "b")
+    assert dict(ticket.markers) == {0: M3}
+    policy.observe([committed(0, Marker(4, 2, "x"))], [lane(1, "c", fenced_all=True)])
+    ticket = policy.ticket(plan(), 0)
+    assert (ticket.known_token(0, 0), ticket.known_token(0, 1)) == (None, "c")
+    assert dict(ticket.markers) == {0: Marker(4, 2, "x")}
+    skipped = PartitionReport(4, 0, PartitionOutcome.ALREADY_COMMITTED)
+    policy.observe([skipped], [])
+    assert dict(policy.ticket(plan(), 0).markers) == {}
+    policy.observe([committed(0, M3)], [lane(0, "a")])
+    policy.renew("a failed epoch")  # forgets everything it learned
+    ticket = policy.ticket(plan(), 0)
+    assert ticket.known == () and ticket.markers == ()
 
 
 def test_policy_renews_on_events_and_on_a_parallelism_change():
@@ -49,9 +102,13 @@ def test_policy_renews_on_events_and_on_a_parallelism_change():
     policy.renew("a failed epoch")
     second = policy.ticket(plan(parallelism=2), 0).generation
     assert second != first
-    assert policy.ticket(plan(parallelism=3), 0).generation != second
+    policy.observe([], [lane(0, "a")])
+    third = policy.ticket(plan(parallelism=3), 0)
+    assert third.generation != second and third.known == ()
 
 
-def test_ticket_pickles():
-    ticket = ReuseTicket("g", 1, 2)
+def test_ticket_and_note_pickle():
+    ticket = ReuseTicket("g", 1, 2, True, (lane(1, "t"),), ((0, M3),))
     assert pickle.loads(pickle.dumps(ticket)) == ticket
+    note = lane(2, "t", fenced_all=True)
+    assert pickle.loads(pickle.dumps(note)) == note

@@ -36,6 +36,11 @@ MIN_TRANSACTION_TIMEOUT_MS = 1_000
 TIMEOUT_WARN_FRACTION = 0.5
 # librdkafka's default message.max.bytes: the largest record a producer accepts.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+# Largest accepted producer_lanes: every lane is one more transactional id per partition
+# that recovery, a parallelism shrink and each retry fence (one InitProducerId each).
+MAX_PRODUCER_LANES = 16
+# Default producer_lanes: the Python workers of a two-core executor (or local[2]).
+DEFAULT_PRODUCER_LANES = 2
 # Suffix of the default dead-letter topic (``<topic>.dlq``).
 DEAD_LETTER_SUFFIX = ".dlq"
 # Headers of a dead letter holding its source coordinates (option dead_letter_source).
@@ -151,6 +156,11 @@ class SinkConfig(StageOptions):
       source coordinates, e.g. the ``kafka-rc`` source's, renamed: ``topic`` and
       ``partition`` are the output's columns). The columns are shipped to the write tasks
       and enter the partitions' checksums (and the fingerprint) only when this is set.
+    * ``producer_lanes``: transactional ids per write partition (exactly-once), one per
+      Python worker of a host (``_lanes``): Spark moves tasks between workers, and each
+      worker keeps a live producer of every partition on its own lane (docs/kafka-sink.md,
+      "Producer lanes"). Set it to the task slots per executor; lowering it needs the old
+      value's lanes aborted first (``eos abort-lingering``);
     * ``commit_offsets_to_group``: a consumer group id (exactly-once only) to which each
       epoch's input offsets are committed inside write partition 0's transaction, so lag
       tools see the committed progress (``_input_offsets``; docs/kafka-sink.md).
@@ -173,6 +183,7 @@ class SinkConfig(StageOptions):
     dead_letter_topic: str | None = None
     dead_letter_source: tuple[str, str, str] | None = None
     commit_offsets_to_group: str | None = None
+    producer_lanes: int = DEFAULT_PRODUCER_LANES
 
     @classmethod
     def create(cls, **options: Any) -> SinkConfig:
@@ -207,6 +218,14 @@ class SinkConfig(StageOptions):
                 f"transaction_timeout_ms must be an int >= {MIN_TRANSACTION_TIMEOUT_MS}, "
                 f"got {timeout!r}"
             )
+            raise KafkaSinkConfigError(msg)
+        lanes = self.producer_lanes
+        if (
+            isinstance(lanes, bool)
+            or not isinstance(lanes, int)
+            or not 1 <= lanes <= MAX_PRODUCER_LANES
+        ):
+            msg = f"producer_lanes must be an int from 1 to {MAX_PRODUCER_LANES}, got {lanes!r}"
             raise KafkaSinkConfigError(msg)
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
@@ -337,9 +356,9 @@ class SinkConfig(StageOptions):
             settings["transaction.timeout.ms"] = str(self.transaction_timeout_ms)
         return settings
 
-    def transactional_id(self, partition: int) -> str:
-        """Transactional id of write partition ``partition``."""
-        return _names.transactional_id(self.sink_id, partition)
+    def transactional_id(self, partition: int, lane: int = 0) -> str:
+        """Transactional id of write partition ``partition`` on producer lane ``lane``."""
+        return _names.transactional_id(self.sink_id, partition, lane)
 
     def marker_group(self, partition: int) -> str:
         """Consumer group whose committed offset is the marker of ``partition``."""

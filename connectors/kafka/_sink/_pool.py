@@ -20,7 +20,9 @@ Contract (:class:`ClientPool`; the process's one pool is :data:`POOL`):
 Whether an entry's *producer* may be reused for a given epoch is decided by the stage's
 reuse rules (``connectors.stage``'s ``ReuseTicket``), not here.
 
-Spares: a worker also keeps, per transactional id of a sink it writes, a *spare*
+Keys name one transactional id, i.e. one partition on one producer lane (``_lanes``).
+
+Spares: a worker also keeps, per transactional id of a sink it writes (its own lane), a *spare*
 producer and marker consumer: created (``Producer(...)``, ``Consumer(...)``) but never
 initialized. Creating a client fences nothing (only ``init_transactions`` does), so a spare
 is just a new producer created earlier; a task whose pooled producer cannot serve takes
@@ -43,8 +45,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
+from connectors.kafka._sink._lanes import LaneClaims
 from connectors.kafka._sink._writer import DeliveryErrors
-from txn import Marker
 
 # Entries kept per process at most; beyond it the oldest is closed (bounds the
 # connections of a worker that wrote many sinks or partitions over its life).
@@ -58,16 +60,16 @@ MAX_SPARES = 8
 class PoolEntry:
     """The clients of one transactional id in one process, between two epochs.
 
-    ``producer`` is None when only the consumer is kept. ``committed`` is the marker
-    this entry's producer committed last, or read right after its ``init_transactions``
-    (None: no marker). ``generation`` is the driver's client generation the producer
-    was last used under (see ``KafkaSink``).
+    ``producer`` is None when only the consumer is kept. ``token`` names the producer
+    instance (minted by its ``init_transactions``; tasks report it, ``connectors.stage``'s
+    ``ClientNote``). ``generation`` is the driver's client generation the producer was
+    last used under (see ``KafkaSink``).
     """
 
     producer: Producer | None
     errors: DeliveryErrors
     consumer: Consumer | None
-    committed: Marker | None = None
+    token: str = ""
     generation: str = ""
 
 
@@ -137,7 +139,13 @@ class Lease:
 class ClientPool:
     """Write-task clients of one process by pool key (see the module docstring)."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_spares: int = MAX_SPARES) -> None:
+    def __init__(
+        self,
+        max_entries: int = MAX_ENTRIES,
+        max_spares: int = MAX_SPARES,
+        lanes: LaneClaims | None = None,
+    ) -> None:
+        self.lanes = lanes or LaneClaims()  # this worker's producer lanes (``_lanes``)
         self._max_entries = max_entries
         self._max_spares = max_spares
         self._lock = threading.Lock()
@@ -164,6 +172,13 @@ class ClientPool:
         with self._lock:
             self._check_pid()
             return self._entries.pop(key, None)
+
+    def token_of(self, key: Key) -> str | None:
+        """Return the token of the producer pooled under ``key`` (None: no producer)."""
+        with self._lock:
+            self._check_pid()
+            entry = self._entries.get(key)
+            return entry.token if entry is not None and entry.producer is not None else None
 
     def give_back(self, key: Key, entry: PoolEntry) -> None:
         """Keep ``entry`` for the next lease of ``key`` (see the contract)."""

@@ -10,9 +10,9 @@ from connectors.kafka._sink._bad_records import KafkaClassifier
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._markers import read_markers
 from connectors.kafka._sink._participant import KafkaParticipant, PlainKafkaParticipant
-from connectors.kafka._sink._producers import init_transactions, new_producer
+from connectors.kafka._sink._producers import fence, lane_ids
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
-from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
+from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo, screened
 from txn import EpochPlan, Marker, Resource
 
@@ -53,14 +53,10 @@ class KafkaResource(Resource[ArrowPartition]):
         return f"{self.cfg.fingerprint()[:8]}{self.formats.digest()[:8]}"
 
     def abort_lingering(self, partitions: Iterable[int]) -> None:
-        """Abort open transactions of ``{sink_id}-{p}`` for each ``p`` (start-up, shrink)."""
+        """Fence every lane of each partition ``p``, aborting open transactions (start-up, shrink)."""
         if not self.cfg.transactional:
             return
-        for p in partitions:
-            txn_id = self.cfg.transactional_id(p)
-            producer = new_producer(self.cfg, txn_id, DeliveryErrors())
-            init_transactions(producer, txn_id)
-            producer.flush(0)
+        fence(self.cfg, [t for p in partitions for t in lane_ids(self.cfg, p)])
 
     def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
         """Every write partition's committed marker, read from the driver (no fencing)."""

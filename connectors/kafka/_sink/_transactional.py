@@ -8,42 +8,74 @@ from __future__ import annotations
 
 import contextlib
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets, _pool
 from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
-from connectors.kafka._sink._producers import fill_spares, init_transactions, new_producer, pool_key
+from connectors.kafka._sink._producers import (
+    fence,
+    fill_spares,
+    init_transactions,
+    lane_ids,
+    new_producer,
+    pool_key,
+)
 from connectors.kafka._sink._writer import DeliveryErrors
+from connectors.stage import ClientNote, ReuseDecision, TaskInfo
 from connectors.stage._states import ParticipantState
 from txn import ErrorAction, Marker, RowSummary
 
 _S = ParticipantState
+
+# The lane an open that fences every lane writes on: two such opens of one partition (a
+# retry and a slow first attempt, unaligned) then fence each other on this lane's id.
+REDO_LANE = 0
 
 # Seconds for commit/abort/send_offsets of one transaction (each is retried too).
 TXN_CALL_TIMEOUT_S = 60.0
 
 
 class TransactionalKafkaParticipant(KafkaParticipant):
-    """Exactly-once: one transactional producer of id ``{sink_id}-{partition}``.
+    """Exactly-once: one transactional producer of partition ``partition`` on this worker's lane.
 
-    Opening: take this process's pooled clients of the transactional id (a lease of
-    ``_pool``) and ask the stage's :class:`~connectors.stage.ReuseTicket` whether the
-    pooled producer may serve (it owns every rule); otherwise a spare or new producer runs
-    ``init_transactions`` (fencing every older instance and aborting their open
-    transaction) and the marker is read after it. :meth:`close` releases the lease clean
+    Opening: take this process's pooled clients of the lane's transactional id (a lease of
+    ``_pool``; the lane: ``_lanes``) and ask the stage's
+    :class:`~connectors.stage.ReuseTicket` whether the pooled producer may serve (it owns
+    every rule); otherwise a spare or new producer runs ``init_transactions`` (fencing
+    every older instance of the lane and aborting their open transaction; every other
+    lane of the partition too when the ticket says ``fence_all``) and the marker is read
+    after it. The task reports the instance that served it (``TaskInfo.note_client``). :meth:`close` releases the lease clean
     only when the transaction ended cleanly (state DONE).
     """
 
-    _pending_marker: Marker | None = None
+    _lane = 0
 
     def _pool_key(self) -> _pool.Key:
-        return pool_key(self._cfg, self._partition)
+        """Return the key of this worker's lane, or lane 0's when the driver knows its pooled one.
+
+        A worker writes on lane 0 after an open that fenced every lane (``REDO_LANE``); it
+        keeps using that producer while the driver knows it serves lane 0. Epochs whose
+        commits no vote round gates (unaligned) use lane 0 only (``ReuseTicket.gated``).
+        """
+        own = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
+        task = self._task
+        if task is None or not task.reuse.gated:  # lanes serve only vote-gated epochs
+            own = REDO_LANE
+        self._lane = own
+        if own != REDO_LANE and task is not None:
+            known = task.reuse.known_token
+            mine = self._pool.token_of(pool_key(self._cfg, self._partition, own))
+            redo = self._pool.token_of(pool_key(self._cfg, self._partition, REDO_LANE))
+            stale = mine is None or mine != known(task.partition, own)
+            if stale and redo is not None and redo == known(task.partition, REDO_LANE):
+                self._lane = REDO_LANE
+        return pool_key(self._cfg, self._partition, self._lane)
 
     @property
     def _txn_id(self) -> str:
-        return self._cfg.transactional_id(self._partition)
+        return self._cfg.transactional_id(self._partition, self._lane)
 
     def _open(self) -> str:
         clients = self._clients
@@ -58,31 +90,45 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         try:
             return self._reuse_or_init(spare)
         except BaseException:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                clients.consumer.close()
-            clients.consumer = None
+            consumer, self._clients.consumer = self._clients.consumer, None
+            if consumer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    consumer.close()
             raise
 
-    def _reuse_or_init(self, spare: _pool.Spare | None) -> str:
+    def _decide(self, task: TaskInfo) -> ReuseDecision:
+        """Ask the stage's ticket whether the pooled producer serves (it owns the rules)."""
         clients = self._clients
         consumer = clients.consumer
         assert consumer is not None  # noqa: S101 - set by the caller
         pooled = self._lease.pooled_producer
-        if self._task is None:
+        return task.reuse.decide(
+            task.task_attempt,
+            task.partition,
+            ClientNote(task.partition, self._lane, clients.token, False) if pooled else None,
+            clients.generation if pooled else None,
+            lambda: read_marker(consumer, self._cfg.marker_topic),
+        )
+
+    def _reuse_or_init(self, spare: _pool.Spare | None) -> str:
+        task = self._task
+        fence_all = True
+        if task is None:
             why = "no task binding (driver-side use)"
         else:
-            decision = self._task.reuse.decide(
-                self._task.task_attempt,
-                clients.generation if pooled else None,
-                clients.committed if pooled else None,
-                lambda: read_marker(consumer, self._cfg.marker_topic),
-            )
-            if decision.reuse and pooled:
+            decision = self._decide(task)
+            if decision.reuse and self._lease.pooled_producer:
                 self._reuse()
-                clients.committed = self._marker = decision.marker
+                self._marker = decision.marker
                 self._states.move(_S.READY)
+                task.note_client(self._lane, self._clients.token, fenced_all=False, reused=True)
                 return decision.reason
-            why = decision.reason
+            why, fence_all = decision.reason, decision.fence_all
+        redo = task is None or not task.may_reuse or not task.reuse.gated
+        if fence_all and redo and self._lane != REDO_LANE:
+            self._move_to_redo_lane()
+            spare = None  # made for the lane left
+        clients = self._clients
         if spare is None:
             spare = self._lease.take_spare()
             if spare is not None and spare.consumer is not None:  # the pooled one serves
@@ -94,16 +140,43 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         else:
             clients.errors = DeliveryErrors()
             clients.producer = new_producer(self._cfg, self._txn_id, clients.errors)
-        clients.committed = None
-        init_transactions(clients.producer, self._txn_id)
-        return why
+        clients.token = self._init(clients.producer, fence_all)
+        if task is not None:
+            task.note_client(self._lane, clients.token, fenced_all=fence_all, reused=False)
+        return f"{why}; every lane fenced" if fence_all else why
+
+    def _move_to_redo_lane(self) -> None:
+        """Write on lane 0 after a redo's fence of every lane: two redos then fence each other.
+
+        (A first attempt of an aligned epoch that fences every lane stays on its own lane:
+        a redo starts only after its vote round ended.)
+
+        The marker consumer comes along; this worker's pooled producer of the lane left is
+        dropped (the fence-all fences it anyway).
+        """
+        consumer = self._clients.consumer
+        self._clients.consumer = None
+        self._lease.release(clean=False)
+        self._lane = REDO_LANE
+        self._lease = self._pool.acquire(pool_key(self._cfg, self._partition, REDO_LANE))
+        self._clients = self._lease.clients
+        self._clients.producer = None  # a pooled one here is fenced by this open
+        if self._clients.consumer is None:
+            self._clients.consumer = consumer
+        elif consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+
+    def _init(self, producer: Producer, fence_all: bool) -> str:
+        """``init_transactions`` on this lane; with ``fence_all`` every other lane first."""
+        others = [t for t in lane_ids(self._cfg, self._partition) if t != self._txn_id]
+        if fence_all:
+            fence(self._cfg, others)
+        return init_transactions(producer, self._txn_id)
 
     def _read_marker(self) -> Marker | None:
         assert self._clients.consumer is not None  # noqa: S101 - kept from open to close
-        marker = read_marker(self._clients.consumer, self._cfg.marker_topic)
-        # Read after this instance's init: the baseline a later reuse compares with.
-        self._clients.committed = marker
-        return marker
+        return read_marker(self._clients.consumer, self._cfg.marker_topic)
 
     @property
     def _offsets_group(self) -> str | None:
@@ -133,7 +206,6 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
         )
         self._put_input_offsets()
-        self._pending_marker = marker
 
     def _put_input_offsets(self) -> None:
         """Partition 0 with ``commit_offsets_to_group``: the epoch's input offsets, in its txn."""
@@ -159,7 +231,6 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             if classify(exc) is ErrorAction.FATAL:
                 self._drop()
             raise
-        self._clients.committed = self._pending_marker
 
     def _abort(self) -> None:
         """Abort the open transaction; a fenced or fatal producer is dropped instead."""
@@ -188,4 +259,6 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         """
         self._clients.generation = self._task.reuse.generation if self._task else ""
         self._lease.release(clean=self._clean())
-        fill_spares(self._pool, self._cfg, self._plan.parallelism)
+        lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
+        gated = self._task is not None and self._task.reuse.gated
+        fill_spares(self._pool, self._cfg, self._plan.parallelism, {lane if gated else REDO_LANE})

@@ -1,0 +1,83 @@
+"""Unit tests of the producer-lane claim (connectors/kafka/_sink/_lanes.py).
+
+Each ``LaneClaims`` plays one Python worker: ``flock`` locks of separate opens conflict
+also inside one process, so two claim sets here behave like two workers of one host.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from connectors.kafka._sink._lanes import Lane, LaneClaims
+
+
+@pytest.fixture
+def workers(tmp_path: Path):
+    made: list[LaneClaims] = []
+
+    def make() -> LaneClaims:
+        claims = LaneClaims(tmp_path)
+        made.append(claims)
+        return claims
+
+    yield make
+    for claims in made:
+        claims.release()
+
+
+def test_each_worker_of_a_host_claims_its_own_lane_and_keeps_it(workers):
+    a, b = workers(), workers()
+    assert a.claim("s", 2) == Lane(0, claimed=True)
+    assert b.claim("s", 2) == Lane(1, claimed=True)
+    assert a.claim("s", 2) == Lane(0, claimed=True)  # kept for the process's life
+    assert b.claim("s", 2) == Lane(1, claimed=True)
+
+
+def test_a_worker_beyond_the_lanes_shares_lane_0_until_one_is_free(workers):
+    a, b, c = workers(), workers(), workers()
+    a.claim("s", 2)
+    b.claim("s", 2)
+    assert c.claim("s", 2) == Lane(0, claimed=False)
+    a.release()  # worker a exited
+    assert c.claim("s", 2) == Lane(0, claimed=True)
+
+
+def test_lanes_are_claimed_per_sink(workers):
+    a, b = workers(), workers()
+    assert a.claim("s", 2).index == 0
+    assert b.claim("t", 2).index == 0
+    assert b.claim("s", 2).index == 1
+
+
+def test_fewer_lanes_claim_again_within_the_new_count(workers):
+    a, b = workers(), workers()
+    a.claim("s", 3)
+    assert b.claim("s", 3).index == 1
+    assert b.claim("s", 1) == Lane(0, claimed=False)  # lane 0 is a's
+
+
+def _hold_lane(directory: str, ready, done) -> None:  # type: ignore[no-untyped-def]
+    claims = LaneClaims(Path(directory))
+    ready.put(claims.claim("s", 2).index)
+    done.wait(30)
+
+
+def test_a_lane_is_freed_when_its_process_exits(tmp_path: Path, workers):
+    ctx = multiprocessing.get_context("spawn")
+    ready, done = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_hold_lane, args=(str(tmp_path), ready, done))
+    child.start()
+    try:
+        assert ready.get(timeout=30) == 0
+        mine = workers()
+        assert mine.claim("s", 2).index == 1  # the other worker holds lane 0
+        other = workers()
+        assert not other.claim("s", 2).claimed
+    finally:
+        done.set()
+        child.join(30)
+    assert child.exitcode == 0
+    assert other.claim("s", 2) == Lane(0, claimed=True)
