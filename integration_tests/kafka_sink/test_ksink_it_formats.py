@@ -90,6 +90,27 @@ def test_avro_output_equals_input_and_a_replay_is_byte_identical(
     faults.write_text(
         json.dumps(
             [
+                # partition 1 fails only once partition 0 has committed (in unaligned mode
+                # it commits on its own); else the failed job may cancel its task first
+                {
+                    "id": "p0-committed",
+                    "step": "after_commit",
+                    "epoch": 0,
+                    "partition": 0,
+                    "action": "sleep",
+                    "seconds": 0.01,
+                    "times": 1,
+                },
+                {
+                    "id": "p1-waits",
+                    "step": "after_open",
+                    "epoch": 0,
+                    "partition": 1,
+                    "action": "await",
+                    "waits_for": "p0-committed",
+                    "seconds": 60,
+                    "times": 1,
+                },
                 {
                     "id": "boom",
                     "step": "mid_write",
@@ -98,7 +119,7 @@ def test_avro_output_equals_input_and_a_replay_is_byte_identical(
                     "action": "raise",
                     "after_rows": 5,
                     "times": 1,
-                }
+                },
             ]
         )
     )
