@@ -166,7 +166,34 @@ FIRST_FAILURE = {
 def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
     world: World, tmp_path: Path, mode: str
 ) -> None:
-    faults = fault_plan(tmp_path, {"id": "f", "action": "raise", **FIRST_FAILURE[mode]})
+    # unaligned: partition 1 fails only once partition 0 has committed on its own (else the
+    # failed job may cancel partition 0's task before its commit)
+    order = (
+        [
+            {
+                "id": "p0",
+                "step": "after_commit",
+                "epoch": 0,
+                "partition": 0,
+                "action": "sleep",
+                "seconds": 0.01,
+                "times": 1,
+            },
+            {
+                "id": "p1",
+                "step": "after_open",
+                "epoch": 0,
+                "partition": 1,
+                "action": "await",
+                "waits_for": "p0",
+                "seconds": 60,
+                "times": 1,
+            },
+        ]
+        if mode == "unaligned"
+        else []
+    )
+    faults = fault_plan(tmp_path, *order, {"id": "f", "action": "raise", **FIRST_FAILURE[mode]})
     dlq = {"on_bad_record": "dead-letter", "dead_letter_source": SOURCE}
     first = world.sink(mode=mode, stage_retries=0, fault_plan=faults, **dlq)
     try:

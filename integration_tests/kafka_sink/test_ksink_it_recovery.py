@@ -83,6 +83,27 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
     topic = new_topic("ks-unal", partitions=2)
     faults = fault_plan(
         tmp_path,
+        # partition 1 fails only once partition 0 has committed (on its own, unaligned);
+        # else the failed job may cancel partition 0's task before its commit
+        {
+            "id": "p0",
+            "step": "after_commit",
+            "epoch": 0,
+            "partition": 0,
+            "action": "sleep",
+            "seconds": 0.01,
+            "times": 1,
+        },
+        {
+            "id": "p1",
+            "step": "after_open",
+            "epoch": 0,
+            "partition": 1,
+            "action": "await",
+            "waits_for": "p0",
+            "seconds": 60,
+            "times": 1,
+        },
         {
             "id": "m",
             "step": "mid_write",
