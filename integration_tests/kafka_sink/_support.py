@@ -139,3 +139,33 @@ def rc_query(
         .trigger(availableNow=True)
         .start()
     )
+
+
+def after_partition_commits(epoch: int, first: int = 0, then: int = 1) -> list[dict[str, Any]]:
+    """Fault-plan entries that hold partition ``then`` of ``epoch`` until ``first`` committed.
+
+    For unaligned tests where ``then`` fails on purpose and ``first`` must have committed on
+    its own: without the order, the failed job may cancel ``first``'s task before its commit.
+    """
+    done = f"p{first}-committed"
+    return [
+        {
+            "id": done,
+            "step": "after_commit",
+            "epoch": epoch,
+            "partition": first,
+            "action": "sleep",
+            "seconds": 0.01,
+            "times": 1,
+        },
+        {
+            "id": f"p{then}-waits",
+            "step": "after_open",
+            "epoch": epoch,
+            "partition": then,
+            "action": "await",
+            "waits_for": done,
+            "seconds": 60,
+            "times": 1,
+        },
+    ]

@@ -25,6 +25,7 @@ from connectors.stage import BadRecordThresholdError
 from connectors.testing import FaultPlan
 from connectors.verify import Record, check_exactly_once, produce_input, read_committed_topic
 from integration_tests.kafka_sink._support import (
+    after_partition_commits,
     lso_reaches_high_watermark,
     read_committed,
     sid,
@@ -166,33 +167,8 @@ FIRST_FAILURE = {
 def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
     world: World, tmp_path: Path, mode: str
 ) -> None:
-    # unaligned: partition 1 fails only once partition 0 has committed on its own (else the
-    # failed job may cancel partition 0's task before its commit)
-    order = (
-        [
-            {
-                "id": "p0",
-                "step": "after_commit",
-                "epoch": 0,
-                "partition": 0,
-                "action": "sleep",
-                "seconds": 0.01,
-                "times": 1,
-            },
-            {
-                "id": "p1",
-                "step": "after_open",
-                "epoch": 0,
-                "partition": 1,
-                "action": "await",
-                "waits_for": "p0",
-                "seconds": 60,
-                "times": 1,
-            },
-        ]
-        if mode == "unaligned"
-        else []
-    )
+    # unaligned: partition 1 fails only once partition 0 has committed on its own
+    order = after_partition_commits(epoch=0) if mode == "unaligned" else []
     faults = fault_plan(tmp_path, *order, {"id": "f", "action": "raise", **FIRST_FAILURE[mode]})
     dlq = {"on_bad_record": "dead-letter", "dead_letter_source": SOURCE}
     first = world.sink(mode=mode, stage_retries=0, fault_plan=faults, **dlq)

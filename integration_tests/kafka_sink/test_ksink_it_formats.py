@@ -35,7 +35,7 @@ from connectors.verify import (
     produce_input,
     read_committed_topic,
 )
-from integration_tests.kafka_sink._support import sid
+from integration_tests.kafka_sink._support import after_partition_commits, sid
 
 pytestmark = pytest.mark.spark
 
@@ -90,27 +90,8 @@ def test_avro_output_equals_input_and_a_replay_is_byte_identical(
     faults.write_text(
         json.dumps(
             [
-                # partition 1 fails only once partition 0 has committed (in unaligned mode
-                # it commits on its own); else the failed job may cancel its task first
-                {
-                    "id": "p0-committed",
-                    "step": "after_commit",
-                    "epoch": 0,
-                    "partition": 0,
-                    "action": "sleep",
-                    "seconds": 0.01,
-                    "times": 1,
-                },
-                {
-                    "id": "p1-waits",
-                    "step": "after_open",
-                    "epoch": 0,
-                    "partition": 1,
-                    "action": "await",
-                    "waits_for": "p0-committed",
-                    "seconds": 60,
-                    "times": 1,
-                },
+                # partition 1 fails only once partition 0 has committed on its own
+                *after_partition_commits(epoch=0),
                 {
                     "id": "boom",
                     "step": "mid_write",

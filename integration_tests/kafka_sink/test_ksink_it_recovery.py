@@ -11,6 +11,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from connectors.kafka import KafkaEpochLog, KafkaEpochLogFencedError, KafkaSink, read_markers
 from connectors.testing import FaultPlan, InjectedFault
 from integration_tests.kafka_sink._support import (
+    after_partition_commits,
     expected,
     lso_reaches_high_watermark,
     read_committed,
@@ -83,27 +84,8 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
     topic = new_topic("ks-unal", partitions=2)
     faults = fault_plan(
         tmp_path,
-        # partition 1 fails only once partition 0 has committed (on its own, unaligned);
-        # else the failed job may cancel partition 0's task before its commit
-        {
-            "id": "p0",
-            "step": "after_commit",
-            "epoch": 0,
-            "partition": 0,
-            "action": "sleep",
-            "seconds": 0.01,
-            "times": 1,
-        },
-        {
-            "id": "p1",
-            "step": "after_open",
-            "epoch": 0,
-            "partition": 1,
-            "action": "await",
-            "waits_for": "p0",
-            "seconds": 60,
-            "times": 1,
-        },
+        # partition 1 fails only once partition 0 has committed on its own
+        *after_partition_commits(epoch=0),
         {
             "id": "m",
             "step": "mid_write",
