@@ -86,7 +86,7 @@ class PoolEntry:
     consumer: Consumer | None
     token: str = ""
     generation: str = ""
-    serial: int = 0  # the ticket it last served or was prepared under (``_prepare``)
+    serial: int = 0  # the ticket under which the driver was last told of it (``_prepare``)
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,7 @@ class Lease:
         if self._released:
             return
         self._released = True
+        self._pool.end_lease(self.key)
         entry = self.clients
         if not clean:
             entry.producer = None
@@ -185,6 +186,7 @@ class ClientPool:
         self._filling: set[Key] = set()
         self._preparing: dict[Key, threading.Event] = {}
         self._prepared: dict[Key, Prepared] = {}
+        self._leased: dict[Key, int] = {}  # keys with a lease open (a count: tests nest)
         self._owner_pid = os.getpid()
 
     def _check_pid(self) -> None:
@@ -196,21 +198,32 @@ class ClientPool:
             self._filling.clear()
             self._preparing.clear()
             self._prepared.clear()
+            self._leased.clear()
             self._owner_pid = pid
 
     def acquire(self, key: Key) -> Lease:
         """Take the clients of ``key`` (if pooled) into a lease; release it when done.
 
-        Waits for a preparation of ``key`` in flight; drops the key's unreported record.
+        Waits for a preparation of ``key`` in flight (at most ``PREPARE_WAIT_S``); drops
+        the key's unreported record (the task reports what serves it).
         """
+        deadline = time.monotonic() + PREPARE_WAIT_S
+        while True:
+            with self._lock:
+                self._check_pid()
+                busy = self._preparing.get(key)
+                if busy is None or time.monotonic() >= deadline:
+                    self._leased[key] = self._leased.get(key, 0) + 1
+                    self._prepared.pop(key, None)
+                    return Lease(self, key, self._entries.pop(key, None))
+            busy.wait(max(0.0, deadline - time.monotonic()))
+
+    def end_lease(self, key: Key) -> None:
+        """Note that a lease of ``key`` ended (called by :meth:`Lease.release`)."""
         with self._lock:
-            self._check_pid()
-            busy = self._preparing.get(key)
-        if busy is not None:
-            busy.wait(PREPARE_WAIT_S)
-        with self._lock:
-            self._prepared.pop(key, None)
-        return Lease(self, key, self.take(key))
+            left = self._leased.pop(key, 0) - 1
+            if left > 0:
+                self._leased[key] = left
 
     def take(self, key: Key) -> PoolEntry | None:
         """Remove and return the entry of ``key``, or None."""
@@ -226,7 +239,7 @@ class ClientPool:
             return entry.token if entry is not None and entry.producer is not None else None
 
     def serial_of(self, key: Key) -> int | None:
-        """Return the ticket serial the producer pooled under ``key`` last served under."""
+        """Return the ticket serial under which the driver was last told of ``key``'s producer."""
         with self._lock:
             self._check_pid()
             entry = self._entries.get(key)
@@ -295,59 +308,63 @@ class ClientPool:
     def prepare(self, wanted: Sequence[tuple[Key, Preparer]]) -> None:
         """Prepare, in a background thread, an entry of each key of ``wanted`` (in order).
 
-        Skipped: keys being prepared or with an unreported record. Each preparation takes the
-        key's spare and pooled entry (its consumer is kept, its producer replaced); one that
-        fails gives the entry back as it was. None starts after ``PREPARE_DEADLINE_S``.
+        Skipped: keys leased, being prepared or with an unreported record. Each preparation
+        takes the key's spare and pooled entry (its consumer is kept, its producer
+        replaced); one that fails gives the entry back as it was. None starts after
+        ``PREPARE_DEADLINE_S``.
         """
-        with self._lock:
-            self._check_pid()
-            jobs = [
-                (k, m) for k, m in wanted if k not in self._preparing and k not in self._prepared
-            ]
-            for key, _ in jobs:
-                self._preparing[key] = threading.Event()
-            owner = self._owner_pid
-        if jobs:
+        if wanted:
             threading.Thread(
-                target=self._prepare, args=(jobs, owner), name="kafka-sink-prepare", daemon=True
+                target=self._prepare,
+                args=(list(wanted), os.getpid()),
+                name="kafka-sink-prepare",
+                daemon=True,
             ).start()
 
     def _prepare(self, jobs: list[tuple[Key, Preparer]], owner: int) -> None:
         deadline = time.monotonic() + PREPARE_DEADLINE_S
         for key, make in jobs:
+            if time.monotonic() >= deadline:
+                return
             with self._lock:
-                spare = self._spares.pop(key, None) if owner == self._owner_pid else None
-                old = self._entries.pop(key, None) if owner == self._owner_pid else None
-            made: tuple[PoolEntry, Prepared] | None = None
-            late = time.monotonic() >= deadline or owner != os.getpid()
-            if not late:
-                try:
-                    made = make(spare, None if old is None else old.consumer)
-                except Exception:  # noqa: BLE001 - an optimization: the next task opens its own
-                    made = None
+                if owner != self._owner_pid or key in self._leased or key in self._preparing:
+                    continue
+                if key in self._prepared:
+                    continue
+                done = self._preparing[key] = threading.Event()
+                spare = self._spares.pop(key, None)
+                old = self._entries.pop(key, None)
+            try:
+                made: tuple[PoolEntry, Prepared] | None = make(
+                    spare, None if old is None else old.consumer
+                )
+            except Exception:  # noqa: BLE001 - an optimization: the next task opens its own
+                made = None
             with self._lock:
-                done = self._preparing.pop(key, None)
+                self._preparing.pop(key, None)
                 if owner == os.getpid() == self._owner_pid:
                     if made is not None:
                         self._entries[key], self._prepared[key] = made
                     elif old is not None:
                         self._entries[key] = old
-                    if late and spare is not None:  # untouched: still a spare
-                        self._spares.setdefault(key, spare)
-            if done is not None:
-                done.set()
+            done.set()
 
-    def take_reports(self, generation: str) -> list[Prepared]:
-        """Remove and return the unreported records of ``generation`` whose entry is pooled."""
+    def take_reports(self, generation: str, serial: int) -> list[Prepared]:
+        """Remove and return the unreported records of ``generation`` whose entry is pooled.
+
+        The entries reported are marked as told to the driver under ticket ``serial``.
+        """
         with self._lock:
             self._check_pid()
             mine = [k for k, r in self._prepared.items() if r.generation == generation]
-            records = [self._prepared.pop(k) for k in mine]
-            return [
-                r
-                for k, r in zip(mine, records, strict=True)
-                if k in self._entries and self._entries[k].token == r.token
-            ]
+            reports = []
+            for key in mine:
+                record = self._prepared.pop(key)
+                entry = self._entries.get(key)
+                if entry is not None and entry.producer is not None and entry.token == record.token:
+                    entry.serial = serial
+                    reports.append(record)
+            return reports
 
     def size(self) -> int:
         """Return the number of pooled entries of this process (tests, diagnostics)."""

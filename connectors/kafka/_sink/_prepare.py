@@ -14,8 +14,10 @@ Contract of :func:`prepare_lanes` (whom a preparation may fence, and why nobody 
 1. only after a *commit* of a steady task (the first attempt of the first stage run of the
    first plan attempt), on a lane the worker *claimed* (no other worker of the host uses
    it), and for ``(q, k)`` where the ticket knows no instance (so no other host's worker of
-   lane ``k`` that the driver saw serve it is fenced) and this worker's pooled producer of
-   ``(q, k)`` did not serve in the same stage run;
+   lane ``k`` that the driver saw serve it is fenced) and the driver was not told of this
+   worker's pooled producer of ``(q, k)`` in the same stage run (it served, or was
+   reported, there: the driver learns it at the end of the run); a pooled producer the
+   driver was told of earlier but does not know (it dropped the note, rule 6) is replaced;
 2. lane 0 (``REDO_LANE``) only in vote-gated epochs: there every open of the run precedes
    every commit, and the other users of lane 0 in a steady run reuse a known instance
    (skipped by 1); in unaligned epochs fresh opens of the same run write on lane 0, so a
@@ -73,7 +75,7 @@ def prepare_lanes(
         key = pool_key(cfg, q, lane.index)
         if q == partition or ticket.known_token(q + offset, lane.index) is not None:
             continue
-        if pool.serial_of(key) == ticket.serial:  # served in this run, reported by its task
+        if pool.serial_of(key) == ticket.serial:  # told to the driver in this run
             continue
         wanted.append((key, _preparer(cfg, q, lane.index, q + offset, ticket)))
     pool.prepare(wanted[:MAX_PREPARED])
@@ -81,7 +83,7 @@ def prepare_lanes(
 
 def report_prepared(pool: _pool.ClientPool, task: TaskInfo) -> None:
     """Add the finished, unreported preparations of the task's generation to its notes."""
-    for rec in pool.take_reports(task.reuse.generation):
+    for rec in pool.take_reports(task.reuse.generation, task.reuse.serial):
         task.note_prepared(rec.partition, rec.lane, rec.token, rec.serial)
 
 
