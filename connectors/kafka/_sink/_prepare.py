@@ -22,7 +22,10 @@ Contract of :func:`prepare_lanes` (whom a preparation may fence, and why nobody 
    every commit, and the other users of lane 0 in a steady run reuse a known instance
    (skipped by 1); in unaligned epochs fresh opens of the same run write on lane 0, so a
    preparation there could fence one mid-transaction;
-3. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
+3. in unaligned epochs only partitions the ticket has seen served: the first open of a
+   partition in a generation fences every lane, in no known order against a preparation
+   of the same run (the driver would drop the note, rule 6);
+4. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
    debug), never the task.
 
 The safety argument (a prepared instance never commits an epoch a redo also commits):
@@ -70,10 +73,13 @@ def prepare_lanes(
     if lane.index == REDO_LANE and not ticket.gated:
         return
     offset = task.partition - partition
+    seen = {n.partition for n in ticket.known if not n.prepared}
     wanted: list[tuple[_pool.Key, _pool.Preparer]] = []
     for q in range(parallelism):
         key = pool_key(cfg, q, lane.index)
         if q == partition or ticket.known_token(q + offset, lane.index) is not None:
+            continue
+        if not ticket.gated and q + offset not in seen:  # its first open may fence every lane
             continue
         if pool.serial_of(key) == ticket.serial:  # told to the driver in this run
             continue
