@@ -5,7 +5,7 @@ epochs; with lanes (``_lanes``) each worker keeps a live producer of every parti
 wrote, but the first time a worker gets ``p`` it had to run ``init_transactions`` on the
 critical path. After a task that committed, the worker prepares in a background thread
 (``_pool.ClientPool.prepare``) a producer on its own lane ``k`` of every other partition
-``q``; a later task of the worker reports it (``ClientNote.prepared``, reuse rule 6 in
+``q`` (and of the partition it wrote, when it wrote it on lane 0: unaligned fresh opens); a later task of the worker reports it (``ClientNote.prepared``, reuse rule 6 in
 ``connectors.stage``'s ``_reuse``), and from the next epoch on it serves like any pooled
 producer the driver knows.
 
@@ -58,15 +58,17 @@ def prepare_lanes(
     pool: _pool.ClientPool,
     cfg: SinkConfig,
     task: TaskInfo,
-    partition: int,
+    written: tuple[int, int],
     parallelism: int,
     lane: Lane,
 ) -> None:
     """Prepare this worker's ``lane`` of the sink's ``parallelism`` partitions (see the contract).
 
-    ``partition`` is the sink's partition the task wrote (``task.partition`` may be offset
-    in a composite sink's numbering; notes use that numbering).
+    ``written``: the sink's partition the task wrote and the lane it wrote on (lane 0 when
+    it could not use its own: then its own lane of that partition is prepared too).
+    ``task.partition`` may be offset in a composite sink's numbering; notes use that one.
     """
+    partition, served_on = written
     ticket = task.reuse
     if not lane.claimed or not task.may_reuse:
         return
@@ -77,7 +79,9 @@ def prepare_lanes(
     wanted: list[tuple[_pool.Key, _pool.Preparer]] = []
     for q in range(parallelism):
         key = pool_key(cfg, q, lane.index)
-        if q == partition or ticket.known_token(q + offset, lane.index) is not None:
+        if (q, lane.index) == (partition, served_on):
+            continue
+        if ticket.known_token(q + offset, lane.index) is not None:
             continue
         if not ticket.gated and q + offset not in seen:  # its first open may fence every lane
             continue

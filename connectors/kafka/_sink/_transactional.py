@@ -272,4 +272,5 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         if task is not None:
             report_prepared(self._pool, task)
             if self._committed:
-                prepare_lanes(self._pool, self._cfg, task, self._partition, parallelism, lane)
+                written = (self._partition, self._lane)
+                prepare_lanes(self._pool, self._cfg, task, written, parallelism, lane)
