@@ -52,6 +52,9 @@ log = logging.getLogger("connectors.kafka.sink.prepare")
 # Producers one preparation round initializes at most: a worker writes one sink's
 # partitions, so more than this many ids per round is a sink wider than one worker serves.
 MAX_PREPARED = 16
+# Seconds for a prepared producer's look-up of the output topic's metadata (so its first
+# produce sends no Metadata request); a warm-up only: on timeout the produce looks it up.
+METADATA_TIMEOUT_S = 10.0
 
 
 def prepare_lanes(
@@ -118,6 +121,9 @@ def _preparer(
         try:
             token = init_transactions(producer, txn_id)
             read_marker(consumer, cfg.marker_topic)  # warms the group coordinator
+            if cfg.topic is not None:  # the output topic's metadata, cached by the producer
+                with contextlib.suppress(KafkaException):
+                    producer.list_topics(cfg.topic, METADATA_TIMEOUT_S)
         except Exception:
             log.debug("preparing %s failed; the next task opens its own", txn_id, exc_info=True)
             if pooled is None:

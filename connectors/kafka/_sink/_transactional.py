@@ -259,7 +259,8 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         """Release the lease (the producer kept only if clean) and top up the spares.
 
         A producer with an open transaction is released without an abort: the next
-        ``init_transactions`` of its id aborts it.
+        ``init_transactions`` of its id aborts it. The task also reports this worker's
+        finished preparations and, after a commit, starts the next ones (``_prepare``).
         """
         task = self._task
         self._clients.generation = task.reuse.generation if task else ""
