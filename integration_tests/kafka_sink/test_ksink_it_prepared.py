@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaSink, read_markers
 from connectors.kafka._sink import _pool
@@ -258,6 +259,23 @@ def test_aligned_a_swap_after_the_preparations_reached_the_driver_reuses_on_both
         assert [n.reused for n in served.notes if not n.prepared] == [True]
     assert all(s.participant.reused for s in driver.stage(epoch + 1, (0, a), (1, b)))
     check_exact(sink, epoch + 2)
+    # The preparations' warm-up transactions staged an offset of each marker group for the
+    # output topic and were aborted: nothing of them is visible.
+    cfg = sink.config
+    for partition in range(PARALLELISM):
+        reader = Consumer(
+            {
+                "bootstrap.servers": cfg.bootstrap_servers,
+                "group.id": cfg.marker_group(partition),
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            (committed,) = reader.committed([TopicPartition(cfg.topic, 0)], timeout=30)
+        finally:
+            reader.close()
+        assert committed.offset < 0, committed
 
 
 def test_unaligned_a_prepared_lane_1_producer_serves_and_a_fresh_open_writes_on_lane_0(

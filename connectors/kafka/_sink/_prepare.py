@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
@@ -52,8 +52,8 @@ log = logging.getLogger("connectors.kafka.sink.prepare")
 # Producers one preparation round initializes at most: a worker writes one sink's
 # partitions, so more than this many ids per round is a sink wider than one worker serves.
 MAX_PREPARED = 16
-# Seconds for a prepared producer's look-up of the output topic's metadata (so its first
-# produce sends no Metadata request); a warm-up only: on timeout the produce looks it up.
+# Seconds for each warm-up call of a prepared producer (the output topic's metadata, the
+# marker group's coordinator: so its first task sends no Metadata or FindCoordinator).
 METADATA_TIMEOUT_S = 10.0
 
 
@@ -121,9 +121,8 @@ def _preparer(
         try:
             token = init_transactions(producer, txn_id)
             read_marker(consumer, cfg.marker_topic)  # warms the group coordinator
-            if cfg.topic is not None:  # the output topic's metadata, cached by the producer
-                with contextlib.suppress(KafkaException):
-                    producer.list_topics(cfg.topic, METADATA_TIMEOUT_S)
+            if cfg.topic is not None:
+                _warm(producer, consumer, cfg.topic)
         except Exception:
             log.debug("preparing %s failed; the next task opens its own", txn_id, exc_info=True)
             if pooled is None:
@@ -133,6 +132,27 @@ def _preparer(
         return entry, _pool.Prepared(note_partition, lane, token, ticket.generation, ticket.serial)
 
     return make
+
+
+def _warm(producer: Producer, consumer: Consumer, topic: str) -> None:
+    """Have ``producer`` look up what its first transaction would look up on the critical path.
+
+    The output topic's metadata (``list_topics``), and the marker group's coordinator: a
+    transaction that only stages an offset of the marker group for the *output* topic's
+    partition 0 (a partition no marker read asks for) and is aborted, so nothing of it is
+    ever visible. A failure of the transaction drops the preparation (the producer's state
+    is then unknown); a failed metadata look-up is left to the first task.
+    """
+    with contextlib.suppress(KafkaException):
+        producer.list_topics(topic, METADATA_TIMEOUT_S)
+    group = consumer.consumer_group_metadata()
+    producer.begin_transaction()
+    try:
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 0)], group, METADATA_TIMEOUT_S
+        )
+    finally:
+        producer.abort_transaction(METADATA_TIMEOUT_S)
 
 
 def _close(consumer: Consumer | None) -> None:
