@@ -140,19 +140,19 @@ def _warm(producer: Producer, consumer: Consumer, topic: str) -> None:
     The output topic's metadata (``list_topics``), and the marker group's coordinator: a
     transaction that only stages an offset of the marker group for the *output* topic's
     partition 0 (a partition no marker read asks for) and is aborted, so nothing of it is
-    ever visible. A failure of the transaction drops the preparation (the producer's state
-    is then unknown); a failed metadata look-up is left to the first task.
+    ever visible. A failed look-up is left to the first task (e.g. a principal without
+    Read on the output topic: the offset is refused, the abort ends the transaction); a
+    failed abort drops the preparation (the producer's state is then unknown).
     """
     with contextlib.suppress(KafkaException):
         producer.list_topics(topic, METADATA_TIMEOUT_S)
     group = consumer.consumer_group_metadata()
     producer.begin_transaction()
-    try:
+    with contextlib.suppress(KafkaException):
         producer.send_offsets_to_transaction(
             [TopicPartition(topic, 0, 0)], group, METADATA_TIMEOUT_S
         )
-    finally:
-        producer.abort_transaction(METADATA_TIMEOUT_S)
+    producer.abort_transaction(METADATA_TIMEOUT_S)
 
 
 def _close(consumer: Consumer | None) -> None:
