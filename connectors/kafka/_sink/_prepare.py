@@ -25,7 +25,10 @@ Contract of :func:`prepare_lanes` (whom a preparation may fence, and why nobody 
 3. in unaligned epochs only partitions the ticket has seen served: the first open of a
    partition in a generation fences every lane, in no known order against a preparation
    of the same run (the driver would drop the note, rule 6);
-4. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
+4. a prepared producer comes warm: marker consumer read once, the output topic's
+   metadata and the marker group's coordinator looked up (:func:`_warm`: an aborted
+   transaction, nothing of it visible);
+5. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
    debug), never the task.
 
 The safety argument (a prepared instance never commits an epoch a redo also commits):
