@@ -181,7 +181,9 @@ class EpochRecorder:
                 1 for r in reports if r.outcome is PartitionOutcome.ALREADY_COMMITTED
             ),
             partitions_redone=len(written) if redo else 0,
-            clients_new=sum(1 for t in self.tasks for c in t.clients if not c.reused),
+            clients_new=sum(
+                1 for t in self.tasks for c in t.clients if not (c.reused or c.prepared)
+            ),
             partitions_lost=lost,
             stage_runs=self.stage_runs,
             task_retries=retries,

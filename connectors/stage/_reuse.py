@@ -27,10 +27,19 @@ The rules:
    committed last epoch; otherwise an unknown instance committed, and the fresh clients
    fence every lane;
 5. a fresh open in a first attempt (rule 1) fences only its own lane, every lane when the
-   driver has not yet seen this generation's tasks serve the partition. Lanes other than
-   lane 0 serve only epochs whose commits are gated by a vote round (``gated``: aligned);
-   otherwise every task writes on lane 0, so a slow first attempt and a retry meet on one
-   identity.
+   driver has not yet seen this generation's tasks serve the partition (a *prepared* note
+   does not count as serving). A fresh open writes on a lane other than lane 0 only in
+   epochs whose commits are gated by a vote round (``gated``: aligned); otherwise it
+   writes on lane 0, so a slow first attempt and a retry meet on one identity. A reused
+   instance (rules 2-4) may serve its own lane in any epoch;
+6. *prepared* instances (initialized by a worker between its tasks, for partitions it did
+   not write, ``ClientNote.prepared``) are learned like served ones, except when their
+   order against another initialization of the partition is unknown: a prepared note is
+   dropped if it was prepared under a ticket of an older generation, or if, in the run
+   whose ticket it was prepared under or in a later run, a note of the partition fenced
+   every lane or a note of its lane was recorded (then that note is dropped too). In a
+   gated run every open precedes every commit, and preparations start only after a
+   commit, so that run's own notes count as recorded before its preparations.
 
 Why these keep at most one commit per partition and epoch: docs/kafka-sink.md,
 "Producer reuse across epochs". :class:`ReusePolicy` (driver) owns the generation, the
@@ -61,7 +70,9 @@ class ClientNote:
 
     ``lane``: which of the partition's identities; ``token``: the instance (minted when it
     was initialized); ``fenced_all``: its opening fenced every lane of the partition;
-    ``reused``: a pooled instance served (nothing initialized).
+    ``reused``: a pooled instance served (nothing initialized); ``prepared``: the instance
+    was initialized between tasks for a partition the worker did not write (rule 6), under
+    the ticket numbered ``serial``; it served nothing yet.
     """
 
     partition: int
@@ -69,6 +80,8 @@ class ClientNote:
     token: str
     fenced_all: bool
     reused: bool = False
+    prepared: bool = False
+    serial: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,9 +103,10 @@ class ReuseTicket:
     """What a write task needs to decide on reuse (picklable; in the task spec).
 
     ``gated``: the epoch's commits wait for a vote round (aligned): only then may a task
-    write on a lane other than 0 (rule 5). ``known``: the instance
-    the driver last saw serve each lane of each partition; ``markers``: the marker each
-    partition committed last epoch in this generation (both from the tasks' reports).
+    open fresh on a lane other than 0 (rule 5). ``known``: the instance
+    the driver last saw serve (or prepare) each lane of each partition; ``markers``: the
+    marker each partition committed last epoch in this generation (both from the tasks'
+    reports). ``serial``: the ticket's number (the driver's tickets count up; rule 6).
     """
 
     generation: str
@@ -101,6 +115,7 @@ class ReuseTicket:
     gated: bool = False
     known: tuple[ClientNote, ...] = ()
     markers: tuple[tuple[int, Marker], ...] = ()
+    serial: int = 0
 
     def may_reuse(self, task_attempt: int) -> bool:
         """Rule 1: True only for the first attempt of everything."""
@@ -130,7 +145,7 @@ class ReuseTicket:
             return ReuseDecision(False, "a retry or redo: fresh clients fence the dead attempt")
         # Rule 5; a partition this generation has not seen served yet may have instances
         # the driver never heard of on any lane (e.g. a zombie from before recovery).
-        unseen = not any(note.partition == partition for note in self.known)
+        unseen = not any(n.partition == partition and not n.prepared for n in self.known)
         if pooled is None:
             return ReuseDecision(False, "no pooled client", fence_all=unseen)
         if pooled_generation != self.generation:
@@ -148,13 +163,21 @@ class ReuseTicket:
 
 
 class ReusePolicy:
-    """Driver side: the generation, the instances and markers it knows (rules 2-4)."""
+    """Driver side: the generation, the instances and markers it knows (rules 2-4, 6)."""
 
     def __init__(self) -> None:
         self._generation = _new_generation()
         self._parallelism: int | None = None
         self._known: dict[tuple[int, int], ClientNote] = {}
         self._markers: dict[int, Marker] = {}
+        # Rule 6: the last ticket's serial and whether its run was gated; the first serial
+        # of this generation; per partition the run of its last fence-all and per lane the
+        # run of its last note (a gated run's own notes count one run earlier).
+        self._serial = 0
+        self._gated = False
+        self._since = 1
+        self._fenced_at: dict[int, int] = {}
+        self._noted_at: dict[tuple[int, int], int] = {}
 
     @property
     def generation(self) -> str:
@@ -166,20 +189,45 @@ class ReusePolicy:
         self._generation = _new_generation()
         self._known.clear()
         self._markers.clear()
+        self._since = self._serial + 1
         log.debug("new client generation (%s)", why)
 
     def observe(self, reports: Iterable[PartitionReport], notes: Iterable[ClientNote]) -> None:
-        """Learn from a successful stage run: who served each lane, what each partition committed."""
+        """Learn from a successful stage run: who served each lane, what each partition committed.
+
+        Served notes first, in their order (a fence-all forgets the partition's other
+        lanes); then the prepared ones (rule 6).
+        """
+        notes = list(notes)
+        run = self._serial - 1 if self._gated else self._serial  # rule 6: gated runs
         for note in notes:
+            if note.prepared:
+                continue
             if note.fenced_all:
                 for key in [k for k in self._known if k[0] == note.partition]:
                     del self._known[key]
+                self._fenced_at[note.partition] = run
             self._known[(note.partition, note.lane)] = note
+            self._noted_at[(note.partition, note.lane)] = run
+        for note in notes:
+            if note.prepared:
+                self._learn_prepared(note)
         for report in reports:
             if report.outcome is PartitionOutcome.COMMITTED:
                 self._markers[report.partition] = Marker(report.epoch, report.rows, report.checksum)
             else:
                 self._markers.pop(report.partition, None)
+
+    def _learn_prepared(self, note: ClientNote) -> None:
+        """Rule 6: record a prepared instance unless its order against another is unknown."""
+        key = (note.partition, note.lane)
+        if note.serial < self._since or self._fenced_at.get(note.partition, 0) >= note.serial:
+            return
+        if self._noted_at.get(key, 0) >= note.serial:
+            self._known.pop(key, None)  # which of the two initialized last is unknown
+            return
+        self._known[key] = note
+        self._noted_at[key] = self._serial
 
     def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
         """Return the ticket of one run of ``plan``'s write stage.
@@ -192,6 +240,8 @@ class ReusePolicy:
                 self.renew(f"parallelism {self._parallelism} -> {plan.parallelism}")
             self._parallelism = plan.parallelism
         gated = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
+        self._serial += 1
+        self._gated = gated
         return ReuseTicket(
             self._generation,
             plan.attempt,
@@ -199,4 +249,5 @@ class ReusePolicy:
             gated,
             tuple(self._known.values()),
             tuple(sorted(self._markers.items())),
+            self._serial,
         )

@@ -71,6 +71,10 @@ class TaskInfo:
         """Report the client instance that serves this task (lane ``lane``, ``token``)."""
         self.clients.append(ClientNote(self.partition, lane, token, fenced_all, reused))
 
+    def note_prepared(self, partition: int, lane: int, token: str, serial: int) -> None:
+        """Report an instance this worker prepared for ``partition`` under ticket ``serial``."""
+        self.clients.append(ClientNote(partition, lane, token, False, False, True, serial))
+
     @property
     def may_reuse(self) -> bool:
         """Whether clients pooled by an earlier epoch may serve this task (see ``_reuse``)."""

@@ -483,20 +483,32 @@ def test_abort_lingering_fences_every_lane_of_a_partition(sink):
     assert not values(read_committed(cfg.bootstrap_servers, cfg.topic))
 
 
-def test_unaligned_every_worker_writes_on_lane_0(sink, two_workers):
-    # Unaligned: no vote round orders a slow first attempt against a retry, so every task
-    # writes on lane 0 (one identity, as without lanes), also in the worker of lane 1.
+def test_unaligned_fresh_opens_write_on_lane_0_and_lane_1_serves_once_prepared(sink, two_workers):
+    # Unaligned: no vote round orders a slow first attempt against a retry, so every fresh
+    # open writes on lane 0 (one identity, as without lanes), also in the worker of lane 1.
+    # That worker prepares its own lane after writing on lane 0 (``_prepare``); once the
+    # driver knows the prepared producer, it serves there (reused, nothing initialized).
     worker_a, worker_b = two_workers
     assert worker_a.lanes.claim(sink.config.sink_id, 2).index == 0
     assert worker_b.lanes.claim(sink.config.sink_id, 2).index == 1
     assert not on(DRIVER, sink, worker_b, 0).reused
-    assert on(DRIVER, sink, worker_b, 1).reused
+    assert on(DRIVER, sink, worker_b, 1).reused  # on lane 0; then B prepares lane 1
     assert not on(DRIVER, sink, worker_a, 2).reused  # fences the lane-0 producer of worker B
     assert on(DRIVER, sink, worker_a, 3).reused
-    assert not on(DRIVER, sink, worker_b, 4).reused  # B's pooled one was fenced: not reused
-    cfg = sink.config
-    assert worker_b.take(pool_key(cfg, 0, 1)) is None  # lane 1 never served
-    check_exact(sink, 5)
+    deadline = time.monotonic() + 60
+    while worker_b.token_of(pool_key(sink.config, 0, 1)) is None:  # B's preparation
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert not on(DRIVER, sink, worker_b, 4).reused  # lane 0 fenced by A; reports lane 1
+    plan = DRIVER.plan(sink.config, 5)
+    assert [(n.lane, n.prepared) for n in DRIVER.policy.ticket(plan, 0).known] == [
+        (0, False),
+        (1, True),
+    ]
+    assert on(DRIVER, sink, worker_b, 5).reused
+    served = {n.lane: n for n in DRIVER.policy.ticket(plan, 0).known}
+    assert served[1].reused and not served[1].prepared, "epoch 5 was served on lane 1"
+    check_exact(sink, 6)
 
 
 @pytest.mark.parametrize("mode", [CommitMode.ALIGNED, CommitMode.UNALIGNED])
@@ -511,7 +523,8 @@ def test_a_fresh_open_reads_the_marker_another_worker_committed(sink, two_worker
     driver.policy.renew("the driver saw a task retry")
     workers = (worker_a, worker_b)
     reused = [on(driver, sink, workers[epoch % 2], epoch).reused for epoch in range(1, 6)]
-    # aligned: both lanes warm after one task each; unaligned: lane 0 only, a swap misses
+    # aligned: both lanes warm after one task each; unaligned: every fresh open on lane 0,
+    # each a miss (B prepares lane 1 after epoch 3; the driver learns it after epoch 5)
     assert reused == (
         [False, False, True, True, True] if mode is CommitMode.ALIGNED else [False] * 5
     )

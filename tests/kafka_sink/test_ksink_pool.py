@@ -2,6 +2,8 @@
 
 import os
 import pickle
+import threading
+import time
 
 import pytest
 
@@ -177,3 +179,67 @@ def test_spares_inherited_through_fork_are_forgotten(monkeypatch):
     wait_for_spares(1)
     monkeypatch.setattr(os, "getpid", lambda: -1)
     assert _pool.POOL.take_spare(("a",)) is None
+
+
+def prepared(key: tuple[str, ...], generation: str = "g") -> _pool.Preparer:
+    """A preparer that makes an entry named after ``key`` (stands in for init_transactions)."""
+
+    def make(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        made = _pool.PoolEntry("p-" + key[0], DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
+        made.token, made.generation = "t-" + key[0], generation
+        return made, _pool.Prepared(1, 1, made.token, generation, 4)
+
+    return make
+
+
+def wait_for(check: object) -> None:
+    deadline = time.monotonic() + 10
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_preparation_is_pooled_and_reported_once_by_its_generation():
+    pool = _pool.ClientPool()
+    pool.prepare([(("a",), prepared(("a",)))])
+    wait_for(lambda: pool.token_of(("a",)) == "t-a")
+    assert pool.take_reports("other", 9) == []
+    reports = pool.take_reports("g", 9)
+    assert [(r.token, r.serial) for r in reports] == [("t-a", 4)]
+    assert pool.serial_of(("a",)) == 9, "told to the driver in the run of ticket 9"
+    assert pool.take_reports("g", 9) == []
+
+
+def test_a_lease_drops_the_unreported_preparation_of_its_key_and_none_runs_while_leased():
+    pool = _pool.ClientPool()
+    pool.prepare([(("a",), prepared(("a",)))])
+    wait_for(lambda: pool.token_of(("a",)) == "t-a")
+    lease = pool.acquire(("a",))  # the task reports what serves it, not the preparation
+    assert lease.pooled_producer and pool.take_reports("g", 1) == []
+    pool.prepare([(("a",), prepared(("a",)))])  # leased: skipped
+    pool.prepare([(("b",), prepared(("b",)))])
+    wait_for(lambda: pool.token_of(("b",)) == "t-b")
+    assert pool.token_of(("a",)) is None
+    lease.release(clean=True)
+    assert pool.token_of(("a",)) == "t-a"
+
+
+def test_a_failed_preparation_gives_the_entry_back_and_a_lease_waits_for_one_in_flight():
+    pool = _pool.ClientPool()
+    old = entry()
+    old.token = "old"
+    pool.give_back(("a",), old)
+    started, go = threading.Event(), threading.Event()
+
+    def failing(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        assert consumer is old.consumer  # the pooled marker consumer comes along
+        started.set()
+        go.wait(10)
+        raise RuntimeError("init_transactions failed")
+
+    pool.prepare([(("a",), failing)])
+    assert started.wait(10)
+    threading.Timer(0.2, go.set).start()
+    lease = pool.acquire(("a",))  # waits until the preparation ended
+    assert lease.clients is old and not old.consumer.closed
+    assert pool.take_reports("g", 1) == []

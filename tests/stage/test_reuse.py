@@ -108,7 +108,113 @@ def test_policy_renews_on_events_and_on_a_parallelism_change():
 
 
 def test_ticket_and_note_pickle():
-    ticket = ReuseTicket("g", 1, 2, True, (lane(1, "t"),), ((0, M3),))
+    ticket = ReuseTicket("g", 1, 2, True, (lane(1, "t"),), ((0, M3),), serial=7)
     assert pickle.loads(pickle.dumps(ticket)) == ticket
     note = lane(2, "t", fenced_all=True)
     assert pickle.loads(pickle.dumps(note)) == note
+    prepared = prep(1, "p", partition=1, serial=7)
+    back = pickle.loads(pickle.dumps(prepared))
+    assert back == prepared and back.prepared and back.serial == 7 and not back.reused
+
+
+def prep(lane_: int, token: str, *, partition: int, serial: int) -> ClientNote:
+    """A prepared instance of ``partition``'s lane ``lane_``, prepared under ticket ``serial``."""
+    return ClientNote(partition, lane_, token, False, prepared=True, serial=serial)
+
+
+def test_a_prepared_instance_is_learned_and_reused_like_a_served_one():
+    policy = ReusePolicy()
+    first = policy.ticket(plan(), 0)  # aligned; nothing known: both tasks fence every lane
+    policy.observe(
+        [committed(0, M3), committed(1, M3)],
+        [lane(0, "a0", fenced_all=True), lane(1, "b1", partition=1, fenced_all=True)],
+    )
+    second = policy.ticket(plan(), 0)
+    # Each worker prepared its lane of the other partition after the first run's commit;
+    # its task of the second run reports it.
+    policy.observe(
+        [committed(0, M3), committed(1, M3)],
+        [
+            lane(0, "a0"),
+            prep(0, "a1", partition=1, serial=first.serial),
+            lane(1, "b1", partition=1),
+            prep(1, "b0", partition=0, serial=first.serial),
+        ],
+    )
+    third = policy.ticket(plan(), 0)
+    assert second.known_token(1, 0) is None
+    assert (third.known_token(1, 0), third.known_token(0, 1)) == ("a1", "b0")
+    swapped = third.decide(0, 1, lane(0, "a1"), third.generation, lambda: M3)
+    assert swapped.reuse and not swapped.fence_all
+
+
+def test_a_prepared_note_never_makes_a_partition_seen():
+    # Rule 5: only a served note shows the driver has seen the partition's instances.
+    ticket = ReuseTicket("g", known=(prep(1, "p", partition=0, serial=1),))
+    assert ticket.decide(0, 0, None, None, lambda: None).fence_all
+
+
+def test_a_prepared_note_whose_order_against_a_fence_all_is_unknown_is_dropped():
+    # Unaligned: a fence-all of partition 1 in the run the preparation began in (or later)
+    # may have come after it, whatever the order of the notes in the results.
+    for notes in (
+        lambda s: [prep(0, "p", partition=1, serial=s), lane(1, "x", partition=1, fenced_all=True)],
+        lambda s: [lane(1, "x", partition=1, fenced_all=True), prep(0, "p", partition=1, serial=s)],
+    ):
+        policy = ReusePolicy()
+        ticket = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+        policy.observe([], notes(ticket.serial))
+        after = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+        assert (after.known_token(1, 0), after.known_token(1, 1)) == (None, "x")
+    # A later run's fence-all drops a preparation reported after it, too.
+    policy = ReusePolicy()
+    early = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+    policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+    policy.observe([], [lane(1, "x", partition=1, fenced_all=True)])
+    policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+    policy.observe([], [prep(0, "p", partition=1, serial=early.serial)])
+    assert policy.ticket(plan(), 0).known_token(1, 0) is None
+
+
+def test_a_gated_runs_own_fence_all_precedes_its_preparations():
+    # Aligned: every open of a run (its fence-alls too) precedes every commit, and a
+    # preparation starts after a commit: it survives the run's fence-all, in any order.
+    policy = ReusePolicy()
+    ticket = policy.ticket(plan(), 0)
+    policy.observe(
+        [],
+        [
+            prep(0, "p", partition=1, serial=ticket.serial),
+            lane(1, "x", partition=1, fenced_all=True),
+        ],
+    )
+    after = policy.ticket(plan(), 0)
+    assert (after.known_token(1, 0), after.known_token(1, 1)) == ("p", "x")
+    # ... but not a fence-all of the next gated run (it may follow the preparation).
+    policy.observe([], [lane(1, "y", partition=1, fenced_all=True)])
+    policy.ticket(plan(), 0)
+    policy.observe([], [prep(0, "q", partition=1, serial=ticket.serial)])
+    assert policy.ticket(plan(), 0).known_token(1, 0) is None
+
+
+def test_two_instances_of_one_lane_in_unknown_order_are_both_forgotten():
+    policy = ReusePolicy()
+    ticket = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+    policy.observe([], [lane(1, "x", partition=1, fenced_all=True)])
+    later = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+    # Another host's worker of lane 0 served partition 1 (fresh) in the run this
+    # preparation began in: which initialized last is unknown.
+    policy.observe([], [lane(0, "h", partition=1), prep(0, "p", partition=1, serial=later.serial)])
+    after = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
+    assert (after.known_token(1, 0), after.known_token(1, 1)) == (None, "x")
+    assert ticket.serial < later.serial < after.serial
+
+
+def test_a_preparation_of_an_older_generation_is_dropped():
+    policy = ReusePolicy()
+    ticket = policy.ticket(plan(), 0)
+    policy.renew("a Spark task retry")  # e.g. during the run whose task reports it
+    policy.observe(
+        [], [lane(0, "a", fenced_all=True), prep(1, "p", partition=1, serial=ticket.serial)]
+    )
+    assert policy.ticket(plan(), 0).known_token(1, 1) is None

@@ -37,6 +37,10 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lanes, lane 0 unclaimed
     fcntl = None  # type: ignore[assignment]
 
+# The lane a redo (and an unaligned fresh open) writes on: two such opens of one partition
+# (a retry and a slow first attempt) then fence each other on this lane's id.
+REDO_LANE = 0
+
 # Directory of the lane lock files, under the host's temporary directory.
 LOCK_DIR = "kafka-eos-lanes"
 

@@ -91,8 +91,12 @@ class KafkaParticipant(Participant[ArrowPartition]):
         started = time.perf_counter()
         self._lease = pool.acquire(self._pool_key())
         self._clients = self._lease.clients
-        with _budget():
-            why = self._open()
+        try:
+            with _budget():
+                why = self._open()
+        except BaseException:
+            self._lease.release(clean=False)  # ends the lease: the key may be prepared again
+            raise
         self.why_new = "" if self.reused else why
         log.debug(
             "epoch %d partition %d: %s in %.1f ms",

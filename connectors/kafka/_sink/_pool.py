@@ -33,6 +33,14 @@ also for ids this worker has pooled clients of: when Spark hands the partition t
 worker, that worker's ``init_transactions`` fences the pooled producer here, and the next
 task of the id in this worker needs the spare (measured: 4-15 ms instead of 500 ms). Such a
 spare has no consumer: the pooled marker consumer stays valid (nothing fences a consumer).
+
+Prepared entries (:meth:`ClientPool.prepare`): after a task, a worker initializes in the
+background, on its own lane, producers of partitions it did not write (``_prepare``
+decides which and why it fences nobody); each becomes a pooled entry, and its
+:class:`Prepared` record waits until a later task of the same client generation reports it
+(:meth:`ClientPool.take_reports`). A lease of a key being prepared waits for the
+preparation (at most ``PREPARE_WAIT_S``); a lease of a key drops its unreported record (the
+task reports what serves it).
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -54,6 +63,12 @@ MAX_ENTRIES = 64
 # Spare (uninitialized) client pairs kept per process at most: beyond a few ids the
 # chance that this worker gets a given partition next is small anyway.
 MAX_SPARES = 8
+# Seconds a lease waits for a preparation of its key in flight (its init_transactions,
+# a few ms with warm connections): never two initializations of one id in one process.
+PREPARE_WAIT_S = 10.0
+# Seconds after which a preparation round starts no further producer: it should end long
+# before the worker's next epoch, and is an optimization only.
+PREPARE_DEADLINE_S = 5.0
 
 
 @dataclass
@@ -71,6 +86,18 @@ class PoolEntry:
     consumer: Consumer | None
     token: str = ""
     generation: str = ""
+    serial: int = 0  # the ticket under which the driver was last told of it (``_prepare``)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared, not yet reported instance: what a task reports (``ClientNote.prepared``)."""
+
+    partition: int
+    lane: int
+    token: str
+    generation: str
+    serial: int
 
 
 @dataclass
@@ -90,6 +117,10 @@ SpareFactory = Callable[[bool], Spare]
 
 
 Key = tuple[str, ...]
+
+# Makes a prepared entry of a key from its spare (if any) and the key's pooled marker
+# consumer (if any): initializes the producer; raising drops the preparation.
+Preparer = Callable[["Spare | None", "Consumer | None"], tuple[PoolEntry, Prepared]]
 
 
 def discard(entry: PoolEntry) -> None:
@@ -128,6 +159,7 @@ class Lease:
         if self._released:
             return
         self._released = True
+        self._pool.end_lease(self.key)
         entry = self.clients
         if not clean:
             entry.producer = None
@@ -152,6 +184,9 @@ class ClientPool:
         self._entries: dict[Key, PoolEntry] = {}
         self._spares: dict[Key, Spare] = {}
         self._filling: set[Key] = set()
+        self._preparing: dict[Key, threading.Event] = {}
+        self._prepared: dict[Key, Prepared] = {}
+        self._leased: dict[Key, int] = {}  # keys with a lease open (a count: tests nest)
         self._owner_pid = os.getpid()
 
     def _check_pid(self) -> None:
@@ -161,11 +196,34 @@ class ClientPool:
             self._entries.clear()
             self._spares.clear()
             self._filling.clear()
+            self._preparing.clear()
+            self._prepared.clear()
+            self._leased.clear()
             self._owner_pid = pid
 
     def acquire(self, key: Key) -> Lease:
-        """Take the clients of ``key`` (if pooled) into a lease; release it when done."""
-        return Lease(self, key, self.take(key))
+        """Take the clients of ``key`` (if pooled) into a lease; release it when done.
+
+        Waits for a preparation of ``key`` in flight (at most ``PREPARE_WAIT_S``); drops
+        the key's unreported record (the task reports what serves it).
+        """
+        deadline = time.monotonic() + PREPARE_WAIT_S
+        while True:
+            with self._lock:
+                self._check_pid()
+                busy = self._preparing.get(key)
+                if busy is None or time.monotonic() >= deadline:
+                    self._leased[key] = self._leased.get(key, 0) + 1
+                    self._prepared.pop(key, None)
+                    return Lease(self, key, self._entries.pop(key, None))
+            busy.wait(max(0.0, deadline - time.monotonic()))
+
+    def end_lease(self, key: Key) -> None:
+        """Note that a lease of ``key`` ended (called by :meth:`Lease.release`)."""
+        with self._lock:
+            left = self._leased.pop(key, 0) - 1
+            if left > 0:
+                self._leased[key] = left
 
     def take(self, key: Key) -> PoolEntry | None:
         """Remove and return the entry of ``key``, or None."""
@@ -179,6 +237,13 @@ class ClientPool:
             self._check_pid()
             entry = self._entries.get(key)
             return entry.token if entry is not None and entry.producer is not None else None
+
+    def serial_of(self, key: Key) -> int | None:
+        """Return the ticket serial under which the driver was last told of ``key``'s producer."""
+        with self._lock:
+            self._check_pid()
+            entry = self._entries.get(key)
+            return entry.serial if entry is not None and entry.producer is not None else None
 
     def give_back(self, key: Key, entry: PoolEntry) -> None:
         """Keep ``entry`` for the next lease of ``key`` (see the contract)."""
@@ -240,6 +305,67 @@ class ClientPool:
                 if spare is not None and os.getpid() == owner == self._owner_pid:
                     self._spares[key] = spare
 
+    def prepare(self, wanted: Sequence[tuple[Key, Preparer]]) -> None:
+        """Prepare, in a background thread, an entry of each key of ``wanted`` (in order).
+
+        Skipped: keys leased, being prepared or with an unreported record. Each preparation
+        takes the key's spare and pooled entry (its consumer is kept, its producer
+        replaced); one that fails gives the entry back as it was. None starts after
+        ``PREPARE_DEADLINE_S``.
+        """
+        if wanted:
+            threading.Thread(
+                target=self._prepare,
+                args=(list(wanted), os.getpid()),
+                name="kafka-sink-prepare",
+                daemon=True,
+            ).start()
+
+    def _prepare(self, jobs: list[tuple[Key, Preparer]], owner: int) -> None:
+        deadline = time.monotonic() + PREPARE_DEADLINE_S
+        for key, make in jobs:
+            if time.monotonic() >= deadline:
+                return
+            with self._lock:
+                if owner != self._owner_pid or key in self._leased or key in self._preparing:
+                    continue
+                if key in self._prepared:
+                    continue
+                done = self._preparing[key] = threading.Event()
+                spare = self._spares.pop(key, None)
+                old = self._entries.pop(key, None)
+            try:
+                made: tuple[PoolEntry, Prepared] | None = make(
+                    spare, None if old is None else old.consumer
+                )
+            except Exception:  # noqa: BLE001 - an optimization: the next task opens its own
+                made = None
+            with self._lock:
+                self._preparing.pop(key, None)
+                if owner == os.getpid() == self._owner_pid:
+                    if made is not None:
+                        self._entries[key], self._prepared[key] = made
+                    elif old is not None:
+                        self._entries[key] = old
+            done.set()
+
+    def take_reports(self, generation: str, serial: int) -> list[Prepared]:
+        """Remove and return the unreported records of ``generation`` whose entry is pooled.
+
+        The entries reported are marked as told to the driver under ticket ``serial``.
+        """
+        with self._lock:
+            self._check_pid()
+            mine = [k for k, r in self._prepared.items() if r.generation == generation]
+            reports = []
+            for key in mine:
+                record = self._prepared.pop(key)
+                entry = self._entries.get(key)
+                if entry is not None and entry.producer is not None and entry.token == record.token:
+                    entry.serial = serial
+                    reports.append(record)
+            return reports
+
     def size(self) -> int:
         """Return the number of pooled entries of this process (tests, diagnostics)."""
         with self._lock:
@@ -260,6 +386,7 @@ class ClientPool:
             spare = list(self._spares.values())
             self._entries.clear()
             self._spares.clear()
+            self._prepared.clear()
         for e in entries:
             discard(e)
         for s in spare:

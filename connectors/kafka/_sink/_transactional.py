@@ -12,8 +12,10 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets, _pool
+from connectors.kafka._sink._lanes import REDO_LANE
 from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
+from connectors.kafka._sink._prepare import prepare_lanes, report_prepared
 from connectors.kafka._sink._producers import (
     fence,
     fill_spares,
@@ -28,10 +30,6 @@ from connectors.stage._states import ParticipantState
 from txn import ErrorAction, Marker, RowSummary
 
 _S = ParticipantState
-
-# The lane an open that fences every lane writes on: two such opens of one partition (a
-# retry and a slow first attempt, unaligned) then fence each other on this lane's id.
-REDO_LANE = 0
 
 # Seconds for commit/abort/send_offsets of one transaction (each is retried too).
 TXN_CALL_TIMEOUT_S = 60.0
@@ -51,25 +49,28 @@ class TransactionalKafkaParticipant(KafkaParticipant):
     """
 
     _lane = 0
+    _committed = False  # this task committed its transaction (``_prepare``: rule 1)
 
     def _pool_key(self) -> _pool.Key:
         """Return the key of this worker's lane, or lane 0's when the driver knows its pooled one.
 
         A worker writes on lane 0 after an open that fenced every lane (``REDO_LANE``); it
-        keeps using that producer while the driver knows it serves lane 0. Epochs whose
-        commits no vote round gates (unaligned) use lane 0 only (``ReuseTicket.gated``).
+        keeps using that producer while the driver knows it serves lane 0. In epochs whose
+        commits no vote round gates (unaligned) a task uses its own lane only to reuse the
+        known producer pooled there (rule 5 of ``ReuseTicket``), else lane 0.
         """
         own = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
         task = self._task
-        if task is None or not task.reuse.gated:  # lanes serve only vote-gated epochs
-            own = REDO_LANE
-        self._lane = own
-        if own != REDO_LANE and task is not None:
+        unaligned_redo = task is not None and not task.reuse.gated and not task.may_reuse
+        self._lane = REDO_LANE if task is None or unaligned_redo else own
+        if self._lane != REDO_LANE and task is not None:
             known = task.reuse.known_token
             mine = self._pool.token_of(pool_key(self._cfg, self._partition, own))
             redo = self._pool.token_of(pool_key(self._cfg, self._partition, REDO_LANE))
             stale = mine is None or mine != known(task.partition, own)
-            if stale and redo is not None and redo == known(task.partition, REDO_LANE):
+            if stale and (
+                not task.reuse.gated or (redo is not None and redo == known(task.partition, 0))
+            ):
                 self._lane = REDO_LANE
         return pool_key(self._cfg, self._partition, self._lane)
 
@@ -124,8 +125,10 @@ class TransactionalKafkaParticipant(KafkaParticipant):
                 task.note_client(self._lane, self._clients.token, fenced_all=False, reused=True)
                 return decision.reason
             why, fence_all = decision.reason, decision.fence_all
-        redo = task is None or not task.may_reuse or not task.reuse.gated
-        if fence_all and redo and self._lane != REDO_LANE:
+        gated = task is not None and task.reuse.gated
+        redo = task is None or not task.may_reuse
+        # Rule 5: a fresh open of an unaligned epoch writes on lane 0, as does every redo.
+        if self._lane != REDO_LANE and (not gated or (fence_all and redo)):
             self._move_to_redo_lane()
             spare = None  # made for the lane left
         clients = self._clients
@@ -231,6 +234,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             if classify(exc) is ErrorAction.FATAL:
                 self._drop()
             raise
+        self._committed = True
 
     def _abort(self) -> None:
         """Abort the open transaction; a fenced or fatal producer is dropped instead."""
@@ -255,10 +259,19 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         """Release the lease (the producer kept only if clean) and top up the spares.
 
         A producer with an open transaction is released without an abort: the next
-        ``init_transactions`` of its id aborts it.
+        ``init_transactions`` of its id aborts it. The task also reports this worker's
+        finished preparations and, after a commit, starts the next ones (``_prepare``).
         """
-        self._clients.generation = self._task.reuse.generation if self._task else ""
+        task = self._task
+        self._clients.generation = task.reuse.generation if task else ""
+        self._clients.serial = task.reuse.serial if task else 0
         self._lease.release(clean=self._clean())
-        lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
-        gated = self._task is not None and self._task.reuse.gated
-        fill_spares(self._pool, self._cfg, self._plan.parallelism, {lane if gated else REDO_LANE})
+        lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes)
+        gated = task is not None and task.reuse.gated
+        parallelism = self._plan.parallelism
+        fill_spares(self._pool, self._cfg, parallelism, {lane.index if gated else REDO_LANE})
+        if task is not None:
+            report_prepared(self._pool, task)
+            if self._committed:
+                written = (self._partition, self._lane)
+                prepare_lanes(self._pool, self._cfg, task, written, parallelism, lane)

@@ -1,0 +1,387 @@
+"""Prepared producers (``connectors.kafka._sink._prepare``, reuse rule 6) against a real broker.
+
+Two ``ClientPool`` objects play the two Python workers of one host (their own lanes); the
+write task body (``txn.run_partition``) runs in the test process, one stage run at a time
+with one ticket, as the driver would issue it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.kafka import KafkaSink, read_markers
+from connectors.kafka._sink import _pool
+from connectors.kafka._sink._participant import KafkaParticipant
+from connectors.kafka._sink._producers import pool_key
+from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
+from connectors.kafka._sink._writer import RecordLayout
+from connectors.stage import (
+    HASH_COLUMN,
+    ArrowPartition,
+    ClientNote,
+    ReusePolicy,
+    ReuseTicket,
+    TaskInfo,
+)
+from integration_tests.kafka_sink._support import (
+    lso_reaches_high_watermark,
+    read_committed,
+    sid,
+    values,
+)
+from txn import (
+    CommitMode,
+    EpochPlan,
+    Guarantee,
+    PartitionOutcome,
+    PartitionReport,
+    TaskStep,
+    Vote,
+    run_partition,
+)
+
+ROWS = 20
+PARALLELISM = 2
+# Seconds to wait for a worker's background preparation (a few init_transactions).
+PREPARE_WAIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class WorkerResource(KafkaResource):
+    """KafkaResource whose participants use ``pool``: one Python worker's clients and lane."""
+
+    pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
+    opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
+
+    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
+        participant = TransactionalKafkaParticipant(
+            self.cfg, self.layout, plan, partition, task=self.task, pool=self.pool
+        )
+        self.opened.append(participant)
+        return participant
+
+
+@dataclass
+class Served:
+    participant: KafkaParticipant
+    notes: list[ClientNote]
+    report: PartitionReport
+
+    @property
+    def outcome(self) -> PartitionOutcome:
+        return self.report.outcome
+
+
+class Driver:
+    """Tickets of one ``ReusePolicy``: one per stage run, learning from all its tasks."""
+
+    def __init__(self, sink: KafkaSink, mode: CommitMode) -> None:
+        self.policy = ReusePolicy()
+        self.sink = sink
+        self.mode = mode
+
+    def plan(self, epoch: int, attempt: int = 0) -> EpochPlan:
+        cfg = self.sink.config
+        fingerprint = KafkaResource(cfg, RecordLayout()).fingerprint()
+        return EpochPlan(
+            cfg.sink_id,
+            epoch,
+            PARALLELISM,
+            fingerprint,
+            Guarantee.EXACTLY_ONCE,
+            self.mode,
+            attempt=attempt,
+        )
+
+    def task(
+        self,
+        ticket: ReuseTicket,
+        plan: EpochPlan,
+        partition: int,
+        worker: _pool.ClientPool,
+        opened: list[KafkaParticipant] | None = None,
+        task_attempt: int = 0,
+        **kw: Any,
+    ) -> Served:
+        """Run one task of ``plan`` in ``worker`` (its participant also goes to ``opened``)."""
+        info = TaskInfo(partition, task_attempt, ticket)
+        cfg, into = self.sink.config, opened if opened is not None else []
+        resource = WorkerResource(cfg, RecordLayout(), pool=worker, opened=into)
+        bound = resource.for_task(info)
+        report = run_partition(bound, plan, partition, rows(plan.epoch, partition), **kw)
+        return Served(resource.opened[-1], list(info.clients), report)
+
+    def stage(self, epoch: int, *tasks: tuple[int, _pool.ClientPool]) -> list[Served]:
+        """One stage run of ``epoch``: each (partition, worker) task, then the driver learns.
+
+        Aligned: the tasks run at once and vote (every open precedes every commit, as in
+        a barrier stage); unaligned: one after the other (one order Spark may choose).
+        """
+        plan = self.plan(epoch)
+        ticket = self.policy.ticket(plan, 0)
+        if self.mode is CommitMode.UNALIGNED:
+            served = [self.task(ticket, plan, p, worker) for p, worker in tasks]
+        else:
+            gather = votes(len(tasks))
+            with ThreadPoolExecutor(len(tasks)) as pool:
+                futures = [
+                    pool.submit(self.task, ticket, plan, p, worker, gather=gather)
+                    for p, worker in tasks
+                ]
+                served = [f.result(timeout=120) for f in futures]
+        assert all(s.outcome is PartitionOutcome.COMMITTED for s in served)
+        self.policy.observe([s.report for s in served], [n for s in served for n in s.notes])
+        return served
+
+
+def votes(tasks: int) -> Callable[[Vote], list[Vote]]:
+    """A vote round of ``tasks`` tasks in threads (what the driver's vote channel does)."""
+    barrier = threading.Barrier(tasks)
+    cast: list[Vote] = []
+    lock = threading.Lock()
+
+    def gather(vote: Vote) -> list[Vote]:
+        with lock:
+            cast.append(vote)
+        barrier.wait(60)
+        return list(cast)
+
+    return gather
+
+
+def rows(epoch: int, partition: int) -> ArrowPartition:
+    vals = [f"e{epoch}p{partition}r{i}".encode() for i in range(ROWS)]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array(vals, pa.binary()),
+            HASH_COLUMN: pa.array(range(ROWS), pa.int64()),
+        }
+    )
+    return ArrowPartition([batch])
+
+
+def check_exact(sink: KafkaSink, epochs: int) -> None:
+    """Every partition of epochs ``0 .. epochs-1`` committed exactly once, nothing else."""
+    cfg = sink.config
+    assert cfg.topic is not None
+    want = Counter(
+        f"e{e}p{p}r{i}".encode()
+        for e in range(epochs)
+        for p in range(PARALLELISM)
+        for i in range(ROWS)
+    )
+    assert values(read_committed(cfg.bootstrap_servers, cfg.topic)) == want
+    assert lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
+    markers = read_markers(
+        cfg.bootstrap_servers, cfg.sink_id, PARALLELISM, marker_topic=cfg.marker_topic
+    )
+    assert [markers[p].epoch if markers[p] else None for p in range(PARALLELISM)] == [
+        epochs - 1
+    ] * PARALLELISM
+
+
+@pytest.fixture
+def sink(kafka_bootstrap, new_topic, closing):
+    topic = new_topic("prepared", 1)
+    sink = closing(KafkaSink(kafka_bootstrap, topic, sid(), create_topics=True))
+    sink.preflight()  # creates the marker topic
+    return sink
+
+
+@pytest.fixture
+def workers(sink):
+    """Workers A and B of one host: their own pools; A claims lane 0, B lane 1."""
+    pair = (_pool.ClientPool(), _pool.ClientPool())
+    for index, worker in enumerate(pair):
+        assert worker.lanes.claim(sink.config.sink_id, sink.config.producer_lanes).index == index
+    yield pair
+    for worker in pair:
+        worker.clear()
+        worker.lanes.release()
+
+
+def wait_prepared(sink: KafkaSink, worker: _pool.ClientPool, partition: int, lane: int) -> None:
+    """Wait until ``worker`` pooled a producer of ``partition`` on ``lane`` (prepared)."""
+    key = pool_key(sink.config, partition, lane)
+    deadline = time.monotonic() + PREPARE_WAIT_S
+    while worker.token_of(key) is None:
+        assert time.monotonic() < deadline, f"partition {partition} lane {lane} not prepared"
+        time.sleep(0.02)
+
+
+def warm(driver: Driver, sink: KafkaSink, a: _pool.ClientPool, b: _pool.ClientPool) -> int:
+    """A writes partition 0, B partition 1, until their preparations reached the driver.
+
+    Aligned: both prepare after epoch 0 and report in epoch 1. Unaligned: only B (lane 1;
+    lane 0 is not prepared), and only once the driver has seen the partitions served: it
+    prepares after epoch 1 and reports in epoch 2. Returns the next epoch.
+    """
+    aligned = driver.mode is CommitMode.ALIGNED
+    first = driver.stage(0, (0, a), (1, b))
+    assert [s.participant.reused for s in first] == [False, False]
+    epoch = 1
+    if not aligned:
+        driver.stage(epoch, (0, a), (1, b))
+        epoch += 1
+    if aligned:
+        wait_prepared(sink, a, 1, 0)
+    else:
+        wait_prepared(sink, b, 1, 1)
+    wait_prepared(sink, b, 0, 1)
+    reporting = driver.stage(epoch, (0, a), (1, b))
+    assert all(s.participant.reused for s in reporting), [s.participant.why_new for s in reporting]
+    reported = {(n.partition, n.lane) for s in reporting for n in s.notes if n.prepared}
+    # unaligned: B wrote partition 1 on lane 0 (fresh opens there), so it moves it to lane 1
+    assert reported == ({(1, 0), (0, 1)} if aligned else {(0, 1), (1, 1)})
+    return epoch + 1
+
+
+def test_aligned_a_swap_after_the_preparations_reached_the_driver_reuses_on_both_workers(
+    sink, workers
+):
+    driver = Driver(sink, CommitMode.ALIGNED)
+    a, b = workers
+    epoch = warm(driver, sink, a, b)
+    swapped = driver.stage(epoch, (1, a), (0, b))  # Spark moved both tasks to the other worker
+    for served in swapped:
+        assert served.participant.reused, served.participant.why_new
+        assert [n.reused for n in served.notes if not n.prepared] == [True]
+    assert all(s.participant.reused for s in driver.stage(epoch + 1, (0, a), (1, b)))
+    check_exact(sink, epoch + 2)
+    # The preparations' warm-up transactions staged an offset of each marker group for the
+    # output topic and were aborted: nothing of them is visible.
+    cfg = sink.config
+    for partition in range(PARALLELISM):
+        reader = Consumer(
+            {
+                "bootstrap.servers": cfg.bootstrap_servers,
+                "group.id": cfg.marker_group(partition),
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            (committed,) = reader.committed([TopicPartition(cfg.topic, 0)], timeout=30)
+        finally:
+            reader.close()
+        assert committed.offset < 0, committed
+
+
+def test_unaligned_a_prepared_lane_1_producer_serves_and_a_fresh_open_writes_on_lane_0(
+    sink, workers
+):
+    # Unaligned: worker B (lane 1) prepares there; worker A (lane 0) does not (a fresh
+    # open of the same run may write on lane 0). After a swap B reuses its prepared
+    # producer on lane 1 and A's fresh open writes on lane 0, fencing only lane 0.
+    driver = Driver(sink, CommitMode.UNALIGNED)
+    a, b = workers
+    epoch = warm(driver, sink, a, b)
+    at_a, at_b = driver.stage(epoch, (1, a), (0, b))
+    assert at_b.participant.reused and [n.lane for n in at_b.notes if not n.prepared] == [1]
+    served_a = [n for n in at_a.notes if not n.prepared]
+    assert not at_a.participant.reused
+    assert [(n.lane, n.fenced_all) for n in served_a] == [(0, False)]
+    check_exact(sink, epoch + 1)
+
+
+def redo(path: str, driver: Driver, epoch: int, worker: _pool.ClientPool) -> None:
+    """Write ``epoch`` of partition 0 again in ``worker`` on the non-steady ``path``."""
+    if path == "task retry":  # same stage run, attempt 1
+        plan = driver.plan(epoch)
+        ticket, attempt = driver.policy.ticket(plan, 0), 1
+    elif path == "stage re-run":
+        driver.policy.renew("a stage re-run")
+        plan = driver.plan(epoch)
+        ticket, attempt = driver.policy.ticket(plan, 1), 0
+    else:  # recovery at start-up: fence every lane, then the in-doubt epoch's redo
+        KafkaResource(driver.sink.config, RecordLayout()).abort_lingering([0, 1])
+        driver.policy.renew("recovery")
+        plan = driver.plan(epoch, attempt=1)
+        ticket, attempt = driver.policy.ticket(plan, 0), 0
+    served = driver.task(ticket, plan, 0, worker, task_attempt=attempt)
+    assert served.outcome is PartitionOutcome.COMMITTED
+    assert [(n.lane, n.fenced_all) for n in served.notes if not n.prepared] == [(0, True)]
+
+
+def zombie_then_redo(
+    driver: Driver, epoch: int, zombie_worker: _pool.ClientPool, redo_in: Any
+) -> dict[str, Any]:
+    """Partition 0 of ``epoch`` in ``zombie_worker`` stops after its pre-commit; ``redo_in()``
+    redoes it elsewhere; then the zombie resumes. Returns what the zombie ended with."""
+    held, resume = threading.Event(), threading.Event()
+
+    def hold(step: TaskStep, plan: EpochPlan, partition: int) -> None:
+        if step is TaskStep.PRE_COMMITTED:
+            held.set()
+            resume.wait(60)
+
+    zombie: dict[str, Any] = {}
+    plan = driver.plan(epoch)
+    ticket = driver.policy.ticket(plan, 0)
+    opened: list[KafkaParticipant] = []
+
+    def attempt() -> None:
+        try:
+            zombie["served"] = driver.task(ticket, plan, 0, zombie_worker, opened, hooks=hold)
+        except Exception as exc:  # noqa: BLE001 - inspected by the caller
+            zombie["error"] = exc
+        zombie["participant"] = opened[-1]
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    try:
+        assert held.wait(60)
+        redo_in()
+    finally:
+        resume.set()
+        thread.join(60)
+    return zombie
+
+
+@pytest.mark.parametrize("path", ["task retry", "stage re-run", "recovery"])
+def test_a_prepared_zombie_cannot_commit_after_a_redo_fenced_every_lane(sink, workers, path):
+    # Aligned: worker B's producer of partition 0 on lane 1 was prepared (B only wrote
+    # partition 1); Spark hands B partition 0 and it reuses the prepared producer, then
+    # stops after its pre-commit. The redo in worker A fences every lane: B cannot commit.
+    driver = Driver(sink, CommitMode.ALIGNED)
+    a, b = workers
+    epoch = warm(driver, sink, a, b)
+    zombie = zombie_then_redo(driver, epoch, b, lambda: redo(path, driver, epoch, a))
+    assert zombie["participant"].reused, "the zombie served with its prepared producer"
+    assert "error" in zombie and "served" not in zombie, zombie
+    driver.policy.renew("the failed attempt")  # partition 1 of the epoch, so both end there
+    plan = driver.plan(epoch, attempt=1)
+    assert driver.task(driver.policy.ticket(plan, 0), plan, 1, a).outcome is (
+        PartitionOutcome.COMMITTED
+    )
+    check_exact(sink, epoch + 1)
+
+
+def test_unaligned_a_reused_lane_1_producer_cannot_commit_after_a_task_retry(sink, workers):
+    # Unaligned: B's first attempt of partition 0 reuses its (prepared) lane-1 producer
+    # and is slow; Spark retries the task in A, which fences every lane and writes on
+    # lane 0. The slow attempt was initialized before the epoch was planned, so the
+    # retry's fence covers it: it cannot commit.
+    driver = Driver(sink, CommitMode.UNALIGNED)
+    a, b = workers
+    epoch = warm(driver, sink, a, b)
+    zombie = zombie_then_redo(driver, epoch, b, lambda: redo("task retry", driver, epoch, a))
+    assert zombie["participant"].reused, "the slow attempt served with its lane-1 producer"
+    assert "error" in zombie and "served" not in zombie, zombie
+    driver.policy.renew("a Spark task retry")
+    plan = driver.plan(epoch)
+    assert driver.task(driver.policy.ticket(plan, 0), plan, 1, a).outcome is (
+        PartitionOutcome.COMMITTED
+    )
+    check_exact(sink, epoch + 1)

@@ -1,0 +1,50 @@
+"""Prepared producers in real Spark (local[2], two Python workers): steady epochs set-up free.
+
+Spark hands each write task to whichever Python worker has been idle longest, so the two
+partitions swap workers in most epochs. Once each worker's preparations have reached the
+driver (``connectors.kafka._sink._prepare``), every aligned epoch is served by pooled
+producers only, whichever worker gets which partition (``clients_new`` 0).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.kafka import KafkaSink
+from integration_tests.kafka_sink._support import (
+    expected,
+    lso_reaches_high_watermark,
+    read_committed,
+    rows,
+    sid,
+    values,
+)
+
+EPOCHS = 7
+PER_EPOCH = 60
+# Epochs before the steady state: the first (fresh producers, preparations start), the
+# second (its tasks report them), then one more for a worker started late by Spark.
+WARM_EPOCHS = 3
+
+
+@pytest.mark.parametrize("mode", ["aligned", "unaligned"])
+def test_steady_epochs_need_no_new_producer_whichever_worker_gets_a_task(
+    spark, kafka_bootstrap, new_topic, closing, mode
+):
+    topic = new_topic(f"prepared-{mode}", 2)
+    sink = closing(KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, mode=mode))
+    for epoch in range(EPOCHS):
+        sink(rows(spark, PER_EPOCH, epoch * PER_EPOCH), epoch)
+    metrics = sink.metrics()
+    sink.close()
+    assert [m.epoch for m in metrics if m.committed] == list(range(EPOCHS))
+    assert values(read_committed(kafka_bootstrap, topic)) == expected(EPOCHS * PER_EPOCH)
+    assert lso_reaches_high_watermark(kafka_bootstrap, topic)
+    new = [m.clients_new for m in metrics]
+    assert new[0] == 2, new  # nothing pooled in a new sink's generation
+    if mode == "aligned":
+        assert new[WARM_EPOCHS:] == [0] * (EPOCHS - WARM_EPOCHS), new
+    else:
+        # the worker of lane 0 prepares nothing in unaligned epochs: it initializes a
+        # partition's lane 0 the first time it gets it after the other worker used it
+        assert sum(new[WARM_EPOCHS:]) <= 2, new
