@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from benchmarks import _requests
 from benchmarks._job import VARIANTS
-from benchmarks._targets import setup_requests
+from benchmarks._targets import SetupCounts, setup_requests
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Summary:
     startup_vs_baseline_s: float | None = None
     steady_requests: dict[str, dict[str, float]] = field(default_factory=dict)
     startup_requests: dict[str, dict[str, float]] = field(default_factory=dict)
-    setup_requests: float | None = None  # write tasks' set-up requests per steady batch
+    setup_requests: SetupCounts | None = None  # write tasks' set-up requests of each steady batch
 
 
 def _by_side(reqs: Sequence[_requests.Request], n: int) -> dict[str, dict[str, float]]:
@@ -109,7 +109,7 @@ def summarize(
             per_batch = _requests.split_by_window(requests, windows)
             flat = [q for qs in per_batch.values() for q in qs]
             steady_reqs = _by_side(flat, len(per_batch))
-            setup = sum(setup_requests(qs) for qs in per_batch.values()) / max(1, len(per_batch))
+            setup = SetupCounts(tuple(setup_requests(qs) for qs in per_batch.values()))
             starts = {
                 r.round: (r.started, r.started + s)
                 for r in mine

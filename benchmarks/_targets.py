@@ -66,6 +66,43 @@ def setup_requests(requests: Iterable[_requests.Request]) -> int:
     return sum(1 for r in requests if r.role not in _requests.DRIVER_ROLES and r.api in SETUP_APIS)
 
 
+@dataclass(frozen=True)
+class SetupCounts:
+    """Write tasks' set-up requests of each measured epoch (or steady batch), in order.
+
+    The target is the median (issue 23: "median over the measured epochs", the steady-state
+    epoch); the mean and the epochs with any set-up request are shown beside it, so a
+    warm-up that runs into the measured epochs stays visible.
+    """
+
+    per_epoch: tuple[int, ...]
+
+    @property
+    def median(self) -> float:
+        """Median over the epochs (0.0 without epochs)."""
+        return float(statistics.median(self.per_epoch)) if self.per_epoch else 0.0
+
+    @property
+    def mean(self) -> float:
+        """Mean over the epochs (0.0 without epochs)."""
+        return sum(self.per_epoch) / len(self.per_epoch) if self.per_epoch else 0.0
+
+    def shown(self, unit: str) -> str:
+        """``"0 per epoch (median; mean 0.40, 2 of 15 epochs with any)"``."""
+        with_any = sum(1 for n in self.per_epoch if n)
+        return (
+            f"{self.median:g} per {unit} (median; mean {self.mean:.2f}, "
+            f"{with_any} of {len(self.per_epoch)} {unit}s with any)"
+        )
+
+
+def setup_target(benchmark: str, name: str, counts: SetupCounts | None, unit: str) -> Target:
+    """The target "no client set-up requests from write tasks": met when the median is 0."""
+    if counts is None:
+        return Target(benchmark, name, None, "not measured", None)
+    return Target(benchmark, name, counts.median, counts.shown(unit), counts.median <= 0.0)
+
+
 def _task_of(r: _requests.Request) -> str | None:
     """The write partition a write task's client belongs to (from its client.id), or None."""
     if r.role not in ("task-producer", "marker-consumer"):

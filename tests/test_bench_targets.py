@@ -71,3 +71,13 @@ def test_summary_replaces_only_the_marked_block(tmp_path):
     assert new.endswith("<!-- targets:end -->\nafter\n") and "old" not in new
     with pytest.raises(ValueError, match="bench-summary"):
         summary.replace_block(text, "bench-summary", "x")
+
+
+def test_setup_target_is_met_by_a_zero_median_and_shows_the_epochs_with_any():
+    counts = _targets.SetupCounts((0, 6, 0, 0, 2))
+    target = _targets.setup_target("b", "no set-up", counts, "epoch")
+    assert (target.value, target.met) == (0.0, True)
+    assert target.shown == "0 per epoch (median; mean 1.60, 2 of 5 epochs with any)"
+    busy = _targets.setup_target("b", "no set-up", _targets.SetupCounts((4, 0, 7)), "batch")
+    assert (busy.value, busy.met) == (4.0, False)
+    assert _targets.setup_target("b", "no set-up", None, "epoch").met is None
