@@ -38,6 +38,9 @@ ADMIN_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 600.0
 # Seconds one consume() call blocks waiting for records.
 POLL_TIMEOUT_S = 0.5
+# Seconds a consume() call that may reach the end blocks: markers and aborted records leave
+# fewer records than offsets, so that call never fills and would wait POLL_TIMEOUT_S.
+TAIL_POLL_S = 0.02
 # Records fetched per consume() call.
 CONSUME_BATCH = 5000
 
@@ -171,6 +174,7 @@ def _drain(
 ) -> list[Record]:
     out: list[Record] = []
     pending = {p for p, end in targets.items() if end > 0}
+    remaining = sum(targets[p] for p in pending)  # offsets left; records are at most this
     deadline = time.monotonic() + timeout_s
     while pending:
         if time.monotonic() > deadline:
@@ -179,7 +183,12 @@ def _drain(
                 f"p{p} at {positions[p]} of {targets[p]}" for p in sorted(pending)
             )
             raise ReadTimeoutError(msg)
-        for msg_ in consumer.consume(CONSUME_BATCH, timeout=POLL_TIMEOUT_S):
+        batch, wait_s = (
+            (max(1, remaining), TAIL_POLL_S)
+            if remaining <= CONSUME_BATCH
+            else (CONSUME_BATCH, POLL_TIMEOUT_S)
+        )
+        for msg_ in consumer.consume(batch, timeout=wait_s):
             err = msg_.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - public constant
@@ -192,6 +201,7 @@ def _drain(
             out.append(Record(topic, partition, offset, msg_.key(), msg_.value()))
         positions = _positions(consumer, topic, pending)
         pending = {p for p in pending if positions[p] < targets[p]}
+        remaining = sum(targets[p] - max(positions[p], 0) for p in pending)
     return out
 
 

@@ -6,6 +6,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 # Seconds a consumer waits for the next message before deciding the partition is drained.
 POLL_TIMEOUT_S = 10.0
+# Milliseconds the broker may hold an empty fetch: the end of a partition is seen only
+# through one, which the clients' default (500) delays.
+EMPTY_FETCH_WAIT_MS = 20
 
 
 def read_all(bootstrap: str, topic: str, *, committed: bool = True, partition: int = 0) -> list:
@@ -17,9 +20,11 @@ def read_all(bootstrap: str, topic: str, *, committed: bool = True, partition: i
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed" if committed else "read_uncommitted",
+            "fetch.wait.max.ms": EMPTY_FETCH_WAIT_MS,
         }
     )
     try:
+        consumer.list_topics(topic, timeout=POLL_TIMEOUT_S)  # assigned without, a fetch waits
         consumer.assign([TopicPartition(topic, partition, 0)])
         values = []
         while True:

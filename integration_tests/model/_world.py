@@ -32,7 +32,8 @@ from integration_tests.kafka_sink._support import lso_reaches_high_watermark, re
 # out by the query, which makes a batch empty after the filter.
 INPUT_SCHEMA = "id long, k string"
 DROPPED_KEY = "drop"
-# Seconds to wait for a "sleep" fault to be reached before stopping the query anyway.
+# Seconds to wait for a "sleep" fault to be reached before stopping the query anyway (the
+# wait ends earlier once the batch's epoch completed without reaching the fault's step).
 FAULT_REACHED_TIMEOUT_S = 60.0
 # Seconds a "sleep" fault holds the epoch, so that query.stop() lands while it runs.
 STOP_HOLD_S = 2.0
@@ -245,15 +246,39 @@ class World:
     def disarm(self) -> None:
         Path(self.fault_plan.path).write_text("[]")
 
-    def wait_fired(self, fault_id: str) -> bool:
+    def wait_fired(self, fault_id: str, index: int) -> bool:
+        """Wait until the fault fired; False once it cannot fire in batch ``index``'s epoch.
+
+        It cannot once the query ended, or once the query committed the batch of input file
+        ``index`` without reaching the step (a task step in an epoch with no task of it, a
+        decision a sink never logs): waiting out the timeout then changes nothing.
+        """
         deadline = time.monotonic() + FAULT_REACHED_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.fault_plan.has_fired(fault_id):
                 return True
             if self.query is None or not self.query.isActive:
                 return False
+            if self._committed_files() > index:
+                return self.fault_plan.has_fired(fault_id)
             time.sleep(0.05)
         return False
+
+    def _committed_files(self) -> int:
+        """How many input files the current checkpoint's committed batches have read.
+
+        One file per batch (``maxFilesPerTrigger=1``, files in order): the file source's
+        offset of the last committed batch is the index of the last file it read.
+        """
+        checkpoint = self._dirs("checkpoint")
+        commits = checkpoint / "commits"
+        done = (
+            [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.exists() else []
+        )
+        if not done:
+            return 0
+        offsets = (checkpoint / "offsets" / str(max(done))).read_text().strip().splitlines()
+        return int(json.loads(offsets[-1])["logOffset"]) + 1
 
     # -- the output --------------------------------------------------------------------
     def outputs(self) -> dict[str, Counter[int]]:

@@ -142,10 +142,10 @@ def machine_for(kind: Kind, spark: Any, servers: Servers, tmp: Callable[[], Path
         @rule(shape=st.sampled_from(SHAPES), step=st.sampled_from(TASK_STEPS + DRIVER_STEPS))
         def stop_while_epoch_runs(self, shape: str, step: str) -> None:
             fault = self.world.arm(step, "sleep", seconds=2.0)
-            self._send(shape)
+            index = self._send(shape)
             self.settled = False
             try:
-                self.world.wait_fired(fault)
+                self.world.wait_fired(fault, index)
                 self.world.stop_query()
             finally:
                 self.world.disarm()
