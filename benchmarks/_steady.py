@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 from benchmarks import _requests
 from benchmarks._job import VARIANTS
@@ -144,15 +144,13 @@ def summarize(
             else s.startup_s - b.startup_s
         )
         out.append(
-            Summary(
-                **{
-                    **asdict(s),
-                    "x_arrow": ratio(s, "arrow-drop"),
-                    "x_alo": ratio(s, "alo-sink"),
-                    "x_baseline": ratio(s, "baseline"),
-                    "x_noop": ratio(s, "noop"),
-                    "startup_vs_baseline_s": extra,
-                }
+            replace(
+                s,
+                x_arrow=ratio(s, "arrow-drop"),
+                x_alo=ratio(s, "alo-sink"),
+                x_baseline=ratio(s, "baseline"),
+                x_noop=ratio(s, "noop"),
+                startup_vs_baseline_s=extra,
             )
         )
     return out
