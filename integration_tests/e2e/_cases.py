@@ -8,10 +8,12 @@ the app's, the checker's and ``eos``'s, uses them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from connectors.demo.app import EpochLine
 from connectors.verify import CheckReport
 from integration_tests.e2e._scenario import Scenario, assert_exact, fired
+from integration_tests.e2e._together import Case
 
 # Seconds a held task sleeps while the other task commits and kills the app (killed long
 # before the sleep ends), and the longest the other task waits for the hold to begin.
@@ -28,6 +30,12 @@ IN_FLIGHT_S = 2.0
 
 def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
     """SIGKILL of a Python worker after 10 rows of epoch 1; the query finishes on its own."""
+    case = worker_kill_case(scenario, mode)
+    case.check(scenario.run(case.config, "run").epochs)
+
+
+def worker_kill_case(scenario: Scenario, mode: str) -> Case:
+    """:func:`worker_killed_mid_write` as a case: its query's config and its check."""
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -42,12 +50,15 @@ def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
             }
         ]
     )
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "kill") == 1, "the worker kill never fired: the test proved nothing"
+        assert_exact(scenario.check())
+
     # The query must finish on its own: Spark retries the killed task (local[2,4]) in
     # unaligned mode; in aligned mode Spark never retries a barrier result stage, so the
     # sink re-runs the failed write stage itself (stage_retries).
-    scenario.run(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), "run")
-    assert fired(plan, "kill") == 1, "the worker kill never fired: the test proved nothing"
-    assert_exact(scenario.check())
+    return Case(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), check)
 
 
 def application_killed_after_some_partitions_committed(

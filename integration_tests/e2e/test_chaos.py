@@ -9,19 +9,19 @@ order kept, no transaction left open, epoch log and markers in agreement.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.demo.app import AppProcess
+from connectors.demo.app import AppProcess, EpochLine
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
 from connectors.ops import main as eos_main
 from connectors.verify import AnomalyKind, load_history
 from integration_tests.e2e._cases import (
     application_killed_after_some_partitions_committed,
-    worker_killed_mid_write,
+    worker_kill_case,
 )
 from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
@@ -31,6 +31,7 @@ from integration_tests.e2e._scenario import (
     topic_maker,
     wait_until,
 )
+from integration_tests.e2e._together import Case, run_cases
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -48,13 +49,37 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
     return Scenario.create(kafka_bootstrap, tmp_path, new_topic)
 
 
+# The cases whose faults stay inside their own query run side by side in one application
+# (``_together``): the worker kills in both modes, the at-most-once task retries, the
+# exception between pre-commit and commit, the zombie. Each has its own topics, sink id
+# and fault plan, and its own check; one application run instead of five.
+
+
 @pytest.mark.compat
-@pytest.mark.parametrize("mode", ["unaligned", "aligned"])
-def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
-    worker_killed_mid_write(scenario, mode)
+def test_worker_kills_task_failures_and_a_zombie_side_by_side(
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+) -> None:
+    def scenario(name: str) -> Scenario:
+        (tmp_path / name).mkdir()
+        return Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
+
+    cases = {
+        "python worker killed mid-write, unaligned": worker_kill_case(
+            scenario("kill-unaligned"), "unaligned"
+        ),
+        "python worker killed mid-write, aligned": worker_kill_case(
+            scenario("kill-aligned"), "aligned"
+        ),
+        "at-most-once under task retries": at_most_once_case(scenario("at-most-once")),
+        "exception between pre-commit and commit, aligned": exception_after_pre_commit_case(
+            scenario("exception")
+        ),
+        "zombie attempt cannot commit": zombie_case(scenario("zombie")),
+    }
+    run_cases(cases, tmp_path / "apps", APP_RUN_TIMEOUT_S)
 
 
-def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scenario) -> None:
+def at_most_once_case(scenario: Scenario) -> Case:
     # A task fails after producing part of its rows; Spark retries it (local[2,4]) and
     # the sink would re-run the stage (stage_retries=2): at-most-once must not write any
     # of those rows again. Losing the rest of the partition is allowed.
@@ -72,17 +97,20 @@ def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scen
             }
         ]
     )
-    scenario.run(
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "boom") == 1
+        report = scenario.check(verify_epoch_log=False)
+        assert report.count(AnomalyKind.DUPLICATE) == 0, report.examples
+        assert report.count(AnomalyKind.LOST) > 0, "the retried task wrote its partition again"
+        assert report.count(AnomalyKind.ABORTED_READ) == 0
+
+    return Case(
         scenario.config(
             fault_plan=plan, guarantee="at-most-once", mode="unaligned", stage_retries=2
         ),
-        "run",
+        check,
     )
-    assert fired(plan, "boom") == 1
-    report = scenario.check(verify_epoch_log=False)
-    assert report.count(AnomalyKind.DUPLICATE) == 0, report.examples
-    assert report.count(AnomalyKind.LOST) > 0, "the retried task wrote its partition again"
-    assert report.count(AnomalyKind.ABORTED_READ) == 0
 
 
 def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scenario) -> None:
@@ -114,7 +142,7 @@ def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scena
     assert_exact(scenario.check())
 
 
-def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> None:
+def exception_after_pre_commit_case(scenario: Scenario) -> Case:
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -128,13 +156,16 @@ def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> 
             }
         ]
     )
-    scenario.run(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), "run")
-    assert fired(plan, "boom") == 1
-    report = scenario.check()
-    assert_exact(report)
-    # the other task's pre-committed transaction was aborted, and read_committed hid it
-    assert report.abort_markers >= 1
-    assert report.aborted_records >= 1
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "boom") == 1
+        report = scenario.check()
+        assert_exact(report)
+        # the other task's pre-committed transaction was aborted, and read_committed hid it
+        assert report.abort_markers >= 1
+        assert report.aborted_records >= 1
+
+    return Case(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), check)
 
 
 def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
@@ -182,7 +213,7 @@ def test_application_killed_after_some_partitions_committed(scenario: Scenario, 
     application_killed_after_some_partitions_committed(scenario, mode)
 
 
-def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:
+def zombie_case(scenario: Scenario) -> Case:
     scenario.stage()
     # A zombie of write partition 0: the sink's transactional id, a transaction left open
     # holding copies of input records, as a stalled older task attempt would hold it.
@@ -198,17 +229,20 @@ def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:
     for rec in scenario.inputs[:5]:
         zombie.produce(scenario.output_topic, key=rec.key, value=rec.value)
     assert zombie.flush(ZOMBIE_TIMEOUT_S) == 0
+
     # The query's newer attempts of write partition 0 start (and commit) meanwhile.
-    app = scenario.run(scenario.config(), "run")
-    assert {e.epoch for e in app.epochs} == {0, 1, 2, 3}
-    # Now the zombie tries to commit: it must be fenced.
-    with pytest.raises(KafkaException) as info:
-        zombie.commit_transaction(ZOMBIE_TIMEOUT_S)
-    error = info.value.args[0]
-    assert error.fatal() or error.txn_requires_abort(), error
-    report = scenario.check()
-    assert_exact(report)
-    assert report.aborted_records >= 5  # the zombie's copies, hidden from read_committed
+    def check(epochs: Sequence[EpochLine]) -> None:
+        assert {e.epoch for e in epochs} == {0, 1, 2, 3}
+        # Now the zombie tries to commit: it must be fenced.
+        with pytest.raises(KafkaException) as info:
+            zombie.commit_transaction(ZOMBIE_TIMEOUT_S)
+        error = info.value.args[0]
+        assert error.fatal() or error.txn_requires_abort(), error
+        report = scenario.check()
+        assert_exact(report)
+        assert report.aborted_records >= 5  # the zombie's copies, hidden from read_committed
+
+    return Case(scenario.config(), check)
 
 
 def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario) -> None:
