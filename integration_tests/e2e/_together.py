@@ -22,17 +22,22 @@ Contract:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from connectors.demo.app import EpochLine, PipelineConfig, make_spark, run_query
+from connectors.ops._properties import environment_variables
 
 EXIT_QUERY_FAILED = 3
+# Seconds between checks while waiting for a condition on the queries' epochs.
+POLL_INTERVAL_S = 0.2
 # The repository root: the subprocess imports this module from there.
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,6 +132,11 @@ class Together:
         env = dict(os.environ)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        # The client settings reach the app in its environment, never in a config file
+        # (as AppProcess hands them over): one set for every query of the application.
+        shared = {tuple(sorted(c.client_config.items())) for c in self.configs}
+        assert len(shared) == 1, "the queries of one application share their client settings"
+        env.update(environment_variables(self.configs[0].client_config))
         with self.stderr_path.open("w") as err:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", __name__, *paths],
@@ -152,6 +162,17 @@ class Together:
             elif head.startswith("DONE") and head[4:].isdigit():
                 self.done[int(head[4:])] = True
 
+    def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``condition()`` holds or the application exits; return whether it held."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            if self._proc is not None and self._proc.poll() is not None:
+                return condition()
+            time.sleep(POLL_INTERVAL_S)
+        return False
+
     def wait(self, timeout_s: float) -> int:
         """Wait for the application's exit; SIGKILL what is left of its process group."""
         assert self._proc is not None
@@ -159,7 +180,7 @@ class Together:
             code = self._proc.wait(timeout=timeout_s)
         finally:
             try:
-                os.killpg(self._proc.pid, 9)
+                os.killpg(self._proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         if self._reader is not None:
