@@ -29,7 +29,7 @@ from integration_tests.e2e._scenario import (
     fired,
     wait_until,
 )
-from integration_tests.e2e._table_side import TableSide, epochs_of, record_ids
+from integration_tests.e2e._table_side import TableSide, epochs_of, record_ids, sibling_schema
 from integration_tests.e2e._together import Case, run_cases
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -91,16 +91,9 @@ def test_python_workers_killed_mid_write_and_after_prepare(
     tmp_path: Path,
     new_topic: Callable[..., str],
     postgres_dsn: str,
-    pg: Any,
     schema: str,
 ) -> None:
-    from psycopg import sql
-
-    # The second case's schema is named after the fixture's, so the fixture's clean-up rolls
-    # back its sink's prepared leftovers too (its sink id starts with the schema's name).
-    second = f"{schema}_b"
-    pg.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(second)))
-    try:
+    with sibling_schema(postgres_dsn, schema, "b") as second:
         cases = {}
         for (mode, protocol), name in zip(PROTOCOL_CASES, (schema, second), strict=True):
             (tmp_path / protocol).mkdir()
@@ -109,8 +102,6 @@ def test_python_workers_killed_mid_write_and_after_prepare(
             )
             cases[f"{mode}-{protocol}"] = workers_killed_case(sc, table, mode, protocol)
         run_cases(cases, tmp_path / "apps", APP_RUN_TIMEOUT_S)
-    finally:
-        pg.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(second)))
 
 
 def workers_killed_case(sc: Scenario, table: TableSide, mode: str, protocol: str) -> Case:
