@@ -18,9 +18,10 @@ from confluent_kafka import KafkaException, Producer
 from connectors.demo.app import AppProcess, EpochLine
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
 from connectors.ops import main as eos_main
-from connectors.verify import AnomalyKind, load_history
+from connectors.verify import AnomalyKind, CheckReport, load_history
 from integration_tests.e2e._cases import (
-    application_killed_after_some_partitions_committed,
+    Killed,
+    kill_app_with_epoch_partly_committed,
     worker_kill_case,
 )
 from integration_tests.e2e._scenario import (
@@ -113,7 +114,8 @@ def at_most_once_case(scenario: Scenario) -> Case:
     )
 
 
-def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scenario) -> None:
+def sigterm_stopped(scenario: Scenario) -> Killed:
+    """SIGTERM mid-epoch: the application stops after the epoch in flight; a restart ends it."""
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -134,12 +136,19 @@ def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scena
     assert not app.done
     written = [e for e in app.epochs if e.committed and not e.skipped]
     assert [e.epoch for e in written] == [0, 1], "the epoch in flight finished, no later one"
-    partial = scenario.check()
-    assert partial.count(AnomalyKind.OPEN_TRANSACTION) == 0
-    assert partial.count(AnomalyKind.DUPLICATE) == 0
-    assert partial.committed_records == sum(e.rows for e in written)  # whole epochs only
-    scenario.run(scenario.config(), "second")  # the restart writes the rest
-    assert_exact(scenario.check())
+
+    def after_stop() -> None:
+        partial = scenario.check()
+        assert partial.count(AnomalyKind.OPEN_TRANSACTION) == 0
+        assert partial.count(AnomalyKind.DUPLICATE) == 0
+        assert partial.committed_records == sum(e.rows for e in written)  # whole epochs only
+
+    def finish(_epochs: Sequence[EpochLine]) -> CheckReport:  # the restart writes the rest
+        report = scenario.check()
+        assert_exact(report)
+        return report
+
+    return Killed(after_stop, finish, scenario.config())
 
 
 def exception_after_pre_commit_case(scenario: Scenario) -> Case:
@@ -168,7 +177,7 @@ def exception_after_pre_commit_case(scenario: Scenario) -> Case:
     return Case(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), check)
 
 
-def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
+def whole_application_killed(scenario: Scenario) -> Killed:
     scenario.stage()
     epoch_log = str(scenario.tmp / "epochs.log")
     # 1. the driver SIGKILLs itself (and the app with it) after the write stage of epoch 1,
@@ -182,35 +191,69 @@ def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
     )
     assert fired(plan, "d") == 1
     assert not app.done
-    # Every partition committed, so the checker and the operator read the epoch as
-    # committed by its markers, its completion missing as after a deferred completion
-    # (docs/architecture.md, "Deferred completion").
-    stuck = scenario.check(epoch_log=epoch_log)
-    assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 0
-    assert stuck.last_committed_epoch == 1
-    code = eos_main(
-        [
-            "--bootstrap-servers",
-            scenario.bootstrap,
-            "--json",
-            "status",
-            scenario.sink_id,
-            "--epoch-log",
-            epoch_log,
-            "--topic",
-            scenario.output_topic,
-        ]
-    )
-    assert code == 0
+
+    def after_kill() -> None:
+        # Every partition committed, so the checker and the operator read the epoch as
+        # committed by its markers, its completion missing as after a deferred completion
+        # (docs/architecture.md, "Deferred completion").
+        stuck = scenario.check(epoch_log=epoch_log)
+        assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 0
+        assert stuck.last_committed_epoch == 1
+        code = eos_main(
+            [
+                "--bootstrap-servers",
+                scenario.bootstrap,
+                "--json",
+                "status",
+                scenario.sink_id,
+                "--epoch-log",
+                epoch_log,
+                "--topic",
+                scenario.output_topic,
+            ]
+        )
+        assert code == 0
+
     # 2. a new application from the same checkpoint: Spark replays epoch 1, every write
     #    partition finds its marker and skips; the remaining epochs are written.
-    scenario.run(scenario.config(mode="unaligned", epoch_log=epoch_log), "second")
-    assert_exact(scenario.check(epoch_log=epoch_log))
+    def finish(_epochs: Sequence[EpochLine]) -> CheckReport:
+        report = scenario.check(epoch_log=epoch_log)
+        assert_exact(report)
+        return report
+
+    return Killed(after_kill, finish, scenario.config(mode="unaligned", epoch_log=epoch_log))
 
 
-@pytest.mark.parametrize("mode", ["unaligned", "aligned"])
-def test_application_killed_after_some_partitions_committed(scenario: Scenario, mode: str) -> None:
-    application_killed_after_some_partitions_committed(scenario, mode)
+def test_applications_killed_or_stopped_then_restarted(
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+) -> None:
+    # Four cases, each with its own first application: SIGKILLed with epoch 1 partly
+    # committed (aligned, unaligned: _cases), the driver SIGKILLed after the write stage,
+    # SIGTERM mid-epoch. What each kill left is checked before any restart; then the four
+    # restarts run side by side in one application (_together), each checked on its own.
+    # The aligned case goes first: its marker read waits for the broker to abort the held
+    # partition's pre-committed transaction (HELD_TXN_TIMEOUT_MS), which the next first
+    # runs cover. The unaligned one goes last, so its restart follows its kill as closely
+    # as in a test of its own: its held partition's open transaction is still there for
+    # the restart to abort.
+    def scenario(name: str) -> Scenario:
+        (tmp_path / name).mkdir()
+        return Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
+
+    killed = {
+        "application killed, epoch partly committed, aligned": (
+            kill_app_with_epoch_partly_committed(scenario("kill-app-aligned"), "aligned")
+        ),
+        "driver killed after the write stage": whole_application_killed(scenario("driver")),
+        "SIGTERM after the epoch in flight": sigterm_stopped(scenario("sigterm")),
+    }
+    for case in killed.values():
+        case.after_kill()
+    last = kill_app_with_epoch_partly_committed(scenario("kill-app-unaligned"), "unaligned")
+    last.after_kill()
+    killed["application killed, epoch partly committed, unaligned"] = last
+    restarts = {name: case.restart for name, case in killed.items()}
+    run_cases(restarts, tmp_path / "restarts", APP_RUN_TIMEOUT_S)
 
 
 def zombie_case(scenario: Scenario) -> Case:
