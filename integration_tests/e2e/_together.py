@@ -5,7 +5,8 @@ before the first epoch; cases whose faults stay inside their own query (a Python
 killed, a task raising, a zombie producer outside the app) can run side by side in one
 application, each query with its own input, checkpoint, topic, sink id and fault plan, and
 each case checked on its own afterwards. Not for faults that end the application (a
-driver-side ``kill``, ``kill_app``, SIGTERM): they would hit every query of it.
+driver-side ``kill``, ``kill_app``, SIGTERM): they would hit every query of it; such a
+case's killed run keeps an application of its own, and its restart (no fault) can share.
 
 Contract:
 
@@ -16,7 +17,8 @@ Contract:
    ``DONE{i}`` when query ``i`` wrote its whole input, and exits 0 when every query is
    done, 3 when one failed (its traceback on stderr);
 3. :class:`Together` runs it from a test, like ``connectors.demo.app.AppProcess``: the
-   epochs of each query, its exit code.
+   epochs of each query, its exit code; :func:`run_cases` runs the queries of several
+   :class:`Case` s and then each case's own check.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from connectors.demo.app import EpochLine, PipelineConfig, make_spark, run_query
 from connectors.ops._properties import environment_variables
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 EXIT_QUERY_FAILED = 3
 # Seconds between checks while waiting for a condition on the queries' epochs.
@@ -42,12 +48,12 @@ POLL_INTERVAL_S = 0.2
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_one(spark: object, index: int, cfg: PipelineConfig, failed: list[int]) -> None:
+def _run_one(spark: SparkSession, index: int, cfg: PipelineConfig, failed: list[int]) -> None:
     def print_epoch(line: EpochLine) -> None:
         print(f"EPOCH{index} {line.to_line().removeprefix('EPOCH ')}", flush=True)
 
     try:
-        run_query(spark, cfg, on_epoch=print_epoch)  # type: ignore[arg-type]
+        run_query(spark, cfg, on_epoch=print_epoch)
     except Exception:  # noqa: BLE001 - reported through the exit code, traceback on stderr
         traceback.print_exc()
         failed.append(index)

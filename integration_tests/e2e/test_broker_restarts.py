@@ -83,7 +83,6 @@ def test_broker_restarts_under_running_queries(tmp_path: Path) -> None:
         scenarios: list[Scenario] = []
         configs = []
         for mode in MODES:
-            (tmp_path / mode).mkdir()
             sc = Scenario.create(
                 broker.bootstrap_servers,
                 tmp_path / mode,

@@ -56,26 +56,30 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
 # and fault plan, and its own check; one application run instead of five.
 
 
+@pytest.fixture
+def named(
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+) -> Callable[[str], Scenario]:
+    """``named(name)``: a scenario of its own in the test's ``tmp_path / name``."""
+    return lambda name: Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
+
+
 @pytest.mark.compat
 def test_worker_kills_task_failures_and_a_zombie_side_by_side(
-    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+    named: Callable[[str], Scenario], tmp_path: Path
 ) -> None:
-    def scenario(name: str) -> Scenario:
-        (tmp_path / name).mkdir()
-        return Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
-
     cases = {
         "python worker killed mid-write, unaligned": worker_kill_case(
-            scenario("kill-unaligned"), "unaligned"
+            named("kill-unaligned"), "unaligned"
         ),
         "python worker killed mid-write, aligned": worker_kill_case(
-            scenario("kill-aligned"), "aligned"
+            named("kill-aligned"), "aligned"
         ),
-        "at-most-once under task retries": at_most_once_case(scenario("at-most-once")),
+        "at-most-once under task retries": at_most_once_case(named("at-most-once")),
         "exception between pre-commit and commit, aligned": exception_after_pre_commit_case(
-            scenario("exception")
+            named("exception")
         ),
-        "zombie attempt cannot commit": zombie_case(scenario("zombie")),
+        "zombie attempt cannot commit": zombie_case(named("zombie")),
     }
     run_cases(cases, tmp_path / "apps", APP_RUN_TIMEOUT_S)
 
@@ -225,7 +229,7 @@ def whole_application_killed(scenario: Scenario) -> Killed:
 
 
 def test_applications_killed_or_stopped_then_restarted(
-    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+    named: Callable[[str], Scenario], tmp_path: Path
 ) -> None:
     # Four cases, each with its own first application: SIGKILLed with epoch 1 partly
     # committed (aligned, unaligned: _cases), the driver SIGKILLed after the write stage,
@@ -236,20 +240,16 @@ def test_applications_killed_or_stopped_then_restarted(
     # runs cover. The unaligned one goes last, so its restart follows its kill as closely
     # as in a test of its own: its held partition's open transaction is still there for
     # the restart to abort.
-    def scenario(name: str) -> Scenario:
-        (tmp_path / name).mkdir()
-        return Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
-
     killed = {
         "application killed, epoch partly committed, aligned": (
-            kill_app_with_epoch_partly_committed(scenario("kill-app-aligned"), "aligned")
+            kill_app_with_epoch_partly_committed(named("kill-app-aligned"), "aligned")
         ),
-        "driver killed after the write stage": whole_application_killed(scenario("driver")),
-        "SIGTERM after the epoch in flight": sigterm_stopped(scenario("sigterm")),
+        "driver killed after the write stage": whole_application_killed(named("driver")),
+        "SIGTERM after the epoch in flight": sigterm_stopped(named("sigterm")),
     }
     for case in killed.values():
         case.after_kill()
-    last = kill_app_with_epoch_partly_committed(scenario("kill-app-unaligned"), "unaligned")
+    last = kill_app_with_epoch_partly_committed(named("kill-app-unaligned"), "unaligned")
     last.after_kill()
     killed["application killed, epoch partly committed, unaligned"] = last
     restarts = {name: case.restart for name, case in killed.items()}

@@ -141,7 +141,6 @@ def test_bad_records_are_dead_lettered_once_across_a_kill_and_a_replay(
         schemas = iter((schema, second))
         replays: dict[str, Case] = {}
         for case in CASES:
-            (tmp_path / case).mkdir()
             sc = Scenario.create(kafka_bootstrap, tmp_path / case, new_topic, n=N)
             write_chunks([*sc.inputs, *bad_records(sc.input_topic)], sc.input_dir, N + 2)
             if case.startswith("kafka"):

@@ -96,7 +96,6 @@ def test_python_workers_killed_mid_write_and_after_prepare(
     with sibling_schema(postgres_dsn, schema, "b") as second:
         cases = {}
         for (mode, protocol), name in zip(PROTOCOL_CASES, (schema, second), strict=True):
-            (tmp_path / protocol).mkdir()
             sc, table = pg_scenario(
                 kafka_bootstrap, tmp_path / protocol, new_topic, postgres_dsn, name
             )

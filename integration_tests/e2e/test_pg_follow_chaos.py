@@ -104,7 +104,6 @@ def test_killed_between_the_alter_and_the_commit_then_replayed(
     with sibling_schema(postgres_dsn, schema, "b") as second:
         replays: dict[str, Case] = {}
         for (mode, protocol), name in zip(CASES, (schema, second), strict=True):
-            (tmp_path / protocol).mkdir()
             # No table: the sink creates it.
             sc, table = pg_scenario(
                 kafka_bootstrap, tmp_path / protocol, new_topic, postgres_dsn, name, create=False

@@ -110,7 +110,6 @@ def test_killed_queries_resume_from_the_output_with_a_changed_query(
         resumed: dict[str, Case] = {}
         for sink, mode, kill in CASES:
             name = f"{sink}-{mode}-{kill}"
-            (tmp_path / name).mkdir()
             sc = Scenario.create(kafka_bootstrap, tmp_path / name, new_topic, n=RECORDS)
             table = TableSide(postgres_dsn, next(schemas)) if sink == "postgres" else None
             resumed[name] = killed_then_changed(sc, table, mode, kill)
