@@ -8,10 +8,13 @@ the app's, the checker's and ``eos``'s, uses them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from connectors.demo.app import EpochLine, PipelineConfig
 from connectors.verify import CheckReport
 from integration_tests.e2e._scenario import Scenario, assert_exact, fired
+from integration_tests.e2e._together import Case
 
 # Seconds a held task sleeps while the other task commits and kills the app (killed long
 # before the sleep ends), and the longest the other task waits for the hold to begin.
@@ -28,6 +31,12 @@ IN_FLIGHT_S = 2.0
 
 def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
     """SIGKILL of a Python worker after 10 rows of epoch 1; the query finishes on its own."""
+    case = worker_kill_case(scenario, mode)
+    case.check(scenario.run(case.config, "run").epochs)
+
+
+def worker_kill_case(scenario: Scenario, mode: str) -> Case:
+    """:func:`worker_killed_mid_write` as a case: its query's config and its check."""
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -42,12 +51,15 @@ def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
             }
         ]
     )
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "kill") == 1, "the worker kill never fired: the test proved nothing"
+        assert_exact(scenario.check())
+
     # The query must finish on its own: Spark retries the killed task (local[2,4]) in
     # unaligned mode; in aligned mode Spark never retries a barrier result stage, so the
     # sink re-runs the failed write stage itself (stage_retries).
-    scenario.run(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), "run")
-    assert fired(plan, "kill") == 1, "the worker kill never fired: the test proved nothing"
-    assert_exact(scenario.check())
+    return Case(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), check)
 
 
 def application_killed_after_some_partitions_committed(
@@ -59,6 +71,34 @@ def application_killed_after_some_partitions_committed(
     and the restart: what an operator would look at or do there. Returns the checker's
     report of the finished output.
     """
+    killed = kill_app_with_epoch_partly_committed(scenario, mode)
+    killed.after_kill()
+    if after_kill is not None:
+        after_kill(scenario)
+    second = scenario.run(killed.restart.config, "second")
+    return killed.finish(second.epochs)
+
+
+@dataclass(frozen=True)
+class Killed:
+    """A case whose first application was killed: the checks of what the kill left, and the
+    restart from the same checkpoint as a :class:`Case` (its query's config and check).
+
+    ``after_kill()`` runs after the kill and before the restart; ``finish(epochs)`` is the
+    restart's check (``restart.check``), returning the checker's report.
+    """
+
+    after_kill: Callable[[], None]
+    finish: Callable[[Sequence[EpochLine]], CheckReport]
+    config: PipelineConfig
+
+    @property
+    def restart(self) -> Case:
+        return Case(self.config, self.finish)
+
+
+def kill_app_with_epoch_partly_committed(scenario: Scenario, mode: str) -> Killed:
+    """:func:`application_killed_after_some_partitions_committed` up to the kill."""
     scenario.stage()
     epoch = 1
     # 1. write partition 1 is held in epoch 1, not committed: unaligned, in the middle of
@@ -116,22 +156,25 @@ def application_killed_after_some_partitions_committed(
     assert fired(plan, "wait") == 1
     assert not app.done
     assert [e.epoch for e in app.epochs] == list(range(epoch))
-    # 2. the point of the test: epoch 1 is PARTLY committed.
-    markers = scenario.markers(2)
-    assert markers[0] is not None and markers[0].epoch == epoch, markers
-    assert markers[1] is not None and markers[1].epoch == epoch - 1, markers
-    if after_kill is not None:
-        after_kill(scenario)
+
+    def after_kill() -> None:
+        # 2. the point of the test: epoch 1 is PARTLY committed.
+        markers = scenario.markers(2)
+        assert markers[0] is not None and markers[0].epoch == epoch, markers
+        assert markers[1] is not None and markers[1].epoch == epoch - 1, markers
+
     # 3. a new application from the same checkpoint replays epoch 1: partition 0 skips by
     #    its marker, partition 1 (its open transaction aborted by init_transactions)
     #    writes epoch 1 again; the remaining epochs follow.
-    second = scenario.run(scenario.config(mode=mode), "second")
-    assert epoch in {e.epoch for e in second.epochs}
-    report = scenario.check()
-    assert_exact(report)
-    last = max(e.epoch for e in second.epochs)
-    assert {p: m.epoch if m else None for p, m in scenario.markers(2).items()} == {
-        0: last,
-        1: last,
-    }
-    return report
+    def finish(epochs: Sequence[EpochLine]) -> CheckReport:
+        assert epoch in {e.epoch for e in epochs}
+        report = scenario.check()
+        assert_exact(report)
+        last = max(e.epoch for e in epochs)
+        assert {p: m.epoch if m else None for p, m in scenario.markers(2).items()} == {
+            0: last,
+            1: last,
+        }
+        return report
+
+    return Killed(after_kill, finish, scenario.config(mode=mode))

@@ -68,7 +68,11 @@ class Scenario:
         n: int = N_RECORDS,
         client_config: dict[str, str] | None = None,
     ) -> Scenario:
-        """Make the topics (with ``new_topic``, on the same cluster) and the input records."""
+        """Make the topics (with ``new_topic``, on the same cluster) and the input records.
+
+        ``tmp`` (the scenario's files) is created if missing.
+        """
+        tmp.mkdir(parents=True, exist_ok=True)
         shared = dict(client_config or {})
         inp = new_topic("e2e-in", partitions=2)
         out = new_topic("e2e-out", partitions=3)

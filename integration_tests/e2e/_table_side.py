@@ -9,9 +9,10 @@ table shows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,3 +88,20 @@ def epochs_of(ids: Sequence[int], epoch_of: dict[int, int]) -> Counter[int]:
 def record_ids(records: Sequence[Record]) -> list[int]:
     """The JSON ids of ``records``."""
     return [int(json.loads(r.value or b"{}")["id"]) for r in records]
+
+
+@contextlib.contextmanager
+def sibling_schema(dsn: str, schema: str, suffix: str) -> Iterator[str]:
+    """A second schema ``{schema}_{suffix}`` for a test that runs cases side by side.
+
+    Named after the ``schema`` fixture's schema, so that fixture's clean-up also rolls back
+    the prepared leftovers of a sink whose id starts with it; dropped at the end.
+    """
+    name = f"{schema}_{suffix}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))

@@ -2,11 +2,13 @@
 
 Issue 17, hole 4: while a restarted broker reloaded its topics, the Kafka epoch log's
 append failed with ``_UNKNOWN_TOPIC`` and the query died. Here one Spark application
-writes with ``KafkaSink`` (the epoch log in Kafka) while its broker is restarted three
+runs two queries side by side, one per commit mode, each writing with its own
+``KafkaSink`` (the epoch log in Kafka) while their broker is restarted three
 times at random points of the epochs: a clean stop, a SIGKILL, and a SIGKILL with the
 broker down for a few seconds. The broker answers metadata without topics for
 ``LOAD_DELAY_MS`` after every start (a Kafka broker that reloads its topics). The app
-must finish with exit code 0, and the checker must find every record exactly once.
+must finish with exit code 0, and the checker must find every record of each query
+exactly once.
 
 The test owns its broker (the restarts cannot hit the session's shared one).
 """
@@ -19,13 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from connectors.demo.app import AppProcess
 from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
+    CHUNK,
     Scenario,
     assert_exact,
     topic_maker,
 )
+from integration_tests.e2e._together import Together
 
 pytestmark = [
     pytest.mark.spark,
@@ -54,6 +57,7 @@ PROPAGATION_MS = 5000
 RUN_BEFORE_RESTART_S = PROPAGATION_MS / 1000 + 5.0
 # Seconds the broker stays down after a SIGKILL in the last restart.
 DOWN_S = 3.0
+MODES = ("aligned", "unaligned")
 
 
 def _restart(broker: object, how: str) -> None:
@@ -66,9 +70,7 @@ def _restart(broker: object, how: str) -> None:
     broker.start()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("mode", ["aligned", "unaligned"])
-def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> None:
-
+def test_broker_restarts_under_running_queries(tmp_path: Path) -> None:
     from minikafka import BrokerProcess
 
     with BrokerProcess(
@@ -76,39 +78,47 @@ def test_broker_restarts_under_a_running_query(tmp_path: Path, mode: str) -> Non
     ) as broker:
         time.sleep(LOAD_DELAY_MS / 1000 + 0.5)
         make_topic = topic_maker(broker.bootstrap_servers)
-
-        sc = Scenario.create(
-            broker.bootstrap_servers,
-            tmp_path,
-            make_topic,
-            n=RECORDS,
-            client_config={"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)},
-        )
-        epochs = sc.stage()
-        hold = sc.fault_plan(
-            [
-                {
-                    "id": "hold",
-                    "step": "driver_after_plan",
-                    "epoch": 1,
-                    "action": "sleep",
-                    "seconds": RUN_BEFORE_RESTART_S,
-                }
-            ]
-        )
-        app = AppProcess(
-            sc.config(mode=mode, fault_plan=hold), tmp_path / "apps", name="run"
-        ).start()
-        assert app.wait_for(lambda a: len(a.epochs) >= 2, APP_RUN_TIMEOUT_S), app.stderr_tail()
-        for how in ("clean", "killed", "killed-down"):
-            seen = len(app.epochs)
-            assert app.wait_for(lambda a, n=seen: len(a.epochs) >= n + 2, APP_RUN_TIMEOUT_S), (
-                app.stderr_tail()
+        # One query per mode, side by side in one application (``_together``): the same
+        # restarts hit both, each with its own topics, sink id and check.
+        scenarios: list[Scenario] = []
+        configs = []
+        for mode in MODES:
+            sc = Scenario.create(
+                broker.bootstrap_servers,
+                tmp_path / mode,
+                make_topic,
+                n=RECORDS,
+                client_config={"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)},
             )
+            sc.stage()
+            hold = sc.fault_plan(
+                [
+                    {
+                        "id": "hold",
+                        "step": "driver_after_plan",
+                        "epoch": 1,
+                        "action": "sleep",
+                        "seconds": RUN_BEFORE_RESTART_S,
+                    }
+                ]
+            )
+            scenarios.append(sc)
+            configs.append(sc.config(mode=mode, fault_plan=hold))
+        epochs = RECORDS // CHUNK
+        app = Together(configs, tmp_path / "apps", "run").start()
+
+        def each_has(counts: list[int]) -> bool:
+            return all(len(e) >= n for e, n in zip(app.epochs, counts, strict=True))
+
+        assert app.wait_for(lambda: each_has([2, 2]), APP_RUN_TIMEOUT_S), app.stderr_tail()
+        for how in ("clean", "killed", "killed-down"):
+            seen = [len(e) + 2 for e in app.epochs]
+            assert app.wait_for(lambda n=seen: each_has(n), APP_RUN_TIMEOUT_S), app.stderr_tail()
             _restart(broker, how)
-        before_last = len(app.epochs)
+        before_last = [len(e) for e in app.epochs]
         code = app.wait(APP_RUN_TIMEOUT_S)
-        assert code == 0, f"{app.failure_summary()}\n{app.stderr_tail()}"
-        assert {e.epoch for e in app.epochs} == set(range(epochs))
-        assert before_last < epochs, "the query ended before the last restart: proves nothing"
-        assert_exact(sc.check())  # the epoch log and the markers agree, too
+        assert code == 0, app.stderr_tail()
+        for mode, sc, done, before in zip(MODES, scenarios, app.epochs, before_last, strict=True):
+            assert {e.epoch for e in done} == set(range(epochs)), mode
+            assert before < epochs, f"{mode}: the query ended before the last restart"
+            assert_exact(sc.check())  # the epoch log and the markers agree, too

@@ -9,19 +9,20 @@ order kept, no transaction left open, epoch log and markers in agreement.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from connectors.demo.app import AppProcess
+from connectors.demo.app import AppProcess, EpochLine
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
 from connectors.ops import main as eos_main
-from connectors.verify import AnomalyKind, load_history
+from connectors.verify import AnomalyKind, CheckReport, load_history
 from integration_tests.e2e._cases import (
-    application_killed_after_some_partitions_committed,
-    worker_killed_mid_write,
+    Killed,
+    kill_app_with_epoch_partly_committed,
+    worker_kill_case,
 )
 from integration_tests.e2e._scenario import (
     APP_RUN_TIMEOUT_S,
@@ -31,6 +32,7 @@ from integration_tests.e2e._scenario import (
     topic_maker,
     wait_until,
 )
+from integration_tests.e2e._together import Case, run_cases
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -48,13 +50,41 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
     return Scenario.create(kafka_bootstrap, tmp_path, new_topic)
 
 
+# The cases whose faults stay inside their own query run side by side in one application
+# (``_together``): the worker kills in both modes, the at-most-once task retries, the
+# exception between pre-commit and commit, the zombie. Each has its own topics, sink id
+# and fault plan, and its own check; one application run instead of five.
+
+
+@pytest.fixture
+def named(
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+) -> Callable[[str], Scenario]:
+    """``named(name)``: a scenario of its own in the test's ``tmp_path / name``."""
+    return lambda name: Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
+
+
 @pytest.mark.compat
-@pytest.mark.parametrize("mode", ["unaligned", "aligned"])
-def test_python_worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
-    worker_killed_mid_write(scenario, mode)
+def test_worker_kills_task_failures_and_a_zombie_side_by_side(
+    named: Callable[[str], Scenario], tmp_path: Path
+) -> None:
+    cases = {
+        "python worker killed mid-write, unaligned": worker_kill_case(
+            named("kill-unaligned"), "unaligned"
+        ),
+        "python worker killed mid-write, aligned": worker_kill_case(
+            named("kill-aligned"), "aligned"
+        ),
+        "at-most-once under task retries": at_most_once_case(named("at-most-once")),
+        "exception between pre-commit and commit, aligned": exception_after_pre_commit_case(
+            named("exception")
+        ),
+        "zombie attempt cannot commit": zombie_case(named("zombie")),
+    }
+    run_cases(cases, tmp_path / "apps", APP_RUN_TIMEOUT_S)
 
 
-def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scenario) -> None:
+def at_most_once_case(scenario: Scenario) -> Case:
     # A task fails after producing part of its rows; Spark retries it (local[2,4]) and
     # the sink would re-run the stage (stage_retries=2): at-most-once must not write any
     # of those rows again. Losing the rest of the partition is allowed.
@@ -72,20 +102,24 @@ def test_at_most_once_never_writes_a_row_twice_under_task_retries(scenario: Scen
             }
         ]
     )
-    scenario.run(
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "boom") == 1
+        report = scenario.check(verify_epoch_log=False)
+        assert report.count(AnomalyKind.DUPLICATE) == 0, report.examples
+        assert report.count(AnomalyKind.LOST) > 0, "the retried task wrote its partition again"
+        assert report.count(AnomalyKind.ABORTED_READ) == 0
+
+    return Case(
         scenario.config(
             fault_plan=plan, guarantee="at-most-once", mode="unaligned", stage_retries=2
         ),
-        "run",
+        check,
     )
-    assert fired(plan, "boom") == 1
-    report = scenario.check(verify_epoch_log=False)
-    assert report.count(AnomalyKind.DUPLICATE) == 0, report.examples
-    assert report.count(AnomalyKind.LOST) > 0, "the retried task wrote its partition again"
-    assert report.count(AnomalyKind.ABORTED_READ) == 0
 
 
-def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scenario) -> None:
+def sigterm_stopped(scenario: Scenario) -> Killed:
+    """SIGTERM mid-epoch: the application stops after the epoch in flight; a restart ends it."""
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -106,15 +140,22 @@ def test_sigterm_stops_the_application_after_the_epoch_in_flight(scenario: Scena
     assert not app.done
     written = [e for e in app.epochs if e.committed and not e.skipped]
     assert [e.epoch for e in written] == [0, 1], "the epoch in flight finished, no later one"
-    partial = scenario.check()
-    assert partial.count(AnomalyKind.OPEN_TRANSACTION) == 0
-    assert partial.count(AnomalyKind.DUPLICATE) == 0
-    assert partial.committed_records == sum(e.rows for e in written)  # whole epochs only
-    scenario.run(scenario.config(), "second")  # the restart writes the rest
-    assert_exact(scenario.check())
+
+    def after_stop() -> None:
+        partial = scenario.check()
+        assert partial.count(AnomalyKind.OPEN_TRANSACTION) == 0
+        assert partial.count(AnomalyKind.DUPLICATE) == 0
+        assert partial.committed_records == sum(e.rows for e in written)  # whole epochs only
+
+    def finish(_epochs: Sequence[EpochLine]) -> CheckReport:  # the restart writes the rest
+        report = scenario.check()
+        assert_exact(report)
+        return report
+
+    return Killed(after_stop, finish, scenario.config())
 
 
-def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> None:
+def exception_after_pre_commit_case(scenario: Scenario) -> Case:
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -128,16 +169,19 @@ def test_exception_between_pre_commit_and_commit_aligned(scenario: Scenario) -> 
             }
         ]
     )
-    scenario.run(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), "run")
-    assert fired(plan, "boom") == 1
-    report = scenario.check()
-    assert_exact(report)
-    # the other task's pre-committed transaction was aborted, and read_committed hid it
-    assert report.abort_markers >= 1
-    assert report.aborted_records >= 1
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "boom") == 1
+        report = scenario.check()
+        assert_exact(report)
+        # the other task's pre-committed transaction was aborted, and read_committed hid it
+        assert report.abort_markers >= 1
+        assert report.aborted_records >= 1
+
+    return Case(scenario.config(fault_plan=plan, mode="aligned", stage_retries=2), check)
 
 
-def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
+def whole_application_killed(scenario: Scenario) -> Killed:
     scenario.stage()
     epoch_log = str(scenario.tmp / "epochs.log")
     # 1. the driver SIGKILLs itself (and the app with it) after the write stage of epoch 1,
@@ -151,38 +195,68 @@ def test_whole_application_killed_and_restarted(scenario: Scenario) -> None:
     )
     assert fired(plan, "d") == 1
     assert not app.done
-    # Every partition committed, so the checker and the operator read the epoch as
-    # committed by its markers, its completion missing as after a deferred completion
-    # (docs/architecture.md, "Deferred completion").
-    stuck = scenario.check(epoch_log=epoch_log)
-    assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 0
-    assert stuck.last_committed_epoch == 1
-    code = eos_main(
-        [
-            "--bootstrap-servers",
-            scenario.bootstrap,
-            "--json",
-            "status",
-            scenario.sink_id,
-            "--epoch-log",
-            epoch_log,
-            "--topic",
-            scenario.output_topic,
-        ]
-    )
-    assert code == 0
+
+    def after_kill() -> None:
+        # Every partition committed, so the checker and the operator read the epoch as
+        # committed by its markers, its completion missing as after a deferred completion
+        # (docs/architecture.md, "Deferred completion").
+        stuck = scenario.check(epoch_log=epoch_log)
+        assert stuck.count(AnomalyKind.IN_DOUBT_EPOCH) == 0
+        assert stuck.last_committed_epoch == 1
+        code = eos_main(
+            [
+                "--bootstrap-servers",
+                scenario.bootstrap,
+                "--json",
+                "status",
+                scenario.sink_id,
+                "--epoch-log",
+                epoch_log,
+                "--topic",
+                scenario.output_topic,
+            ]
+        )
+        assert code == 0
+
     # 2. a new application from the same checkpoint: Spark replays epoch 1, every write
     #    partition finds its marker and skips; the remaining epochs are written.
-    scenario.run(scenario.config(mode="unaligned", epoch_log=epoch_log), "second")
-    assert_exact(scenario.check(epoch_log=epoch_log))
+    def finish(_epochs: Sequence[EpochLine]) -> CheckReport:
+        report = scenario.check(epoch_log=epoch_log)
+        assert_exact(report)
+        return report
+
+    return Killed(after_kill, finish, scenario.config(mode="unaligned", epoch_log=epoch_log))
 
 
-@pytest.mark.parametrize("mode", ["unaligned", "aligned"])
-def test_application_killed_after_some_partitions_committed(scenario: Scenario, mode: str) -> None:
-    application_killed_after_some_partitions_committed(scenario, mode)
+def test_applications_killed_or_stopped_then_restarted(
+    named: Callable[[str], Scenario], tmp_path: Path
+) -> None:
+    # Four cases, each with its own first application: SIGKILLed with epoch 1 partly
+    # committed (aligned, unaligned: _cases), the driver SIGKILLed after the write stage,
+    # SIGTERM mid-epoch. What each kill left is checked before any restart; then the four
+    # restarts run side by side in one application (_together), each checked on its own.
+    # The aligned case goes first: its marker read waits for the broker to abort the held
+    # partition's pre-committed transaction (HELD_TXN_TIMEOUT_MS), which the next first
+    # runs cover. The unaligned one goes last, so its restart follows its kill as closely
+    # as in a test of its own: its held partition's open transaction is still there for
+    # the restart to abort.
+    killed = {
+        "application killed, epoch partly committed, aligned": (
+            kill_app_with_epoch_partly_committed(named("kill-app-aligned"), "aligned")
+        ),
+        "driver killed after the write stage": whole_application_killed(named("driver")),
+        "SIGTERM after the epoch in flight": sigterm_stopped(named("sigterm")),
+    }
+    for case in killed.values():
+        case.after_kill()
+    last = kill_app_with_epoch_partly_committed(named("kill-app-unaligned"), "unaligned")
+    last.after_kill()
+    killed["application killed, epoch partly committed, unaligned"] = last
+    restarts = {name: case.restart for name, case in killed.items()}
+    run_cases(restarts, tmp_path / "restarts", APP_RUN_TIMEOUT_S)
 
 
-def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:
+def zombie_case(scenario: Scenario) -> Case:
     scenario.stage()
     # A zombie of write partition 0: the sink's transactional id, a transaction left open
     # holding copies of input records, as a stalled older task attempt would hold it.
@@ -198,17 +272,20 @@ def test_zombie_attempt_cannot_commit(scenario: Scenario) -> None:
     for rec in scenario.inputs[:5]:
         zombie.produce(scenario.output_topic, key=rec.key, value=rec.value)
     assert zombie.flush(ZOMBIE_TIMEOUT_S) == 0
+
     # The query's newer attempts of write partition 0 start (and commit) meanwhile.
-    app = scenario.run(scenario.config(), "run")
-    assert {e.epoch for e in app.epochs} == {0, 1, 2, 3}
-    # Now the zombie tries to commit: it must be fenced.
-    with pytest.raises(KafkaException) as info:
-        zombie.commit_transaction(ZOMBIE_TIMEOUT_S)
-    error = info.value.args[0]
-    assert error.fatal() or error.txn_requires_abort(), error
-    report = scenario.check()
-    assert_exact(report)
-    assert report.aborted_records >= 5  # the zombie's copies, hidden from read_committed
+    def check(epochs: Sequence[EpochLine]) -> None:
+        assert {e.epoch for e in epochs} == {0, 1, 2, 3}
+        # Now the zombie tries to commit: it must be fenced.
+        with pytest.raises(KafkaException) as info:
+            zombie.commit_transaction(ZOMBIE_TIMEOUT_S)
+        error = info.value.args[0]
+        assert error.fatal() or error.txn_requires_abort(), error
+        report = scenario.check()
+        assert_exact(report)
+        assert report.aborted_records >= 5  # the zombie's copies, hidden from read_committed
+
+    return Case(scenario.config(), check)
 
 
 def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario) -> None:

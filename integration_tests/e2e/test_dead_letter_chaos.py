@@ -4,7 +4,8 @@ One epoch holds the input topic's records plus two bad ones: a null value and an
 record (Kafka: larger than the producers' ``message.max.bytes``; PostgreSQL: a key longer
 than its ``varchar`` column). The query runs with ``on_bad_record="dead-letter"`` as its own
 Spark application (``connectors.demo.app``); a fault plan SIGKILLs the whole application in
-the middle of the epoch, a new application replays it from the checkpoint, and then:
+the middle of the epoch, a new application replays it from the checkpoint (the four cases'
+replays side by side in one application, ``_together``), and then:
 
 * every good row is in the output topic / table exactly once (the checkers);
 * exactly the two bad records are in the dead-letter topic (``read_committed``) / table,
@@ -19,7 +20,7 @@ transaction dies with the application and is written again by the replay.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from connectors.demo.app import PipelineConfig, write_chunks
+from connectors.demo.app import EpochLine, PipelineConfig, write_chunks
 from connectors.verify import Record
 from integration_tests.e2e._cases import HOLD_S, IN_FLIGHT_S
-from integration_tests.e2e._scenario import Scenario, assert_exact, fired
-from integration_tests.e2e._table_side import TABLE, TableSide
+from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, Scenario, assert_exact, fired
+from integration_tests.e2e._table_side import TABLE, TableSide, sibling_schema
+from integration_tests.e2e._together import Case, run_cases
 from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -47,7 +49,9 @@ KEY_CHARS = 64
 NULL_KEY = "dlq-null-2"
 BIG_KEY = "dlq-big-3-" + "x" * 90
 BAD_OFFSET = 1_000_000
-CASES = ["kafka-aligned", "kafka-unaligned", "pg-two-phase", "pg-idempotency"]
+# In this order: the Kafka cases' killed runs last, so their replays start soon after the
+# kill, well within the open transaction's timeout (the replay aborts it, as in production).
+CASES = ["pg-two-phase", "pg-idempotency", "kafka-aligned", "kafka-unaligned"]
 
 
 def bad_records(topic: str) -> list[Record]:
@@ -111,55 +115,67 @@ def kill_before_the_decision(sc: Scenario) -> str:
     )
 
 
-def kill_and_replay(sc: Scenario, first: PipelineConfig, second: PipelineConfig) -> None:
-    """Run ``first`` until the kill, then ``second`` from the same checkpoint to the end."""
+def killed(sc: Scenario, first: PipelineConfig) -> None:
+    """Run ``first`` until the kill (its replay comes later, from the same checkpoint)."""
     assert first.fault_plan is not None
-    killed = sc.run(first, "first", expect=-9)
+    app = sc.run(first, "first", expect=-9)
     assert fired(first.fault_plan, "kill") == 1, "the kill never fired: the test proved nothing"
-    assert killed.epochs == [], "epoch 0 finished before the kill"
-    replay = sc.run(second, "second")
-    assert [(e.epoch, e.skipped) for e in replay.epochs] == [(0, False)]
+    assert app.epochs == [], "epoch 0 finished before the kill"
 
 
-@pytest.mark.parametrize("case", CASES)
+def replayed(epochs: Sequence[EpochLine]) -> None:
+    assert [(e.epoch, e.skipped) for e in epochs] == [(0, False)]
+
+
 def test_bad_records_are_dead_lettered_once_across_a_kill_and_a_replay(
-    case: str,
     kafka_bootstrap: str,
     tmp_path: Path,
     new_topic: Callable[..., str],
-    request: pytest.FixtureRequest,
+    postgres_dsn: str,
+    schema: str,
 ) -> None:
-    sc = Scenario.create(kafka_bootstrap, tmp_path, new_topic, n=N)
-    write_chunks([*sc.inputs, *bad_records(sc.input_topic)], sc.input_dir, N + 2)
-    if case.startswith("kafka"):
-        kafka_case(sc, case.removeprefix("kafka-"))
-    else:
-        dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("schema")
-        pg_case(sc, TableSide(dsn, schema), case.removeprefix("pg-"))
+    # Each case's first application is killed on its own; then the four replays run side
+    # by side in one application (``_together``), each from its own checkpoint with its
+    # own topics, sink id and check.
+    with sibling_schema(postgres_dsn, schema, "b") as second:
+        schemas = iter((schema, second))
+        replays: dict[str, Case] = {}
+        for case in CASES:
+            sc = Scenario.create(kafka_bootstrap, tmp_path / case, new_topic, n=N)
+            write_chunks([*sc.inputs, *bad_records(sc.input_topic)], sc.input_dir, N + 2)
+            if case.startswith("kafka"):
+                replays[case] = kafka_case(sc, case.removeprefix("kafka-"))
+            else:
+                table = TableSide(postgres_dsn, next(schemas))
+                replays[case] = pg_case(sc, table, case.removeprefix("pg-"))
+        run_cases(replays, tmp_path / "apps", APP_RUN_TIMEOUT_S)
 
 
-def kafka_case(sc: Scenario, mode: str) -> None:
+def kafka_case(sc: Scenario, mode: str) -> Case:
     plan = kill_after_partition_0_committed(sc, unaligned=mode == "unaligned")
     options: dict[str, Any] = {
         "mode": mode,
         "on_bad_record": "dead-letter",
         "producer_config": {"message.max.bytes": str(MAX_BYTES)},
     }
-    kill_and_replay(
-        sc, sc.config(fault_plan=plan, stage_retries=0, **options), sc.config(**options)
-    )
+    killed(sc, sc.config(fault_plan=plan, stage_retries=0, **options))
     assert fired(plan, "hold") == 1 and fired(plan, "wait") == 1
-    assert_exact(sc.check())
-    dlq = f"{sc.output_topic}.dlq"
-    letters = sorted(read_committed(sc.bootstrap, dlq), key=lambda r: r.key or b"")
-    found = [
-        (r.key, r.value is None, *(dict(r.headers)[h] for h in KAFKA_HEADERS)) for r in letters
-    ]
-    assert found == [
-        (BIG_KEY.encode(), False, b"RecordTooLargeError", b"0", b"0", b"1"),
-        (NULL_KEY.encode(), True, b"KafkaRecordError", b"0", b"0", b"0"),
-    ], found
-    assert lso_reaches_high_watermark(sc.bootstrap, dlq)
+
+    def check(epochs: Sequence[EpochLine]) -> None:
+        replayed(epochs)
+        assert_exact(sc.check())
+        dlq = f"{sc.output_topic}.dlq"
+        letters = sorted(read_committed(sc.bootstrap, dlq), key=lambda r: r.key or b"")
+        found = [
+            (r.key, r.value is None, *(dict(r.headers)[h] for h in KAFKA_HEADERS)) for r in letters
+        ]
+        assert found == [
+            (BIG_KEY.encode(), False, b"RecordTooLargeError", b"0", b"0", b"1"),
+            (NULL_KEY.encode(), True, b"KafkaRecordError", b"0", b"0", b"0"),
+        ], found
+        assert lso_reaches_high_watermark(sc.bootstrap, dlq)
+
+    return Case(sc.config(**options), check)
 
 
 KAFKA_HEADERS = (
@@ -170,7 +186,7 @@ KAFKA_HEADERS = (
 )
 
 
-def pg_case(sc: Scenario, table: TableSide, protocol: str) -> None:
+def pg_case(sc: Scenario, table: TableSide, protocol: str) -> Case:
     sc.sink_id = f"{table.schema}-pg"  # the schema fixture rolls back this sink's leftovers
     table.create()
     with psycopg.connect(table.dsn, autocommit=True) as conn:
@@ -187,22 +203,25 @@ def pg_case(sc: Scenario, table: TableSide, protocol: str) -> None:
         **table.options("two-phase" if two_phase else "idempotency-table"),
     }
     plan = kill_before_the_decision(sc) if two_phase else kill_after_partition_0_committed(sc, True)
-    kill_and_replay(
-        sc, sc.config(fault_plan=plan, stage_retries=0, **options), sc.config(**options)
-    )
-    report = table.check(sc.sink_id, sc.inputs)
-    assert report.epoch_log_checked, report.notes
-    assert report.ok, [(a.kind.value, a.record_id, a.detail) for a in report.examples]
-    assert report.table_rows == report.input_records == N
-    assert report.prepared == ()
-    with psycopg.connect(table.dsn, autocommit=True) as conn:
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT record->>'key', record->>'id', error_class, batch_id, epoch,"
-                " write_partition, sink_id FROM {}.dead_letters ORDER BY 1"
-            ).format(sql.Identifier(table.schema))
-        ).fetchall()
-    assert [tuple(r) for r in rows] == [
-        (BIG_KEY, str(BAD_OFFSET), "ValueTooLargeError", 0, 0, 1, sc.sink_id),
-        (NULL_KEY, None, "ConstraintViolationError", 0, 0, 0, sc.sink_id),
-    ], rows
+    killed(sc, sc.config(fault_plan=plan, stage_retries=0, **options))
+
+    def check(epochs: Sequence[EpochLine]) -> None:
+        replayed(epochs)
+        report = table.check(sc.sink_id, sc.inputs)
+        assert report.epoch_log_checked, report.notes
+        assert report.ok, [(a.kind.value, a.record_id, a.detail) for a in report.examples]
+        assert report.table_rows == report.input_records == N
+        assert report.prepared == ()
+        with psycopg.connect(table.dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT record->>'key', record->>'id', error_class, batch_id, epoch,"
+                    " write_partition, sink_id FROM {}.dead_letters ORDER BY 1"
+                ).format(sql.Identifier(table.schema))
+            ).fetchall()
+        assert [tuple(r) for r in rows] == [
+            (BIG_KEY, str(BAD_OFFSET), "ValueTooLargeError", 0, 0, 1, sc.sink_id),
+            (NULL_KEY, None, "ConstraintViolationError", 0, 0, 0, sc.sink_id),
+        ], rows
+
+    return Case(sc.config(**options), check)

@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from connectors.demo.app import AppProcess
+from connectors.demo.app import AppProcess, EpochLine
 from connectors.testing.postgres import start_postgres_server
 from connectors.verify import AnomalyKind, TableReport
-from integration_tests.e2e._scenario import CHUNK, N_RECORDS, Scenario, fired, wait_until
-from integration_tests.e2e._table_side import TableSide, epochs_of, record_ids
+from integration_tests.e2e._scenario import (
+    APP_RUN_TIMEOUT_S,
+    CHUNK,
+    N_RECORDS,
+    Scenario,
+    fired,
+    wait_until,
+)
+from integration_tests.e2e._table_side import TableSide, epochs_of, record_ids, sibling_schema
+from integration_tests.e2e._together import Case, run_cases
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -73,13 +81,29 @@ def table_epochs(sc: Scenario, table: TableSide) -> Counter[int]:
     return epochs_of(table.ids(), epoch_of)
 
 
-@pytest.mark.parametrize(
-    ("mode", "protocol"), [("aligned", "two-phase"), ("unaligned", "idempotency-table")]
-)
+# Both protocols' cases share one application run (``_together``): each its own schema,
+# table, sink id, input and fault plan; a killed Python worker ends only its own task.
+PROTOCOL_CASES = [("aligned", "two-phase"), ("unaligned", "idempotency-table")]
+
+
 def test_python_workers_killed_mid_write_and_after_prepare(
-    world: tuple[Scenario, TableSide], mode: str, protocol: str
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    new_topic: Callable[..., str],
+    postgres_dsn: str,
+    schema: str,
 ) -> None:
-    sc, table = world
+    with sibling_schema(postgres_dsn, schema, "b") as second:
+        cases = {}
+        for (mode, protocol), name in zip(PROTOCOL_CASES, (schema, second), strict=True):
+            sc, table = pg_scenario(
+                kafka_bootstrap, tmp_path / protocol, new_topic, postgres_dsn, name
+            )
+            cases[f"{mode}-{protocol}"] = workers_killed_case(sc, table, mode, protocol)
+        run_cases(cases, tmp_path / "apps", APP_RUN_TIMEOUT_S)
+
+
+def workers_killed_case(sc: Scenario, table: TableSide, mode: str, protocol: str) -> Case:
     # Epoch 1: a worker dies in the middle of its COPY (transaction open). Epoch 2: a
     # worker dies right after pre-commit (two-phase: its work PREPAREd, the vote not sent;
     # idempotency table: data and marker written, not committed). The query must finish on
@@ -107,14 +131,15 @@ def test_python_workers_killed_mid_write_and_after_prepare(
             },
         ]
     )
-    sc.run(
-        sc.config(
-            sink="postgres", fault_plan=plan, mode=mode, stage_retries=2, **table.options(protocol)
-        ),
-        "run",
+
+    def check(_epochs: Sequence[EpochLine]) -> None:
+        assert fired(plan, "mid") == 1 and fired(plan, "prep") == 1, "a kill never fired"
+        assert_exact(table.check(sc.sink_id, sc.inputs))
+
+    config = sc.config(
+        sink="postgres", fault_plan=plan, mode=mode, stage_retries=2, **table.options(protocol)
     )
-    assert fired(plan, "mid") == 1 and fired(plan, "prep") == 1, "a kill never fired"
-    assert_exact(table.check(sc.sink_id, sc.inputs))
+    return Case(config, check)
 
 
 def test_application_killed_before_and_after_the_commit_decision(

@@ -10,7 +10,8 @@ inside epoch 2, after the ALTER and before the epoch committed everywhere:
 * idempotency table, unaligned: right after partition 0 committed its part, while
   partition 1 is held before its commit (the epoch is partly visible).
 
-A new application from the same checkpoint recovers and replays: the table check
+A new application from the same checkpoint recovers and replays (both cases' replays side
+by side in one application): the table check
 (``connectors.verify.check_table``) finds every input row exactly once, the epoch log agrees
 with the markers, and the replayed epoch wrote the layout it was planned with: every row of
 epochs 2 and 3 carries the gained column, no earlier row does.
@@ -19,7 +20,7 @@ epochs 2 and 3 carries the gained column, no earlier row does.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,17 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from connectors.demo.app import EpochLine
 from connectors.postgres import describe_table
-from integration_tests.e2e._scenario import CHUNK, N_RECORDS, Scenario, fired
-from integration_tests.e2e._table_side import TABLE, TableSide, epochs_of, record_ids
+from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, CHUNK, N_RECORDS, Scenario, fired
+from integration_tests.e2e._table_side import (
+    TABLE,
+    TableSide,
+    epochs_of,
+    record_ids,
+    sibling_schema,
+)
+from integration_tests.e2e._together import Case, run_cases
 from integration_tests.e2e.test_pg_chaos import assert_exact, pg_scenario
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -64,18 +73,6 @@ KILLS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-@pytest.fixture
-def world(
-    kafka_bootstrap: str,
-    tmp_path: Path,
-    new_topic: Callable[..., str],
-    postgres_dsn: str,
-    schema: str,
-) -> tuple[Scenario, TableSide]:
-    # No table: the sink creates it.
-    return pg_scenario(kafka_bootstrap, tmp_path, new_topic, postgres_dsn, schema, create=False)
-
-
 def gained(table: TableSide) -> dict[int, tuple[int, int | None]]:
     """id -> (seq, seq10) of every row."""
     with psycopg.connect(table.dsn, autocommit=True) as conn:
@@ -92,13 +89,31 @@ def column_names(table: TableSide) -> list[str]:
         return [c.name for c in describe_table(conn, table.schema, TABLE).columns]
 
 
-@pytest.mark.parametrize(
-    ("mode", "protocol"), [("aligned", "two-phase"), ("unaligned", "idempotency-table")]
-)
+CASES = [("aligned", "two-phase"), ("unaligned", "idempotency-table")]
+
+
 def test_killed_between_the_alter_and_the_commit_then_replayed(
-    world: tuple[Scenario, TableSide], mode: str, protocol: str
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    new_topic: Callable[..., str],
+    postgres_dsn: str,
+    schema: str,
 ) -> None:
-    sc, table = world
+    # Each case's first application is killed on its own; then both replays run side by
+    # side in one application (``_together``), each in its own schema, with its own check.
+    with sibling_schema(postgres_dsn, schema, "b") as second:
+        replays: dict[str, Case] = {}
+        for (mode, protocol), name in zip(CASES, (schema, second), strict=True):
+            # No table: the sink creates it.
+            sc, table = pg_scenario(
+                kafka_bootstrap, tmp_path / protocol, new_topic, postgres_dsn, name, create=False
+            )
+            replays[f"{mode}-{protocol}"] = killed_after_the_alter(sc, table, mode, protocol)
+        run_cases(replays, tmp_path / "apps", APP_RUN_TIMEOUT_S)
+
+
+def killed_after_the_alter(sc: Scenario, table: TableSide, mode: str, protocol: str) -> Case:
+    """Run the first application until its kill in epoch 2; return the replay as a case."""
     options = {
         "sink": "postgres",
         "mode": mode,
@@ -121,14 +136,17 @@ def test_killed_between_the_alter_and_the_commit_then_replayed(
         assert shown == Counter(dict.fromkeys(range(GAIN), CHUNK))
     else:
         assert 0 < shown[GAIN] < CHUNK, shown  # partition 0's part only
+
     # A new application: recovery, then the replay of epoch 2 with the layout it was planned
     # with (a different one would be refused: the layout is in the plan's fingerprint).
-    second = sc.run(sc.config(**options), "second")
-    replayed = [(e.epoch, e.skipped) for e in second.epochs]
-    assert replayed == [(GAIN, protocol == "two-phase"), (GAIN + 1, False)]
-    assert_exact(table.check(sc.sink_id, sc.inputs))
-    assert column_names(table) == ["id", "key", "seq", "seq10"]
-    rows = gained(table)
-    assert len(rows) == N_RECORDS
-    for rid, (seq, seq10) in rows.items():
-        assert seq10 == (seq * 10 if epoch_of[rid] >= GAIN else None), (rid, seq, seq10)
+    def check(epochs: Sequence[EpochLine]) -> None:
+        replayed = [(e.epoch, e.skipped) for e in epochs]
+        assert replayed == [(GAIN, protocol == "two-phase"), (GAIN + 1, False)]
+        assert_exact(table.check(sc.sink_id, sc.inputs))
+        assert column_names(table) == ["id", "key", "seq", "seq10"]
+        rows = gained(table)
+        assert len(rows) == N_RECORDS
+        for rid, (seq, seq10) in rows.items():
+            assert seq10 == (seq * 10 if epoch_of[rid] >= GAIN else None), (rid, seq, seq10)
+
+    return Case(sc.config(**options), check)

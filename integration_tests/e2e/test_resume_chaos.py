@@ -15,13 +15,14 @@ application inside epoch 1:
 Then the checkpoint is deleted and a changed query (one more column, another parallelism)
 starts with ``resume="from-output"`` from ``resume_offsets``; the checker finds every input
 record exactly once in the output. Four cases cover both sinks, both modes and both kills
-(pairwise: each app run costs a JVM start, so not the full product).
+(pairwise: each app run costs a JVM start, so not the full product); the first queries are
+killed one by one, the four changed queries then resume side by side in one application.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from connectors.demo.app import EpochLine
 from connectors.verify import TableReport
-from integration_tests.e2e._scenario import Scenario, assert_exact, fired
-from integration_tests.e2e._table_side import TABLE, TableSide
+from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, Scenario, assert_exact, fired
+from integration_tests.e2e._table_side import TABLE, TableSide, sibling_schema
+from integration_tests.e2e._together import Case, run_cases
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -92,17 +95,29 @@ def _assert_table_exact(report: TableReport) -> None:
     assert report.prepared == ()
 
 
-@pytest.mark.parametrize(("sink", "mode", "kill"), CASES)
-def test_a_killed_query_resumes_from_the_output_with_a_changed_query(
+def test_killed_queries_resume_from_the_output_with_a_changed_query(
     kafka_bootstrap: str,
     tmp_path: Path,
     new_topic: Callable[..., str],
-    request: pytest.FixtureRequest,
-    sink: str,
-    mode: str,
-    kill: str,
+    postgres_dsn: str,
+    schema: str,
 ) -> None:
-    sc = Scenario.create(kafka_bootstrap, tmp_path, new_topic, n=RECORDS)
+    # Each case's first application is killed on its own; then the four changed queries
+    # resume side by side in one application (``_together``), each with its own topics,
+    # sink id and check.
+    with sibling_schema(postgres_dsn, schema, "b") as second:
+        schemas = iter((schema, second))
+        resumed: dict[str, Case] = {}
+        for sink, mode, kill in CASES:
+            name = f"{sink}-{mode}-{kill}"
+            sc = Scenario.create(kafka_bootstrap, tmp_path / name, new_topic, n=RECORDS)
+            table = TableSide(postgres_dsn, next(schemas)) if sink == "postgres" else None
+            resumed[name] = killed_then_changed(sc, table, mode, kill)
+        run_cases(resumed, tmp_path / "apps", APP_RUN_TIMEOUT_S)
+
+
+def killed_then_changed(sc: Scenario, table: TableSide | None, mode: str, kill: str) -> Case:
+    """Run the first query until its kill; return the changed query's resume as a case."""
     common: dict[str, Any] = {
         "source": "kafka",
         "input_topic": sc.input_topic,
@@ -110,17 +125,16 @@ def test_a_killed_query_resumes_from_the_output_with_a_changed_query(
         "mode": mode,
         "stage_retries": 0,
     }
-    table = None
-    if sink == "postgres":
-        dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("schema")
-        sc.sink_id = f"{schema}-pg"  # the schema fixture rolls back its prepared leftovers
-        table = TableSide(dsn, schema).create()
+    if table is not None:
+        sc.sink_id = f"{table.schema}-pg"  # the schema fixture rolls back its prepared leftovers
+        table.create()
         # The changed query's new column, nullable: added now, because later the prepared
         # transactions of the epoch in doubt hold locks on the table until the resume.
         _add_note_column(table)
         protocol = "two-phase" if mode == "aligned" else "idempotency-table"
         common |= {"sink": "postgres", **table.options(protocol)}
     # 1. The first query is SIGKILLed inside epoch 1.
+    sink = "kafka" if table is None else "postgres"
     plan = sc.fault_plan(_kill_faults(sink, mode, kill))
     first = sc.config(
         fault_plan=plan, parallelism=2, transaction_timeout_ms=KILLED_TXN_TIMEOUT_MS, **common
@@ -136,17 +150,20 @@ def test_a_killed_query_resumes_from_the_output_with_a_changed_query(
         parallelism=1,  # local[2]: aligned mode fits at most 2
         **common,
     )
-    second = sc.run(changed, "second")
-    assert second.epochs, "the resumed query wrote nothing"
+
     # 3. Every input record exactly once; the committed input is the whole topic.
-    if table is None:
-        assert_exact(sc.check())
-        code, shown = sc.eos("offsets", sc.sink_id)
-    else:
-        _assert_table_exact(table.check(sc.sink_id, sc.inputs))
-        code, shown = sc.eos(
-            "offsets", sc.sink_id, "--dsn", table.dsn, "--control-schema", table.schema
-        )
-        assert shown["in_output"]["starting_offsets"] == shown["starting_offsets"]
-    assert code == 0, shown
-    assert sum(p["committed"] for p in shown["partitions"]) == RECORDS
+    def check(epochs: Sequence[EpochLine]) -> None:
+        assert epochs, "the resumed query wrote nothing"
+        if table is None:
+            assert_exact(sc.check())
+            code, shown = sc.eos("offsets", sc.sink_id)
+        else:
+            _assert_table_exact(table.check(sc.sink_id, sc.inputs))
+            code, shown = sc.eos(
+                "offsets", sc.sink_id, "--dsn", table.dsn, "--control-schema", table.schema
+            )
+            assert shown["in_output"]["starting_offsets"] == shown["starting_offsets"]
+        assert code == 0, shown
+        assert sum(p["committed"] for p in shown["partitions"]) == RECORDS
+
+    return Case(changed, check)
