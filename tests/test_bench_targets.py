@@ -81,3 +81,18 @@ def test_setup_target_is_met_by_a_zero_median_and_shows_the_epochs_with_any():
     busy = _targets.setup_target("b", "no set-up", _targets.SetupCounts((4, 0, 7)), "batch")
     assert (busy.value, busy.met) == (4.0, False)
     assert _targets.setup_target("b", "no set-up", None, "epoch").met is None
+
+
+def test_job_summary_keeps_each_steady_batch_set_up_count_beside_the_ratios():
+    from benchmarks._steady import Batch, JobRun, summarize
+
+    def job(variant: str, seconds: float) -> JobRun:
+        batches = tuple(Batch(variant, 0, b, b * seconds, (b + 1) * seconds) for b in range(4))
+        return JobRun(variant, 0, 0.0, batches)
+
+    eos, alo = job("eos-aligned", 1.0), job("alo-sink", 0.5)
+    # eos batch 2 (ends at 3.0) has an InitProducerId from a write task; batch 3 none
+    reqs = [Request(2.5, "task-producer.s-0.7#producer-1", "task-producer", "InitProducerId")]
+    by = {s.variant: s for s in summarize([eos, alo], 1000, 2, reqs)}
+    assert by["eos-aligned"].setup_requests == _targets.SetupCounts((1, 0))
+    assert by["eos-aligned"].x_alo == pytest.approx(0.5)
