@@ -87,20 +87,25 @@ class SetupCounts:
         """Mean over the epochs (0.0 without epochs)."""
         return sum(self.per_epoch) / len(self.per_epoch) if self.per_epoch else 0.0
 
-    def shown(self, unit: str) -> str:
+    def shown(self, unit: str, units: str) -> str:
         """``"0 per epoch (median; mean 0.40, 2 of 15 epochs with any)"``."""
         with_any = sum(1 for n in self.per_epoch if n)
         return (
             f"{self.median:g} per {unit} (median; mean {self.mean:.2f}, "
-            f"{with_any} of {len(self.per_epoch)} {unit}s with any)"
+            f"{with_any} of {len(self.per_epoch)} {units} with any)"
         )
 
 
-def setup_target(benchmark: str, name: str, counts: SetupCounts | None, unit: str) -> Target:
-    """The target "no client set-up requests from write tasks": met when the median is 0."""
+def setup_target(
+    benchmark: str, name: str, counts: SetupCounts | None, unit: str, units: str
+) -> Target:
+    """The target "no client set-up requests from write tasks": met when the median is 0.
+
+    ``unit`` / ``units``: what was measured, singular and plural (``"batch"``, ``"batches"``).
+    """
     if counts is None:
         return Target(benchmark, name, None, "not measured", None)
-    return Target(benchmark, name, counts.median, counts.shown(unit), counts.median <= 0.0)
+    return Target(benchmark, name, counts.median, counts.shown(unit, units), counts.median <= 0.0)
 
 
 def _task_of(r: _requests.Request) -> str | None:

@@ -241,6 +241,7 @@ def targets(summaries: Sequence[Summary], rows: int) -> list[Target]:
                     f"whole job, {v}: no client set-up requests from write tasks in steady state",
                     s.setup_requests,
                     "batch",
+                    "batches",
                 )
             )
         if "baseline" in by:

@@ -317,6 +317,7 @@ def targets(summaries: Sequence[Summary]) -> list[Target]:
                     f"{s.variant}: no client set-up requests from write tasks at {size}",
                     s.setup_requests,
                     "epoch",
+                    "epochs",
                 )
             )
         if s.round_trips is not None:

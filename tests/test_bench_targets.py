@@ -75,12 +75,15 @@ def test_summary_replaces_only_the_marked_block(tmp_path):
 
 def test_setup_target_is_met_by_a_zero_median_and_shows_the_epochs_with_any():
     counts = _targets.SetupCounts((0, 6, 0, 0, 2))
-    target = _targets.setup_target("b", "no set-up", counts, "epoch")
+    target = _targets.setup_target("b", "no set-up", counts, "epoch", "epochs")
     assert (target.value, target.met) == (0.0, True)
     assert target.shown == "0 per epoch (median; mean 1.60, 2 of 5 epochs with any)"
-    busy = _targets.setup_target("b", "no set-up", _targets.SetupCounts((4, 0, 7)), "batch")
+    busy = _targets.setup_target(
+        "b", "no set-up", _targets.SetupCounts((4, 0, 7)), "batch", "batches"
+    )
     assert (busy.value, busy.met) == (4.0, False)
-    assert _targets.setup_target("b", "no set-up", None, "epoch").met is None
+    assert busy.shown == "4 per batch (median; mean 3.67, 2 of 3 batches with any)"
+    assert _targets.setup_target("b", "no set-up", None, "epoch", "epochs").met is None
 
 
 def test_job_summary_keeps_each_steady_batch_set_up_count_beside_the_ratios():
