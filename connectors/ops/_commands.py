@@ -246,8 +246,9 @@ def abort_lingering(
 
     Every producer lane ``0 .. lanes`` of every partition (the shared lane 0 and the worker
     lanes of the sink's ``producer_lanes``; pass the largest it ever ran with: this also
-    covers the ids ``0 .. lanes-1`` of versions before the shared lane). A sink with no epoch log records is refused unless
-    ``parallelism`` says which ids to abort (a sink that is gone for good).
+    covers the ids ``0 .. lanes-1`` of versions before the shared lane). A sink with no
+    epoch log records is refused unless ``parallelism`` says which ids to abort (a sink
+    that is gone for good).
     """
     try:
         width = max(ref.read_log().max_parallelism(), parallelism or 0)

@@ -339,9 +339,9 @@ def test_unaligned_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_i
 ):
     # Unaligned: Spark moved partition 0 to worker B for one epoch: B's fresh open wrote on
     # the shared lane, fencing the shared-lane producer worker A pooled. Back in A, the
-    # stale producer is not reused (the driver saw B's serve last) and A initializes the spare it keeps for
-    # its id, not a new producer (whose init_transactions can wait for librdkafka's 500 ms
-    # coordinator-query timer).
+    # stale producer is not reused (the driver saw B's serve last) and A initializes the
+    # spare it keeps for its id, not a new producer (whose init_transactions can wait for
+    # librdkafka's 500 ms coordinator-query timer).
     worker_a, worker_b = two_workers
     on(DRIVER, sink, worker_a, 0)
     deadline = time.monotonic() + 30

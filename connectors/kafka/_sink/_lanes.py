@@ -12,10 +12,11 @@ write there. When and which lanes are fenced: docs/kafka-sink.md, "Producer lane
 
 Contract of :meth:`LaneClaims.claim` (a worker's claims: its client pool's, ``_pool``):
 
-1. at most one live process per host holds worker lane ``k`` (``1 .. lanes``) of a sink: an exclusive,
-   non-blocking ``flock`` on ``<tmp>/kafka-eos-lanes/<digest(sink_id)>.<k>.lock``, kept
-   open for the process's life (the OS releases it when the process exits, also on a
-   crash); a process asks once per sink and keeps its answer;
+1. at most one live process per host holds worker lane ``k`` (``1 .. lanes``) of a sink:
+   an exclusive, non-blocking ``flock`` on
+   ``<tmp>/kafka-eos-lanes/<digest(sink_id)>.<k>.lock``, kept open for the process's life
+   (the OS releases it when the process exits, also on a crash); a process asks once per
+   sink and keeps its answer;
 2. when every worker lane is held (more workers than lanes on the host, or no
    ``fcntl``), the answer is the shared lane, unclaimed (asked again on the next call: a
    worker may have exited): safe (every rule of docs/kafka-sink.md holds on the shared
@@ -52,7 +53,7 @@ LOCK_DIR = "kafka-eos-lanes"
 
 @dataclass(frozen=True)
 class Lane:
-    """A worker's lane of one sink: ``index`` in ``1 .. lanes`` if ``claimed``, else ``SHARED_LANE``."""
+    """A worker's lane of one sink: ``index`` in ``1 .. lanes`` if ``claimed``, else shared."""
 
     index: int
     claimed: bool

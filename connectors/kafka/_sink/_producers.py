@@ -65,7 +65,7 @@ def fence(cfg: SinkConfig, transactional_ids: list[str]) -> None:
 
 
 def lane_ids(cfg: SinkConfig, partition: int) -> list[str]:
-    """Every transactional id of write partition ``partition``: the shared lane 0 and each worker lane.
+    """Every transactional id of write partition ``partition``: the shared and each worker lane.
 
     Lanes ``0 .. producer_lanes``: also every id an older version used (its lanes
     ``0 .. producer_lanes - 1``), so recovery after an upgrade fences them too.

@@ -127,7 +127,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             why, fence_all = decision.reason, decision.fence_all
         gated = task is not None and task.reuse.gated
         redo = task is None or not task.may_reuse
-        # Rule 5: a fresh open of an unaligned epoch writes on the shared lane, as does every redo.
+        # Rule 5: an unaligned epoch's fresh open writes on the shared lane, as every redo.
         if self._lane != SHARED_LANE and (not gated or (fence_all and redo)):
             self._move_to_shared_lane()
             spare = None  # made for the lane left
@@ -149,7 +149,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         return f"{why}; every lane fenced" if fence_all else why
 
     def _move_to_shared_lane(self) -> None:
-        """Write on the shared lane: redos (two of them then fence each other), unaligned fresh opens.
+        """Write on the shared lane: redos (two then fence each other), unaligned fresh opens.
 
         (A first attempt of an aligned epoch that fences every lane stays on its own lane:
         a redo starts only after its vote round ended.)
