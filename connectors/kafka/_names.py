@@ -4,7 +4,8 @@ Everything the sink creates or owns on the cluster is named here, so the sink, t
 checker, the CLI and the docs agree:
 
 * write partition ``p``'s transactional id on producer lane ``k``: ``{sink_id}-{p}`` for
-  lane 0, ``{sink_id}-{p}.{k}`` for lane ``k > 0`` (docs/kafka-sink.md, "Producer lanes");
+  the shared lane 0, ``{sink_id}-{p}.{k}`` for worker lane ``k`` in ``1 .. producer_lanes``
+  (docs/kafka-sink.md, "Producer lanes");
 * write partition ``p``'s marker group: ``{sink_id}.marker.{p}``;
 * the Kafka epoch log's coordinator transactional id: ``{sink_id}.coordinator``;
 * the epoch log's record keys start with ``{sink_id}/``.

@@ -244,9 +244,11 @@ def abort_lingering(
 ) -> Result:
     """``eos abort-lingering``: ``init_transactions`` on every id the sink ever used.
 
-    Every producer lane ``0 .. lanes-1`` of every partition (the sink's ``producer_lanes``;
-    pass the largest it ever ran with). A sink with no epoch log records is refused unless
-    ``parallelism`` says which ids to abort (a sink that is gone for good).
+    Every producer lane ``0 .. lanes`` of every partition (the shared lane 0 and the worker
+    lanes of the sink's ``producer_lanes``; pass the largest it ever ran with: this also
+    covers the ids ``0 .. lanes-1`` of versions before the shared lane). A sink with no
+    epoch log records is refused unless ``parallelism`` says which ids to abort (a sink
+    that is gone for good).
     """
     try:
         width = max(ref.read_log().max_parallelism(), parallelism or 0)
@@ -255,7 +257,9 @@ def abort_lingering(
             msg = f"{exc}; or pass --parallelism N to abort the ids 0..N-1 anyway"
             raise UnknownSinkError(msg) from None
         width = parallelism
-    ids = [_names.transactional_id(ref.sink_id, p, k) for p in range(width) for k in range(lanes)]
+    ids = [
+        _names.transactional_id(ref.sink_id, p, k) for p in range(width) for k in range(lanes + 1)
+    ]
     if not dry_run and width:
         sink = KafkaSink(
             ref.cluster.bootstrap_servers,

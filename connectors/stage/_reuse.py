@@ -8,7 +8,8 @@ between (a newer instance fences it; committing through a fenced producer fails,
 open transaction of a dead attempt must be aborted by a fresh ``init``).
 
 A partition may have several identities (*lanes*: Kafka's producer lanes, one per Python
-worker of a host), each with at most one live instance. Tasks report which instance
+worker of a host, and the *shared lane* 0 that no worker claims), each with at most one
+live instance. Tasks report which instance
 served them (:class:`ClientNote`); the driver keeps, per partition, the instance it last
 saw serve each lane and the marker this generation's tasks committed last.
 
@@ -28,18 +29,21 @@ The rules:
    fence every lane;
 5. a fresh open in a first attempt (rule 1) fences only its own lane, every lane when the
    driver has not yet seen this generation's tasks serve the partition (a *prepared* note
-   does not count as serving). A fresh open writes on a lane other than lane 0 only in
+   does not count as serving). A fresh open writes on a worker's own lane only in
    epochs whose commits are gated by a vote round (``gated``: aligned); otherwise it
-   writes on lane 0, so a slow first attempt and a retry meet on one identity. A reused
-   instance (rules 2-4) may serve its own lane in any epoch;
-6. *prepared* instances (initialized by a worker between its tasks, for partitions it did
-   not write, ``ClientNote.prepared``) are learned like served ones, except when their
+   writes on the shared lane 0, as every redo does, so a slow first attempt and a retry
+   meet on one identity. A reused instance (rules 2-4) may serve its own lane in any
+   epoch;
+6. *prepared* instances (initialized by a worker between its tasks, on the worker lane it
+   claimed, never the shared lane, for partitions it did not write,
+   ``ClientNote.prepared``) are learned like served ones, except when their
    order against another initialization of the partition is unknown: a prepared note is
    dropped if it was prepared under a ticket of an older generation, or if, in the run
    whose ticket it was prepared under or in a later run, a note of the partition fenced
    every lane or a note of its lane was recorded (then that note is dropped too). In a
    gated run every open precedes every commit, and preparations start only after a
-   commit, so that run's own notes count as recorded before its preparations.
+   commit, so that run's own notes count as recorded before its preparations; in an
+   ungated run a fence-all of the same run (a first open, a retry) may come after them.
 
 Why these keep at most one commit per partition and epoch: docs/kafka-sink.md,
 "Producer reuse across epochs". :class:`ReusePolicy` (driver) owns the generation, the
@@ -103,7 +107,7 @@ class ReuseTicket:
     """What a write task needs to decide on reuse (picklable; in the task spec).
 
     ``gated``: the epoch's commits wait for a vote round (aligned): only then may a task
-    open fresh on a lane other than 0 (rule 5). ``known``: the instance
+    open fresh on its own lane, not the shared lane 0 (rule 5). ``known``: the instance
     the driver last saw serve (or prepare) each lane of each partition; ``markers``: the
     marker each partition committed last epoch in this generation (both from the tasks'
     reports). ``serial``: the ticket's number (the driver's tickets count up; rule 6).

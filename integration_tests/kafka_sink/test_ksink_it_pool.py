@@ -337,11 +337,11 @@ def on_any(
 def test_unaligned_a_pooled_producer_fenced_by_the_other_worker_is_replaced_by_its_spare(
     sink, two_workers
 ):
-    # Unaligned: Spark moved partition 0 to worker B for one epoch: B's new producer fenced
-    # every lane, so the one worker A pooled too. Back in A, the stale producer is not
-    # reused (the driver saw lane 1 serve last) and A initializes the spare it keeps for
-    # its id, not a new producer (whose init_transactions can wait for librdkafka's 500 ms
-    # coordinator-query timer).
+    # Unaligned: Spark moved partition 0 to worker B for one epoch: B's fresh open wrote on
+    # the shared lane, fencing the shared-lane producer worker A pooled. Back in A, the
+    # stale producer is not reused (the driver saw B's serve last) and A initializes the
+    # spare it keeps for its id, not a new producer (whose init_transactions can wait for
+    # librdkafka's 500 ms coordinator-query timer).
     worker_a, worker_b = two_workers
     on(DRIVER, sink, worker_a, 0)
     deadline = time.monotonic() + 30
@@ -367,7 +367,7 @@ def test_aligned_swapped_workers_reuse_their_lanes_producers(sink, two_workers):
         worker_a.lanes.claim(sink.config.sink_id, 2).index,
         worker_b.lanes.claim(sink.config.sink_id, 2).index,
     }
-    assert lanes == {0, 1}
+    assert lanes == {1, 2}  # worker lanes; no worker claims the shared lane 0
     check_exact(sink, 6)
 
 
@@ -462,12 +462,13 @@ def test_a_zombie_on_one_lane_cannot_commit_after_another_lane_redid_the_partiti
 
 
 def test_abort_lingering_fences_every_lane_of_a_partition(sink):
-    # Open transactions on both lanes of partition 0 (zombies of two workers) pin the
-    # last stable offset until recovery or a shrink aborts them: every lane, not lane 0.
+    # Open transactions on every lane of partition 0 (zombies of two workers and of a
+    # redo on the shared lane) pin the last stable offset until recovery or a shrink
+    # aborts them: every lane, not only the shared lane 0.
     cfg = sink.config
     assert cfg.topic is not None
     zombies = []
-    for lane in range(cfg.producer_lanes):
+    for lane in range(cfg.producer_lanes + 1):
         producer = new_producer(cfg, cfg.transactional_id(0, lane), DeliveryErrors())
         init_transactions(producer, cfg.transactional_id(0, lane))
         producer.begin_transaction()
@@ -483,32 +484,47 @@ def test_abort_lingering_fences_every_lane_of_a_partition(sink):
     assert not values(read_committed(cfg.bootstrap_servers, cfg.topic))
 
 
-def test_unaligned_fresh_opens_write_on_lane_0_and_lane_1_serves_once_prepared(sink, two_workers):
+def test_unaligned_fresh_opens_write_on_the_shared_lane_and_each_worker_serves_once_prepared(
+    sink, two_workers
+):
     # Unaligned: no vote round orders a slow first attempt against a retry, so every fresh
-    # open writes on lane 0 (one identity, as without lanes), also in the worker of lane 1.
-    # That worker prepares its own lane after writing on lane 0 (``_prepare``); once the
-    # driver knows the prepared producer, it serves there (reused, nothing initialized).
+    # open writes on the shared lane 0 (one identity, as without lanes), which no worker
+    # claims. Each worker prepares its own lane after writing on the shared lane
+    # (``_prepare``), also worker A of lane 1; once the driver knows a prepared producer it
+    # serves there (reused), and a fresh open on the shared lane does not fence it.
     worker_a, worker_b = two_workers
-    assert worker_a.lanes.claim(sink.config.sink_id, 2).index == 0
-    assert worker_b.lanes.claim(sink.config.sink_id, 2).index == 1
+
+    def prepared(worker: _pool.ClientPool, lane: int) -> None:
+        deadline = time.monotonic() + 60
+        while worker.token_of(pool_key(sink.config, 0, lane)) is None:
+            assert time.monotonic() < deadline, f"lane {lane} not prepared"
+            time.sleep(0.02)
+
+    assert worker_a.lanes.claim(sink.config.sink_id, 2).index == 1
+    assert worker_b.lanes.claim(sink.config.sink_id, 2).index == 2
     assert not on(DRIVER, sink, worker_b, 0).reused
-    assert on(DRIVER, sink, worker_b, 1).reused  # on lane 0; then B prepares lane 1
-    assert not on(DRIVER, sink, worker_a, 2).reused  # fences the lane-0 producer of worker B
-    assert on(DRIVER, sink, worker_a, 3).reused
-    deadline = time.monotonic() + 60
-    while worker_b.token_of(pool_key(sink.config, 0, 1)) is None:  # B's preparation
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    assert not on(DRIVER, sink, worker_b, 4).reused  # lane 0 fenced by A; reports lane 1
+    assert on(DRIVER, sink, worker_b, 1).reused  # on the shared lane; then B prepares lane 2
+    assert not on(DRIVER, sink, worker_a, 2).reused  # fences B's shared-lane producer only
+    prepared(worker_a, 1)  # worker A of lane 1 prepares in unaligned epochs too
+    assert on(DRIVER, sink, worker_a, 3).reused  # on the shared lane; reports lane 1
+    prepared(worker_b, 2)
+    fresh = on(DRIVER, sink, worker_b, 4)  # the shared lane was fenced by A; reports lane 2
+    assert not fresh.reused
+    assert fresh.why_new.startswith("lane 0 was last served by another instance")
     plan = DRIVER.plan(sink.config, 5)
     assert [(n.lane, n.prepared) for n in DRIVER.policy.ticket(plan, 0).known] == [
         (0, False),
         (1, True),
+        (2, True),
     ]
-    assert on(DRIVER, sink, worker_b, 5).reused
-    served = {n.lane: n for n in DRIVER.policy.ticket(plan, 0).known}
-    assert served[1].reused and not served[1].prepared, "epoch 5 was served on lane 1"
-    check_exact(sink, 6)
+    # From here on every task reuses its worker's own lane, also after B's fresh open on
+    # the shared lane in epoch 4 (A's lane-1 producer was prepared before it).
+    workers = (worker_a, worker_b)
+    assert [on(DRIVER, sink, workers[e % 2], e).reused for e in range(5, 9)] == [True] * 4
+    served = {n.lane: n for n in DRIVER.policy.ticket(DRIVER.plan(sink.config, 9), 0).known}
+    assert served[1].reused and not served[1].prepared, "epoch 7 was served on lane 1"
+    assert served[2].reused and not served[2].prepared, "epoch 8 was served on lane 2"
+    check_exact(sink, 9)
 
 
 @pytest.mark.parametrize("mode", [CommitMode.ALIGNED, CommitMode.UNALIGNED])
@@ -523,8 +539,9 @@ def test_a_fresh_open_reads_the_marker_another_worker_committed(sink, two_worker
     driver.policy.renew("the driver saw a task retry")
     workers = (worker_a, worker_b)
     reused = [on(driver, sink, workers[epoch % 2], epoch).reused for epoch in range(1, 6)]
-    # aligned: both lanes warm after one task each; unaligned: every fresh open on lane 0,
-    # each a miss (B prepares lane 1 after epoch 3; the driver learns it after epoch 5)
+    # aligned: both lanes warm after one task each; unaligned: every fresh open on the
+    # shared lane, each a miss (A prepares lane 1 after epoch 2, B lane 2 after epoch 3;
+    # the driver learns them from epochs 4 and 5)
     assert reused == (
         [False, False, True, True, True] if mode is CommitMode.ALIGNED else [False] * 5
     )

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaSink, read_markers
 from connectors.kafka._sink import _pool
+from connectors.kafka._sink._lanes import SHARED_LANE
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
@@ -55,6 +56,8 @@ ROWS = 20
 PARALLELISM = 2
 # Seconds to wait for a worker's background preparation (a few init_transactions).
 PREPARE_WAIT_S = 60.0
+# The worker lanes workers A and B claim (no worker claims the shared lane 0).
+LANE_A, LANE_B = 1, 2
 
 
 @dataclass(frozen=True)
@@ -201,10 +204,10 @@ def sink(kafka_bootstrap, new_topic, closing):
 
 @pytest.fixture
 def workers(sink):
-    """Workers A and B of one host: their own pools; A claims lane 0, B lane 1."""
+    """Workers A and B of one host: their own pools; A claims lane 1, B lane 2."""
     pair = (_pool.ClientPool(), _pool.ClientPool())
-    for index, worker in enumerate(pair):
-        assert worker.lanes.claim(sink.config.sink_id, sink.config.producer_lanes).index == index
+    for lane, worker in zip((LANE_A, LANE_B), pair, strict=True):
+        assert worker.lanes.claim(sink.config.sink_id, sink.config.producer_lanes).index == lane
     yield pair
     for worker in pair:
         worker.clear()
@@ -223,27 +226,28 @@ def wait_prepared(sink: KafkaSink, worker: _pool.ClientPool, partition: int, lan
 def warm(driver: Driver, sink: KafkaSink, a: _pool.ClientPool, b: _pool.ClientPool) -> int:
     """A writes partition 0, B partition 1, until their preparations reached the driver.
 
-    Aligned: both prepare after epoch 0 and report in epoch 1. Unaligned: only B (lane 1;
-    lane 0 is not prepared), and only once the driver has seen the partitions served: it
-    prepares after epoch 1 and reports in epoch 2. Returns the next epoch.
+    Aligned: both prepare the other partition after epoch 0 and report in epoch 1.
+    Unaligned: fresh opens write on the shared lane, and a worker prepares only once the
+    driver has seen the partitions served: both prepare their own lane of both partitions
+    after epoch 1 (the one each wrote too: it wrote it on the shared lane) and report in
+    epoch 2. Returns the next epoch.
     """
     aligned = driver.mode is CommitMode.ALIGNED
     first = driver.stage(0, (0, a), (1, b))
     assert [s.participant.reused for s in first] == [False, False]
+    lanes = [n.lane for s in first for n in s.notes]
+    assert lanes == ([LANE_A, LANE_B] if aligned else [SHARED_LANE, SHARED_LANE])
     epoch = 1
     if not aligned:
         driver.stage(epoch, (0, a), (1, b))
         epoch += 1
-    if aligned:
-        wait_prepared(sink, a, 1, 0)
-    else:
-        wait_prepared(sink, b, 1, 1)
-    wait_prepared(sink, b, 0, 1)
+    wanted = {(1, LANE_A), (0, LANE_B)} if aligned else {(p, k) for p in (0, 1) for k in (1, 2)}
+    for partition, lane in wanted:
+        wait_prepared(sink, a if lane == LANE_A else b, partition, lane)
     reporting = driver.stage(epoch, (0, a), (1, b))
     assert all(s.participant.reused for s in reporting), [s.participant.why_new for s in reporting]
     reported = {(n.partition, n.lane) for s in reporting for n in s.notes if n.prepared}
-    # unaligned: B wrote partition 1 on lane 0 (fresh opens there), so it moves it to lane 1
-    assert reported == ({(1, 0), (0, 1)} if aligned else {(0, 1), (1, 1)})
+    assert reported == wanted
     return epoch + 1
 
 
@@ -278,21 +282,37 @@ def test_aligned_a_swap_after_the_preparations_reached_the_driver_reuses_on_both
         assert committed.offset < 0, committed
 
 
-def test_unaligned_a_prepared_lane_1_producer_serves_and_a_fresh_open_writes_on_lane_0(
+def test_unaligned_a_swap_reuses_on_both_workers_and_a_shared_lane_open_fences_neither(
     sink, workers
 ):
-    # Unaligned: worker B (lane 1) prepares there; worker A (lane 0) does not (a fresh
-    # open of the same run may write on lane 0). After a swap B reuses its prepared
-    # producer on lane 1 and A's fresh open writes on lane 0, fencing only lane 0.
+    # Unaligned: after the warm-up both workers (lanes 1 and 2) serve either partition
+    # with a prepared producer, also after a swap. A worker holding no lane (a third one
+    # on a host of two lanes) writes on the shared lane: its fresh open fences only the
+    # shared lane, so worker A's producer of lane 1 still serves, and it prepares nothing.
     driver = Driver(sink, CommitMode.UNALIGNED)
     a, b = workers
     epoch = warm(driver, sink, a, b)
-    at_a, at_b = driver.stage(epoch, (1, a), (0, b))
-    assert at_b.participant.reused and [n.lane for n in at_b.notes if not n.prepared] == [1]
-    served_a = [n for n in at_a.notes if not n.prepared]
-    assert not at_a.participant.reused
-    assert [(n.lane, n.fenced_all) for n in served_a] == [(0, False)]
-    check_exact(sink, epoch + 1)
+    at_a, at_b = driver.stage(epoch, (1, a), (0, b))  # Spark moved both tasks
+    for served, lane in ((at_a, LANE_A), (at_b, LANE_B)):
+        assert served.participant.reused, served.participant.why_new
+        assert [n.lane for n in served.notes if not n.prepared] == [lane]
+    c = _pool.ClientPool()
+    try:
+        assert not c.lanes.claim(sink.config.sink_id, sink.config.producer_lanes).claimed
+        at_c, at_b = driver.stage(epoch + 1, (0, c), (1, b))
+        assert not at_c.participant.reused
+        assert [(n.lane, n.fenced_all) for n in at_c.notes] == [(SHARED_LANE, False)]
+        at_a, at_b = driver.stage(epoch + 2, (0, a), (1, b))
+        assert at_a.participant.reused, at_a.participant.why_new
+        assert [n.lane for n in at_a.notes if not n.prepared] == [LANE_A]
+        cfg = sink.config
+        assert c.token_of(pool_key(cfg, 0, SHARED_LANE)) is not None
+        prepared = [c.token_of(pool_key(cfg, p, k)) for p in (0, 1) for k in (LANE_A, LANE_B)]
+        assert prepared == [None] * 4, "a worker without a lane prepares nothing"
+    finally:
+        c.clear()
+        c.lanes.release()
+    check_exact(sink, epoch + 3)
 
 
 def redo(path: str, driver: Driver, epoch: int, worker: _pool.ClientPool) -> None:
@@ -311,7 +331,7 @@ def redo(path: str, driver: Driver, epoch: int, worker: _pool.ClientPool) -> Non
         ticket, attempt = driver.policy.ticket(plan, 0), 0
     served = driver.task(ticket, plan, 0, worker, task_attempt=attempt)
     assert served.outcome is PartitionOutcome.COMMITTED
-    assert [(n.lane, n.fenced_all) for n in served.notes if not n.prepared] == [(0, True)]
+    assert [(n.lane, n.fenced_all) for n in served.notes if not n.prepared] == [(SHARED_LANE, True)]
 
 
 def zombie_then_redo(
@@ -351,9 +371,10 @@ def zombie_then_redo(
 
 @pytest.mark.parametrize("path", ["task retry", "stage re-run", "recovery"])
 def test_a_prepared_zombie_cannot_commit_after_a_redo_fenced_every_lane(sink, workers, path):
-    # Aligned: worker B's producer of partition 0 on lane 1 was prepared (B only wrote
+    # Aligned: worker B's producer of partition 0 on lane 2 was prepared (B only wrote
     # partition 1); Spark hands B partition 0 and it reuses the prepared producer, then
-    # stops after its pre-commit. The redo in worker A fences every lane: B cannot commit.
+    # stops after its pre-commit. The redo in worker A fences every lane (the shared one
+    # it writes on too): B cannot commit.
     driver = Driver(sink, CommitMode.ALIGNED)
     a, b = workers
     epoch = warm(driver, sink, a, b)
@@ -368,16 +389,18 @@ def test_a_prepared_zombie_cannot_commit_after_a_redo_fenced_every_lane(sink, wo
     check_exact(sink, epoch + 1)
 
 
-def test_unaligned_a_reused_lane_1_producer_cannot_commit_after_a_task_retry(sink, workers):
-    # Unaligned: B's first attempt of partition 0 reuses its (prepared) lane-1 producer
-    # and is slow; Spark retries the task in A, which fences every lane and writes on
-    # lane 0. The slow attempt was initialized before the epoch was planned, so the
-    # retry's fence covers it: it cannot commit.
+@pytest.mark.parametrize("zombie_lane", [LANE_A, LANE_B])
+def test_unaligned_a_prepared_producer_cannot_commit_after_a_task_retry(sink, workers, zombie_lane):
+    # Unaligned: the first attempt of partition 0 reuses its worker's (prepared) producer
+    # on lane 1 or 2 and is slow; Spark retries the task in the other worker, which
+    # fences every lane and writes on the shared lane. The slow attempt was initialized
+    # before the epoch was planned, so the retry's fence covers it: it cannot commit.
     driver = Driver(sink, CommitMode.UNALIGNED)
     a, b = workers
     epoch = warm(driver, sink, a, b)
-    zombie = zombie_then_redo(driver, epoch, b, lambda: redo("task retry", driver, epoch, a))
-    assert zombie["participant"].reused, "the slow attempt served with its lane-1 producer"
+    slow, other = (a, b) if zombie_lane == LANE_A else (b, a)
+    zombie = zombie_then_redo(driver, epoch, slow, lambda: redo("task retry", driver, epoch, other))
+    assert zombie["participant"].reused, "the slow attempt served with its prepared producer"
     assert "error" in zombie and "served" not in zombie, zombie
     driver.policy.renew("a Spark task retry")
     plan = driver.plan(epoch)

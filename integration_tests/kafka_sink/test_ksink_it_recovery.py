@@ -206,18 +206,23 @@ def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_
         wide(rows(spark, 100), 0)
     finally:
         wide.close()
-    # A zombie of write partition 3 on producer lane 1 leaves an open transaction behind.
-    zombie = Producer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "transactional.id": f"{sink_id}-3.1",
-            "transaction.timeout.ms": "600000",
-        }
-    )
-    zombie.init_transactions(60)
-    zombie.begin_transaction()
-    zombie.produce(topic, b"zombie", b"z")
-    assert zombie.flush(30) == 0
+    # Zombies of write partition 3 on the shared lane and on worker lane 2 (the highest of
+    # the default 2) leave open transactions behind.
+    zombies = [
+        Producer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "transactional.id": f"{sink_id}-3{lane}",
+                "transaction.timeout.ms": "600000",
+            }
+        )
+        for lane in ("", ".2")
+    ]
+    for zombie in zombies:
+        zombie.init_transactions(60)
+        zombie.begin_transaction()
+        zombie.produce(topic, b"zombie", b"z")
+        assert zombie.flush(30) == 0
     assert not lso_reaches_high_watermark(kafka_bootstrap, topic)
     narrow = KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=2)
     try:
@@ -226,8 +231,9 @@ def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_
         narrow.close()
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
     assert values(read_committed(kafka_bootstrap, topic)) == expected(200)
-    with pytest.raises(KafkaException):
-        zombie.commit_transaction(30)  # fenced: the zombie can never commit
+    for zombie in zombies:
+        with pytest.raises(KafkaException):
+            zombie.commit_transaction(30)  # fenced: the zombie can never commit
     markers = read_markers(kafka_bootstrap, sink_id, 4)
     assert markers[3] is not None and markers[3].epoch == 0
     assert markers[0] is not None and markers[0].epoch == 1

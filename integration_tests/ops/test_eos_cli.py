@@ -38,8 +38,8 @@ def sink_log(tmp_path: Path, sink_id: str, *records: Any) -> str:
 def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic, tmp_path, capsys):
     topic, sink_id = new_topic("eos-al", 1), f"eos-{uuid.uuid4().hex[:8]}"
     log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 2, "fp"))
-    # a zombie on producer lane 1 of write partition 1
-    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1.1"})
+    # a zombie on worker lane 2 of write partition 1 (the highest of the default 2 lanes)
+    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1.2"})
     zombie.init_transactions(TXN_TIMEOUT_S)
     zombie.begin_transaction()
     zombie.produce(topic, b"left open")
@@ -61,7 +61,8 @@ def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic
     code, dry = eos(
         kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, "--dry-run", capsys=capsys
     )
-    lanes = [f"{sink_id}-0", f"{sink_id}-0.1", f"{sink_id}-1", f"{sink_id}-1.1"]
+    # the shared lane (the partition's own id) and worker lanes 1 and 2 of each partition
+    lanes = [f"{sink_id}-{p}{k}" for p in (0, 1) for k in ("", ".1", ".2")]
     assert code == 0 and dry["transactional_ids"] == lanes
     assert not dry["aborted"]
     code, done = eos(kafka_bootstrap, "abort-lingering", sink_id, "--epoch-log", log, capsys=capsys)
@@ -240,7 +241,8 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
         "--dry-run",
         capsys=capsys,
     )
-    assert code == 0 and out["transactional_ids"] == [f"{unknown}-0", f"{unknown}-0.1"]
+    default = [f"{unknown}-0", f"{unknown}-0.1", f"{unknown}-0.2"]
+    assert code == 0 and out["transactional_ids"] == default
     code, out = eos(
         kafka_bootstrap,
         "abort-lingering",
@@ -252,7 +254,7 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
         "--dry-run",
         capsys=capsys,
     )
-    assert out["transactional_ids"] == [f"{unknown}-0", f"{unknown}-0.1", f"{unknown}-0.2"]
+    assert out["transactional_ids"] == [*default, f"{unknown}-0.3"]
 
 
 def test_a_connection_string_as_epoch_log_is_a_typed_refusal(kafka_bootstrap, capsys):

@@ -110,8 +110,9 @@ def operate_the_stopped_sink(scenario: Scenario) -> None:
     assert code == 4, reset  # refused: the epoch in doubt must be finished first
     code, aborted = scenario.eos("abort-lingering", sink)
     assert code == 0 and aborted["aborted"] is True, aborted
-    # every producer lane of both partitions (lane 0 is the partition's own id)
-    lanes = [f"{sink}-0", f"{sink}-0.1", f"{sink}-1", f"{sink}-1.1"]
+    # every producer lane of both partitions: the shared lane (the partition's own id) and
+    # worker lanes 1 and 2
+    lanes = [f"{sink}-{p}{k}" for p in (0, 1) for k in ("", ".1", ".2")]
     assert aborted["transactional_ids"] == lanes
     deadline = time.monotonic() + SETTLE_S
     while True:

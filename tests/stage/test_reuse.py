@@ -68,7 +68,7 @@ def test_an_unknown_commit_or_a_retry_fences_every_lane():
     assert ticket.decide(1, 0, lane(1, "t1"), "g1", lambda: M3).fence_all  # Spark task retry
     rerun = known_ticket(gated=True, stage_run=1).decide(0, 0, lane(1, "t1"), "g1", lambda: M3)
     assert not rerun.reuse and rerun.fence_all
-    # A first attempt's fresh open fences its own lane only (unaligned: lane 0, rule 5).
+    # A first attempt's fresh open fences its own lane only (unaligned: the shared lane 0).
     assert not known_ticket(gated=False).decide(0, 0, None, None, lambda: M3).fence_all
     assert ReuseTicket("g1").decide(0, 0, None, None, lambda: M3).fence_all  # nothing seen yet
 
@@ -156,16 +156,18 @@ def test_a_prepared_note_never_makes_a_partition_seen():
 
 def test_a_prepared_note_whose_order_against_a_fence_all_is_unknown_is_dropped():
     # Unaligned: a fence-all of partition 1 in the run the preparation began in (or later)
-    # may have come after it, whatever the order of the notes in the results.
+    # may have come after it, whatever the order of the notes in the results. (Kafka: the
+    # preparation on worker lane 2; the fence-all, a first open or a Spark task retry, on
+    # the shared lane 0.)
     for notes in (
-        lambda s: [prep(0, "p", partition=1, serial=s), lane(1, "x", partition=1, fenced_all=True)],
-        lambda s: [lane(1, "x", partition=1, fenced_all=True), prep(0, "p", partition=1, serial=s)],
+        lambda s: [prep(2, "p", partition=1, serial=s), lane(0, "x", partition=1, fenced_all=True)],
+        lambda s: [lane(0, "x", partition=1, fenced_all=True), prep(2, "p", partition=1, serial=s)],
     ):
         policy = ReusePolicy()
         ticket = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
         policy.observe([], notes(ticket.serial))
         after = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)
-        assert (after.known_token(1, 0), after.known_token(1, 1)) == (None, "x")
+        assert (after.known_token(1, 2), after.known_token(1, 0)) == (None, "x")
     # A later run's fence-all drops a preparation reported after it, too.
     policy = ReusePolicy()
     early = policy.ticket(plan(mode=CommitMode.UNALIGNED), 0)

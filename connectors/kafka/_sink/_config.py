@@ -156,11 +156,12 @@ class SinkConfig(StageOptions):
       source coordinates, e.g. the ``kafka-rc`` source's, renamed: ``topic`` and
       ``partition`` are the output's columns). The columns are shipped to the write tasks
       and enter the partitions' checksums (and the fingerprint) only when this is set.
-    * ``producer_lanes``: transactional ids per write partition (exactly-once), one per
-      Python worker of a host (``_lanes``): Spark moves tasks between workers, and each
-      worker keeps a live producer of every partition on its own lane (docs/kafka-sink.md,
-      "Producer lanes"). Set it to the task slots per executor; lowering it needs the old
-      value's lanes aborted first (``eos abort-lingering``);
+    * ``producer_lanes``: worker lanes per write partition (exactly-once), one per Python
+      worker of a host (``_lanes``; each one more transactional id, beside the shared
+      lane's): Spark moves tasks between workers, and each worker keeps a live producer of
+      every partition on its own lane (docs/kafka-sink.md, "Producer lanes"). Set it to
+      the task slots per executor; lowering it needs the old value's lanes aborted first
+      (``eos abort-lingering``);
     * ``commit_offsets_to_group``: a consumer group id (exactly-once only) to which each
       epoch's input offsets are committed inside write partition 0's transaction, so lag
       tools see the committed progress (``_input_offsets``; docs/kafka-sink.md).

@@ -5,30 +5,29 @@ epochs; with lanes (``_lanes``) each worker keeps a live producer of every parti
 wrote, but the first time a worker gets ``p`` it had to run ``init_transactions`` on the
 critical path. After a task that committed, the worker prepares in a background thread
 (``_pool.ClientPool.prepare``) a producer on its own lane ``k`` of every other partition
-``q`` (and of the partition it wrote, when it wrote it on lane 0: unaligned fresh opens); a later task of the worker reports it (``ClientNote.prepared``, reuse rule 6 in
-``connectors.stage``'s ``_reuse``), and from the next epoch on it serves like any pooled
-producer the driver knows.
+``q`` (and of the partition it wrote, when it wrote it on the shared lane: redos and
+unaligned fresh opens); a later task of the worker reports it (``ClientNote.prepared``,
+reuse rule 6 in ``connectors.stage``'s ``_reuse``), and from the next epoch on it serves
+like any pooled producer the driver knows.
 
 Contract of :func:`prepare_lanes` (whom a preparation may fence, and why nobody serving):
 
 1. only after a *commit* of a steady task (the first attempt of the first stage run of the
-   first plan attempt), on a lane the worker *claimed* (no other worker of the host uses
-   it), and for ``(q, k)`` where the ticket knows no instance (so no other host's worker of
-   lane ``k`` that the driver saw serve it is fenced) and the driver was not told of this
-   worker's pooled producer of ``(q, k)`` in the same stage run (it served, or was
-   reported, there: the driver learns it at the end of the run); a pooled producer the
-   driver was told of earlier but does not know (it dropped the note, rule 6) is replaced;
-2. lane 0 (``REDO_LANE``) only in vote-gated epochs: there every open of the run precedes
-   every commit, and the other users of lane 0 in a steady run reuse a known instance
-   (skipped by 1); in unaligned epochs fresh opens of the same run write on lane 0, so a
-   preparation there could fence one mid-transaction;
-3. in unaligned epochs only partitions the ticket has seen served: the first open of a
+   first plan attempt), on a worker lane the worker *claimed* (no other worker of the host
+   uses it; the shared lane, which redos and unaligned fresh opens use, is never
+   claimed), and for ``(q, k)`` where the ticket knows no instance (so no other host's
+   worker of lane ``k`` that the driver saw serve it is fenced) and the driver was not
+   told of this worker's pooled producer of ``(q, k)`` in the same stage run (it served,
+   or was reported, there: the driver learns it at the end of the run); a pooled producer
+   the driver was told of earlier but does not know (it dropped the note, rule 6) is
+   replaced;
+2. in unaligned epochs only partitions the ticket has seen served: the first open of a
    partition in a generation fences every lane, in no known order against a preparation
    of the same run (the driver would drop the note, rule 6);
-4. a prepared producer comes warm: marker consumer read once, the output topic's
+3. a prepared producer comes warm: marker consumer read once, the output topic's
    metadata and the marker group's coordinator looked up (:func:`_warm`: an aborted
    transaction, nothing of it visible);
-5. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
+4. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
    debug), never the task.
 
 The safety argument (a prepared instance never commits an epoch a redo also commits):
@@ -44,7 +43,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
-from connectors.kafka._sink._lanes import REDO_LANE, Lane
+from connectors.kafka._sink._lanes import Lane
 from connectors.kafka._sink._markers import marker_consumer, read_marker
 from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._writer import DeliveryErrors
@@ -70,15 +69,13 @@ def prepare_lanes(
 ) -> None:
     """Prepare this worker's ``lane`` of the sink's ``parallelism`` partitions (see the contract).
 
-    ``written``: the sink's partition the task wrote and the lane it wrote on (lane 0 when
-    it could not use its own: then its own lane of that partition is prepared too).
+    ``written``: the sink's partition the task wrote and the lane it wrote on (the shared
+    lane when it could not use its own: then its own lane of that partition is prepared too).
     ``task.partition`` may be offset in a composite sink's numbering; notes use that one.
     """
     partition, served_on = written
     ticket = task.reuse
     if not lane.claimed or not task.may_reuse:
-        return
-    if lane.index == REDO_LANE and not ticket.gated:
         return
     offset = task.partition - partition
     seen = {n.partition for n in ticket.known if not n.prepared}

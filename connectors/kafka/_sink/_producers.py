@@ -65,8 +65,12 @@ def fence(cfg: SinkConfig, transactional_ids: list[str]) -> None:
 
 
 def lane_ids(cfg: SinkConfig, partition: int) -> list[str]:
-    """Every transactional id of write partition ``partition``: one per producer lane."""
-    return [cfg.transactional_id(partition, k) for k in range(cfg.producer_lanes)]
+    """Every transactional id of write partition ``partition``: the shared and each worker lane.
+
+    Lanes ``0 .. producer_lanes``: also every id an older version used (its lanes
+    ``0 .. producer_lanes - 1``), so recovery after an upgrade fences them too.
+    """
+    return [cfg.transactional_id(partition, k) for k in range(cfg.producer_lanes + 1)]
 
 
 def _settings_digest(cfg: SinkConfig, transactional_id: str | None) -> str:

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets, _pool
-from connectors.kafka._sink._lanes import REDO_LANE
+from connectors.kafka._sink._lanes import SHARED_LANE
 from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._prepare import prepare_lanes, report_prepared
@@ -48,30 +48,30 @@ class TransactionalKafkaParticipant(KafkaParticipant):
     only when the transaction ended cleanly (state DONE).
     """
 
-    _lane = 0
+    _lane = SHARED_LANE
     _committed = False  # this task committed its transaction (``_prepare``: rule 1)
 
     def _pool_key(self) -> _pool.Key:
-        """Return the key of this worker's lane, or lane 0's when the driver knows its pooled one.
+        """Return the key of this worker's lane, or of the shared lane (see below).
 
-        A worker writes on lane 0 after an open that fenced every lane (``REDO_LANE``); it
-        keeps using that producer while the driver knows it serves lane 0. In epochs whose
-        commits no vote round gates (unaligned) a task uses its own lane only to reuse the
-        known producer pooled there (rule 5 of ``ReuseTicket``), else lane 0.
+        A worker writes on the shared lane (``SHARED_LANE``, no worker claims it) after an
+        open that fenced every lane, and when it holds no lane; it keeps using that
+        producer while the driver knows it serves the shared lane. In epochs whose commits
+        no vote round gates (unaligned) a task uses its own lane only to reuse the known
+        producer pooled there (rule 5 of ``ReuseTicket``), else the shared lane.
         """
         own = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes).index
         task = self._task
         unaligned_redo = task is not None and not task.reuse.gated and not task.may_reuse
-        self._lane = REDO_LANE if task is None or unaligned_redo else own
-        if self._lane != REDO_LANE and task is not None:
+        self._lane = SHARED_LANE if task is None or unaligned_redo else own
+        if self._lane != SHARED_LANE and task is not None:
             known = task.reuse.known_token
             mine = self._pool.token_of(pool_key(self._cfg, self._partition, own))
-            redo = self._pool.token_of(pool_key(self._cfg, self._partition, REDO_LANE))
+            shared = self._pool.token_of(pool_key(self._cfg, self._partition, SHARED_LANE))
             stale = mine is None or mine != known(task.partition, own)
-            if stale and (
-                not task.reuse.gated or (redo is not None and redo == known(task.partition, 0))
-            ):
-                self._lane = REDO_LANE
+            shared_known = shared is not None and shared == known(task.partition, SHARED_LANE)
+            if stale and (not task.reuse.gated or shared_known):
+                self._lane = SHARED_LANE
         return pool_key(self._cfg, self._partition, self._lane)
 
     @property
@@ -127,9 +127,9 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             why, fence_all = decision.reason, decision.fence_all
         gated = task is not None and task.reuse.gated
         redo = task is None or not task.may_reuse
-        # Rule 5: a fresh open of an unaligned epoch writes on lane 0, as does every redo.
-        if self._lane != REDO_LANE and (not gated or (fence_all and redo)):
-            self._move_to_redo_lane()
+        # Rule 5: an unaligned epoch's fresh open writes on the shared lane, as every redo.
+        if self._lane != SHARED_LANE and (not gated or (fence_all and redo)):
+            self._move_to_shared_lane()
             spare = None  # made for the lane left
         clients = self._clients
         if spare is None:
@@ -148,8 +148,8 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             task.note_client(self._lane, clients.token, fenced_all=fence_all, reused=False)
         return f"{why}; every lane fenced" if fence_all else why
 
-    def _move_to_redo_lane(self) -> None:
-        """Write on lane 0 after a redo's fence of every lane: two redos then fence each other.
+    def _move_to_shared_lane(self) -> None:
+        """Write on the shared lane: redos (two then fence each other), unaligned fresh opens.
 
         (A first attempt of an aligned epoch that fences every lane stays on its own lane:
         a redo starts only after its vote round ended.)
@@ -160,8 +160,8 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         consumer = self._clients.consumer
         self._clients.consumer = None
         self._lease.release(clean=False)
-        self._lane = REDO_LANE
-        self._lease = self._pool.acquire(pool_key(self._cfg, self._partition, REDO_LANE))
+        self._lane = SHARED_LANE
+        self._lease = self._pool.acquire(pool_key(self._cfg, self._partition, SHARED_LANE))
         self._clients = self._lease.clients
         self._clients.producer = None  # a pooled one here is fenced by this open
         if self._clients.consumer is None:
@@ -269,7 +269,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         lane = self._pool.lanes.claim(self._cfg.sink_id, self._cfg.producer_lanes)
         gated = task is not None and task.reuse.gated
         parallelism = self._plan.parallelism
-        fill_spares(self._pool, self._cfg, parallelism, {lane.index if gated else REDO_LANE})
+        fill_spares(self._pool, self._cfg, parallelism, {lane.index if gated else SHARED_LANE})
         if task is not None:
             report_prepared(self._pool, task)
             if self._committed:
