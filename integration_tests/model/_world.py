@@ -39,6 +39,10 @@ FAULT_REACHED_TIMEOUT_S = 60.0
 STOP_HOLD_S = 2.0
 # Seconds for admin requests (topic creation) on a busy machine.
 ADMIN_TIMEOUT_S = 30.0
+# How long one DROP SCHEMA waits for a lock (a stray task's prepared transaction holds
+# one until rolled back), and for how long the drop is retried in all.
+DROP_LOCK_TIMEOUT = "2s"
+DROP_DEADLINE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -324,9 +328,30 @@ class World:
                 sink.close()
             self.made.clear()
         if self.kind.protocol is not None:
-            with self._pg() as conn:
+            self._drop_schema()
+
+    def _drop_schema(self) -> None:
+        """Roll back this world's prepared transactions and drop its schema.
+
+        A task of the stopped query may still prepare a transaction after the query
+        stopped (Spark does not wait for a Python worker to notice it was cancelled), and a
+        prepared transaction holds its locks with no session: so the drop waits at most
+        ``DROP_LOCK_TIMEOUT`` at a time and the rollback runs again, until
+        ``DROP_DEADLINE_S``.
+        """
+        import psycopg
+
+        deadline = time.monotonic() + DROP_DEADLINE_S
+        with self._pg() as conn:
+            conn.execute(f"SET lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+            while True:
                 for (gid,) in conn.execute(
                     "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"eos:{self.name}%",)
                 ).fetchall():
                     conn.execute(f"ROLLBACK PREPARED '{gid}'")
-                conn.execute(f'DROP SCHEMA "{self.name}" CASCADE')
+                try:
+                    conn.execute(f'DROP SCHEMA "{self.name}" CASCADE')
+                    return
+                except psycopg.errors.LockNotAvailable:
+                    if time.monotonic() > deadline:
+                        raise
