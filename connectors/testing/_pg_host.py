@@ -60,6 +60,11 @@ def allow_traversal(directory: Path) -> None:
             path.chmod(mode | stat.S_IXOTH)
 
 
+def traversable(directory: Path) -> bool:
+    """Return whether others may search ``directory`` and each of its ancestors."""
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (directory, *directory.parents))
+
+
 def check_setting(name: str, value: str) -> None:
     if not name.replace("_", "").replace(".", "").isalnum() or "\n" in value or "\0" in value:
         msg = f"server setting {name}={value!r}: use a setting name and a one-line value"

@@ -46,6 +46,7 @@ from connectors.testing._pg_host import (
     children,
     free_port,
     server_account,
+    traversable,
 )
 
 if TYPE_CHECKING:  # imported on use: it needs testcontainers (the testing extra)
@@ -58,6 +59,9 @@ INITDB_TIMEOUT_S = 120.0
 # Seconds to wait for the server to accept connections; crash recovery after kill()
 # replays WAL first, and the test machine is shared, so be generous.
 START_TIMEOUT_S = 120.0
+# Starts tried when the server could not reach its data directory because the search
+# permission granted on its ancestors was taken away meanwhile (see ``start``).
+START_ATTEMPTS = 3
 # Seconds to wait for a fast shutdown (checkpoint included).
 STOP_TIMEOUT_S = 120.0
 # Seconds to wait for every process of a killed server to be gone.
@@ -237,6 +241,21 @@ class EmbeddedPostgres:
         for name, value in {**self._settings, "port": str(self._port)}.items():
             args += ["-c", f"{name}={value}"]
         args += ["-c", "unix_socket_directories="]  # TCP only
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if self._account is not None:
+                allow_traversal(self._base.resolve().parent)
+            self._spawn(args)
+            try:
+                self._wait_ready(self._proc)  # type: ignore[arg-type]
+                return self
+            except EmbeddedPostgresError:
+                # Another process (a new pytest session resets /tmp/pytest-of-root to 0700)
+                # may have taken the search permission away between our grant and the start.
+                if attempt == START_ATTEMPTS or traversable(self._base.resolve().parent):
+                    raise
+        return self  # pragma: no cover - the loop returns or raises
+
+    def _spawn(self, args: list[str]) -> None:
         account = self._account
         with open(self.log_file, "ab") as log:
             # Our own child in its own session: we reap it, so a killed postmaster never
@@ -251,8 +270,6 @@ class EmbeddedPostgres:
                 user=account.pw_uid if account else None,
                 group=account.pw_gid if account else None,
             )
-        self._wait_ready(self._proc)
-        return self
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         """Wait until postmaster.pid says "ready" for this process (as pg_ctl -w does)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import psycopg
@@ -93,6 +94,24 @@ def test_close_removes_only_a_directory_it_created(tmp_path: Path) -> None:
     given.start()
     given.close()
     assert (tmp_path / "given" / "data" / "PG_VERSION").exists()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="only root runs the server as another user, who needs search rights"
+)
+def test_a_restart_grants_search_rights_taken_away_since_the_first_start(tmp_path: Path) -> None:
+    # As root the server runs as its own account, which must reach the data directory
+    # through pytest's private directories; a new pytest session (another suite run beside
+    # this one) sets /tmp/pytest-of-root back to 0700 at any time.
+    pg = EmbeddedPostgres(tmp_path / "later")
+    pg.start()
+    pg.stop()
+    tmp_path.chmod(0o700)
+    try:
+        pg.start()
+        assert _scalar(pg.dsn, "SELECT 1") == 1
+    finally:
+        pg.close()
 
 
 def test_port_before_start_and_bad_settings_are_refused(tmp_path: Path) -> None:
