@@ -48,9 +48,20 @@ POLL_INTERVAL_S = 0.2
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# One line at a time on stdout: print() writes a line and its newline apart, so two
+# queries' threads printing at once could run their lines together.
+_STDOUT_LOCK = threading.Lock()
+
+
+def _say(line: str) -> None:
+    with _STDOUT_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def _run_one(spark: SparkSession, index: int, cfg: PipelineConfig, failed: list[int]) -> None:
     def print_epoch(line: EpochLine) -> None:
-        print(f"EPOCH{index} {line.to_line().removeprefix('EPOCH ')}", flush=True)
+        _say(f"EPOCH{index} {line.to_line().removeprefix('EPOCH ')}")
 
     try:
         run_query(spark, cfg, on_epoch=print_epoch)
@@ -58,7 +69,7 @@ def _run_one(spark: SparkSession, index: int, cfg: PipelineConfig, failed: list[
         traceback.print_exc()
         failed.append(index)
         return
-    print(f"DONE{index}", flush=True)
+    _say(f"DONE{index}")
 
 
 def main(argv: Sequence[str]) -> int:
