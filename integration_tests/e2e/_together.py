@@ -12,7 +12,8 @@ Contract:
 
 1. ``python -m integration_tests.e2e._together CONFIG_JSON_FILE...`` starts one Spark
    session (the configs' ``master``, which must be the same for all) and runs each
-   config's query (``connectors.demo.app.run_query``) in a thread of its own, all at once;
+   config's query (``connectors.demo.app.run_query``) in a thread of its own, all at once
+   (``--stagger``: each once the one before had its first epoch);
 2. it prints ``EPOCH{i} {json}`` after each batch of query ``i`` (the app's epoch line),
    ``DONE{i}`` when query ``i`` wrote its whole input, and exits 0 when every query is
    done, 3 when one failed (its traceback on stderr);
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 EXIT_QUERY_FAILED = 3
+# Seconds to wait for a query's first epoch before starting the next one: started all at
+# once, the queries' Python data source processes started together on a loaded machine and
+# one did not connect back to the JVM within Spark's fixed 10 s (seen in CI).
+STAGGER_WAIT_S = 60.0
+STAGGER_FLAG = "--stagger"
 # Seconds between checks while waiting for a condition on the queries' epochs.
 POLL_INTERVAL_S = 0.2
 # The repository root: the subprocess imports this module from there.
@@ -59,9 +65,16 @@ def _say(line: str) -> None:
         sys.stdout.flush()
 
 
-def _run_one(spark: SparkSession, index: int, cfg: PipelineConfig, failed: list[int]) -> None:
+def _run_one(
+    spark: SparkSession,
+    index: int,
+    cfg: PipelineConfig,
+    failed: list[int],
+    going: threading.Event,
+) -> None:
     def print_epoch(line: EpochLine) -> None:
         _say(f"EPOCH{index} {line.to_line().removeprefix('EPOCH ')}")
+        going.set()
 
     try:
         run_query(spark, cfg, on_epoch=print_epoch)
@@ -69,25 +82,34 @@ def _run_one(spark: SparkSession, index: int, cfg: PipelineConfig, failed: list[
         traceback.print_exc()
         failed.append(index)
         return
+    finally:
+        going.set()
     _say(f"DONE{index}")
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run the queries of the config files ``argv`` side by side (contract, steps 1-2)."""
-    configs = [PipelineConfig.from_json(Path(a).read_text()) for a in argv]
+    """Run the queries of the config files ``argv`` side by side (contract, steps 1-2).
+
+    ``--stagger`` first: start each query once the one before had its first epoch.
+    """
+    stagger = list(argv[:1]) == [STAGGER_FLAG]
+    configs = [PipelineConfig.from_json(Path(a).read_text()) for a in argv[int(stagger) :]]
     masters = {c.master for c in configs}
     if len(masters) != 1:
         print(f"the configs name different masters: {sorted(masters)}", file=sys.stderr)
         return 2
     spark = make_spark(masters.pop(), app_name="eos-together")
     failed: list[int] = []
+    going = [threading.Event() for _ in configs]
     threads = [
-        threading.Thread(target=_run_one, args=(spark, i, c, failed), daemon=True)
+        threading.Thread(target=_run_one, args=(spark, i, c, failed, going[i]), daemon=True)
         for i, c in enumerate(configs)
     ]
     try:
-        for t in threads:
+        for t, started in zip(threads, going, strict=True):
             t.start()
+            if stagger:
+                started.wait(STAGGER_WAIT_S)  # one query's start-up at a time
         for t in threads:
             t.join()
     finally:
@@ -107,12 +129,16 @@ class Case:
     check: Callable[[Sequence[EpochLine]], None]
 
 
-def run_cases(cases: Mapping[str, Case], workdir: Path, timeout_s: float) -> None:
+def run_cases(
+    cases: Mapping[str, Case], workdir: Path, timeout_s: float, *, stagger: bool = False
+) -> None:
     """Run the cases' queries in one application, then every case's check.
 
     Every check runs even when an earlier one failed; the assertion names each failed case.
+    ``stagger``: start the queries one after the other (``main``), for cases whose timing
+    does not depend on starting together.
     """
-    app = Together([c.config for c in cases.values()], workdir, "together").start()
+    app = Together([c.config for c in cases.values()], workdir, "together", stagger).start()
     code = app.wait(timeout_s)
     assert code == 0, f"the shared application exited {code}:\n{app.stderr_tail()}"
     assert all(app.done), f"queries not done: {app.done}"
@@ -128,9 +154,12 @@ def run_cases(cases: Mapping[str, Case], workdir: Path, timeout_s: float) -> Non
 class Together:
     """One application running the queries of ``configs`` (contract, step 3)."""
 
-    def __init__(self, configs: Sequence[PipelineConfig], workdir: Path, name: str) -> None:
+    def __init__(
+        self, configs: Sequence[PipelineConfig], workdir: Path, name: str, stagger: bool = False
+    ) -> None:
         """Describe the run; nothing starts before :meth:`start`."""
         self.configs = list(configs)
+        self.stagger = stagger
         self.workdir = workdir
         self.name = name
         self.epochs: list[list[EpochLine]] = [[] for _ in self.configs]
@@ -156,7 +185,7 @@ class Together:
         env.update(environment_variables(self.configs[0].client_config))
         with self.stderr_path.open("w") as err:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, *paths],
+                [sys.executable, "-m", __name__, *([STAGGER_FLAG] * self.stagger), *paths],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,

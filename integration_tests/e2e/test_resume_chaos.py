@@ -113,7 +113,10 @@ def test_killed_queries_resume_from_the_output_with_a_changed_query(
             sc = Scenario.create(kafka_bootstrap, tmp_path / name, new_topic, n=RECORDS)
             table = TableSide(postgres_dsn, next(schemas)) if sink == "postgres" else None
             resumed[name] = killed_then_changed(sc, table, mode, kill)
-        run_cases(resumed, tmp_path / "apps", APP_RUN_TIMEOUT_S)
+        # Staggered: four kafka-rc queries planning at once on a loaded machine left one
+        # Python data source process unconnected after Spark's fixed 10 s (seen in CI); the
+        # resumes do not depend on starting together.
+        run_cases(resumed, tmp_path / "apps", APP_RUN_TIMEOUT_S, stagger=True)
 
 
 def killed_then_changed(sc: Scenario, table: TableSide | None, mode: str, kill: str) -> Case:
