@@ -1,13 +1,19 @@
-"""Helpers of the Kafka sink integration tests: read back what is committed."""
+"""Helpers of the Kafka sink integration tests: read back what is committed; a worker's resource."""
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from connectors.kafka._sink import _pool
+from connectors.kafka._sink._participant import KafkaParticipant
+from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
+from txn import EpochPlan
 
 # Seconds without a message before a read_committed scan gives up waiting for EOF.
 READ_IDLE_TIMEOUT_S = 30.0
@@ -174,3 +180,18 @@ def after_partition_commits(epoch: int, first: int = 0, then: int = 1) -> list[d
             "times": 1,
         },
     ]
+
+
+@dataclass(frozen=True)
+class WorkerResource(KafkaResource):
+    """KafkaResource whose participants use ``pool``: one Python worker's clients and lane."""
+
+    pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
+    opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
+
+    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
+        participant = TransactionalKafkaParticipant(
+            self.cfg, self.layout, plan, partition, task=self.task, pool=self.pool
+        )
+        self.opened.append(participant)
+        return participant

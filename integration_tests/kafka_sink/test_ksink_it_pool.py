@@ -20,10 +20,10 @@ from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._resource import KafkaResource
-from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
 from connectors.stage import HASH_COLUMN, ArrowPartition, ReusePolicy, TaskInfo
 from integration_tests.kafka_sink._support import (
+    WorkerResource,
     expected,
     lso_reaches_high_watermark,
     read_committed,
@@ -289,21 +289,6 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     report, participant = DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 1)
     assert report.outcome is PartitionOutcome.COMMITTED
     assert "a spare producer, created earlier" in participant.why_new
-
-
-@dataclass(frozen=True)
-class WorkerResource(KafkaResource):
-    """KafkaResource whose participants use ``pool``: one Python worker's clients and lane."""
-
-    pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
-    opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
-
-    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
-        participant = TransactionalKafkaParticipant(
-            self.cfg, self.layout, plan, partition, task=self.task, pool=self.pool
-        )
-        self.opened.append(participant)
-        return participant
 
 
 @pytest.fixture

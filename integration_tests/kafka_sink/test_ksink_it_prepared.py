@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +25,6 @@ from connectors.kafka._sink._lanes import SHARED_LANE
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
-from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import (
     HASH_COLUMN,
@@ -36,6 +35,7 @@ from connectors.stage import (
     TaskInfo,
 )
 from integration_tests.kafka_sink._support import (
+    WorkerResource,
     lso_reaches_high_watermark,
     read_committed,
     sid,
@@ -58,21 +58,6 @@ PARALLELISM = 2
 PREPARE_WAIT_S = 60.0
 # The worker lanes workers A and B claim (no worker claims the shared lane 0).
 LANE_A, LANE_B = 1, 2
-
-
-@dataclass(frozen=True)
-class WorkerResource(KafkaResource):
-    """KafkaResource whose participants use ``pool``: one Python worker's clients and lane."""
-
-    pool: _pool.ClientPool = field(default_factory=_pool.ClientPool, compare=False)
-    opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
-
-    def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
-        participant = TransactionalKafkaParticipant(
-            self.cfg, self.layout, plan, partition, task=self.task, pool=self.pool
-        )
-        self.opened.append(participant)
-        return participant
 
 
 @dataclass
