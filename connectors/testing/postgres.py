@@ -244,9 +244,9 @@ class EmbeddedPostgres:
         for attempt in range(1, START_ATTEMPTS + 1):
             if self._account is not None:
                 allow_traversal(self._base.resolve().parent)
-            self._spawn(args)
+            proc = self._spawn(args)
             try:
-                self._wait_ready(self._proc)  # type: ignore[arg-type]
+                self._wait_ready(proc)
                 return self
             except EmbeddedPostgresError:
                 # Another process (a new pytest session resets /tmp/pytest-of-root to 0700)
@@ -255,7 +255,7 @@ class EmbeddedPostgres:
                     raise
         return self  # pragma: no cover - the loop returns or raises
 
-    def _spawn(self, args: list[str]) -> None:
+    def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
         account = self._account
         with open(self.log_file, "ab") as log:
             # Our own child in its own session: we reap it, so a killed postmaster never
@@ -270,6 +270,7 @@ class EmbeddedPostgres:
                 user=account.pw_uid if account else None,
                 group=account.pw_gid if account else None,
             )
+        return self._proc
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         """Wait until postmaster.pid says "ready" for this process (as pg_ctl -w does)."""
