@@ -54,6 +54,18 @@ def at_most(benchmark: str, name: str, value: float | None, bound: float, fmt: s
     return Target(benchmark, name, value, shown, None if value is None else value <= bound)
 
 
+def x_arrow_drop_format(bound: float | None) -> str:
+    """Format of a ratio to ``arrow-drop``, with the bound ``arrow-produce`` reached beside it.
+
+    ``arrow-produce`` (``benchmarks._job``) produces every row where ``arrow-drop`` drops
+    it, without shuffle or transaction: no Kafka writer from Python on Spark is faster, so
+    its own ratio to ``arrow-drop`` in the same run is the most a sink can reach there.
+    """
+    if bound is None:
+        return "x{:.2f}"
+    return "x{:.2f}; arrow-produce, the bound: x" + f"{bound:.2f}"
+
+
 def print_targets(targets: Sequence[Target], console: Console) -> None:
     """Print one line per target, green when met, red when not."""
     for t in targets:

@@ -69,6 +69,7 @@ from benchmarks._targets import (
     at_most,
     print_targets,
     setup_target,
+    x_arrow_drop_format,
 )
 
 RESULTS = Path(__file__).parent / "results"
@@ -221,7 +222,9 @@ def targets(summaries: Sequence[Summary], rows: int) -> list[Target]:
                     f"whole job, {v} >= {MIN_X_ARROW_DROP}x arrow-drop, {size}",
                     s.x_arrow,
                     MIN_X_ARROW_DROP,
-                    "x{:.2f}",
+                    x_arrow_drop_format(
+                        by["arrow-produce"].x_arrow if "arrow-produce" in by else None
+                    ),
                 )
             )
         if "alo-sink" in by:

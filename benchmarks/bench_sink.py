@@ -84,6 +84,7 @@ from benchmarks._targets import (
     round_trips,
     setup_requests,
     setup_target,
+    x_arrow_drop_format,
 )
 from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 
@@ -286,6 +287,7 @@ def targets(summaries: Sequence[Summary]) -> list[Target]:
     """Issue 23's targets measured by this run (see the module docstring)."""
     out: list[Target] = []
     bench = "bench_sink"
+    bound = {s.rows: s.x_arrow for s in summaries if s.variant == "arrow-produce"}
     for s in summaries:
         if s.variant not in EOS:
             continue
@@ -297,7 +299,7 @@ def targets(summaries: Sequence[Summary]) -> list[Target]:
                     f"{s.variant} >= {MIN_X_ARROW_DROP}x arrow-drop at {size}",
                     s.x_arrow,
                     MIN_X_ARROW_DROP,
-                    "x{:.2f}",
+                    x_arrow_drop_format(bound.get(s.rows)),
                 )
             )
         if s.x_alo is not None:

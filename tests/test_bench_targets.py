@@ -99,3 +99,16 @@ def test_job_summary_keeps_each_steady_batch_set_up_count_beside_the_ratios():
     by = {s.variant: s for s in summarize([eos, alo], 1000, 2, reqs)}
     assert by["eos-aligned"].setup_requests == _targets.SetupCounts((1, 0))
     assert by["eos-aligned"].x_alo == pytest.approx(0.5)
+
+
+def test_a_ratio_to_arrow_drop_shows_the_bound_arrow_produce_reached_in_the_same_run() -> None:
+    with_bound = _targets.at_least(
+        "bench_sink", "eos >= 0.8x arrow-drop", 0.62, 0.8, _targets.x_arrow_drop_format(0.79)
+    )
+    alone = _targets.at_least(
+        "bench_sink", "eos >= 0.8x arrow-drop", 0.62, 0.8, _targets.x_arrow_drop_format(None)
+    )
+
+    assert with_bound.shown == "x0.62; arrow-produce, the bound: x0.79"
+    assert with_bound.met is False
+    assert alone.shown == "x0.62"
