@@ -22,6 +22,15 @@ def transactional_id(sink_id: str, partition: int, lane: int = 0) -> str:
     return f"{sink_id}-{partition}" if lane == 0 else f"{sink_id}-{partition}.{lane}"
 
 
+def lane_ids(sink_id: str, partition: int, lanes: int) -> list[str]:
+    """Every transactional id of write partition ``partition``: the shared and each worker lane.
+
+    Lane 0 (the shared lane) and the worker lanes ``1 .. lanes`` (``producer_lanes``); this
+    also covers the ids ``0 .. lanes-1`` of versions before the shared lane.
+    """
+    return [transactional_id(sink_id, partition, k) for k in range(lanes + 1)]
+
+
 def marker_group(sink_id: str, partition: int) -> str:
     """Consumer group whose committed offset is the marker of ``partition``."""
     return f"{sink_id}.marker.{partition}"

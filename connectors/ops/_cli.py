@@ -146,6 +146,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--topic", action="append", default=[], help="topic the sink needs")
     s.add_argument("--sink-id", help="list the ids, groups and ACLs this sink will use")
     s.add_argument("--parallelism", type=int, default=2)
+    s.add_argument(
+        "--producer-lanes",
+        type=int,
+        default=DEFAULT_PRODUCER_LANES,
+        help="the sink's producer_lanes (its transactional ids per partition: 1 + lanes)",
+    )
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
     s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC)
     s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC)
@@ -233,6 +239,7 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> cmd.Result:
             args.transaction_timeout_ms,
             args.epoch_log_topic,
             args.marker_topic,
+            args.producer_lanes,
         )
         return preflight(cluster, plan)
     if (args.composite_id is None) != (args.members is None) or (

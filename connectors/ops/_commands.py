@@ -257,9 +257,7 @@ def abort_lingering(
             msg = f"{exc}; or pass --parallelism N to abort the ids 0..N-1 anyway"
             raise UnknownSinkError(msg) from None
         width = parallelism
-    ids = [
-        _names.transactional_id(ref.sink_id, p, k) for p in range(width) for k in range(lanes + 1)
-    ]
+    ids = [i for p in range(width) for i in _names.lane_ids(ref.sink_id, p, lanes)]
     if not dry_run and width:
         sink = KafkaSink(
             ref.cluster.bootstrap_servers,

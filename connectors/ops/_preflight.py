@@ -9,6 +9,7 @@ from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, _nam
 from connectors.kafka._acls import required_acls
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
 from connectors.kafka._clients import Cluster
+from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.ops._commands import OK, PROBLEM, Result
 
 
@@ -22,12 +23,13 @@ class SinkPlan:
     transaction_timeout_ms: int = 60_000
     epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
     marker_topic: str = DEFAULT_MARKER_TOPIC
+    producer_lanes: int = DEFAULT_PRODUCER_LANES
 
 
 def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
     """``eos preflight``: reachable, topics, timeouts, the names and ACLs a sink will use."""
     topics, sink_id, parallelism = plan.topics, plan.sink_id, plan.parallelism
-    transaction_timeout_ms = plan.transaction_timeout_ms
+    transaction_timeout_ms, lanes = plan.transaction_timeout_ms, plan.producer_lanes
     present = existing_topics(admin_client(cluster))
     missing = [t for t in topics if t not in present]
     raw = broker_config(cluster, "transaction.max.timeout.ms")
@@ -46,7 +48,9 @@ def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
     }
     if sink_id is not None:
         data["names"] = {
-            "transactional_ids": [_names.transactional_id(sink_id, p) for p in range(parallelism)],
+            "transactional_ids": [
+                i for p in range(parallelism) for i in _names.lane_ids(sink_id, p, lanes)
+            ],
             "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
             "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
         }

@@ -88,7 +88,15 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
         capsys=capsys,
     )
     assert code == 0 and ok["topics"] == {topic: True}
-    assert ok["names"]["transactional_ids"] == ["s1-0", "s1-1"]
+    # each partition's shared lane, then its worker lanes (producer_lanes, default 2)
+    assert ok["names"]["transactional_ids"] == [
+        "s1-0",
+        "s1-0.1",
+        "s1-0.2",
+        "s1-1",
+        "s1-1.1",
+        "s1-1.2",
+    ]
     assert ok["names"]["marker_groups"] == ["s1.marker.0", "s1.marker.1"]
     acls = {(a["resource_type"], a["pattern_type"], a["name"]): a["operations"] for a in ok["acls"]}
     assert acls[("TOPIC", "LITERAL", topic)] == ["WRITE", "DESCRIBE"]
@@ -97,6 +105,20 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
     assert ("TOPIC", "LITERAL", DEFAULT_MARKER_TOPIC) in acls
     assert ("CLUSTER", "LITERAL", "kafka-cluster") in acls
     assert ok["transaction_max_timeout_ms"] >= ok["transaction_timeout_ms"]
+    code, one = eos(
+        kafka_bootstrap,
+        "preflight",
+        "--topic",
+        topic,
+        "--sink-id",
+        "s1",
+        "--parallelism",
+        "1",
+        "--producer-lanes",
+        "1",
+        capsys=capsys,
+    )
+    assert code == 0 and one["names"]["transactional_ids"] == ["s1-0", "s1-0.1"]
     code, bad = eos(
         kafka_bootstrap,
         "preflight",

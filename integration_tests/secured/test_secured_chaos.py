@@ -73,7 +73,8 @@ def test_application_killed_unaligned_then_operated_and_restarted(scenario: Scen
     assert verify["committed_records"] == verify["input_records"] == N_RECORDS
     code, preflight = scenario.eos("preflight", "--topic", out, "--sink-id", sink)
     assert code == 0 and preflight["topics"] == {out: True}, preflight
-    assert preflight["names"]["transactional_ids"] == [f"{sink}-0", f"{sink}-1"]
+    lanes = [f"{sink}-{p}{k}" for p in (0, 1) for k in ("", ".1", ".2")]
+    assert preflight["names"]["transactional_ids"] == lanes
     code, reset = scenario.eos("reset", sink, "--query", "next-query")
     assert code == 0 and reset["reset"] is True, reset
     code, status = scenario.eos("status", sink)

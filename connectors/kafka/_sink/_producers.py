@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 
-from connectors.kafka import _clients
+from connectors.kafka import _clients, _names
 from connectors.kafka._classify import call_with_retry
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
@@ -65,12 +65,11 @@ def fence(cfg: SinkConfig, transactional_ids: list[str]) -> None:
 
 
 def lane_ids(cfg: SinkConfig, partition: int) -> list[str]:
-    """Every transactional id of write partition ``partition``: the shared and each worker lane.
+    """Every transactional id of write partition ``partition`` (``_names.lane_ids``).
 
-    Lanes ``0 .. producer_lanes``: also every id an older version used (its lanes
-    ``0 .. producer_lanes - 1``), so recovery after an upgrade fences them too.
+    Recovery fences them all, so also every id an older version used after an upgrade.
     """
-    return [cfg.transactional_id(partition, k) for k in range(cfg.producer_lanes + 1)]
+    return _names.lane_ids(cfg.sink_id, partition, cfg.producer_lanes)
 
 
 def _settings_digest(cfg: SinkConfig, transactional_id: str | None) -> str:
