@@ -15,7 +15,11 @@ broker in a subprocess, or uses ``KAFKA_BOOTSTRAP_SERVERS`` when that is set, th
 5. Spark: ``spark.read.format("kafka-rc")`` on a local[1] session, one partition, one task,
    written to the ``noop`` sink (wall time incl. planning and Arrow transfer to the JVM);
 6. Spark's fixed cost: the same read of one record (planning, scheduling, the Python
-   worker, a consumer), to tell it from the cost per row.
+   worker, a consumer), to tell it from the cost per row;
+7. Spark's own cost: the same N rows from a Python data source that builds them in memory
+   (``benchmarks._memory_source``, no Kafka) read the same way, i.e. what Spark costs
+   any Python source for them. With the task read path it gives the time both would take
+   one after the other, printed as information beside the targets.
 
 The phases run interleaved, ``--repeat`` rounds; each checks the rows it read and
 keeps its best round (the machine is shared; the best round is the least disturbed one).
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -44,6 +49,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmarks._memory_source import NAME as MEMORY_ROWS
+from benchmarks._memory_source import MemoryRows
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
 from benchmarks._targets import as_dicts, at_least
@@ -171,6 +178,7 @@ def make_spark() -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(MemoryRows)
     return spark
 
 
@@ -186,11 +194,27 @@ def spark_task(spark: Any, bootstrap: str, topic: str, records: int) -> int:
     return records  # verified separately: count() below is not part of the timing
 
 
+def memory_task(spark: Any, topic: str, records: int, value_bytes: int) -> int:
+    """The Spark read of ``spark_task`` from the in-memory source: Spark's own cost."""
+    df = (
+        spark.read.format(MEMORY_ROWS)
+        .option("records", str(records))
+        .option("value_bytes", str(value_bytes))
+        .option("topic", topic)
+        .load()
+    )
+    df.write.format("noop").mode("overwrite").save()
+    return records
+
+
 CEILING = "plain consumer loop (ceiling)"
 GC_OFF = "consumer loop, GC off (reference)"
 TASK = "kafka-rc task read path"
 SPARK = "kafka-rc via Spark (1 task)"
 SPARK_FIXED = "kafka-rc via Spark, 1 record (fixed cost)"
+SPARK_OWN = "same rows from memory via Spark (Spark's own cost)"
+NOT_READS = (SPARK_FIXED, SPARK_OWN)
+"""Phases that do not read the topic (no ratio to the ceiling, not plotted)."""
 TARGETS = {TASK: "source read path", SPARK: "source read path via Spark"}
 """Phases with a target, and the name of the target in the report line."""
 
@@ -255,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"Spark counted {count} rows, expected {args.records}")
                 phases.append((SPARK, n, lambda: spark_task(spark, bootstrap, topic, n)))
                 phases.append((SPARK_FIXED, 1, lambda: spark_task(spark, bootstrap, topic, 1)))
+                own = functools.partial(memory_task, spark, topic, n, args.value_bytes)
+                phases.append((SPARK_OWN, n, own))
             progress.add_task(f"measure ({args.repeat} rounds)", total=None)
             results = best_of(phases, args.repeat)
     report(results, args, console, (load_before, os.getloadavg()))
@@ -275,7 +301,7 @@ def report(
             r.rows,
             round(r.seconds, 3),
             round(r.rows_per_s),
-            "-" if r.phase == SPARK_FIXED else f"{r.rows_per_s / ceiling_rps:.2f}x",
+            "-" if r.phase in NOT_READS else f"{r.rows_per_s / ceiling_rps:.2f}x",
         ]
         for r in results
     ]
@@ -287,7 +313,7 @@ def report(
     print_table(title, ["phase", "rows", "seconds", "rows/s", "of ceiling"], rows, console)
     ratios = print_targets(results, console)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    plotted = [r for r in results if r.phase != SPARK_FIXED]
+    plotted = [r for r in results if r.phase not in NOT_READS]
     png = bar_plot(
         RESULTS_DIR / "source.png",
         f"kafka-rc read, {args.value_bytes} B values, 1 partition ({load_text})",
@@ -340,6 +366,13 @@ def print_targets(results: list[Result], console: Console) -> dict[str, float]:
         console.print(
             f"(information, not a target) via Spark less its fixed cost of {fixed:.2f} s: "
             f"{per_row / ceiling_rps:.2f}x consumer loop"
+        )
+    if SPARK_OWN in by_phase and TASK in by_phase:
+        own, task = by_phase[SPARK_OWN].seconds, by_phase[TASK].seconds
+        console.print(
+            f"(information, not a target) Spark's own cost for these rows from a Python source "
+            f"without Kafka {own:.2f} s, plus the task read path {task:.2f} s, one after the "
+            f"other: {results[0].seconds / (own + task):.2f}x consumer loop"
         )
     return ratios
 
