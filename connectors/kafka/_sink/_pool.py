@@ -46,6 +46,7 @@ task reports what serves it).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -56,6 +57,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 from connectors.kafka._sink._lanes import LaneClaims
 from connectors.kafka._sink._writer import DeliveryErrors
+
+log = logging.getLogger("connectors.kafka.sink.pool")
 
 # Entries kept per process at most; beyond it the oldest is closed (bounds the
 # connections of a worker that wrote many sinks or partitions over its life).
@@ -207,15 +210,21 @@ class ClientPool:
         Waits for a preparation of ``key`` in flight (at most ``PREPARE_WAIT_S``); drops
         the key's unreported record (the task reports what serves it).
         """
-        deadline = time.monotonic() + PREPARE_WAIT_S
+        began = time.monotonic()
+        deadline = began + PREPARE_WAIT_S
+        waited = False
         while True:
             with self._lock:
                 self._check_pid()
                 busy = self._preparing.get(key)
                 if busy is None or time.monotonic() >= deadline:
+                    if waited:
+                        ms = 1000 * (time.monotonic() - began)
+                        log.debug("lease of %s waited %.0f ms for its preparation", key[0], ms)
                     self._leased[key] = self._leased.get(key, 0) + 1
                     self._prepared.pop(key, None)
                     return Lease(self, key, self._entries.pop(key, None))
+            waited = True
             busy.wait(max(0.0, deadline - time.monotonic()))
 
     def end_lease(self, key: Key) -> None:
@@ -322,12 +331,15 @@ class ClientPool:
             ).start()
 
     def _prepare(self, jobs: list[tuple[Key, Preparer]], owner: int) -> None:
-        deadline = time.monotonic() + PREPARE_DEADLINE_S
+        started = time.monotonic()
+        deadline = started + PREPARE_DEADLINE_S
         for key, make in jobs:
             if time.monotonic() >= deadline:
+                log.debug("preparation deadline passed: %s not prepared", key[0])
                 return
             with self._lock:
                 if owner != self._owner_pid or key in self._leased or key in self._preparing:
+                    log.debug("%s not prepared: leased or in preparation", key[0])
                     continue
                 if key in self._prepared:
                     continue
@@ -340,6 +352,12 @@ class ClientPool:
                 )
             except Exception:  # noqa: BLE001 - an optimization: the next task opens its own
                 made = None
+            log.debug(
+                "%s %s %.0f ms after the round began",
+                key[0],
+                "prepared" if made is not None else "not prepared (failed)",
+                1000 * (time.monotonic() - started),
+            )
             with self._lock:
                 self._preparing.pop(key, None)
                 if owner == os.getpid() == self._owner_pid:

@@ -91,12 +91,29 @@ def prepare_lanes(
         if pool.serial_of(key) == ticket.serial:  # told to the driver in this run
             continue
         wanted.append((key, _preparer(cfg, q, lane.index, q + offset, ticket)))
+    if wanted:
+        log.debug(
+            "ticket %d, partition %d: preparing lane %d of %s",
+            ticket.serial,
+            task.partition,
+            lane.index,
+            [key[0] for key, _ in wanted[:MAX_PREPARED]],
+        )
     pool.prepare(wanted[:MAX_PREPARED])
 
 
 def report_prepared(pool: _pool.ClientPool, task: TaskInfo) -> None:
     """Add the finished, unreported preparations of the task's generation to its notes."""
     for rec in pool.take_reports(task.reuse.generation, task.reuse.serial):
+        log.debug(
+            "ticket %d, partition %d: reports partition %d lane %d prepared %s under ticket %d",
+            task.reuse.serial,
+            task.partition,
+            rec.partition,
+            rec.lane,
+            rec.token,
+            rec.serial,
+        )
         task.note_prepared(rec.partition, rec.lane, rec.token, rec.serial)
 
 
