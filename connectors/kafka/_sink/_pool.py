@@ -314,10 +314,16 @@ class ClientPool:
                 if spare is not None and os.getpid() == owner == self._owner_pid:
                     self._spares[key] = spare
 
-    def prepare(self, wanted: Sequence[tuple[Key, Preparer]]) -> None:
+    def prepare(
+        self, wanted: Sequence[tuple[Key, Preparer]], *, generation: str, serial: int
+    ) -> None:
         """Prepare, in a background thread, an entry of each key of ``wanted`` (in order).
 
-        Skipped: keys leased, being prepared or with an unreported record. Each preparation
+        A round under the ticket ``serial`` of client generation ``generation``. Skipped,
+        when its turn comes: keys leased, being prepared, with an unreported record, or
+        whose pooled producer of ``generation`` the driver was told of, or a round
+        prepared, under that ticket or a later one (a round's keys are prepared one after
+        another; an older round never replaces a newer instance). Each preparation
         takes the key's spare and pooled entry (its consumer is kept, its producer
         replaced); one that fails gives the entry back as it was. None starts after
         ``PREPARE_DEADLINE_S``.
@@ -325,12 +331,14 @@ class ClientPool:
         if wanted:
             threading.Thread(
                 target=self._prepare,
-                args=(list(wanted), os.getpid()),
+                args=(list(wanted), (generation, serial), os.getpid()),
                 name="kafka-sink-prepare",
                 daemon=True,
             ).start()
 
-    def _prepare(self, jobs: list[tuple[Key, Preparer]], owner: int) -> None:
+    def _prepare(
+        self, jobs: list[tuple[Key, Preparer]], ticket: tuple[str, int], owner: int
+    ) -> None:
         started = time.monotonic()
         deadline = started + PREPARE_DEADLINE_S
         for key, make in jobs:
@@ -341,7 +349,7 @@ class ClientPool:
                 if owner != self._owner_pid or key in self._leased or key in self._preparing:
                     log.debug("%s not prepared: leased or in preparation", key[0])
                     continue
-                if key in self._prepared:
+                if key in self._prepared or self._newer(key, ticket):
                     continue
                 done = self._preparing[key] = threading.Event()
                 spare = self._spares.pop(key, None)
@@ -366,6 +374,14 @@ class ClientPool:
                     elif old is not None:
                         self._entries[key] = old
             done.set()
+
+    def _newer(self, key: Key, ticket: tuple[str, int]) -> bool:
+        """Whether ``key``'s pooled producer is of ``ticket``'s generation and as new (lock held)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.producer is None:
+            return False
+        generation, serial = ticket
+        return entry.generation == generation and entry.serial >= serial
 
     def take_reports(self, generation: str, serial: int) -> list[Prepared]:
         """Remove and return the unreported records of ``generation`` whose entry is pooled.
