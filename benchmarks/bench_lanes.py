@@ -57,9 +57,9 @@ def python_workers(spark: Any) -> int:
 
 def add_workers(spark: Any) -> None:
     """Run one job whose tasks hold two Python workers each (a UDF beneath ``mapInArrow``)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql.functions import udf
 
-    plus = F.udf(lambda x: x + 1, "long")
+    plus = udf(lambda x: x + 1, "long")
     df = spark.range(100, numPartitions=2).select(plus("id").alias("id"))
     df.mapInArrow(_passthrough, "id long").collect()
 
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.monotonic()
                 new = run_mode(spark, bootstrap, mode, args)
                 console.print(
-                    f"{mode}: clients_new per epoch {new}; "
-                    f"{time.monotonic() - started:.1f} s"
+                    f"{mode}: clients_new per epoch {new}; {time.monotonic() - started:.1f} s"
                 )
     finally:
         spark.stop()
