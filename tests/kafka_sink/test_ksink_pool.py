@@ -206,8 +206,15 @@ def test_a_preparation_is_pooled_and_reported_once_by_its_generation():
     assert pool.take_reports("other", 9) == []
     reports = pool.take_reports("g", 9)
     assert [(r.token, r.serial) for r in reports] == [("t-a", 4)]
-    assert pool.serial_of(("a",)) == 9, "told to the driver in the run of ticket 9"
     assert pool.take_reports("g", 9) == []
+    # told to the driver in the run of ticket 9: that ticket's rounds keep it, later ones not
+    pool.prepare(
+        [(("a",), made_by("ticket9", 9)), (("b",), made_by("ticket9", 9))], generation="g", serial=9
+    )
+    wait_for(lambda: pool.token_of(("b",)) == "ticket9")
+    assert pool.token_of(("a",)) == "t-a"
+    pool.prepare([(("a",), made_by("ticket10", 10))], generation="g", serial=10)
+    wait_for(lambda: pool.token_of(("a",)) == "ticket10")
 
 
 def test_a_lease_drops_the_unreported_preparation_of_its_key_and_none_runs_while_leased():

@@ -247,13 +247,6 @@ class ClientPool:
             entry = self._entries.get(key)
             return entry.token if entry is not None and entry.producer is not None else None
 
-    def serial_of(self, key: Key) -> int | None:
-        """Return the ticket serial under which the driver was last told of ``key``'s producer."""
-        with self._lock:
-            self._check_pid()
-            entry = self._entries.get(key)
-            return entry.serial if entry is not None and entry.producer is not None else None
-
     def give_back(self, key: Key, entry: PoolEntry) -> None:
         """Keep ``entry`` for the next lease of ``key`` (see the contract)."""
         with self._lock:
