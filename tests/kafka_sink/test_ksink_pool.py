@@ -299,3 +299,22 @@ def test_a_round_replaces_only_a_pooled_producer_of_an_older_ticket_or_generatio
     assert len(pool.take_reports("g", 9)) == 2  # "c" and "b"
     pool.prepare([(("b",), made_by("renewed", 2, generation="h"))], generation="h", serial=2)
     wait_for(lambda: pool.token_of(("b",)) == "renewed")
+
+
+def test_a_preparation_initializes_a_spare_only_once_it_has_settled():
+    # A producer initialized a few ms after its creation waited for librdkafka's 500 ms
+    # coordinator-query timer in 3 of 6 traced preparations (docs/perf-notes.md, 6.2).
+    pool = _pool.ClientPool()
+    pool.fill_spares({("a",): spare})
+    wait_for(lambda: pool.spares() == 1)
+    called: list[tuple[float, float]] = []
+
+    def make(got: _pool.Spare | None, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        assert got is not None
+        called.append((got.created, time.monotonic()))
+        return made_by("settled", 4)(got, consumer)
+
+    pool.prepare([(("a",), make)], generation="g", serial=4)
+    wait_for(lambda: pool.token_of(("a",)) == "settled")
+    [(created, initialized)] = called
+    assert initialized - created >= _pool.SPARE_SETTLE_S

@@ -51,7 +51,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
@@ -72,6 +72,11 @@ PREPARE_WAIT_S = 10.0
 # Seconds after which a preparation round starts no further producer: it should end long
 # before the worker's next epoch, and is an optimization only.
 PREPARE_DEADLINE_S = 5.0
+# Seconds a spare must have existed before a preparation initializes it: librdkafka drops
+# the bootstrap connection after the first metadata answer, and an init_transactions
+# before the broker's own connection is up waits for the 500 ms coordinator-query timer
+# (a spare created 0.1 s earlier: 5 ms; docs/perf-notes.md, sections 2.4 and 6.2).
+SPARE_SETTLE_S = 0.1
 
 
 @dataclass
@@ -107,12 +112,14 @@ class Prepared:
 class Spare:
     """A producer (with its delivery callback) and a marker consumer, created, never initialized.
 
-    ``consumer`` is None when the spare was made for an id whose marker consumer is pooled.
+    ``consumer`` is None when the spare was made for an id whose marker consumer is pooled;
+    ``created``: when (``time.monotonic``).
     """
 
     producer: Producer
     errors: DeliveryErrors
     consumer: Consumer | None
+    created: float = field(default_factory=time.monotonic)
 
 
 # Factory of a spare: ``with_consumer`` False when the id's marker consumer is pooled.
@@ -317,8 +324,8 @@ class ClientPool:
         whose pooled producer of ``generation`` the driver was told of, or a round
         prepared, under that ticket or a later one (a round's keys are prepared one after
         another; an older round never replaces a newer instance). Each preparation
-        takes the key's spare and pooled entry (its consumer is kept, its producer
-        replaced); one that fails gives the entry back as it was. None starts after
+        takes the key's spare (initialized once ``SPARE_SETTLE_S`` old) and pooled entry
+        (its consumer is kept, its producer replaced); one that fails gives the entry back as it was. None starts after
         ``PREPARE_DEADLINE_S``.
         """
         if wanted:
@@ -347,6 +354,8 @@ class ClientPool:
                 done = self._preparing[key] = threading.Event()
                 spare = self._spares.pop(key, None)
                 old = self._entries.pop(key, None)
+            if spare is not None:  # a lease of the key waits meanwhile
+                time.sleep(max(0.0, spare.created + SPARE_SETTLE_S - time.monotonic()))
             try:
                 made: tuple[PoolEntry, Prepared] | None = make(
                     spare, None if old is None else old.consumer
