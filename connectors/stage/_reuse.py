@@ -221,7 +221,8 @@ class ReusePolicy:
                 self._fenced_at[note.partition] = run
             self._known[(note.partition, note.lane)] = note
             self._noted_at[(note.partition, note.lane)] = run
-            log.debug("ticket %d: %s learned", self._serial, _describe(note))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("ticket %d: %s learned", self._serial, _describe(note))
         for note in notes:
             if note.prepared:
                 self._learn_prepared(note)
@@ -245,7 +246,8 @@ class ReusePolicy:
         else:
             self._known[key] = note
             self._noted_at[key] = self._serial
-        log.debug("ticket %d: %s %s", self._serial, _describe(note), fate)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("ticket %d: %s %s", self._serial, _describe(note), fate)
 
     def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
         """Return the ticket of one run of ``plan``'s write stage.
@@ -260,14 +262,16 @@ class ReusePolicy:
         gated = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
         self._serial += 1
         self._gated = gated
-        log.debug(
-            "ticket %d (plan attempt %d, stage run %d, gated %s): knows %s",
-            self._serial,
-            plan.attempt,
-            stage_run,
-            gated,
-            sorted((k, n.token) for k, n in self._known.items()),
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            known = sorted((k, n.token) for k, n in self._known.items())
+            log.debug(
+                "ticket %d (plan attempt %d, stage run %d, gated %s): knows %s",
+                self._serial,
+                plan.attempt,
+                stage_run,
+                gated,
+                known,
+            )
         return ReuseTicket(
             self._generation,
             plan.attempt,
