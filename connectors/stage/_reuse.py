@@ -166,6 +166,14 @@ class ReuseTicket:
         return ReuseDecision(True, "pooled client still owns its lane", marker, True, False)
 
 
+def _describe(note: ClientNote) -> str:
+    """One note for the debug log (tokens name instances; they are no secret)."""
+    how = "prepared" if note.prepared else "reused" if note.reused else "new"
+    fenced = ", every lane fenced" if note.fenced_all else ""
+    at = f" under ticket {note.serial}" if note.prepared else ""
+    return f"partition {note.partition} lane {note.lane}: {how} {note.token}{at}{fenced}"
+
+
 class ReusePolicy:
     """Driver side: the generation, the instances and markers it knows (rules 2-4, 6)."""
 
@@ -213,6 +221,8 @@ class ReusePolicy:
                 self._fenced_at[note.partition] = run
             self._known[(note.partition, note.lane)] = note
             self._noted_at[(note.partition, note.lane)] = run
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("ticket %d: %s learned", self._serial, _describe(note))
         for note in notes:
             if note.prepared:
                 self._learn_prepared(note)
@@ -225,13 +235,19 @@ class ReusePolicy:
     def _learn_prepared(self, note: ClientNote) -> None:
         """Rule 6: record a prepared instance unless its order against another is unknown."""
         key = (note.partition, note.lane)
-        if note.serial < self._since or self._fenced_at.get(note.partition, 0) >= note.serial:
-            return
-        if self._noted_at.get(key, 0) >= note.serial:
+        fate = "learned"
+        if note.serial < self._since:
+            fate = f"dropped: prepared before this generation (ticket {self._since})"
+        elif self._fenced_at.get(note.partition, 0) >= note.serial:
+            fate = f"dropped: every lane fenced at ticket {self._fenced_at[note.partition]}"
+        elif self._noted_at.get(key, 0) >= note.serial:
             self._known.pop(key, None)  # which of the two initialized last is unknown
-            return
-        self._known[key] = note
-        self._noted_at[key] = self._serial
+            fate = f"dropped with the lane's note of ticket {self._noted_at[key]}"
+        else:
+            self._known[key] = note
+            self._noted_at[key] = self._serial
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("ticket %d: %s %s", self._serial, _describe(note), fate)
 
     def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
         """Return the ticket of one run of ``plan``'s write stage.
@@ -246,6 +262,16 @@ class ReusePolicy:
         gated = plan.guarantee is Guarantee.EXACTLY_ONCE and plan.mode is CommitMode.ALIGNED
         self._serial += 1
         self._gated = gated
+        if log.isEnabledFor(logging.DEBUG):
+            known = sorted((k, n.token) for k, n in self._known.items())
+            log.debug(
+                "ticket %d (plan attempt %d, stage run %d, gated %s): knows %s",
+                self._serial,
+                plan.attempt,
+                stage_run,
+                gated,
+                known,
+            )
         return ReuseTicket(
             self._generation,
             plan.attempt,

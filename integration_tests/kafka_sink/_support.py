@@ -125,6 +125,26 @@ def rows(spark: Any, n: int, start: int = 0, parts: int = 3) -> Any:
     )
 
 
+def _pids(batches: Any) -> Any:
+    import os
+
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()] * batch.num_rows})
+
+
+def python_workers(spark: Any, tasks: int = 16) -> int:
+    """How many Python workers the session's executor runs: ``tasks`` one-row tasks report theirs.
+
+    Spark hands each task to the worker idle longest, so a job of at least as many tasks as
+    workers reaches all of them. More workers than task slots exist once a task has run two
+    Python operators at once (e.g. a Python UDF beneath ``mapInArrow``): Spark keeps them.
+    """
+    df = spark.range(tasks, numPartitions=tasks).mapInArrow(_pids, "pid long")
+    return len({row.pid for row in df.collect()})
+
+
 def expected(n: int, start: int = 0) -> Counter[bytes]:
     """The values :func:`rows` writes, as a multiset."""
     return Counter(f"v{i}".encode() for i in range(start, start + n))

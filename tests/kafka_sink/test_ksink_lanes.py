@@ -6,6 +6,7 @@ also inside one process, so two claim sets here behave like two workers of one h
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 from pathlib import Path
 
@@ -51,6 +52,20 @@ def test_a_worker_beyond_the_lanes_writes_on_the_shared_lane_until_one_is_free(w
     assert c.claim("s", 2) == Lane(SHARED_LANE, claimed=False)
     a.release()  # worker a exited
     assert c.claim("s", 2) == Lane(1, claimed=True)
+
+
+def test_a_worker_finding_every_lane_held_warns_once_per_sink(workers, caplog):
+    a, b, c = workers(), workers(), workers()
+    a.claim("s", 2)
+    b.claim("s", 2)
+    with caplog.at_level(logging.WARNING, logger="connectors.kafka.sink.lanes"):
+        assert not c.claim("s", 2).claimed
+        assert not c.claim("s", 2).claimed  # asked again: no second warning
+        assert a.claim("s", 2).claimed  # a holder never warns
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "sink s: all 2 producer lanes" in warnings[0]
+    assert "Set producer_lanes to the Python workers per executor" in warnings[0]
 
 
 def test_lanes_are_claimed_per_sink(workers):

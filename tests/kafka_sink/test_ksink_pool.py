@@ -201,23 +201,30 @@ def wait_for(check: object) -> None:
 
 def test_a_preparation_is_pooled_and_reported_once_by_its_generation():
     pool = _pool.ClientPool()
-    pool.prepare([(("a",), prepared(("a",)))])
+    pool.prepare([(("a",), prepared(("a",)))], generation="g", serial=4)
     wait_for(lambda: pool.token_of(("a",)) == "t-a")
     assert pool.take_reports("other", 9) == []
     reports = pool.take_reports("g", 9)
     assert [(r.token, r.serial) for r in reports] == [("t-a", 4)]
-    assert pool.serial_of(("a",)) == 9, "told to the driver in the run of ticket 9"
     assert pool.take_reports("g", 9) == []
+    # told to the driver in the run of ticket 9: that ticket's rounds keep it, later ones not
+    pool.prepare(
+        [(("a",), made_by("ticket9", 9)), (("b",), made_by("ticket9", 9))], generation="g", serial=9
+    )
+    wait_for(lambda: pool.token_of(("b",)) == "ticket9")
+    assert pool.token_of(("a",)) == "t-a"
+    pool.prepare([(("a",), made_by("ticket10", 10))], generation="g", serial=10)
+    wait_for(lambda: pool.token_of(("a",)) == "ticket10")
 
 
 def test_a_lease_drops_the_unreported_preparation_of_its_key_and_none_runs_while_leased():
     pool = _pool.ClientPool()
-    pool.prepare([(("a",), prepared(("a",)))])
+    pool.prepare([(("a",), prepared(("a",)))], generation="g", serial=4)
     wait_for(lambda: pool.token_of(("a",)) == "t-a")
     lease = pool.acquire(("a",))  # the task reports what serves it, not the preparation
     assert lease.pooled_producer and pool.take_reports("g", 1) == []
-    pool.prepare([(("a",), prepared(("a",)))])  # leased: skipped
-    pool.prepare([(("b",), prepared(("b",)))])
+    pool.prepare([(("a",), prepared(("a",)))], generation="g", serial=4)  # leased: skipped
+    pool.prepare([(("b",), prepared(("b",)))], generation="g", serial=4)
     wait_for(lambda: pool.token_of(("b",)) == "t-b")
     assert pool.token_of(("a",)) is None
     lease.release(clean=True)
@@ -237,9 +244,77 @@ def test_a_failed_preparation_gives_the_entry_back_and_a_lease_waits_for_one_in_
         go.wait(10)
         raise RuntimeError("init_transactions failed")
 
-    pool.prepare([(("a",), failing)])
+    pool.prepare([(("a",), failing)], generation="g", serial=4)
     assert started.wait(10)
     threading.Timer(0.2, go.set).start()
     lease = pool.acquire(("a",))  # waits until the preparation ended
     assert lease.clients is old and not old.consumer.closed
     assert pool.take_reports("g", 1) == []
+
+
+def made_by(
+    round_name: str, serial: int, gate: threading.Event | None = None, generation: str = "g"
+) -> _pool.Preparer:
+    """A preparer whose instance is named after its round (waits for ``gate`` first)."""
+
+    def make(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        if gate is not None:
+            assert gate.wait(10)
+        made = _pool.PoolEntry("p", DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
+        made.token, made.generation, made.serial = round_name, generation, serial
+        return made, _pool.Prepared(1, 1, round_name, generation, serial)
+
+    return make
+
+
+def test_a_slow_round_never_replaces_an_instance_a_later_round_prepared_and_reported():
+    # Seen in Spark: a round's first key waited 500 ms (librdkafka's coordinator-query
+    # timer); the worker's next round prepared the second key, its next task reported it,
+    # then the slow round re-initialized that key, fencing the instance the driver knew.
+    pool = _pool.ClientPool()
+    gate = threading.Event()
+    slow = [(("a",), made_by("round4", 4, gate)), (("b",), made_by("round4", 4))]
+    pool.prepare(slow, generation="g", serial=4)
+    pool.prepare([(("b",), made_by("round6", 6))], generation="g", serial=6)
+    wait_for(lambda: pool.token_of(("b",)) == "round6")
+    assert [r.token for r in pool.take_reports("g", 8)] == ["round6"]  # the driver learns it
+    gate.set()
+    wait_for(lambda: pool.token_of(("a",)) == "round4")
+    time.sleep(0.2)  # the slow round had its turn at "b"
+    assert pool.token_of(("b",)) == "round6"
+    assert [r.token for r in pool.take_reports("g", 10)] == ["round4"]  # "a" only
+
+
+def test_a_round_replaces_only_a_pooled_producer_of_an_older_ticket_or_generation():
+    pool = _pool.ClientPool()
+    pool.prepare([(("b",), made_by("round6", 6))], generation="g", serial=6)
+    wait_for(lambda: pool.token_of(("b",)) == "round6")
+    assert len(pool.take_reports("g", 6)) == 1  # told to the driver in the run of ticket 6
+    again = [(("b",), made_by("again", 6)), (("c",), made_by("again", 6))]
+    pool.prepare(again, generation="g", serial=6)
+    wait_for(lambda: pool.token_of(("c",)) == "again")  # "b" had its turn before
+    assert pool.token_of(("b",)) == "round6"
+    pool.prepare([(("b",), made_by("round7", 7))], generation="g", serial=7)
+    wait_for(lambda: pool.token_of(("b",)) == "round7")
+    assert len(pool.take_reports("g", 9)) == 2  # "c" and "b"
+    pool.prepare([(("b",), made_by("renewed", 2, generation="h"))], generation="h", serial=2)
+    wait_for(lambda: pool.token_of(("b",)) == "renewed")
+
+
+def test_a_preparation_initializes_a_spare_only_once_it_has_settled():
+    # A producer initialized a few ms after its creation waited for librdkafka's 500 ms
+    # coordinator-query timer in 3 of 6 traced preparations (docs/perf-notes.md, 6.2).
+    pool = _pool.ClientPool()
+    pool.fill_spares({("a",): spare})
+    wait_for(lambda: pool.spares() == 1)
+    called: list[tuple[float, float]] = []
+
+    def make(got: _pool.Spare | None, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        assert got is not None
+        called.append((got.created, time.monotonic()))
+        return made_by("settled", 4)(got, consumer)
+
+    pool.prepare([(("a",), make)], generation="g", serial=4)
+    wait_for(lambda: pool.token_of(("a",)) == "settled")
+    [(created, initialized)] = called
+    assert initialized - created >= _pool.SPARE_SETTLE_S

@@ -1,5 +1,6 @@
 """Unit tests of the client-reuse rules (connectors/stage/_reuse.py), the one owner of them."""
 
+import logging
 import pickle
 
 from connectors.stage import ClientNote, ReusePolicy, ReuseTicket
@@ -220,3 +221,37 @@ def test_a_preparation_of_an_older_generation_is_dropped():
         [], [lane(0, "a", fenced_all=True), prep(1, "p", partition=1, serial=ticket.serial)]
     )
     assert policy.ticket(plan(), 0).known_token(1, 1) is None
+
+
+def test_the_debug_log_names_each_notes_fate(caplog):
+    # What tells, in a trace, why a worker's preparation never served (docs/perf-notes.md 6.2).
+    unaligned = plan(mode=CommitMode.UNALIGNED)
+    with caplog.at_level(logging.DEBUG, logger="connectors.stage.reuse"):
+        policy = ReusePolicy()
+        first = policy.ticket(unaligned, 0)
+        policy.observe([], [lane(0, "x", partition=1, fenced_all=True)])
+        second = policy.ticket(unaligned, 0)
+        served = lane(0, "h", partition=0)
+        policy.observe(
+            [],
+            [
+                served,
+                prep(1, "old", partition=1, serial=first.serial),
+                prep(0, "same", partition=0, serial=second.serial),
+                prep(1, "ok", partition=0, serial=second.serial),
+            ],
+        )
+        policy.renew("a test")
+        policy.ticket(unaligned, 0)
+        policy.observe([], [prep(2, "stale", partition=0, serial=second.serial)])
+        policy.ticket(unaligned, 0)
+    fates = {}
+    for line in [r.getMessage() for r in caplog.records]:
+        if ": partition " in line:  # "ticket N: partition P lane K: <how> <token> ..."
+            fates[line.split(": ")[2].split()[1].rstrip(",")] = line
+    assert fates["x"].endswith("new x, every lane fenced learned")
+    assert fates["h"].endswith("new h learned")
+    assert fates["old"].endswith(f"dropped: every lane fenced at ticket {first.serial}")
+    assert "dropped with the lane's note of ticket" in fates["same"]
+    assert fates["ok"].endswith(f"prepared ok under ticket {second.serial} learned")
+    assert "dropped: prepared before this generation" in fates["stale"]

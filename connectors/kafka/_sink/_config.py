@@ -160,7 +160,8 @@ class SinkConfig(StageOptions):
       worker of a host (``_lanes``; each one more transactional id, beside the shared
       lane's): Spark moves tasks between workers, and each worker keeps a live producer of
       every partition on its own lane (docs/kafka-sink.md, "Producer lanes"). Set it to
-      the task slots per executor; lowering it needs the old value's lanes aborted first
+      the Python workers per executor (the task slots, more when a task runs two Python
+      operators at once); lowering it needs the old value's lanes aborted first
       (``eos abort-lingering``);
     * ``commit_offsets_to_group``: a consumer group id (exactly-once only) to which each
       epoch's input offsets are committed inside write partition 0's transaction, so lag

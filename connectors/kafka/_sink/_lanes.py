@@ -21,7 +21,10 @@ Contract of :meth:`LaneClaims.claim` (a worker's claims: its client pool's, ``_p
    ``fcntl``), the answer is the shared lane, unclaimed (asked again on the next call: a
    worker may have exited): safe (every rule of docs/kafka-sink.md holds on the shared
    lane) but its producers may be fenced by the redos and fresh opens that share it, and
-   such a worker prepares nothing (``_prepare``);
+   such a worker prepares nothing (``_prepare``). Spark may run more Python workers than
+   task slots (a task that runs two Python operators at once, e.g. a Python UDF in the
+   sink's stage, holds two) and hands tasks to all of them in turn, so the first time
+   every lane is held a worker logs a warning naming ``producer_lanes`` (once per sink);
 3. a forked child claims afresh (a lock held by the parent is not the child's).
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -40,6 +44,8 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no claims, the shared lane
     fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger("connectors.kafka.sink.lanes")
 
 # The lane no worker claims (id ``{sink_id}-{p}``): redos, unaligned fresh opens and workers
 # without a lane write on it, so two such opens of one partition (a retry and a slow first
@@ -66,6 +72,7 @@ class LaneClaims:
         self._dir = directory or Path(tempfile.gettempdir()) / LOCK_DIR
         self._lock = threading.Lock()
         self._held: dict[str, tuple[Lane, IO[bytes] | None]] = {}
+        self._warned: set[str] = set()  # sinks whose lanes this process found all held
         self._pid = os.getpid()
 
     def claim(self, sink_id: str, lanes: int) -> Lane:
@@ -73,6 +80,7 @@ class LaneClaims:
         with self._lock:
             if os.getpid() != self._pid:  # forked: the parent's locks are not ours
                 self._held.clear()
+                self._warned.clear()
                 self._pid = os.getpid()
             held = self._held.get(sink_id)
             if held is None or not held[0].claimed or held[0].index > lanes:
@@ -99,6 +107,18 @@ class LaneClaims:
                 handle.close()
                 continue
             return Lane(index, claimed=True), handle
+        if sink_id not in self._warned:
+            self._warned.add(sink_id)
+            log.warning(
+                "sink %s: all %d producer lanes on this host are held by other Python "
+                "workers; this worker (pid %d) writes on the shared lane and prepares "
+                "nothing, so the tasks Spark hands it initialize new producers. Set "
+                "producer_lanes to the Python workers per executor (docs/kafka-sink.md, "
+                "Producer lanes)",
+                sink_id,
+                lanes,
+                os.getpid(),
+            )
         return Lane(SHARED_LANE, claimed=False), None
 
     def release(self) -> None:

@@ -46,16 +46,19 @@ task reports what serves it).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from connectors.kafka._sink._lanes import LaneClaims
 from connectors.kafka._sink._writer import DeliveryErrors
+
+log = logging.getLogger("connectors.kafka.sink.pool")
 
 # Entries kept per process at most; beyond it the oldest is closed (bounds the
 # connections of a worker that wrote many sinks or partitions over its life).
@@ -69,6 +72,11 @@ PREPARE_WAIT_S = 10.0
 # Seconds after which a preparation round starts no further producer: it should end long
 # before the worker's next epoch, and is an optimization only.
 PREPARE_DEADLINE_S = 5.0
+# Seconds a spare must have existed before a preparation initializes it: librdkafka drops
+# the bootstrap connection after the first metadata answer, and an init_transactions
+# before the broker's own connection is up waits for the 500 ms coordinator-query timer
+# (a spare created 0.1 s earlier: 5 ms; docs/perf-notes.md, sections 2.4 and 6.2).
+SPARE_SETTLE_S = 0.1
 
 
 @dataclass
@@ -104,12 +112,14 @@ class Prepared:
 class Spare:
     """A producer (with its delivery callback) and a marker consumer, created, never initialized.
 
-    ``consumer`` is None when the spare was made for an id whose marker consumer is pooled.
+    ``consumer`` is None when the spare was made for an id whose marker consumer is pooled;
+    ``created``: when (``time.monotonic``).
     """
 
     producer: Producer
     errors: DeliveryErrors
     consumer: Consumer | None
+    created: float = field(default_factory=time.monotonic)
 
 
 # Factory of a spare: ``with_consumer`` False when the id's marker consumer is pooled.
@@ -207,15 +217,21 @@ class ClientPool:
         Waits for a preparation of ``key`` in flight (at most ``PREPARE_WAIT_S``); drops
         the key's unreported record (the task reports what serves it).
         """
-        deadline = time.monotonic() + PREPARE_WAIT_S
+        began = time.monotonic()
+        deadline = began + PREPARE_WAIT_S
+        waited = False
         while True:
             with self._lock:
                 self._check_pid()
                 busy = self._preparing.get(key)
                 if busy is None or time.monotonic() >= deadline:
+                    if waited:
+                        ms = 1000 * (time.monotonic() - began)
+                        log.debug("lease of %s waited %.0f ms for its preparation", key[0], ms)
                     self._leased[key] = self._leased.get(key, 0) + 1
                     self._prepared.pop(key, None)
                     return Lease(self, key, self._entries.pop(key, None))
+            waited = True
             busy.wait(max(0.0, deadline - time.monotonic()))
 
     def end_lease(self, key: Key) -> None:
@@ -237,13 +253,6 @@ class ClientPool:
             self._check_pid()
             entry = self._entries.get(key)
             return entry.token if entry is not None and entry.producer is not None else None
-
-    def serial_of(self, key: Key) -> int | None:
-        """Return the ticket serial under which the driver was last told of ``key``'s producer."""
-        with self._lock:
-            self._check_pid()
-            entry = self._entries.get(key)
-            return entry.serial if entry is not None and entry.producer is not None else None
 
     def give_back(self, key: Key, entry: PoolEntry) -> None:
         """Keep ``entry`` for the next lease of ``key`` (see the contract)."""
@@ -305,41 +314,60 @@ class ClientPool:
                 if spare is not None and os.getpid() == owner == self._owner_pid:
                     self._spares[key] = spare
 
-    def prepare(self, wanted: Sequence[tuple[Key, Preparer]]) -> None:
+    def prepare(
+        self, wanted: Sequence[tuple[Key, Preparer]], *, generation: str, serial: int
+    ) -> None:
         """Prepare, in a background thread, an entry of each key of ``wanted`` (in order).
 
-        Skipped: keys leased, being prepared or with an unreported record. Each preparation
-        takes the key's spare and pooled entry (its consumer is kept, its producer
-        replaced); one that fails gives the entry back as it was. None starts after
+        A round under the ticket ``serial`` of client generation ``generation``. Skipped,
+        when its turn comes: keys leased, being prepared, with an unreported record, or
+        whose pooled producer of ``generation`` the driver was told of, or a round
+        prepared, under that ticket or a later one (a round's keys are prepared one after
+        another; an older round never replaces a newer instance). Each preparation
+        takes the key's spare (initialized once ``SPARE_SETTLE_S`` old) and pooled entry
+        (its consumer is kept, its producer replaced); one that fails gives the entry back as it was. None starts after
         ``PREPARE_DEADLINE_S``.
         """
         if wanted:
             threading.Thread(
                 target=self._prepare,
-                args=(list(wanted), os.getpid()),
+                args=(list(wanted), (generation, serial), os.getpid()),
                 name="kafka-sink-prepare",
                 daemon=True,
             ).start()
 
-    def _prepare(self, jobs: list[tuple[Key, Preparer]], owner: int) -> None:
-        deadline = time.monotonic() + PREPARE_DEADLINE_S
+    def _prepare(
+        self, jobs: list[tuple[Key, Preparer]], ticket: tuple[str, int], owner: int
+    ) -> None:
+        started = time.monotonic()
+        deadline = started + PREPARE_DEADLINE_S
         for key, make in jobs:
             if time.monotonic() >= deadline:
+                log.debug("preparation deadline passed: %s not prepared", key[0])
                 return
             with self._lock:
                 if owner != self._owner_pid or key in self._leased or key in self._preparing:
+                    log.debug("%s not prepared: leased or in preparation", key[0])
                     continue
-                if key in self._prepared:
+                if key in self._prepared or self._newer(key, ticket):
                     continue
                 done = self._preparing[key] = threading.Event()
                 spare = self._spares.pop(key, None)
                 old = self._entries.pop(key, None)
+            if spare is not None:  # a lease of the key waits meanwhile
+                time.sleep(max(0.0, spare.created + SPARE_SETTLE_S - time.monotonic()))
             try:
                 made: tuple[PoolEntry, Prepared] | None = make(
                     spare, None if old is None else old.consumer
                 )
             except Exception:  # noqa: BLE001 - an optimization: the next task opens its own
                 made = None
+            log.debug(
+                "%s %s %.0f ms after the round began",
+                key[0],
+                "prepared" if made is not None else "not prepared (failed)",
+                1000 * (time.monotonic() - started),
+            )
             with self._lock:
                 self._preparing.pop(key, None)
                 if owner == os.getpid() == self._owner_pid:
@@ -348,6 +376,14 @@ class ClientPool:
                     elif old is not None:
                         self._entries[key] = old
             done.set()
+
+    def _newer(self, key: Key, ticket: tuple[str, int]) -> bool:
+        """Whether ``key``'s pooled producer is of ``ticket``'s generation and as new (lock held)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.producer is None:
+            return False
+        generation, serial = ticket
+        return entry.generation == generation and entry.serial >= serial
 
     def take_reports(self, generation: str, serial: int) -> list[Prepared]:
         """Remove and return the unreported records of ``generation`` whose entry is pooled.

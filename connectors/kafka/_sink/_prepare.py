@@ -16,10 +16,12 @@ Contract of :func:`prepare_lanes` (whom a preparation may fence, and why nobody 
    first plan attempt), on a worker lane the worker *claimed* (no other worker of the host
    uses it; the shared lane, which redos and unaligned fresh opens use, is never
    claimed), and for ``(q, k)`` where the ticket knows no instance (so no other host's
-   worker of lane ``k`` that the driver saw serve it is fenced) and the driver was not
-   told of this worker's pooled producer of ``(q, k)`` in the same stage run (it served,
-   or was reported, there: the driver learns it at the end of the run); a pooled producer
-   the driver was told of earlier but does not know (it dropped the note, rule 6) is
+   worker of lane ``k`` that the driver saw serve it is fenced) and, checked when its
+   turn in the round comes, the driver was not told of this worker's pooled producer of
+   ``(q, k)`` in the same stage run or a later one (it served, or was reported, there:
+   the driver learns it at the end of the run) and no later round prepared it (a slow
+   round must not replace a newer instance: the driver would drop both, rule 6); a pooled
+   producer the driver was told of earlier but does not know (it dropped the note) is
    replaced;
 2. in unaligned epochs only partitions the ticket has seen served: the first open of a
    partition in a generation fences every lane, in no known order against a preparation
@@ -88,15 +90,30 @@ def prepare_lanes(
             continue
         if not ticket.gated and q + offset not in seen:  # its first open may fence every lane
             continue
-        if pool.serial_of(key) == ticket.serial:  # told to the driver in this run
-            continue
         wanted.append((key, _preparer(cfg, q, lane.index, q + offset, ticket)))
-    pool.prepare(wanted[:MAX_PREPARED])
+    if wanted:
+        log.debug(
+            "ticket %d, partition %d: preparing lane %d of %s",
+            ticket.serial,
+            task.partition,
+            lane.index,
+            [key[0] for key, _ in wanted[:MAX_PREPARED]],
+        )
+    pool.prepare(wanted[:MAX_PREPARED], generation=ticket.generation, serial=ticket.serial)
 
 
 def report_prepared(pool: _pool.ClientPool, task: TaskInfo) -> None:
     """Add the finished, unreported preparations of the task's generation to its notes."""
     for rec in pool.take_reports(task.reuse.generation, task.reuse.serial):
+        log.debug(
+            "ticket %d, partition %d: reports partition %d lane %d prepared %s under ticket %d",
+            task.reuse.serial,
+            task.partition,
+            rec.partition,
+            rec.lane,
+            rec.token,
+            rec.serial,
+        )
         task.note_prepared(rec.partition, rec.lane, rec.token, rec.serial)
 
 
