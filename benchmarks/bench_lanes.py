@@ -17,18 +17,23 @@ section 6.2, and docs/kafka-sink.md, "Producer lanes".
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks._broker import broker
 from benchmarks._spark import bench_session
 from connectors.kafka import KafkaSink
 
+RESULTS = Path(__file__).parent / "results"
 # Seconds for topic creation.
 ADMIN_TIMEOUT_S = 30.0
 # One-row tasks of the job that counts Python workers: Spark hands each task to the worker
@@ -64,7 +69,9 @@ def add_workers(spark: Any) -> None:
     df.mapInArrow(_passthrough, "id long").collect()
 
 
-def run_mode(spark: Any, bootstrap: str, mode: str, args: argparse.Namespace) -> list[int]:
+def run_mode(
+    spark: Any, bootstrap: str, mode: str, args: argparse.Namespace, tick: Callable[[], None]
+) -> list[int]:
     """Write ``args.epochs`` epochs with a new sink; return its ``clients_new`` per epoch."""
     topic = f"bench-lanes-{mode}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -81,6 +88,7 @@ def run_mode(spark: Any, bootstrap: str, mode: str, args: argparse.Namespace) ->
                 "concat('k', id) AS key", "concat('v', id) AS value"
             )
             sink(df, epoch)
+            tick()
         return [m.clients_new for m in sink.metrics()]
     finally:
         sink.close()
@@ -102,20 +110,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     console = Console()
+    modes = args.modes.split(",")
+    results: dict[str, Any] = {"args": vars(args), "load_average": os.getloadavg()}
     spark = bench_session("bench-lanes")
     try:
         if args.extra_workers:
             add_workers(spark)
-        console.print(f"Python workers of the session: {python_workers(spark)}")
-        with broker(args.bootstrap_servers) as bootstrap:
-            for mode in args.modes.split(","):
+        results["python_workers"] = python_workers(spark)
+        console.print(f"Python workers of the session: {results['python_workers']}")
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+        with (
+            broker(args.bootstrap_servers) as bootstrap,
+            Progress(*columns, TimeElapsedColumn(), console=console) as progress,
+        ):
+            for mode in modes:
+                task = progress.add_task(f"{mode} epochs", total=args.epochs)
                 started = time.monotonic()
-                new = run_mode(spark, bootstrap, mode, args)
+                new = run_mode(spark, bootstrap, mode, args, lambda t=task: progress.advance(t))
+                results[mode] = new
                 console.print(
                     f"{mode}: clients_new per epoch {new}; {time.monotonic() - started:.1f} s"
                 )
     finally:
         spark.stop()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "bench_lanes.json"
+    out.write_text(json.dumps(results, indent=2))
+    console.print(f"saved {out}")
     return 0
 
 
