@@ -39,6 +39,11 @@ class ServiceError(Exception):
     """Any other non-200 answer."""
 
 
+# Seconds a request may take in the timeout tests: far above a fast request's time on a
+# loaded machine (0.5 s let fast requests time out in CI), below the slow ones' 3 s.
+TIMEOUT_S = 2.0
+
+
 def enricher(
     port: int, ns: str, delay_of: Any = None, fail_first: int = 0, broken: tuple[int, ...] = ()
 ) -> Any:
@@ -141,7 +146,7 @@ def test_timeouts_drop_rows_and_count_them(spark: SparkSession, http_service: An
     ns = uuid.uuid4().hex
     df = spark.range(0, 200, numPartitions=2)
     metrics = MetricsAccumulator(spark)
-    cfg = AsyncConfig(capacity=20, timeout_s=0.5, on_timeout=OnTimeout.DROP)
+    cfg = AsyncConfig(capacity=20, timeout_s=TIMEOUT_S, on_timeout=OnTimeout.DROP)
     fn = enricher(http_service.port, ns, delay_of=lambda k: 3000 if k % 10 == 3 else 0)
     rows = async_map(df, fn, output_schema=ENRICHMENT, config=cfg, metrics=metrics).collect()
     assert [r.id for r in rows] == [k for k in range(200) if k % 10 != 3]
@@ -163,7 +168,7 @@ def test_observed_metrics_without_accumulators(spark: SparkSession) -> None:
     """
     df = spark.range(0, 90, numPartitions=3).where("id < 60")  # partition 3: no rows
     metrics = MetricsObservation()
-    cfg = AsyncConfig(capacity=20, timeout_s=0.5, on_timeout=OnTimeout.DROP)
+    cfg = AsyncConfig(capacity=20, timeout_s=TIMEOUT_S, on_timeout=OnTimeout.DROP)
     out = async_map(df, slow_threes, output_schema=ENRICHMENT, config=cfg, metrics=metrics)
     assert out.columns == ["id", "score", "hit"]
     assert out.schema["id"].nullable is False

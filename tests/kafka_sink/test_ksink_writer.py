@@ -237,3 +237,55 @@ def test_a_failed_callback_after_a_fatal_error_is_a_fatal_write_error():
         with pytest.raises(KafkaWriteError) as info:
             writer(producer).flush(1.0)
         assert info.value.action == "fatal"
+
+
+class ReloadingProducer(FakeProducer):
+    """Refuses ``unknown`` topics as librdkafka does while a restarted broker reloads them."""
+
+    def __init__(self, unknown_for_polls: int, unknown: str = "out"):
+        super().__init__()
+        self.unknown_for_polls = unknown_for_polls
+        self.unknown = unknown
+
+    def produce(self, topic, value=None, key=None, partition=-1, headers=None):
+        if topic == self.unknown and self.polls < self.unknown_for_polls:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC, "Local: Unknown topic"))
+        super().produce(topic, value, key, partition, headers)
+
+
+def test_rows_of_the_sinks_topic_wait_while_the_broker_reloads_it():
+    # A restarted broker answers metadata without the topic for a while: the rows wait
+    # (serving the producer) and go out once it is back, in order, none lost or repeated.
+    p = ReloadingProducer(unknown_for_polls=3)
+    w = writer(p)
+    w.write([batch(key=["a", "b", "c"], value=["1", "2", "3"])])
+    assert [(t, k, v) for t, k, v, _, _ in p.sent] == [
+        ("out", b"a", b"1"),
+        ("out", b"b", b"2"),
+        ("out", b"c", b"3"),
+    ]
+    assert p.polls == 3 and w.rows == 3
+
+
+def test_rows_with_a_topic_column_wait_only_for_the_sinks_own_topic():
+    layout = RecordLayout(key=True, topic=True)
+    p = ReloadingProducer(unknown_for_polls=2, unknown="out")
+    writer(p, layout).write([batch(key=["a", "b"], value=["1", "2"], topic=[None, "out"])])
+    assert [t for t, *_ in p.sent] == ["out", "out"]
+    # another topic from the column: the row's error at once, no waiting
+    other = ReloadingProducer(unknown_for_polls=10**9, unknown="elsewhere")
+    with pytest.raises(KafkaRecordError, match="fix column 'topic'") as info:
+        writer(other, layout).write([batch(key=["a"], value=["1"], topic=["elsewhere"])])
+    assert info.value.column == "topic" and other.polls == 0
+
+
+def test_the_sinks_topic_unknown_past_the_restart_wait_aborts_the_epoch(monkeypatch):
+    from connectors.kafka._sink import _writer
+    from txn import ErrorAction
+
+    monkeypatch.setattr(_writer, "BROKER_RESTART_WAIT_S", 0.0)
+    p = ReloadingProducer(unknown_for_polls=10**9)
+    with pytest.raises(KafkaWriteError, match="was it deleted") as info:
+        writer(p).write([batch(key=["a"], value=["1"])])
+    assert info.value.action is ErrorAction.ABORT and not isinstance(info.value, KafkaRecordError)
+    assert p.sent == []

@@ -11,7 +11,11 @@ Steps per batch:
    ``map`` (a loop in C, no Python bytecode per row); other rows through a Python loop.
    On ``BufferError`` (the bounded producer queue is full) serve delivery reports with
    ``poll`` and retry from the row that did not fit, so Python never buffers more than
-   one Arrow batch. There is no ``poll`` between batches: librdkafka keeps delivered
+   one Arrow batch. When ``produce`` refuses a row of the sink's own topic as unknown (a
+   restarted broker reloading its topics answers metadata without it), the row is
+   retried the same way until the topic is back, for at most ``BROKER_RESTART_WAIT_S``;
+   a topic taken from the row's ``topic`` column is the row's error at once. There is
+   no ``poll`` between batches: librdkafka keeps delivered
    messages counted against the queue limits until they are served, so a full queue
    (``BufferError``) or :meth:`RecordWriter.flush` serves them;
 4. delivery failures are collected by one callback (librdkafka reports only errors)
@@ -39,13 +43,15 @@ import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from connectors.kafka._classify import (
+    BROKER_RESTART_WAIT_S,
     FATAL,
     TIMED_OUT,
     UNKNOWN_PARTITION,
     UNKNOWN_TOPIC,
     to_write_error,
 )
-from connectors.kafka._errors import KafkaRecordError, RecordTooLargeError
+from connectors.kafka._errors import KafkaRecordError, KafkaWriteError, RecordTooLargeError
+from txn import ErrorAction
 
 # Seconds one poll waits for the producer queue to drain when it is full (back-pressure).
 BACKPRESSURE_POLL_S = 0.05
@@ -220,7 +226,11 @@ class RecordWriter:
                 )
             except KafkaException as exc:
                 i = start + len(rest_values) - operator.length_hint(values_it) - 1
-                raise self._produce_error(exc, keys[i], values[i]) from exc
+                if not self._reloading(exc, topic):
+                    raise self._produce_error(exc, keys[i], values[i]) from exc
+                self._wait_for_room(
+                    functools.partial(produce, topic, values[i], keys[i]), keys[i], values[i]
+                )
             start = i + 1
 
     def _produce_general(self, batch: pa.RecordBatch, keys: list[Any], values: list[Any]) -> None:
@@ -244,7 +254,11 @@ class RecordWriter:
                     functools.partial(produce, topic, **kwargs), keys[i], values[i], topic, parts[i]
                 )
             except KafkaException as exc:
-                raise self._produce_error(exc, keys[i], values[i], topic, parts[i]) from exc
+                if not self._reloading(exc, topic):
+                    raise self._produce_error(exc, keys[i], values[i], topic, parts[i]) from exc
+                self._wait_for_room(
+                    functools.partial(produce, topic, **kwargs), keys[i], values[i], topic, parts[i]
+                )
 
     def _wait_for_room(
         self,
@@ -254,10 +268,13 @@ class RecordWriter:
         topic: str | None = None,
         partition: int | None = None,
     ) -> None:
-        """Back-pressure: serve delivery reports until the queue has room, then produce.
+        """Serve delivery reports until ``retry`` produces the row.
 
-        A Kafka error of the retried row (e.g. too large) is typed like a first attempt's.
+        It waits out back-pressure, and the sink's topic unknown while a restarted broker
+        reloads it (``_reloading``; at most ``BROKER_RESTART_WAIT_S``). Any other Kafka
+        error of the retried row (e.g. too large) is typed like a first attempt's.
         """
+        deadline = time.monotonic() + BROKER_RESTART_WAIT_S
         while True:
             self._serve(lambda: self._producer.poll(BACKPRESSURE_POLL_S), "poll")
             try:
@@ -265,8 +282,16 @@ class RecordWriter:
             except BufferError:
                 continue
             except KafkaException as exc:
+                if self._reloading(exc, topic) and time.monotonic() < deadline:
+                    continue
                 raise self._produce_error(exc, key, value, topic, partition) from exc
             return
+
+    def _reloading(self, exc: KafkaException, topic: str | None) -> bool:
+        """Whether ``exc`` is the sink's own topic reported unknown (it existed at preflight)."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        own = self._topic is not None and (topic is None or topic == self._topic)
+        return own and err is not None and err.code() == UNKNOWN_TOPIC
 
     def _produce_error(
         self,
@@ -279,6 +304,13 @@ class RecordWriter:
         err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             return _too_large(err, key, value)
+        if self._reloading(exc, topic):
+            msg = (
+                f"produce: the sink's topic {self._topic!r} stayed unknown to the broker for "
+                f"{BROKER_RESTART_WAIT_S:.0f} s ({err}); it existed when the sink started: "
+                "was it deleted? Recreate it; the epoch was aborted."
+            )
+            return KafkaWriteError(msg, action=ErrorAction.ABORT, code=UNKNOWN_TOPIC)
         if err is not None and err.code() in (UNKNOWN_TOPIC, UNKNOWN_PARTITION):
             column = "partition" if err.code() == UNKNOWN_PARTITION else "topic"
             msg = (
