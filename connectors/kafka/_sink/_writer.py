@@ -48,6 +48,7 @@ from connectors.kafka._classify import (
     TIMED_OUT,
     UNKNOWN_PARTITION,
     UNKNOWN_TOPIC,
+    code_of,
     to_write_error,
 )
 from connectors.kafka._errors import KafkaRecordError, KafkaWriteError, RecordTooLargeError
@@ -289,9 +290,8 @@ class RecordWriter:
 
     def _reloading(self, exc: KafkaException, topic: str | None) -> bool:
         """Whether ``exc`` is the sink's own topic reported unknown (it existed at preflight)."""
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         own = self._topic is not None and (topic is None or topic == self._topic)
-        return own and err is not None and err.code() == UNKNOWN_TOPIC
+        return own and code_of(exc) == UNKNOWN_TOPIC
 
     def _produce_error(
         self,
