@@ -9,8 +9,9 @@ reach a secured cluster, or none does.
 
 What the factory adds to the caller's librdkafka settings (:func:`_settings`):
 
-1. the cluster's shared settings under the caller's role settings (a role's own
-   settings, e.g. a producer's ``producer_config``, come on top), then the address;
+1. the kind's defaults (:data:`ADMIN_DEFAULTS` for an AdminClient), under the cluster's
+   shared settings, under the caller's role settings (a role's own settings, e.g. a
+   producer's ``producer_config``, come on top), then the address;
 2. ``logger``: librdkafka's own log lines (``%3|...|FAIL|...``) go to the Python logger
    ``connectors.kafka.librdkafka`` instead of stderr; users set its level and handlers
    like any other logger. librdkafka queues its lines and confluent-kafka delivers them
@@ -50,6 +51,14 @@ from connectors.kafka._secrets import Settings
 BOOTSTRAP = "bootstrap.servers"
 # Settings every client takes that are callbacks: given as "package.module:function".
 CALLBACK_SETTINGS = frozenset({"oauth_cb"})
+
+# What the factory gives every AdminClient unless the user's settings say otherwise. An
+# admin client is short-lived, one per driver-side lookup, and its first request after
+# the bootstrap answer needs a broker connection: with librdkafka's sparse connections
+# (2.10+ drops the bootstrap connection once it knows the brokers) that connection waits
+# out a ~50 ms rate limit (half of reconnect.backoff.ms), on every new admin client.
+# Connecting to every broker at once costs one connection per broker, for a few clients.
+ADMIN_DEFAULTS: Mapping[str, Any] = {"enable.sparse.connections": False}
 
 LOGGER_NAME = "connectors.kafka.librdkafka"
 # Seconds during which one librdkafka line is emitted once: a broker restart makes every
@@ -162,9 +171,11 @@ def load_callback(spec: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
-def _settings(cluster: Cluster | None, settings: Mapping[str, Any]) -> dict[str, Any]:
+def _settings(
+    cluster: Cluster | None, settings: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Return the settings a client is built with (steps in the module doc)."""
-    conf: dict[str, Any] = {}
+    conf: dict[str, Any] = dict(defaults or {})
     if cluster is not None:
         conf.update(cluster.config.as_dict())
     conf.update(settings)
@@ -190,7 +201,7 @@ def consumer(cluster: Cluster, settings: Mapping[str, Any]) -> Consumer:
 
 def admin(cluster: Cluster, settings: Mapping[str, Any] | None = None) -> AdminClient:
     """Return an AdminClient on ``cluster`` (``settings``: e.g. an ``error_cb``)."""
-    return AdminClient(_settings(cluster, settings or {}))
+    return AdminClient(_settings(cluster, settings or {}, ADMIN_DEFAULTS))
 
 
 def unconnected_producer(settings: Mapping[str, Any]) -> Producer:

@@ -179,6 +179,26 @@ def test_every_factory_function_adds_the_cluster_and_the_logger(build, monkeypat
     assert conf["logger"] is logging.getLogger(_clients.LOGGER_NAME)
 
 
+@pytest.mark.parametrize(
+    ("build", "kind", "sparse"),
+    [
+        (_clients.admin, "AdminClient", False),  # connects to every broker at once
+        (_clients.producer, "Producer", None),  # librdkafka's default: on demand
+        (_clients.consumer, "Consumer", None),
+    ],
+)
+def test_admin_clients_connect_to_every_broker_unless_the_user_says_otherwise(
+    build, kind, sparse, monkeypatch
+) -> None:
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(_clients, kind, lambda conf: seen.append(conf) or object())
+    build(_clients.Cluster("h:1"), {"group.id": "g"})
+    assert seen[0].get("enable.sparse.connections") is sparse
+    user = Settings.of({"enable.sparse.connections": "true"})
+    build(_clients.Cluster("h:1", user), {"group.id": "g"})
+    assert seen[1]["enable.sparse.connections"] == "true"  # the user's setting wins
+
+
 def test_secret_values_are_scrubbed_from_librdkafka_lines() -> None:
     _secrets.remember({"sasl.password": "SENTINEL-in-a-log-line"})
     line = record("auth with SENTINEL-in-a-log-line failed")
