@@ -13,6 +13,8 @@ checker, the CLI and the docs agree:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 DEFAULT_EPOCH_LOG_TOPIC = "eos-epoch-log"
 DEFAULT_MARKER_TOPIC = "eos-markers"
 
@@ -22,13 +24,14 @@ def transactional_id(sink_id: str, partition: int, lane: int = 0) -> str:
     return f"{sink_id}-{partition}" if lane == 0 else f"{sink_id}-{partition}.{lane}"
 
 
-def lane_ids(sink_id: str, partition: int, lanes: int) -> list[str]:
-    """Every transactional id of write partition ``partition``: the shared and each worker lane.
+def lane_ids(sink_id: str, partitions: Iterable[int], lanes: int) -> list[str]:
+    """Every transactional id of the write partitions ``partitions``, partition by partition.
 
-    Lane 0 (the shared lane) and the worker lanes ``1 .. lanes`` (``producer_lanes``); this
-    also covers the ids ``0 .. lanes-1`` of versions before the shared lane.
+    Per partition: lane 0 (the shared lane) and the worker lanes ``1 .. lanes``
+    (``producer_lanes``); this also covers the ids ``0 .. lanes-1`` of versions before the
+    shared lane.
     """
-    return [transactional_id(sink_id, partition, k) for k in range(lanes + 1)]
+    return [transactional_id(sink_id, p, k) for p in partitions for k in range(lanes + 1)]
 
 
 def marker_group(sink_id: str, partition: int) -> str:

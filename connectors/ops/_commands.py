@@ -257,7 +257,7 @@ def abort_lingering(
             msg = f"{exc}; or pass --parallelism N to abort the ids 0..N-1 anyway"
             raise UnknownSinkError(msg) from None
         width = parallelism
-    ids = [i for p in range(width) for i in _names.lane_ids(ref.sink_id, p, lanes)]
+    ids = _names.lane_ids(ref.sink_id, range(width), lanes)
     if not dry_run and width:
         sink = KafkaSink(
             ref.cluster.bootstrap_servers,

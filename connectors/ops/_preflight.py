@@ -48,9 +48,7 @@ def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
     }
     if sink_id is not None:
         data["names"] = {
-            "transactional_ids": [
-                i for p in range(parallelism) for i in _names.lane_ids(sink_id, p, lanes)
-            ],
+            "transactional_ids": _names.lane_ids(sink_id, range(parallelism), lanes),
             "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
             "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
         }

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaException
 
 from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
-from connectors.kafka._sink import _pool
+from connectors.kafka._sink import _pool, _pool_entries
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._resource import KafkaResource
@@ -224,7 +224,7 @@ def test_partition_committed_by_another_instance_gets_a_new_producer(sink):
     run(sink, 1, reuse=True)  # "another worker" writes epoch 1 (fresh: fences mine)
     other = _pool.POOL.take(pool_key(cfg, 0))
     assert mine is not None and other is not None
-    _pool.discard(other)
+    _pool_entries.discard(other)
     _pool.POOL.give_back(pool_key(cfg, 0), mine)
     report, participant = run(sink, 2, reuse=True)  # marker 1 != my commit 0: new producer
     assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from connectors.kafka import KafkaSink
-from connectors.kafka._sink import _pool
+from connectors.kafka._sink import _pool, _pool_entries
 from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
@@ -27,8 +27,8 @@ class FakeConsumer:
         self.closed = True
 
 
-def entry(producer: object = "producer") -> _pool.PoolEntry:
-    return _pool.PoolEntry(producer, DeliveryErrors(), FakeConsumer(), Marker(3, 10, "c"))  # type: ignore[arg-type]
+def entry(producer: object = "producer") -> _pool_entries.PoolEntry:
+    return _pool_entries.PoolEntry(producer, DeliveryErrors(), FakeConsumer(), Marker(3, 10, "c"))  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,7 @@ def test_entries_inherited_through_fork_are_forgotten(monkeypatch):
 def test_discard_closes_the_consumer_and_drops_the_producer():
     e = entry()
     consumer = e.consumer
-    _pool.discard(e)
+    _pool_entries.discard(e)
     assert consumer.closed and e.producer is None and e.consumer is None
 
 
@@ -132,9 +132,9 @@ class FakeProducer:
     pass
 
 
-def spare(with_consumer: bool = True) -> _pool.Spare:
+def spare(with_consumer: bool = True) -> _pool_entries.Spare:
     consumer = FakeConsumer() if with_consumer else None
-    return _pool.Spare(FakeProducer(), DeliveryErrors(), consumer)  # type: ignore[arg-type]
+    return _pool_entries.Spare(FakeProducer(), DeliveryErrors(), consumer)  # type: ignore[arg-type]
 
 
 def wait_for_spares(n: int) -> None:
@@ -163,7 +163,7 @@ def test_spares_are_filled_in_the_background_also_for_keys_with_pooled_clients()
 
 
 def test_spares_are_bounded_and_a_failing_factory_is_skipped():
-    def broken(_with_consumer: bool) -> _pool.Spare:
+    def broken(_with_consumer: bool) -> _pool_entries.Spare:
         raise RuntimeError("broker down")
 
     wanted = {(str(i),): spare for i in range(_pool.MAX_SPARES + 4)}
@@ -181,13 +181,15 @@ def test_spares_inherited_through_fork_are_forgotten(monkeypatch):
     assert _pool.POOL.take_spare(("a",)) is None
 
 
-def prepared(key: tuple[str, ...], generation: str = "g") -> _pool.Preparer:
+def prepared(key: tuple[str, ...], generation: str = "g") -> _pool_entries.Preparer:
     """A preparer that makes an entry named after ``key`` (stands in for init_transactions)."""
 
-    def make(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
-        made = _pool.PoolEntry("p-" + key[0], DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
+    def make(
+        spare: object, consumer: object
+    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
+        made = _pool_entries.PoolEntry("p-" + key[0], DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
         made.token, made.generation = "t-" + key[0], generation
-        return made, _pool.Prepared(1, 1, made.token, generation, 4)
+        return made, _pool_entries.Prepared(1, 1, made.token, generation, 4)
 
     return make
 
@@ -238,7 +240,9 @@ def test_a_failed_preparation_gives_the_entry_back_and_a_lease_waits_for_one_in_
     pool.give_back(("a",), old)
     started, go = threading.Event(), threading.Event()
 
-    def failing(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+    def failing(
+        spare: object, consumer: object
+    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
         assert consumer is old.consumer  # the pooled marker consumer comes along
         started.set()
         go.wait(10)
@@ -254,15 +258,17 @@ def test_a_failed_preparation_gives_the_entry_back_and_a_lease_waits_for_one_in_
 
 def made_by(
     round_name: str, serial: int, gate: threading.Event | None = None, generation: str = "g"
-) -> _pool.Preparer:
+) -> _pool_entries.Preparer:
     """A preparer whose instance is named after its round (waits for ``gate`` first)."""
 
-    def make(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+    def make(
+        spare: object, consumer: object
+    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
         if gate is not None:
             assert gate.wait(10)
-        made = _pool.PoolEntry("p", DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
+        made = _pool_entries.PoolEntry("p", DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
         made.token, made.generation, made.serial = round_name, generation, serial
-        return made, _pool.Prepared(1, 1, round_name, generation, serial)
+        return made, _pool_entries.Prepared(1, 1, round_name, generation, serial)
 
     return make
 
@@ -309,7 +315,9 @@ def test_a_preparation_initializes_a_spare_only_once_it_has_settled():
     wait_for(lambda: pool.spares() == 1)
     called: list[tuple[float, float]] = []
 
-    def make(got: _pool.Spare | None, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+    def make(
+        got: _pool_entries.Spare | None, consumer: object
+    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
         assert got is not None
         called.append((got.created, time.monotonic()))
         return made_by("settled", 4)(got, consumer)

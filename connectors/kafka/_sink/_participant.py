@@ -23,7 +23,7 @@ import pyarrow as pa
 from confluent_kafka import Producer
 
 from connectors.kafka import _classify
-from connectors.kafka._sink import _pool
+from connectors.kafka._sink import _pool, _pool_entries
 from connectors.kafka._sink._bad_records import produce_dead_letters
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._producers import new_producer, plain_pool_key
@@ -107,7 +107,7 @@ class KafkaParticipant(Participant[ArrowPartition]):
         )
         self._writer = RecordWriter(self._live(), self._clients.errors, layout, cfg.topic)
 
-    def _pool_key(self) -> _pool.Key:
+    def _pool_key(self) -> _pool_entries.Key:
         raise NotImplementedError
 
     def _open(self) -> str:
@@ -218,7 +218,7 @@ class PlainKafkaParticipant(KafkaParticipant):
     one pooled producer per worker and producer settings.
     """
 
-    def _pool_key(self) -> _pool.Key:
+    def _pool_key(self) -> _pool_entries.Key:
         return plain_pool_key(self._cfg)
 
     def _open(self) -> str:

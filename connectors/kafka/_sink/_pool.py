@@ -55,13 +55,15 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from connectors.kafka._sink._lanes import LaneClaims
-from connectors.kafka._sink._pool_entries import Key as Key
-from connectors.kafka._sink._pool_entries import PoolEntry as PoolEntry
-from connectors.kafka._sink._pool_entries import Prepared as Prepared
-from connectors.kafka._sink._pool_entries import Preparer as Preparer
-from connectors.kafka._sink._pool_entries import Spare as Spare
-from connectors.kafka._sink._pool_entries import SpareFactory as SpareFactory
-from connectors.kafka._sink._pool_entries import discard as discard
+from connectors.kafka._sink._pool_entries import (
+    Key,
+    PoolEntry,
+    Prepared,
+    Preparer,
+    Spare,
+    SpareFactory,
+    discard,
+)
 from connectors.kafka._sink._writer import DeliveryErrors
 
 log = logging.getLogger("connectors.kafka.sink.pool")
@@ -266,10 +268,10 @@ class ClientPool:
         when its turn comes: keys leased, being prepared, with an unreported record, or
         whose pooled producer of ``generation`` the driver was told of, or a round
         prepared, under that ticket or a later one (a round's keys are prepared one after
-        another; an older round never replaces a newer instance). Each preparation
-        takes the key's spare (initialized once ``SPARE_SETTLE_S`` old) and pooled entry
-        (its consumer is kept, its producer replaced); one that fails gives the entry back as it was. None starts after
-        ``PREPARE_DEADLINE_S``.
+        another; an older round never replaces a newer instance). Each preparation takes
+        the key's spare (initialized once ``SPARE_SETTLE_S`` old) and pooled entry (its
+        consumer is kept, its producer replaced); one that fails gives the entry back as it
+        was. None starts after ``PREPARE_DEADLINE_S``.
         """
         if wanted:
             threading.Thread(

@@ -43,7 +43,7 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from connectors.kafka._sink import _pool
+from connectors.kafka._sink import _pool, _pool_entries
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._lanes import Lane
 from connectors.kafka._sink._markers import marker_consumer, read_marker
@@ -81,7 +81,7 @@ def prepare_lanes(
         return
     offset = task.partition - partition
     seen = {n.partition for n in ticket.known if not n.prepared}
-    wanted: list[tuple[_pool.Key, _pool.Preparer]] = []
+    wanted: list[tuple[_pool_entries.Key, _pool_entries.Preparer]] = []
     for q in range(parallelism):
         key = pool_key(cfg, q, lane.index)
         if (q, lane.index) == (partition, served_on):
@@ -119,12 +119,12 @@ def report_prepared(pool: _pool.ClientPool, task: TaskInfo) -> None:
 
 def _preparer(
     cfg: SinkConfig, partition: int, lane: int, note_partition: int, ticket: ReuseTicket
-) -> _pool.Preparer:
+) -> _pool_entries.Preparer:
     txn_id = cfg.transactional_id(partition, lane)
 
     def make(
-        spare: _pool.Spare | None, pooled: Consumer | None
-    ) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        spare: _pool_entries.Spare | None, pooled: Consumer | None
+    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
         errors = spare.errors if spare is not None else DeliveryErrors()
         producer = spare.producer if spare is not None else new_producer(cfg, txn_id, errors)
         extra = spare.consumer if spare is not None else None
@@ -145,8 +145,12 @@ def _preparer(
             if pooled is None:
                 _close(consumer)
             raise
-        entry = _pool.PoolEntry(producer, errors, consumer, token, ticket.generation, ticket.serial)
-        return entry, _pool.Prepared(note_partition, lane, token, ticket.generation, ticket.serial)
+        entry = _pool_entries.PoolEntry(
+            producer, errors, consumer, token, ticket.generation, ticket.serial
+        )
+        return entry, _pool_entries.Prepared(
+            note_partition, lane, token, ticket.generation, ticket.serial
+        )
 
     return make
 

@@ -56,7 +56,7 @@ class KafkaResource(Resource[ArrowPartition]):
         """Fence every lane of each partition ``p``, aborting open transactions (start-up, shrink)."""
         if not self.cfg.transactional:
             return
-        fence(self.cfg, [t for p in partitions for t in lane_ids(self.cfg, p)])
+        fence(self.cfg, lane_ids(self.cfg, partitions))
 
     def committed_markers(self, plan: EpochPlan) -> Mapping[int, Marker | None]:
         """Every write partition's committed marker, read from the driver (no fencing)."""

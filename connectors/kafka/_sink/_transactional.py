@@ -11,7 +11,7 @@ import contextlib
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._classify import call_with_retry, classify, to_write_error
-from connectors.kafka._sink import _input_offsets, _pool
+from connectors.kafka._sink import _input_offsets, _pool_entries
 from connectors.kafka._sink._lanes import SHARED_LANE
 from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
@@ -51,7 +51,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
     _lane = SHARED_LANE
     _committed = False  # this task committed its transaction (``_prepare``: rule 1)
 
-    def _pool_key(self) -> _pool.Key:
+    def _pool_key(self) -> _pool_entries.Key:
         """Return the key of this worker's lane, or of the shared lane (see below).
 
         A worker writes on the shared lane (``SHARED_LANE``, no worker claims it) after an
@@ -111,7 +111,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             lambda: read_marker(consumer, self._cfg.marker_topic),
         )
 
-    def _reuse_or_init(self, spare: _pool.Spare | None) -> str:
+    def _reuse_or_init(self, spare: _pool_entries.Spare | None) -> str:
         task = self._task
         fence_all = True
         if task is None:
@@ -172,7 +172,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
 
     def _init(self, producer: Producer, fence_all: bool) -> str:
         """``init_transactions`` on this lane; with ``fence_all`` every other lane first."""
-        others = [t for t in lane_ids(self._cfg, self._partition) if t != self._txn_id]
+        others = [t for t in lane_ids(self._cfg, [self._partition]) if t != self._txn_id]
         if fence_all:
             fence(self._cfg, others)
         return init_transactions(producer, self._txn_id)

@@ -220,17 +220,10 @@ class RecordWriter:
             try:
                 collections.deque(map(produce, itertools.repeat(topic), values_it, rest_keys), 0)
                 return
-            except BufferError:
+            except (BufferError, KafkaException) as exc:
                 i = start + len(rest_values) - operator.length_hint(values_it) - 1
-                self._wait_for_room(
-                    functools.partial(produce, topic, values[i], keys[i]), keys[i], values[i]
-                )
-            except KafkaException as exc:
-                i = start + len(rest_values) - operator.length_hint(values_it) - 1
-                if not self._reloading(exc, topic):
-                    raise self._produce_error(exc, keys[i], values[i]) from exc
-                self._wait_for_room(
-                    functools.partial(produce, topic, values[i], keys[i]), keys[i], values[i]
+                self._retry_row(
+                    exc, functools.partial(produce, topic, values[i], keys[i]), keys[i], values[i]
                 )
             start = i + 1
 
@@ -250,31 +243,28 @@ class RecordWriter:
             topic = str(topics[i] or default)
             try:
                 produce(topic, **kwargs)
-            except BufferError:
-                self._wait_for_room(
-                    functools.partial(produce, topic, **kwargs), keys[i], values[i], topic, parts[i]
-                )
-            except KafkaException as exc:
-                if not self._reloading(exc, topic):
-                    raise self._produce_error(exc, keys[i], values[i], topic, parts[i]) from exc
-                self._wait_for_room(
-                    functools.partial(produce, topic, **kwargs), keys[i], values[i], topic, parts[i]
-                )
+            except (BufferError, KafkaException) as exc:
+                retry = functools.partial(produce, topic, **kwargs)
+                self._retry_row(exc, retry, keys[i], values[i], topic, parts[i])
 
-    def _wait_for_room(
+    def _retry_row(
         self,
+        failure: BufferError | KafkaException,
         retry: Callable[[], None],
         key: object,
         value: object,
         topic: str | None = None,
         partition: int | None = None,
     ) -> None:
-        """Serve delivery reports until ``retry`` produces the row.
+        """Produce a row whose ``produce`` raised ``failure`` with ``retry``, or raise its error.
 
-        It waits out back-pressure, and the sink's topic unknown while a restarted broker
-        reloads it (``_reloading``; at most ``BROKER_RESTART_WAIT_S``). Any other Kafka
-        error of the retried row (e.g. too large) is typed like a first attempt's.
+        Delivery reports are served between attempts. It waits out back-pressure (``BufferError``), and the sink's topic unknown while a
+        restarted broker reloads it (``_reloading``; at most ``BROKER_RESTART_WAIT_S``). Any
+        other Kafka error, first or on a retry (e.g. too large), is typed by
+        ``_produce_error``.
         """
+        if isinstance(failure, KafkaException) and not self._reloading(failure, topic):
+            raise self._produce_error(failure, key, value, topic, partition) from failure
         deadline = time.monotonic() + BROKER_RESTART_WAIT_S
         while True:
             self._serve(lambda: self._producer.poll(BACKPRESSURE_POLL_S), "poll")
