@@ -76,17 +76,13 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
     kafka_bootstrap, new_topic, capsys
 ):
     topic = new_topic("eos-pf", 1)
-    code, ok = eos(
-        kafka_bootstrap,
-        "preflight",
-        "--topic",
-        topic,
-        "--sink-id",
-        "s1",
-        "--parallelism",
-        "2",
-        capsys=capsys,
-    )
+
+    def preflight(*args: str) -> tuple[int, dict[str, Any]]:
+        return eos(
+            kafka_bootstrap, "preflight", "--topic", topic, "--sink-id", "s1", *args, capsys=capsys
+        )
+
+    code, ok = preflight("--parallelism", "2")
     assert code == 0 and ok["topics"] == {topic: True}
     # each partition's shared lane, then its worker lanes (producer_lanes, default 2)
     assert ok["names"]["transactional_ids"] == [
@@ -105,19 +101,7 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
     assert ("TOPIC", "LITERAL", DEFAULT_MARKER_TOPIC) in acls
     assert ("CLUSTER", "LITERAL", "kafka-cluster") in acls
     assert ok["transaction_max_timeout_ms"] >= ok["transaction_timeout_ms"]
-    code, one = eos(
-        kafka_bootstrap,
-        "preflight",
-        "--topic",
-        topic,
-        "--sink-id",
-        "s1",
-        "--parallelism",
-        "1",
-        "--producer-lanes",
-        "1",
-        capsys=capsys,
-    )
+    code, one = preflight("--parallelism", "1", "--producer-lanes", "1")
     assert code == 0 and one["names"]["transactional_ids"] == ["s1-0", "s1-0.1"]
     code, bad = eos(
         kafka_bootstrap,

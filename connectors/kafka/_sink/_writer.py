@@ -258,10 +258,10 @@ class RecordWriter:
     ) -> None:
         """Produce a row whose ``produce`` raised ``failure`` with ``retry``, or raise its error.
 
-        Delivery reports are served between attempts. It waits out back-pressure (``BufferError``), and the sink's topic unknown while a
-        restarted broker reloads it (``_reloading``; at most ``BROKER_RESTART_WAIT_S``). Any
-        other Kafka error, first or on a retry (e.g. too large), is typed by
-        ``_produce_error``.
+        Delivery reports are served between attempts. It waits out back-pressure
+        (``BufferError``), and the sink's topic unknown while a restarted broker reloads it
+        (``_reloading``; at most ``BROKER_RESTART_WAIT_S``). Any other Kafka error, first or
+        on a retry (e.g. too large), is typed by ``_produce_error``.
         """
         if isinstance(failure, KafkaException) and not self._reloading(failure, topic):
             raise self._produce_error(failure, key, value, topic, partition) from failure
