@@ -62,7 +62,12 @@ VARIANTS = (
     "arrow-drop",
     "arrow-produce",
 )
-SINK_VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink")
+OPTIONAL_VARIANTS = ("eos-keep",)
+"""Run only when named in ``--variants``: ``eos-keep`` is exactly-once unaligned with
+``keep_partitioning=True`` (no routing exchange: one write task per input partition, each
+writing every Kafka partition), what the sink costs without the exchange."""
+ALL_VARIANTS = (*VARIANTS, *OPTIONAL_VARIANTS)
+SINK_VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink", "eos-keep")
 KAFKA_VARIANTS = (*SINK_VARIANTS, "baseline", "arrow-produce")
 INPUT_PARTITIONS = 4
 OUTPUT_PARTITIONS = 4
@@ -229,8 +234,9 @@ class Writers:
                 self.add_sink(
                     variant,
                     guarantee="at-least-once" if variant == "alo-sink" else "exactly-once",
-                    mode="unaligned" if variant == "eos-unaligned" else "aligned",
+                    mode="unaligned" if variant in ("eos-unaligned", "eos-keep") else "aligned",
                     vote_channel=vote_channel,
+                    keep_partitioning=variant == "eos-keep",
                 )
             elif variant == "baseline":
                 self._write[variant] = _baseline(bootstrap, self._new_topic(variant))
@@ -243,7 +249,7 @@ class Writers:
             elif variant == "arrow-produce":
                 self._write[variant] = _arrow_produce(bootstrap, self._new_topic(variant))
             else:
-                msg = f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}"
+                msg = f"unknown variant {variant!r}; choose from {', '.join(ALL_VARIANTS)}"
                 raise ValueError(msg)
 
     def _new_topic(self, variant: str) -> str:
@@ -262,8 +268,13 @@ class Writers:
         mode: str,
         vote_channel: str = DEFAULT_VOTE_CHANNEL,
         parallelism: int = WRITE_TASKS,
+        keep_partitioning: bool = False,
     ) -> Any:
-        """Add a KafkaSink variant ``name`` with its own topic and sink id; return the sink."""
+        """Add a KafkaSink variant ``name`` with its own topic and sink id; return the sink.
+
+        With ``keep_partitioning`` the sink writes the input's partitions (``parallelism``
+        is then not given: one write task per input partition).
+        """
         from connectors.kafka import KafkaSink
 
         topic = self._new_topic(name)
@@ -273,7 +284,8 @@ class Writers:
             f"{topic}-sink",
             guarantee=guarantee,
             mode=mode,
-            parallelism=parallelism,
+            parallelism=None if keep_partitioning else parallelism,
+            keep_partitioning=keep_partitioning,
             vote_channel=vote_channel,
         )
         self._sinks.append(sink)

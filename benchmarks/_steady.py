@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from benchmarks import _requests
-from benchmarks._job import VARIANTS
+from benchmarks._job import ALL_VARIANTS
 from benchmarks._targets import SetupCounts, setup_requests
 
 
@@ -89,7 +89,7 @@ def summarize(
 ) -> list[Summary]:
     """One summary per variant, with its ratios to the ceilings and the baseline."""
     base: dict[str, Summary] = {}
-    for variant in [v for v in VARIANTS if any(r.variant == v for r in runs)]:
+    for variant in [v for v in ALL_VARIANTS if any(r.variant == v for r in runs)]:
         mine = [r for r in runs if r.variant == variant]
         steady = [bt for r in mine for bt in r.steady(excluded)]
         if not steady:

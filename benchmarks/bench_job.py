@@ -47,6 +47,7 @@ from rich.console import Console
 
 from benchmarks import _cpu, _requests
 from benchmarks._job import (
+    ALL_VARIANTS,
     VARIANTS,
     WRITE_TASKS,
     Writers,
@@ -293,7 +294,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--variants",
         default=",".join(VARIANTS),
-        help="comma-separated subset of: " + ", ".join(VARIANTS),
+        help="comma-separated subset of: " + ", ".join(ALL_VARIANTS) + " (eos-keep on request)",
     )
     parser.add_argument(
         "--no-requests", action="store_true", help="do not log and count broker requests"
@@ -306,9 +307,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.batches <= args.excluded + 1:
         parser.error("--batches must exceed --excluded by at least 2")
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = set(args.variant_list) - set(VARIANTS)
+    unknown = set(args.variant_list) - set(ALL_VARIANTS)
     if unknown:
-        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL_VARIANTS)}")
     return args
 
 

@@ -13,6 +13,8 @@ at-least-once), ``baseline`` (hand-written ``foreachPartition`` + idempotent pro
 Rows), ``noop`` (Spark's noop writer: the job without Kafka), ``rows-drop`` (Rows shipped
 to Python and dropped) and ``arrow-drop`` (``mapInArrow`` batches shipped to Python and
 dropped: the ceiling of any Python sink on Spark, the path the sink's write stage uses).
+On request (``--variants ...,eos-keep``): ``eos-keep``, exactly-once unaligned with
+``keep_partitioning=True`` (no routing exchange), with no target line of its own.
 
 Interleaving epoch by epoch makes load changes on the shared machine hit every variant
 alike, so the report is about ratios: for each variant the median over epochs of the paired
@@ -60,6 +62,7 @@ from rich.console import Console
 
 from benchmarks import _requests
 from benchmarks._job import (
+    ALL_VARIANTS,
     KAFKA_VARIANTS,
     VARIANTS,
     WRITE_TASKS,
@@ -143,7 +146,7 @@ def summarize(
     out = []
     for rows in sorted({t.rows for t in times}):
         sized = [t for t in times if t.rows == rows]
-        for variant in [v for v in VARIANTS if any(t.variant == v for t in sized)]:
+        for variant in [v for v in ALL_VARIANTS if any(t.variant == v for t in sized)]:
             mine = [t for t in sized if t.variant == variant]
             median_s = statistics.median(t.seconds for t in mine)
             per_epoch = (
@@ -266,7 +269,7 @@ def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
         found = {s.rows: getattr(s, field) for s in summaries if s.variant == variant}
         return [float("nan") if found.get(n) is None else float(found[n]) for n in sizes]
 
-    present = [v for v in VARIANTS if any(s.variant == v for s in summaries)]
+    present = [v for v in ALL_VARIANTS if any(s.variant == v for s in summaries)]
     panels: list[tuple[str, Sequence[str], dict[str, Sequence[float]], float | None]] = []
     if "arrow-drop" in present:
         ratio = {v: values(v, "x_arrow") for v in present if v != "arrow-drop"}
@@ -356,7 +359,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--variants",
         default=",".join(VARIANTS),
-        help="comma-separated subset of: " + ", ".join(VARIANTS),
+        help="comma-separated subset of: " + ", ".join(ALL_VARIANTS) + " (eos-keep on request)",
     )
     parser.add_argument("--pad", type=int, default=0, help="extra bytes in each JSON value")
     parser.add_argument(
@@ -378,9 +381,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args.sizes = sizes + ([1_000_000] if args.full else [])
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = set(args.variant_list) - set(VARIANTS)
+    unknown = set(args.variant_list) - set(ALL_VARIANTS)
     if unknown:
-        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL_VARIANTS)}")
     return args
 
 

@@ -44,7 +44,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from benchmarks import _probe, _requests
 from benchmarks._broker import broker
-from benchmarks._job import SINK_VARIANTS, VARIANTS, EpochTime, Writers, run_interleaved
+from benchmarks._job import ALL_VARIANTS, SINK_VARIANTS, EpochTime, Writers, run_interleaved
 from benchmarks._spark_rest import JobMetrics, jobs_in_windows
 from benchmarks._table import print_table
 from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
@@ -367,7 +367,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default="profile_epoch", help="file stem under results/")
     args = parser.parse_args(argv)
     args.variants = [args.variant, *[v for v in args.compare.split(",") if v and v != args.variant]]
-    unknown = set(args.variants) - set(VARIANTS)
+    unknown = set(args.variants) - set(ALL_VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}")
     return args

@@ -112,3 +112,26 @@ def test_a_ratio_to_arrow_drop_shows_the_bound_arrow_produce_reached_in_the_same
     assert with_bound.shown == "x0.62; arrow-produce, the bound: x0.79"
     assert with_bound.met is False
     assert alone.shown == "x0.62"
+
+
+@pytest.mark.parametrize(
+    ("variant", "mode", "keep", "parallelism"),
+    [
+        ("eos-keep", "unaligned", True, None),  # no routing exchange: the input's partitions
+        ("eos-unaligned", "unaligned", False, 2),
+        ("eos-aligned", "aligned", False, 2),
+    ],
+)
+def test_the_sink_variants_are_built_with_their_mode_and_partitioning(
+    variant, mode, keep, parallelism, monkeypatch
+) -> None:
+    from benchmarks import _job
+
+    monkeypatch.setattr(_job, "AdminClient", lambda conf: object())  # topics: not created
+    monkeypatch.setattr(_job.Writers, "_new_topic", lambda self, name: f"bench-{name}")
+    writers = _job.Writers("127.0.0.1:1", [variant])  # sinks validate without I/O
+    (sink,) = writers._sinks
+    assert str(sink.config.mode.value) == mode
+    assert sink.config.keep_partitioning is keep
+    assert sink.config.parallelism == parallelism
+    assert "eos-keep" not in _job.VARIANTS and "eos-keep" in _job.ALL_VARIANTS  # on request
