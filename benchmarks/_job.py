@@ -29,6 +29,7 @@ Variants:
 
 from __future__ import annotations
 
+import argparse
 import gc
 import shutil
 import statistics
@@ -78,6 +79,25 @@ BASELINE_SETTINGS = {**DEFAULT_PRODUCER_CONFIG, "enable.idempotence": "true"}
 ADMIN_TIMEOUT_S = 30.0
 # Seconds between checks that the streaming query is still alive while waiting for it.
 QUERY_POLL_S = 0.5
+
+
+def add_variants_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--variants`` option of the job benchmarks (default: every variant but the optional)."""
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated subset of: {', '.join(VARIANTS)}; on request: "
+        + ", ".join(OPTIONAL_VARIANTS),
+    )
+
+
+def variant_list(parser: argparse.ArgumentParser, variants: str) -> list[str]:
+    """The variants ``--variants`` names, in its order; an unknown one is a parser error."""
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    unknown = set(names) - set(ALL_VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL_VARIANTS)}")
+    return names
 
 
 @dataclass(frozen=True)

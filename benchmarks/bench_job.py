@@ -47,14 +47,14 @@ from rich.console import Console
 
 from benchmarks import _cpu, _requests
 from benchmarks._job import (
-    ALL_VARIANTS,
-    VARIANTS,
     WRITE_TASKS,
     Writers,
+    add_variants_option,
     drop_batches,
     rotated,
     run_stream,
     source_frame,
+    variant_list,
 )
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._steady import Batch, JobRun, Summary, summarize
@@ -291,11 +291,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--excluded", type=int, default=EXCLUDED, help="first batches left out (start-up)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="jobs per variant")
-    parser.add_argument(
-        "--variants",
-        default=",".join(VARIANTS),
-        help="comma-separated subset of: " + ", ".join(ALL_VARIANTS) + " (eos-keep on request)",
-    )
+    add_variants_option(parser)
     parser.add_argument(
         "--no-requests", action="store_true", help="do not log and count broker requests"
     )
@@ -306,10 +302,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.batches = args.batches or (5 if args.quick else DEFAULT_BATCHES)
     if args.batches <= args.excluded + 1:
         parser.error("--batches must exceed --excluded by at least 2")
-    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = set(args.variant_list) - set(ALL_VARIANTS)
-    if unknown:
-        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL_VARIANTS)}")
+    args.variant_list = variant_list(parser, args.variants)
     return args
 
 

@@ -64,12 +64,13 @@ from benchmarks import _requests
 from benchmarks._job import (
     ALL_VARIANTS,
     KAFKA_VARIANTS,
-    VARIANTS,
     WRITE_TASKS,
     EpochTime,
     Writers,
+    add_variants_option,
     paired,
     run_interleaved,
+    variant_list,
 )
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._table import optional_cell, print_table
@@ -356,11 +357,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="measured epochs per size (default: 15 at 10k down to 7 at 200k+)",
     )
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first batches")
-    parser.add_argument(
-        "--variants",
-        default=",".join(VARIANTS),
-        help="comma-separated subset of: " + ", ".join(ALL_VARIANTS) + " (eos-keep on request)",
-    )
+    add_variants_option(parser)
     parser.add_argument("--pad", type=int, default=0, help="extra bytes in each JSON value")
     parser.add_argument(
         "--no-requests", action="store_true", help="do not log and count broker requests"
@@ -380,10 +377,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         else list(QUICK_ROWS if args.quick else DEFAULT_ROWS)
     )
     args.sizes = sizes + ([1_000_000] if args.full else [])
-    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = set(args.variant_list) - set(ALL_VARIANTS)
-    if unknown:
-        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL_VARIANTS)}")
+    args.variant_list = variant_list(parser, args.variants)
     return args
 
 

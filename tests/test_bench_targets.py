@@ -135,3 +135,17 @@ def test_the_sink_variants_are_built_with_their_mode_and_partitioning(
     assert sink.config.keep_partitioning is keep
     assert sink.config.parallelism == parallelism
     assert "eos-keep" not in _job.VARIANTS and "eos-keep" in _job.ALL_VARIANTS  # on request
+
+
+def test_variants_option_defaults_to_the_standard_variants_and_refuses_unknown_ones() -> None:
+    import argparse
+
+    from benchmarks import _job
+
+    parser = argparse.ArgumentParser()
+    _job.add_variants_option(parser)
+    args = parser.parse_args([])
+    assert _job.variant_list(parser, args.variants) == list(_job.VARIANTS)
+    assert _job.variant_list(parser, " eos-keep, arrow-drop ") == ["eos-keep", "arrow-drop"]
+    with pytest.raises(SystemExit):
+        _job.variant_list(parser, "eos-aligned,no-such-variant")
