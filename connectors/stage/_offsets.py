@@ -10,11 +10,19 @@ the previous batch, not this one; the rows' ``offset`` column is gone after an
 aggregation or a projection, and its maximum misses trailing transaction markers and
 filtered records.
 
-A source is Kafka when it is the kit's ``kafka-rc`` or Spark's ``kafka`` (v2 streams);
-any other streaming source is counted in ``InputOffsets.other_sources``. Outside a
-streaming query, under Spark Connect (no py4j gateway) or when Spark's internals answer
-differently, the result is None (nothing recorded; resuming from the output is then
-refused, saying why).
+The plan shapes, read from real runs of each Spark line (README, "Supported Spark
+versions"): a v2 streaming source is a ``StreamingDataSourceV2Relation`` leaf on 3.5
+(``stream()``, ``startOffset()``, ``endOffset()``, no ``relation()``) and a
+``StreamingDataSourceV2ScanRelation`` leaf from 4.0 on (the same, and ``relation()``,
+whose ``table().name()`` is the source's name: ``kafka-rc`` for the kit's source); a
+file or other v1 source is a leaf of another class. A source is Kafka when its stream is
+one of Spark's ``kafka`` classes (package ``org.apache.spark.sql.kafka010``, every line)
+or its table is a Kafka table (:data:`KAFKA_TABLES`); any other streaming source is
+counted in ``InputOffsets.other_sources``, with one debug line. Nothing here raises: a
+leaf Spark's internals answer differently for is another source, and when the execution
+itself cannot be read (outside a streaming query, under Spark Connect without a py4j
+gateway, an unknown Spark) the result is None: nothing recorded, and resuming from the
+output is then refused, saying why. Neither case logs a stack trace.
 """
 
 from __future__ import annotations
@@ -35,7 +43,13 @@ _log = logging.getLogger("connectors.stage.offsets")
 KAFKA_TABLES = frozenset({"kafka-rc", "KafkaTable"})
 # Package of Spark's own Kafka source classes (spark-sql-kafka-0-10).
 SPARK_KAFKA_PACKAGE = "org.apache.spark.sql.kafka010."
-_V2_RELATIONS = ("StreamingDataSourceV2ScanRelation", "StreamingDataSourceV2Relation")
+# The v2 streaming leaf of each plan shape, and whether it has ``relation()`` (module docstring).
+V2_LEAVES = {
+    "StreamingDataSourceV2Relation": False,  # Spark 3.5
+    "StreamingDataSourceV2ScanRelation": True,  # Spark 4.0 and later
+}
+
+Span = tuple[dict[TopicPartition, int], dict[TopicPartition, int]]
 
 
 def batch_input(df: DataFrame, query_id: str | None, batch_id: int) -> InputOffsets | None:
@@ -46,10 +60,13 @@ def batch_input(df: DataFrame, query_id: str | None, batch_id: int) -> InputOffs
         execution = _incremental_execution(df, query_id)
         if execution is None or int(execution.currentBatchId()) != batch_id:
             return None
-        return _from_plan(execution.logical())
+        plan = execution.logical()
     except Exception as exc:  # noqa: BLE001 - py4j errors of another Spark's internals
-        _log.warning("input offsets of batch %d not readable (%s); not recorded", batch_id, exc)
+        _log.debug(
+            "input offsets of batch %d not readable (%s); not recorded", batch_id, _brief(exc)
+        )
         return None
+    return _from_plan(plan)
 
 
 def _incremental_execution(df: DataFrame, query_id: str) -> Any:
@@ -65,58 +82,86 @@ def _incremental_execution(df: DataFrame, query_id: str) -> Any:
     return None if stream is None else stream.lastExecution()
 
 
-def _from_plan(plan: Any) -> InputOffsets:
+def _from_plan(plan: Any) -> InputOffsets | None:
+    """Return the Kafka spans of ``plan``'s streaming leaves; None if they cannot be listed."""
+    try:
+        leaves = _streaming_leaves(plan)
+    except Exception as exc:  # noqa: BLE001 - py4j errors of another Spark's internals
+        _log.debug("streaming sources of the batch not readable (%s); not recorded", _brief(exc))
+        return None
     starts: dict[TopicPartition, int] = {}
     ends: dict[TopicPartition, int] = {}
     other = 0
     seen: set[str] = set()
-    leaves = plan.collectLeaves().iterator()
-    while leaves.hasNext():
-        leaf = leaves.next()
-        if not bool(leaf.isStreaming()):
+    for leaf in leaves:
+        found = _leaf_span(leaf, seen)
+        if found is _SAME_SOURCE:
             continue
-        if leaf.getClass().getSimpleName() not in _V2_RELATIONS:
+        if found is None or _overlaps(found[1], ends):
             other += 1
             continue
-        stream = leaf.stream()
-        key = str(stream.toString())
-        if key in seen:  # the same source read twice (a self-union): one position
-            continue
-        seen.add(key)
-        span = _kafka_span(leaf, stream)
-        if span is None or _overlaps(span[1], ends):
-            other += 1
-            continue
-        starts.update(span[0])
-        ends.update(span[1])
+        starts.update(found[0])
+        ends.update(found[1])
     return InputOffsets.of(starts, ends, other)
 
 
-def _kafka_span(
-    leaf: Any, stream: Any
-) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]] | None:
-    """``(start, end)`` of a Kafka source's relation, or None for another source."""
-    if not (_table_name(leaf) in KAFKA_TABLES or _class(stream).startswith(SPARK_KAFKA_PACKAGE)):
+# ``_leaf_span``'s answer for a source already counted (the same source read twice).
+_SAME_SOURCE: Span = ({}, {})
+
+
+def _streaming_leaves(plan: Any) -> list[Any]:
+    leaves = plan.collectLeaves().iterator()
+    found = []
+    while leaves.hasNext():
+        leaf = leaves.next()
+        if bool(leaf.isStreaming()):
+            found.append(leaf)
+    return found
+
+
+def _leaf_span(leaf: Any, seen: set[str]) -> Span | None:
+    """Return a Kafka leaf's ``(start, end)``, :data:`_SAME_SOURCE`, or None (another source)."""
+    try:
+        shape = str(leaf.getClass().getSimpleName())
+        if shape not in V2_LEAVES:
+            _log.debug("input offsets: a %s source is not Kafka; not recorded", shape)
+            return None
+        stream = leaf.stream()
+        key = str(stream.toString())
+        if key in seen:  # the same source read twice (a self-union): one position
+            return _SAME_SOURCE
+        seen.add(key)
+        name = _source_name(leaf, stream, has_relation=V2_LEAVES[shape])
+        if name is None:
+            return None
+        return _kafka_span(leaf, name)
+    except Exception as exc:  # noqa: BLE001 - py4j errors of another Spark's internals
+        _log.debug("input offsets: a streaming source not readable (%s); not recorded", _brief(exc))
         return None
+
+
+def _source_name(leaf: Any, stream: Any, *, has_relation: bool) -> str | None:
+    """Return a Kafka source's name (its stream class or table), or None for another source."""
+    stream_class = str(stream.getClass().getName())
+    if stream_class.startswith(SPARK_KAFKA_PACKAGE):
+        return stream_class
+    table = str(leaf.relation().table().name()) if has_relation else ""
+    if table in KAFKA_TABLES:
+        return table
+    _log.debug("input offsets: source %s (%s) is not Kafka; not recorded", table, stream_class)
+    return None
+
+
+def _kafka_span(leaf: Any, name: str) -> Span | None:
     try:
         start = _offsets(leaf.startOffset(), "start")
         end = _offsets(leaf.endOffset(), "end")
     except ValueError as exc:
-        _log.warning("a Kafka source's offsets are not Kafka offsets (%s); not recorded", exc)
+        _log.warning(
+            "the offsets of Kafka source %s are not Kafka offsets (%s); not recorded", name, exc
+        )
         return None
     return (start or {}), (end or {})
-
-
-def _table_name(leaf: Any) -> str:
-    relation = leaf.relation() if hasattr(leaf, "relation") else leaf
-    try:
-        return str(relation.table().name())
-    except Exception:  # noqa: BLE001 - a relation without a named table
-        return ""
-
-
-def _class(obj: Any) -> str:
-    return str(obj.getClass().getName())
 
 
 def _offsets(option: Any, what: str) -> dict[TopicPartition, int] | None:
@@ -127,3 +172,9 @@ def _offsets(option: Any, what: str) -> dict[TopicPartition, int] | None:
 
 def _overlaps(new: dict[TopicPartition, int], known: dict[TopicPartition, int]) -> bool:
     return any(tp in known for tp in new)
+
+
+def _brief(exc: BaseException) -> str:
+    """``exc``'s class and the first line of its message (a py4j error's holds a Java trace)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
