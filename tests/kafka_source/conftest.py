@@ -6,4 +6,12 @@ those classes are not collected; the others (options, Arrow, the version error) 
 
 from connectors.kafka._source import spark_has_source_api
 
-collect_ignore = [] if spark_has_source_api() else ["test_offsets_ranges.py", "test_outages.py"]
+collect_ignore = (
+    []
+    if spark_has_source_api()
+    else [
+        "test_offsets_ranges.py",
+        "test_outages.py",
+        "test_source_options.py",
+    ]
+)

@@ -171,3 +171,45 @@ def test_split_covers_exactly(spec: list[tuple[int, int]], min_partitions: int) 
         assert all(p.size > 0 for p in pieces)
     if len(ranges) < min_partitions:
         assert len(out) >= len(ranges)
+
+
+def test_max_records_per_partition_cuts_large_ranges_only() -> None:
+    ranges = [OffsetRange("t", 0, 0, 25), OffsetRange("t", 1, 5, 15)]
+    out = split_ranges(ranges, None, 10)
+    assert [(r.partition, r.start, r.end) for r in out] == [
+        (0, 0, 9),
+        (0, 9, 17),
+        (0, 17, 25),
+        (1, 5, 15),  # exactly the maximum: one range
+    ]
+
+
+def test_max_records_then_min_partitions_as_in_spark() -> None:
+    # ceil(100 / 60) = 2 ranges by maxRecordsPerPartition; fewer than minPartitions=4,
+    # so they are split again by minPartitions.
+    out = split_ranges([OffsetRange("t", 0, 0, 100)], 4, 60)
+    assert [r.size for r in out] == [25, 25, 25, 25]
+    # Enough ranges by maxRecordsPerPartition already: minPartitions changes nothing.
+    assert [r.size for r in split_ranges([OffsetRange("t", 0, 0, 100)], 2, 30)] == [
+        25,
+        25,
+        25,
+        25,
+    ]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 5_000)), min_size=1, max_size=6),
+    st.one_of(st.none(), st.integers(1, 64)),
+    st.integers(1, 3_000),
+)
+def test_max_records_bounds_every_piece(
+    spec: list[tuple[int, int]], min_partitions: int | None, max_records: int
+) -> None:
+    ranges = [OffsetRange("t", i, lo, lo + size) for i, (lo, size) in enumerate(spec)]
+    out = split_ranges(ranges, min_partitions, max_records)
+    assert all(0 < p.size <= max_records for p in out)
+    for r in ranges:
+        pieces = [p for p in out if p.partition == r.partition]
+        assert pieces[0].start == r.start and pieces[-1].end == r.end
+        assert all(a.end == b.start for a, b in zip(pieces, pieces[1:], strict=False))

@@ -8,6 +8,7 @@ from connectors.kafka._source import (
     SourceOptionError,
     SourceOptions,
 )
+from connectors.kafka._source._options import OffsetFetchRetry
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 
@@ -91,9 +92,28 @@ def test_read_uncommitted_can_be_chosen_explicitly() -> None:
         ({"kafka.bootstrap.servers": "h:1"}, "exactly one of"),
         ({**BASE, "assign": '{"a":[0]}'}, "exactly one of"),
         ({**BASE, "subscribe": "a,,b"}, "comma-separated"),
-        ({**BASE, "startingOffset": "earliest"}, "unknown option 'startingoffset'"),
-        ({**BASE, "bootstrap.servers": "x"}, "'kafka.' prefix"),
-        ({**BASE, "minOffsetsPerTrigger": "5"}, "not supported by kafka-rc"),
+        ({**BASE, "startingOffset": "earliest"}, "did you mean 'startingOffsets'?"),
+        ({**BASE, "maxOffsetPerTrigger": "5"}, "did you mean 'maxOffsetsPerTrigger'?"),
+        ({**BASE, "startingTimeStamps": "5"}, "did you mean 'startingTimestamp'?"),
+        ({**BASE, "fetchOffsets.numRetry": "5"}, "did you mean 'fetchOffset.numRetries'?"),
+        ({**BASE, "bootstrap.servers": "x"}, "'kafka.' prefix (e.g. 'kafka.bootstrap.servers')"),
+        ({**BASE, "startingTimestamp": "-1"}, "'startingTimestamp' takes a timestamp"),
+        ({**BASE, "endingTimestamp": "yesterday"}, "'endingTimestamp' takes a timestamp"),
+        ({**BASE, "startingOffsetsByTimestamp": '{"orders": {"0": -1}}'}, "allowed: >= 0"),
+        ({**BASE, "startingOffsetsByTimestamp": "{}"}, "names no topic-partition"),
+        ({**BASE, "endingOffsetsByTimestamp": '{"x": {"0": 5}}'}, "outside the subscription"),
+        ({**BASE, "startingOffsetsByTimestampStrategy": "earliest"}, "one of ('error', 'latest')"),
+        ({**BASE, "minOffsetsPerTrigger": "0"}, "'minOffsetsPerTrigger' must be a positive"),
+        (
+            {**BASE, "minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "10"},
+            "'minOffsetsPerTrigger' (50) is higher than 'maxOffsetsPerTrigger' (10)",
+        ),
+        ({**BASE, "maxTriggerDelay": "5 fortnights"}, "'maxTriggerDelay' takes a duration"),
+        ({**BASE, "maxTriggerDelay": "-5s"}, "'maxTriggerDelay' takes a duration"),
+        ({**BASE, "maxRecordsPerPartition": "0"}, "'maxRecordsPerPartition' must be a positive"),
+        ({**BASE, "fetchOffset.numRetries": "0"}, "'fetchOffset.numRetries' must be a positive"),
+        ({**BASE, "fetchOffset.retryIntervalMs": "-1"}, "must be an integer >= 0"),
+        ({**BASE, "kafkaConsumer.cache.capacity": "lots"}, "must be an integer >= 0"),
         ({**BASE, "kafka.auto.offset.reset": "earliest"}, "startingOffsets"),
         ({**BASE, "kafka.enable.auto.commit": "true"}, "commitOffsetsToGroup"),
         ({**BASE, "kafka.value.deserializer": "x"}, "binary"),
@@ -131,10 +151,80 @@ def test_bad_options_raise_typed_error_naming_the_fix(options: dict[str, str], n
     assert isinstance(info.value, ValueError)
 
 
-def test_stream_rejects_ending_offsets() -> None:
-    opts = parse(endingOffsets="latest")
-    with pytest.raises(SourceOptionError, match="endingOffsets"):
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("endingOffsets", "latest"),
+        ("endingTimestamp", "1700000000000"),
+        ("endingOffsetsByTimestamp", '{"orders": {"0": 1700000000000}}'),
+    ],
+)
+def test_stream_rejects_every_ending_option_naming_it(option: str, value: str) -> None:
+    opts = parse(**{option: value})
+    with pytest.raises(SourceOptionError, match=f"option '{option}' is only valid for batch"):
         opts.stream_starting()
+
+
+def test_timestamps_take_precedence_as_in_spark() -> None:
+    everything = {
+        "startingOffsets": "earliest",
+        "startingOffsetsByTimestamp": '{"orders": {"0": 20, "1": 30}}',
+        "startingTimestamp": "10",
+        "endingOffsets": "latest",
+        "endingOffsetsByTimestamp": '{"orders": {"0": 50, "1": 60}}',
+        "endingTimestamp": "40",
+    }
+    start, end = parse(**everything).batch_bounds()
+    assert (start.kind, start.timestamp, start.option) == ("timestamp", 10, "startingTimestamp")
+    assert (start.no_match, end.no_match) == ("error", "latest")
+    assert (end.kind, end.timestamp, end.option) == ("timestamp", 40, "endingTimestamp")
+    del everything["startingTimestamp"], everything["endingTimestamp"]
+    start, end = parse(**everything).batch_bounds()
+    assert start.timestamp is None and start.by_partition
+    assert start.offsets.as_dict() == {("orders", 0): 20, ("orders", 1): 30}
+    assert end.offsets.as_dict() == {("orders", 0): 50, ("orders", 1): 60}
+    latest = parse(startingTimestamp="5", startingOffsetsByTimestampStrategy="LATEST")
+    assert latest.stream_starting().no_match == "latest"
+
+
+def test_trigger_partition_retry_and_cache_options() -> None:
+    defaults = parse()
+    assert defaults.min_offsets_per_trigger is None
+    assert defaults.max_trigger_delay_ms == 15 * 60 * 1000  # Spark's 15m
+    assert defaults.max_records_per_partition is None
+    assert defaults.fetch_retry is None  # the source's own outage bounds
+    assert defaults.consumer_cache_capacity == 64  # Spark's consumer cache capacity
+    opts = parse(
+        minOffsetsPerTrigger="10",
+        maxOffsetsPerTrigger="10",
+        maxTriggerDelay="30s",
+        maxRecordsPerPartition="1000",
+        **{"fetchOffset.numRetries": "5", "kafkaConsumer.cache.capacity": "0"},
+    )
+    assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_ms) == (10, 30_000)
+    assert opts.max_records_per_partition == 1000
+    assert opts.fetch_retry == OffsetFetchRetry(attempts=5, interval_ms=10)  # Spark's 10 ms
+    assert opts.consumer_cache_capacity == 0
+    only_interval = parse(**{"fetchOffset.retryIntervalMs": "0"})
+    assert only_interval.fetch_retry == OffsetFetchRetry(attempts=3, interval_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("15m", 900_000),
+        ("2min", 120_000),
+        ("30s", 30_000),
+        ("500ms", 500),
+        ("500", 500),
+        ("1h", 3_600_000),
+        ("1d", 86_400_000),
+        ("2000us", 2),
+        (" 0 ", 0),
+    ],
+)
+def test_max_trigger_delay_reads_sparks_time_strings(text: str, ms: int) -> None:
+    assert parse(maxTriggerDelay=text).max_trigger_delay_ms == ms
 
 
 @pytest.mark.parametrize(
@@ -175,14 +265,24 @@ def test_options_pickle_round_trip() -> None:
         minPartitions="4",
         failOnDataLoss="false",
         commitOffsetsToGroup="lag-monitor",
-        **{"kafka.client.id": "x"},
+        minOffsetsPerTrigger="10",
+        maxTriggerDelay="1m",
+        maxRecordsPerPartition="7",
+        endingTimestamp="123",
+        **{"kafka.client.id": "x", "fetchOffset.numRetries": "2"},
     )
     clone = pickle.loads(pickle.dumps(opts))
     assert clone == opts
     assert hash(clone) == hash(opts)
     assert clone.starting_offsets == OffsetBound(
-        "specific", KafkaOffsets.from_mapping({("orders", 0): 5, ("orders", 1): -2})
+        "specific",
+        KafkaOffsets.from_mapping({("orders", 0): 5, ("orders", 1): -2}),
+        option="startingOffsets",
     )
+    assert clone.ending_offsets == OffsetBound(
+        "timestamp", timestamp=123, no_match="latest", option="endingTimestamp"
+    )
+    assert clone.fetch_retry == OffsetFetchRetry(attempts=2, interval_ms=10)
 
 
 def test_options_are_frozen() -> None:

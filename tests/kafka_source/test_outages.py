@@ -11,14 +11,11 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import ClusterMetadata, TopicMetadata
+from confluent_kafka import KafkaError
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from connectors.kafka._source import (
@@ -30,6 +27,7 @@ from connectors.kafka._source import (
 )
 from connectors.kafka._source._cluster import GONE_CONFIRM_S, UNAVAILABLE_WAIT_S, ClusterView
 from connectors.kafka._source._position import ReadPosition, merge_max
+from tests.kafka_source._admin import ScriptedAdmin, metadata
 
 BOOTSTRAP = "broker-under-test:9092"
 # Short bounds so the tests run in a second; the defaults are checked separately.
@@ -37,45 +35,6 @@ WAIT_S = 0.6
 CONFIRM_S = 0.3
 
 Answer = Callable[[], Any]
-
-
-def metadata(topics: dict[str, int], errors: dict[str, int] | None = None) -> ClusterMetadata:
-    md = ClusterMetadata()
-    for name, count in topics.items():
-        t = TopicMetadata()
-        t.topic, t.partitions = name, {p: object() for p in range(count)}
-        md.topics[name] = t
-    for name, code in (errors or {}).items():
-        t = TopicMetadata()
-        t.topic, t.error = name, KafkaError(code)
-        md.topics[name] = t
-    return md
-
-
-class ScriptedAdmin:
-    """Answers metadata from a script (the last entry repeats) and offsets from a dict."""
-
-    def __init__(self, script: list[Any], offsets: dict[tuple[str, int], int]) -> None:
-        self.script = list(script)
-        self.offsets = offsets
-        self.metadata_calls = 0
-
-    def list_topics(self, timeout: float) -> ClusterMetadata:
-        self.metadata_calls += 1
-        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        if isinstance(answer, KafkaError):
-            raise KafkaException(answer)
-        return answer
-
-    def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Future[Any]]:
-        out: dict[Any, Future[Any]] = {}
-        for tp, spec in request.items():
-            fut: Future[Any] = Future()
-            earliest = "Earliest" in type(spec).__name__
-            offset = 0 if earliest else self.offsets[(tp.topic, tp.partition)]
-            fut.set_result(SimpleNamespace(offset=offset))
-            out[tp] = fut
-        return out
 
 
 def options(**extra: str) -> SourceOptions:

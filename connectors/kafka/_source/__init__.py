@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._arrow import arrow_schema, spark_schema
+from ._bounds import OffsetBound
 from ._errors import (
     DataLossError,
     KafkaReadTimeoutError,
@@ -40,7 +41,7 @@ from ._errors import (
     SparkVersionError,
 )
 from ._offsets import EARLIEST, LATEST, KafkaOffsets
-from ._options import OffsetBound, SourceOptions, Subscription
+from ._options import SourceOptions, Subscription
 from ._ranges import OffsetRange
 from ._spark_api import MINIMUM_SPARK, SOURCE_NAME, require_source_api, spark_has_source_api
 

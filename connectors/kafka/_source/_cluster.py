@@ -15,6 +15,11 @@ A transient error is never a smaller answer. Every lookup runs inside one bounde
    error-free answer says the same for :data:`GONE_CONFIRM_S`; an error in between
    starts that interval again;
 3. a non-retriable error raises :class:`KafkaSourceFatalError`, naming the error code.
+
+With ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs`` (Spark's bounds,
+:class:`~._options.OffsetFetchRetry`) a lookup makes at most that many attempts that fail
+with an error, that interval apart, within the same overall bound; answers that only lack
+something (2.) are still confirmed over :data:`GONE_CONFIRM_S`, not counted as attempts.
 """
 
 from __future__ import annotations
@@ -31,7 +36,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin._listoffsets import OffsetSpec
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from connectors.kafka import _connect
 from connectors.kafka._admin import TOPIC_METADATA_WAIT_S
@@ -40,7 +51,7 @@ from connectors.kafka._classify import access_error, kafka_error_of
 from ._errors import KafkaSourceFatalError, KafkaUnavailableError, SourceOptionError
 from ._metadata import MetadataView, is_transient, read_metadata
 from ._offsets import TopicPartitionKey
-from ._options import BOOTSTRAP_OPTION, CLIENT_OPTIONS, SourceOptions
+from ._options import BOOTSTRAP_OPTION, CLIENT_OPTIONS, OffsetFetchRetry, SourceOptions
 
 __all__ = ["GONE_CONFIRM_S", "UNAVAILABLE_WAIT_S", "ClusterView"]
 
@@ -79,6 +90,31 @@ class _NotSettled(Exception):
 
 def _should_retry(exc: BaseException) -> bool:
     return isinstance(exc, _NotSettled) or (isinstance(exc, KafkaException) and is_transient(exc))
+
+
+def _failed_with_error(state: RetryCallState) -> bool:
+    """Whether an attempt failed with an error (not an answer that only lacked something)."""
+    exc = state.outcome.exception() if state.outcome is not None else None
+    return not (isinstance(exc, _NotSettled) and not exc.errors)
+
+
+class _SparkBounds:
+    """Tenacity's stop and wait under ``fetchOffset.*``: errors count, doubts wait longer."""
+
+    def __init__(self, bounds: OffsetFetchRetry) -> None:
+        self._bounds = bounds
+        self._errors = 0
+        self._backoff = wait_exponential(multiplier=0.2, max=ADMIN_BACKOFF_MAX_S)
+
+    def stop(self, state: RetryCallState) -> bool:
+        if _failed_with_error(state):
+            self._errors += 1
+        return self._errors >= self._bounds.attempts
+
+    def wait(self, state: RetryCallState) -> float:
+        if _failed_with_error(state):
+            return self._bounds.interval_ms / 1000.0
+        return float(self._backoff(state))
 
 
 class _Confirmation:
@@ -141,11 +177,13 @@ class ClusterView:
         return self._admin
 
     def _call(self, what: str, fn: Callable[[], T], *, wait_s: float | None = None) -> T:
+        stop: Any = stop_after_delay(self._unavailable_wait_s if wait_s is None else wait_s)
+        wait: Any = wait_exponential(multiplier=0.2, max=ADMIN_BACKOFF_MAX_S)
+        if self._options.fetch_retry is not None and wait_s is None:
+            bounds = _SparkBounds(self._options.fetch_retry)
+            stop, wait = stop | bounds.stop, bounds.wait
         retrying = Retrying(
-            retry=retry_if_exception(_should_retry),
-            stop=stop_after_delay(self._unavailable_wait_s if wait_s is None else wait_s),
-            wait=wait_exponential(multiplier=0.2, max=ADMIN_BACKOFF_MAX_S),
-            reraise=True,
+            retry=retry_if_exception(_should_retry), stop=stop, wait=wait, reraise=True
         )
         try:
             return retrying(fn)
@@ -250,6 +288,23 @@ class ClusterView:
         """Latest readable offset: the last stable offset under read_committed (not the HW)."""
         return self._list_offsets(partitions, OffsetSpec.latest(), "latest")  # type: ignore[no-untyped-call]
 
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int | None]:
+        """Return the earliest offset whose record's timestamp is at or after the given one (ms).
+
+        None for a partition without such a record readable at the source's isolation
+        level (Kafka's ListOffsets by timestamp; the caller compares with :meth:`latest`).
+        """
+        specs = {tp: OffsetSpec.for_timestamp(ts) for tp, ts in sorted(timestamps.items())}
+        if not specs:
+            return {}
+        found = self._call(
+            f"looking up the offsets of timestamps in {len(specs)} partitions",
+            lambda: self._list_specs_once(specs),
+        )
+        return {tp: (o if o >= 0 else None) for tp, o in found.items()}
+
     def _list_offsets(
         self, partitions: Iterable[TopicPartitionKey], spec: Any, label: str
     ) -> dict[TopicPartitionKey, int]:
@@ -264,12 +319,17 @@ class ClusterView:
     def _list_offsets_once(
         self, partitions: Iterable[TopicPartitionKey], spec: Any
     ) -> dict[TopicPartitionKey, int]:
+        return self._list_specs_once(dict.fromkeys(partitions, spec))
+
+    def _list_specs_once(
+        self, specs: Mapping[TopicPartitionKey, Any]
+    ) -> dict[TopicPartitionKey, int]:
         level = (
             IsolationLevel.READ_COMMITTED
             if self._options.isolation_level == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
-        request = {TopicPartition(t, p): spec for t, p in partitions}
+        request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         futures = self._client().list_offsets(
             request, isolation_level=level, request_timeout=ADMIN_REQUEST_TIMEOUT_S
         )

@@ -9,24 +9,36 @@ are resolved.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from connectors.kafka import _clients
 from connectors.kafka._clients import Cluster
 from connectors.kafka._secrets import Settings
 
+from ._bounds import OffsetBound, ending_bound, starting_bound
 from ._errors import SourceOptionError
-from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
+from ._offsets import EARLIEST, LATEST, TopicPartitionKey
 
-__all__ = ["OffsetBound", "SourceOptions", "Subscription"]
+__all__ = ["OPTION_NAMES", "OffsetFetchRetry", "SourceOptions", "Subscription"]
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 """Default ``kafkaConsumer.pollTimeoutMs`` (ms): how long a read task may see no progress
 before failing; Spark's built-in source defaults to the 120 s network timeout too."""
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+"""Default ``maxTriggerDelay`` (ms), Spark's 15m: the longest ``minOffsetsPerTrigger`` may
+hold back a micro-batch while some data is available."""
+DEFAULT_CONSUMER_CACHE_CAPACITY = 64
+"""Default ``kafkaConsumer.cache.capacity``: idle consumers a Python worker keeps for reuse
+(Spark's consumer cache capacity); 0 opens a consumer per read task."""
+SPARK_FETCH_RETRIES = 3
+"""``fetchOffset.numRetries`` when only ``fetchOffset.retryIntervalMs`` is given (Spark's)."""
+SPARK_FETCH_RETRY_INTERVAL_MS = 10
+"""``fetchOffset.retryIntervalMs`` when only ``fetchOffset.numRetries`` is given (Spark's)."""
 
 _KAFKA_PREFIX = "kafka."
 # The option that holds the cluster's address (Spark's name: the prefix and librdkafka's).
@@ -36,40 +48,43 @@ CLIENT_OPTIONS = "the 'kafka.*' options"
 # Settings of consumers only, dropped from the driver's AdminClient (prefixes).
 _CONSUMER_ONLY = ("isolation.level", "group.id", "fetch.", "queued.", "session.timeout")
 
-# Options this source understands (lower-cased, as Spark passes them).
-_KNOWN = frozenset(
-    {
-        "subscribe",
-        "subscribepattern",
-        "assign",
-        "startingoffsets",
-        "endingoffsets",
-        "maxoffsetspertrigger",
-        "minpartitions",
-        "failondataloss",
-        "includeheaders",
-        "kafkaconsumer.polltimeoutms",
-        "groupidprefix",
-        "commitoffsetstogroup",
-    }
+OPTION_NAMES = (
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "failOnDataLoss",
+    "includeHeaders",
+    "kafkaConsumer.pollTimeoutMs",
+    "kafkaConsumer.cache.capacity",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "groupIdPrefix",
+    "commitOffsetsToGroup",
 )
-
-# Options of Spark's built-in Kafka source that this source does not implement.
-_SPARK_UNSUPPORTED = frozenset(
-    {
-        "startingoffsetsbytimestamp",
-        "endingoffsetsbytimestamp",
-        "startingtimestamp",
-        "endingtimestamp",
-        "startingoffsetsbytimestampstrategy",
-        "minoffsetspertrigger",
-        "maxtriggerdelay",
-        "maxrecordsperpartition",
-        "fetchoffset.numretries",
-        "fetchoffset.retryintervalms",
-        "kafkaconsumer.cache.capacity",
-    }
-)
+"""The source's options besides ``kafka.*``, as Spark's Kafka source spells them
+(docs/kafka-source.md, "Options", lists exactly these; a test checks it)."""
+# Lower-cased (as Spark passes them) to the name users write.
+_KNOWN = {name.lower(): name for name in OPTION_NAMES}
+# A typo closer than this to a known option is answered with "did you mean" (difflib ratio).
+_SUGGEST_CUTOFF = 0.75
+# The options that end a batch read, each rejected in a stream.
+_ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+# maxTriggerDelay's units (Spark's time strings) in milliseconds; no unit means ms.
+_DURATION_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_DURATION_UNITS_MS["d"] = 24 * _DURATION_UNITS_MS["h"]
+_DURATION = re.compile(r"(\d+)\s*([a-z]*)")
 
 # Kafka client properties the source manages itself; each maps to what to use instead.
 _MANAGED_KAFKA = {
@@ -83,38 +98,6 @@ _MANAGED_KAFKA = {
 }
 
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
-
-BoundKind = Literal["earliest", "latest", "specific"]
-
-
-@dataclass(frozen=True)
-class OffsetBound:
-    """A starting or ending bound: earliest, latest, or specific offsets per partition.
-
-    ``specific`` offsets may contain the sentinels -2 (earliest) and -1 (latest).
-    """
-
-    kind: BoundKind
-    offsets: KafkaOffsets = field(default_factory=KafkaOffsets)
-
-    @classmethod
-    def parse(cls, option: str, text: str) -> OffsetBound:
-        """Parse ``earliest``, ``latest`` or a per-partition JSON object."""
-        value = text.strip()
-        if value.lower() in ("earliest", "latest"):
-            return cls("earliest" if value.lower() == "earliest" else "latest")
-        if value.startswith("{"):
-            offsets = KafkaOffsets.from_json(value, option=option, allow_sentinels=True)
-            if not offsets.entries:
-                msg = f"{option}: the JSON object names no topic-partition"
-                raise SourceOptionError(msg)
-            return cls("specific", offsets)
-        msg = f"{option}: expected 'earliest', 'latest' or JSON like {{\"t\": {{\"0\": 5}}}}, got {text!r}"
-        raise SourceOptionError(msg)
-
-    def has_sentinel(self, sentinel: int) -> bool:
-        """Whether specific offsets use ``sentinel`` (EARLIEST or LATEST) anywhere."""
-        return any(o == sentinel for _, _, o in self.offsets)
 
 
 @dataclass(frozen=True)
@@ -131,6 +114,31 @@ class Subscription:
         if self.kind == "subscribePattern":
             return re.fullmatch(self.pattern, topic) is not None
         return topic in self.topics
+
+
+@dataclass(frozen=True)
+class OffsetFetchRetry:
+    """Spark's bounds of the driver's offset lookups: ``attempts``, ``interval_ms`` apart.
+
+    From ``fetchOffset.numRetries`` (the number of attempts, as Spark counts it) and
+    ``fetchOffset.retryIntervalMs``; without either, the source waits out transient errors
+    for ``UNAVAILABLE_WAIT_S`` instead (docs/kafka-source.md, "Broker outages and restarts").
+    """
+
+    attempts: int
+    interval_ms: int
+
+    @classmethod
+    def from_options(cls, opts: Mapping[str, str]) -> OffsetFetchRetry | None:
+        """Return the bounds given in lower-cased ``opts``, or None when neither option is."""
+        attempts = _opt_int(opts, "fetchOffset.numRetries")
+        interval = _opt_int(opts, "fetchOffset.retryIntervalMs", minimum=0)
+        if attempts is None and interval is None:
+            return None
+        return cls(
+            SPARK_FETCH_RETRIES if attempts is None else attempts,
+            SPARK_FETCH_RETRY_INTERVAL_MS if interval is None else interval,
+        )
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,11 @@ class SourceOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     group_id_prefix: str = "spark-kafka-rc"
     commit_offsets_to_group: str | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    max_records_per_partition: int | None = None
+    fetch_retry: OffsetFetchRetry | None = None
+    consumer_cache_capacity: int = DEFAULT_CONSUMER_CACHE_CAPACITY
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -173,10 +186,9 @@ class SourceOptions:
             msg = f"option {BOOTSTRAP_OPTION!r} is required (e.g. 'host1:9092,host2:9092')"
             raise SourceOptionError(msg)
         subscription = _parse_subscription(opts)
-        starting = _opt_bound(opts, "startingOffsets")
-        ending = _opt_bound(opts, "endingOffsets")
-        for name, bound in (("startingOffsets", starting), ("endingOffsets", ending)):
-            _check_bound_subscription(name, bound, subscription)
+        starting, ending = starting_bound(opts), ending_bound(opts)
+        for bound in (starting, ending):
+            _check_bound_subscription(bound, subscription)
         return cls(
             bootstrap_servers=bootstrap,
             subscription=subscription,
@@ -191,6 +203,11 @@ class SourceOptions:
             or DEFAULT_POLL_TIMEOUT_MS,
             group_id_prefix=opts.get("groupidprefix", "spark-kafka-rc").strip() or "spark-kafka-rc",
             commit_offsets_to_group=_opt_group(opts),
+            min_offsets_per_trigger=_min_offsets(opts),
+            max_trigger_delay_ms=_max_trigger_delay_ms(opts),
+            max_records_per_partition=_opt_int(opts, "maxRecordsPerPartition"),
+            fetch_retry=OffsetFetchRetry.from_options(opts),
+            consumer_cache_capacity=_cache_capacity(opts),
         )
 
     @property
@@ -202,11 +219,14 @@ class SourceOptions:
         """Validate for a streaming query and return its starting bound (default latest).
 
         Raises:
-            SourceOptionError: ``endingOffsets`` was given (it has no meaning in streaming).
+            SourceOptionError: an ending bound was given (it has no meaning in streaming).
 
         """
         if self.ending_offsets is not None:
-            msg = "option 'endingOffsets' is only valid for batch reads (spark.read), not streams"
+            msg = (
+                f"option {self.ending_offsets.option or 'endingOffsets'!r} is only valid for "
+                "batch reads (spark.read), not streams"
+            )
             raise SourceOptionError(msg)
         return self.starting_offsets or OffsetBound("latest")
 
@@ -276,10 +296,14 @@ def _reject_unknown(opts: dict[str, str]) -> None:
     for key in sorted(opts):
         if key.startswith(_KAFKA_PREFIX) or key in _KNOWN:
             continue
-        if key in _SPARK_UNSUPPORTED:
-            msg = f"option {key!r} of Spark's Kafka source is not supported by kafka-rc"
-            raise SourceOptionError(msg)
-        msg = f"unknown option {key!r}; Kafka client properties need the 'kafka.' prefix"
+        near = difflib.get_close_matches(key, list(_KNOWN), n=1, cutoff=_SUGGEST_CUTOFF)
+        if near:
+            msg = f"unknown option {key!r}: did you mean {_KNOWN[near[0]]!r}?"
+        else:
+            msg = (
+                f"unknown option {key!r}; Kafka client properties need the 'kafka.' prefix "
+                f"(e.g. 'kafka.{key}'); the source's own options are {', '.join(OPTION_NAMES)}"
+            )
         raise SourceOptionError(msg)
 
 
@@ -331,12 +355,11 @@ def _parse_assign(value: str) -> tuple[TopicPartitionKey, ...]:
     return tuple(sorted(parts))
 
 
-def _check_bound_subscription(
-    name: str, bound: OffsetBound | None, subscription: Subscription
-) -> None:
-    """Offsets JSON must stay inside the subscription (checked again against the cluster)."""
-    if bound is None or bound.kind != "specific":
+def _check_bound_subscription(bound: OffsetBound | None, subscription: Subscription) -> None:
+    """Per-partition JSON must stay inside the subscription (checked again against the cluster)."""
+    if bound is None or not bound.by_partition:
         return
+    name = bound.option
     if subscription.kind == "assign":
         given, wanted = bound.offsets.partitions(), frozenset(subscription.partitions)
         if given != wanted:
@@ -352,23 +375,52 @@ def _check_bound_subscription(
         raise SourceOptionError(msg)
 
 
-def _opt_bound(opts: dict[str, str], name: str) -> OffsetBound | None:
-    text = opts.get(name.lower())
-    return None if text is None else OffsetBound.parse(name, text)
-
-
-def _opt_int(opts: dict[str, str], name: str) -> int | None:
+def _opt_int(opts: Mapping[str, str], name: str, *, minimum: int = 1) -> int | None:
     text = opts.get(name.lower())
     if text is None:
         return None
     try:
         value = int(text.strip())
     except ValueError:
-        value = 0
-    if value <= 0:
-        msg = f"option {name!r} must be a positive integer, got {text!r}"
+        value = minimum - 1
+    if value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        msg = f"option {name!r} must be {what}, got {text!r}"
         raise SourceOptionError(msg)
     return value
+
+
+def _max_trigger_delay_ms(opts: Mapping[str, str]) -> int:
+    """Return ``maxTriggerDelay``, a Spark time string (``15m``, ``500ms``, ``500``: ms), in ms."""
+    name = "maxTriggerDelay"
+    text = opts.get(name.lower())
+    if text is None:
+        return DEFAULT_MAX_TRIGGER_DELAY_MS
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None or match.group(2) not in {"", *_DURATION_UNITS_MS}:
+        msg = (
+            f"option {name!r} takes a duration such as '15m', '30s' or '500ms' (units "
+            f"{', '.join(_DURATION_UNITS_MS)}; a number alone is milliseconds), got {text!r}"
+        )
+        raise SourceOptionError(msg)
+    return int(int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2), 1))
+
+
+def _cache_capacity(opts: Mapping[str, str]) -> int:
+    capacity = _opt_int(opts, "kafkaConsumer.cache.capacity", minimum=0)
+    return DEFAULT_CONSUMER_CACHE_CAPACITY if capacity is None else capacity
+
+
+def _min_offsets(opts: Mapping[str, str]) -> int | None:
+    low = _opt_int(opts, "minOffsetsPerTrigger")
+    high = _opt_int(opts, "maxOffsetsPerTrigger")
+    if low is not None and high is not None and low > high:
+        msg = (
+            f"option 'minOffsetsPerTrigger' ({low}) is higher than 'maxOffsetsPerTrigger' "
+            f"({high}); lower it or raise the maximum"
+        )
+        raise SourceOptionError(msg)
+    return low
 
 
 def _opt_bool(opts: dict[str, str], name: str, *, default: bool) -> bool:

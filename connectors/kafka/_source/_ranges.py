@@ -150,13 +150,19 @@ def rate_limit(
     return result
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Split ranges so that there are about ``min_partitions`` of them.
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """Split ranges: at most ``max_records`` offsets each, then about ``min_partitions`` of them.
 
-    When fewer ranges than ``min_partitions`` exist, each range is cut into a number of
-    near-equal pieces proportional to its share of all offsets (at least one piece, at
-    most one piece per offset). Pieces are contiguous and cover the range exactly.
+    Spark's ``maxRecordsPerPartition`` and ``minPartitions``: a range larger than
+    ``max_records`` is cut into ``ceil(size / max_records)`` near-equal pieces; if fewer
+    ranges than ``min_partitions`` remain, each is cut into a number of near-equal pieces
+    proportional to its share of all offsets (at least one piece, at most one per offset).
+    Pieces are contiguous and cover their range exactly.
     """
+    if max_records is not None:
+        ranges = [piece for r in ranges for piece in _cut(r, -(-r.size // max_records))]
     if min_partitions is None or len(ranges) >= min_partitions:
         return list(ranges)
     total = sum(r.size for r in ranges)
@@ -164,13 +170,21 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
         return list(ranges)
     out: list[OffsetRange] = []
     for r in ranges:
-        pieces = min(r.size, max(1, round(r.size * min_partitions / total)))
-        base, extra = divmod(r.size, pieces)
-        lo = r.start
-        for i in range(pieces):
-            hi = lo + base + (1 if i < extra else 0)
-            out.append(OffsetRange(r.topic, r.partition, lo, hi))
-            lo = hi
+        out.extend(_cut(r, min(r.size, max(1, round(r.size * min_partitions / total)))))
+    return out
+
+
+def _cut(r: OffsetRange, pieces: int) -> list[OffsetRange]:
+    """``r`` in ``pieces`` contiguous near-equal ranges (the first ones one offset longer)."""
+    if pieces <= 1:
+        return [r]
+    base, extra = divmod(r.size, pieces)
+    out: list[OffsetRange] = []
+    lo = r.start
+    for i in range(pieces):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append(OffsetRange(r.topic, r.partition, lo, hi))
+        lo = hi
     return out
 
 

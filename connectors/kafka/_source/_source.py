@@ -4,13 +4,15 @@ Streaming micro-batch protocol (Spark calls these on the driver, in this order):
     1. ``initialOffset()`` once for a new query: resolve ``startingOffsets`` against the
        partitions that exist now (default: latest = last stable offset).
     2. ``latestOffset(start, limit)`` per trigger: discover partitions (new ones start at
-       offset 0), fetch each partition's last stable offset, and cap the total with
-       ``maxOffsetsPerTrigger`` (``ReadMaxRows``); Spark checkpoints the result. The
+       offset 0), fetch each partition's last stable offset, hold the batch back while
+       fewer than ``minOffsetsPerTrigger`` offsets are new (``_trigger``), and cap the
+       total with ``maxOffsetsPerTrigger``; Spark checkpoints the result. The
        result never lacks a partition of ``start`` nor moves one backwards unless the
        cluster confirmed it (``ClusterView.settled_latest``); that is data loss, raised
        here under ``failOnDataLoss`` before Spark checkpoints anything.
     3. ``partitions(start, end)``: plan one range per partition, apply ``failOnDataLoss``
-       for deleted offsets, split to ``minPartitions``; tasks run ``read()`` on executors.
+       for deleted offsets, split by ``maxRecordsPerPartition`` and ``minPartitions``;
+       tasks run ``read()`` on executors.
     4. ``commit(end)`` after the batch's sink has committed: optionally store ``end`` in
        the ``commitOffsetsToGroup`` consumer group, for lag monitoring only.
 
@@ -37,16 +39,18 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from ._arrow import spark_schema
+from ._bounds import OffsetBound
 from ._cluster import ClusterView
 from ._errors import OffsetSpecError, SourceOptionError
 from ._fetch import read_range
 from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
-from ._options import OffsetBound, SourceOptions
+from ._options import SourceOptions
 from ._position import ReadPosition, merge_max
 from ._ranges import (
     OffsetRange,
@@ -57,6 +61,7 @@ from ._ranges import (
     split_ranges,
 )
 from ._spark_api import SOURCE_NAME
+from ._trigger import MinOffsetsGate
 
 __all__ = ["KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"]
 
@@ -125,6 +130,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Offsets | None = None
         self._available_now_cap: Offsets | None = None
         self._position = ReadPosition()
+        low = options.min_offsets_per_trigger
+        self._gate = None if low is None else MinOffsetsGate(low, options.max_trigger_delay_ms)
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark API
         """Resolve ``startingOffsets`` now (for a query without a checkpoint)."""
@@ -134,9 +141,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return KafkaOffsets.from_mapping(offsets).to_json_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark API
-        """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else read all available."""
-        limit = self._options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """``ReadMaxRows(maxOffsetsPerTrigger)``, else ``ReadMinRows(minOffsetsPerTrigger)``.
+
+        Python's read limits have no composite: with both options the reader applies the
+        minimum from its options whenever Spark's limit is not ``ReadAllAvailable``.
+        """
+        high, low = self._options.max_offsets_per_trigger, self._options.min_offsets_per_trigger
+        if high is not None:
+            return ReadMaxRows(high)
+        return ReadAllAvailable() if low is None else ReadMinRows(low)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         """End offsets of the next micro-batch: last stable offsets, capped by ``limit``.
@@ -153,6 +166,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if cap is not None:
             latest = _cap(latest, cap, begin)
         self._latest = latest
+        if self._waits_for_more(limit, begin, latest):
+            return KafkaOffsets.from_mapping(given).to_json_dict()  # no batch this trigger
         end = latest
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, latest, limit.max_rows)
@@ -160,6 +175,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {**end, **{tp: o for tp, o in begin.items() if tp not in given and tp in end}}
         self._position.seen(end)
         return KafkaOffsets.from_mapping(end).to_json_dict()
+
+    def _waits_for_more(self, limit: ReadLimit, begin: Offsets, latest: Offsets) -> bool:
+        """``minOffsetsPerTrigger`` holds this trigger back (never under AvailableNow/Once)."""
+        if self._gate is None or self._available_now_cap is not None:
+            return False
+        return not isinstance(limit, ReadAllAvailable) and self._gate.holds(begin, latest)
 
     def _check_lost(self, begin: Offsets, latest: Offsets) -> None:
         lost = lost_offsets(begin, latest)
@@ -246,17 +267,54 @@ def resolve_bound(
         return cluster.earliest(partitions)
     if bound.kind == "latest":
         return cluster.latest(partitions)
+    if bound.kind == "timestamp":
+        return _resolve_times(cluster, bound, partitions)
+    given = _every_partition(bound, partitions, bound.option or option)
+    lows = cluster.earliest(tp for tp, o in given.items() if o == EARLIEST)
+    highs = cluster.latest(tp for tp, o in given.items() if o == LATEST)
+    return {**given, **lows, **highs}
+
+
+def _every_partition(
+    bound: OffsetBound, partitions: list[TopicPartitionKey], option: str
+) -> dict[TopicPartitionKey, int]:
+    """Return the bound's per-partition values; they must name exactly ``partitions``."""
     given = bound.offsets.as_dict()
     missing, unknown = sorted(set(partitions) - set(given)), sorted(set(given) - set(partitions))
     if missing or unknown:
         msg = (
-            f"{option} must give an offset for every partition of the subscription: "
+            f"{option} must give a value for every partition of the subscription: "
             f"missing {missing}, not found in the cluster {unknown}"
         )
         raise OffsetSpecError(msg)
-    lows = cluster.earliest(tp for tp, o in given.items() if o == EARLIEST)
-    highs = cluster.latest(tp for tp, o in given.items() if o == LATEST)
-    return {**given, **lows, **highs}
+    return given
+
+
+def _resolve_times(
+    cluster: ClusterView, bound: OffsetBound, partitions: list[TopicPartitionKey]
+) -> Offsets:
+    """Return a timestamp bound's offsets (``_bounds``); a match at or past latest is none.
+
+    Raises:
+        OffsetSpecError: a starting bound with ``startingOffsetsByTimestampStrategy=error``
+            and a partition without a record at or after its timestamp.
+
+    """
+    if bound.timestamp is not None:
+        times = dict.fromkeys(partitions, bound.timestamp)
+    else:
+        times = _every_partition(bound, partitions, bound.option)
+    found, latest = cluster.offsets_for_times(times), cluster.latest(times)
+    unmatched = sorted(tp for tp, o in found.items() if o is None or o >= latest[tp])
+    if unmatched and bound.no_match == "error":
+        detail = ", ".join(f"{t}-{p} (timestamp {times[(t, p)]})" for t, p in unmatched)
+        msg = (
+            f"{bound.option}: no record at or after the timestamp in {detail}. Choose an "
+            "earlier timestamp, or set startingOffsetsByTimestampStrategy=latest to start "
+            "those partitions at their latest offset"
+        )
+        raise OffsetSpecError(msg)
+    return {tp: latest[tp] if tp in unmatched else int(found[tp] or 0) for tp in times}
 
 
 def _check_not_beyond_latest(end: Offsets, latest: Offsets) -> None:
@@ -287,7 +345,8 @@ def _plan(
     need = [tp for tp, hi in end.items() if hi > start.get(tp, 0)]
     earliest = cluster.earliest(need)
     ranges = plan_ranges(start, end, earliest, fail_on_data_loss=options.fail_on_data_loss)
-    return [KafkaInputPartition(r) for r in split_ranges(ranges, options.min_partitions)]
+    pieces = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    return [KafkaInputPartition(r) for r in pieces]
 
 
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
