@@ -21,6 +21,12 @@ broker in a subprocess, or uses ``KAFKA_BOOTSTRAP_SERVERS`` when that is set, th
    any Python source for them. With the task read path it gives the time both would take
    one after the other, printed as information beside the targets.
 
+8. consumer reuse (``benchmarks._source_reuse``): micro-batches of 1,000 and 100,000 rows
+   read one after the other, with a consumer per read (``kafkaConsumer.cache.capacity=0``,
+   before) and with the worker's consumer cache (after): rows/s through the task read path
+   and through a Spark stream, and the consumers each batch opened (task read path).
+   ``--reuse-only`` runs just this section, ``--no-reuse`` skips it.
+
 The phases run interleaved, ``--repeat`` rounds; each checks the rows it read and
 keeps its best round (the machine is shared; the best round is the least disturbed one).
 Results are printed as a table with the load average, then one line per target (issue
@@ -49,6 +55,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmarks import _source_reuse
 from benchmarks._memory_source import NAME as MEMORY_ROWS
 from benchmarks._memory_source import MemoryRows
 from benchmarks._plot import bar_plot
@@ -68,6 +75,8 @@ CONSUME_POLL_S = 0.5
 """Seconds one consume() call of the ceiling loop may block."""
 PROGRESS_EVERY = 10_000
 """Records produced between two progress-bar refreshes."""
+SMALL_BATCH, LARGE_BATCH = 1_000, 100_000
+"""Rows per micro-batch of the consumer-reuse section."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--no-spark", action="store_true", help="skip the Spark phase")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark phases")
+    parser.add_argument("--small-batches", type=int, default=30, help="1k-row batches (reuse)")
+    section = parser.add_mutually_exclusive_group()
+    section.add_argument("--no-reuse", action="store_true", help="skip the consumer-reuse section")
+    section.add_argument("--reuse-only", action="store_true", help="only consumer reuse")
     args = parser.parse_args(argv)
     console = Console()
     load_before = os.getloadavg()
@@ -260,31 +273,81 @@ def main(argv: list[str] | None = None) -> int:
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             topic = prepare_topic(bootstrap, args.records, args.value_bytes, progress)
-            n = args.records
-            phases: list[Phase] = [
-                (CEILING, n, lambda: ceiling(bootstrap, topic, n)),
-                (GC_OFF, n, lambda: ceiling_gc_off(bootstrap, topic, n)),
-                (TASK, n, lambda: source_task(bootstrap, topic, n)),
-            ]
-            if not args.no_spark:
-                spark = make_spark()
-                count = (
-                    spark.read.format("kafka-rc")
-                    .option("kafka.bootstrap.servers", bootstrap)
-                    .option("subscribe", topic)
-                    .load()
-                    .count()
-                )
-                if count != args.records:
-                    raise RuntimeError(f"Spark counted {count} rows, expected {args.records}")
-                phases.append((SPARK, n, lambda: spark_task(spark, bootstrap, topic, n)))
-                phases.append((SPARK_FIXED, 1, lambda: spark_task(spark, bootstrap, topic, 1)))
-                own = functools.partial(memory_task, spark, topic, n, args.value_bytes)
-                phases.append((SPARK_OWN, n, own))
-            progress.add_task(f"measure ({args.repeat} rounds)", total=None)
-            results = best_of(phases, args.repeat)
-    report(results, args, console, (load_before, os.getloadavg()))
+            spark = None if args.no_spark else make_spark()
+            results = [] if args.reuse_only else read_phases(args, bootstrap, topic, spark)
+            reuse: list[_source_reuse.ReuseResult] = []
+            if not args.no_reuse:
+                reuse = reuse_phases(args, bootstrap, topic, spark, progress)
+    load = (load_before, os.getloadavg())
+    if results:
+        report(results, args, console, load)
+    if reuse:
+        report_reuse(reuse, args, console, load)
     return 0
+
+
+def read_phases(args: argparse.Namespace, bootstrap: str, topic: str, spark: Any) -> list[Result]:
+    """Phases 2-7 of the module docstring: the best round of each."""
+    n = args.records
+    phases: list[Phase] = [
+        (CEILING, n, lambda: ceiling(bootstrap, topic, n)),
+        (GC_OFF, n, lambda: ceiling_gc_off(bootstrap, topic, n)),
+        (TASK, n, lambda: source_task(bootstrap, topic, n)),
+    ]
+    if spark is not None:
+        count = (
+            spark.read.format("kafka-rc")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .load()
+            .count()
+        )
+        if count != args.records:
+            raise RuntimeError(f"Spark counted {count} rows, expected {args.records}")
+        phases.append((SPARK, n, lambda: spark_task(spark, bootstrap, topic, n)))
+        phases.append((SPARK_FIXED, 1, lambda: spark_task(spark, bootstrap, topic, 1)))
+        own = functools.partial(memory_task, spark, topic, n, args.value_bytes)
+        phases.append((SPARK_OWN, n, own))
+    return best_of(phases, args.repeat)
+
+
+def reuse_phases(
+    args: argparse.Namespace, bootstrap: str, topic: str, spark: Any, progress: Progress
+) -> list[_source_reuse.ReuseResult]:
+    """Phase 8: the 100k-row batches read ``topic``, the 1k-row ones a topic of their own."""
+    large = args.records // LARGE_BATCH
+    if large < 2:
+        raise SystemExit(f"--records must be at least {2 * LARGE_BATCH} for the reuse section")
+    small_topic = prepare_topic(
+        bootstrap, SMALL_BATCH * args.small_batches, args.value_bytes, progress
+    )
+    sizes = {SMALL_BATCH: (small_topic, args.small_batches), LARGE_BATCH: (topic, large)}
+    task = progress.add_task("consumer reuse (rounds)", total=args.repeat * len(sizes))
+    return _source_reuse.measure(
+        bootstrap, sizes, args.repeat, spark, lambda: progress.advance(task)
+    )
+
+
+def report_reuse(
+    results: list[_source_reuse.ReuseResult],
+    args: argparse.Namespace,
+    console: Console,
+    load: tuple[tuple[float, float, float], tuple[float, float, float]],
+) -> None:
+    """Print the reuse table; save its PNG and JSON."""
+    load_text = f"load average {load[0][0]:.1f} before, {load[1][0]:.1f} after"
+    title = f"kafka-rc consumer reuse, best of {args.repeat} ({load_text})"
+    png = _source_reuse.report(results, title, RESULTS_DIR / "source_reuse.png", console)
+    payload = {
+        "command": " ".join(["python -m benchmarks.bench_source", *sys.argv[1:]]),
+        "value_bytes": args.value_bytes,
+        "repeat": args.repeat,
+        "load_average": {"before": load[0], "after": load[1]},
+        "results": [asdict(r) | {"rows_per_s": r.rows_per_s} for r in results],
+    }
+    out = RESULTS_DIR / "bench_source_reuse.json"
+    out.write_text(json.dumps(payload, indent=2))
+    console.print(f"saved {png} and {out}")
 
 
 def report(

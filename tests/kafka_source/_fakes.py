@@ -68,12 +68,14 @@ class FakeConsumer:
         self.pos: int | None = None
         self.next_fetch = 0
         self.closed = False
+        self.assigned: list[int] = []  # the offsets of each assign()
         self.eof_sent_at: int | None = None
         self.polls: list[tuple[int, int, float, bool]] = []  # position, asked, timeout, GC on
         log.consumers.append(self)
 
     def assign(self, tps: list[TopicPartition]) -> None:
         (tp,) = tps
+        self.assigned.append(tp.offset)
         self.next_fetch = tp.offset
         self.pos = None
         self.out_of_range_sent = False

@@ -4,7 +4,12 @@ On PySpark older than the source needs (``make test-compat``), the modules that 
 those classes are not collected; the others (options, Arrow, the version error) run.
 """
 
+from collections.abc import Iterator
+
+import pytest
+
 from connectors.kafka._source import spark_has_source_api
+from connectors.kafka._source._consumers import close_idle
 
 collect_ignore = (
     []
@@ -15,3 +20,11 @@ collect_ignore = (
         "test_source_options.py",
     ]
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_idle_consumers() -> Iterator[None]:
+    """Every test starts and ends without consumers kept by an earlier read (``_consumers``)."""
+    close_idle()
+    yield
+    close_idle()

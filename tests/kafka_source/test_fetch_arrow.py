@@ -14,7 +14,9 @@ from connectors.kafka._source import (
     KafkaReadTimeoutError,
     OffsetRange,
     SourceOptions,
+    _consumers,
     _fetch,
+    _options,
     arrow_schema,
     spark_schema,
 )
@@ -22,6 +24,13 @@ from connectors.kafka._source._arrow import build_batch
 from connectors.kafka._source._spark_api import spark_has_source_api
 
 from ._fakes import FakeConsumer, FakeLog, FakeMessage
+
+
+@pytest.fixture(autouse=True, params=[0, 64], ids=["one-consumer-per-read", "reuse"])
+def cache_capacity(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every read runs on both paths: the reference (capacity 0) and consumer reuse."""
+    monkeypatch.setattr(_options, "DEFAULT_CONSUMER_CACHE_CAPACITY", request.param)
+    return int(request.param)
 
 
 def options(**extra: str) -> SourceOptions:
@@ -64,7 +73,8 @@ def read_with(
     monkeypatch.setattr(_fetch._clients, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     monkeypatch.setattr(_fetch, "POLL_INTERVAL_S", 0.0)
     batches = list(_fetch.read_range(options(**extra), rng))
-    assert all(c.closed for c in log.consumers)
+    kept = [c for c in log.consumers if not c.closed]  # each kept idle for the next range
+    assert len(kept) == _consumers.stats().idle
     return pa.Table.from_batches(batches, arrow_schema(False)).to_pylist() if batches else []
 
 

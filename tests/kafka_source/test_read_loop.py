@@ -11,9 +11,16 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from connectors.kafka._source import OffsetRange, SourceOptions, _fetch
+from connectors.kafka._source import OffsetRange, SourceOptions, _consumers, _fetch, _options
 
 from ._fakes import FakeConsumer, FakeLog, FakeMessage
+
+
+@pytest.fixture(autouse=True, params=[0, 64], ids=["one-consumer-per-read", "reuse"])
+def cache_capacity(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every read runs on both paths: the reference (capacity 0) and consumer reuse."""
+    monkeypatch.setattr(_options, "DEFAULT_CONSUMER_CACHE_CAPACITY", request.param)
+    return int(request.param)
 
 
 def options(**extra: str) -> SourceOptions:
@@ -97,6 +104,7 @@ def eof(offset: int) -> FakeMessage:
 
 
 def scripted(polls: list[list[FakeMessage]], rng: OffsetRange, mp: pytest.MonkeyPatch) -> Any:
+    _consumers.close_idle()  # a script is one new consumer (its assign() moves nothing)
     mp.setattr(_fetch._clients, "consumer", lambda _cluster, _conf: ScriptedConsumer(polls))
     mp.setattr(_fetch, "POLL_INTERVAL_S", 0.0)
     opts = options(**{"kafkaConsumer.pollTimeoutMs": "200"})  # a wrong script fails fast

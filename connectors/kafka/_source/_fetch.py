@@ -1,9 +1,10 @@
 """Executor side: read one offset range ``[start, end)`` with a read_committed consumer.
 
 Protocol (one task, one range):
-    1. Create a consumer in the task's process (librdkafka is not fork-safe) with
+    1. Take a consumer of the task's process (librdkafka is not fork-safe) with
        ``isolation.level=read_committed``, no auto commit, ``auto.offset.reset=error`` and
-       partition-EOF events on; assign the partition at ``start``.
+       partition-EOF events on, assigned at ``start``: the idle one the worker kept from
+       the partition's previous range, or a new one (``_consumers``).
     2. Poll in chunks of at most ``end - position`` messages (the most the rest of the
        range can hold); a poll that may complete the range blocks briefly, so a range
        ending on a transaction marker never waits out a long poll. Keep data messages
@@ -18,7 +19,8 @@ Protocol (one task, one range):
     5. If neither the position nor the row count moves for ``kafkaConsumer.pollTimeoutMs``,
        raise :class:`KafkaReadTimeoutError` (never wait forever for a missing record).
     6. Yield each poll's rows as one Arrow batch (up to ``ARROW_BATCH_ROWS`` rows, built
-       column-wise, the messages dropped at once); close the consumer.
+       column-wise, the messages dropped at once); give the consumer back to the cache
+       at its position when the range completed, close it otherwise.
 
 Guarantee: every committed (or non-transactional) record with ``start <= offset < end``
 is yielded once, in offset order; aborted records are never yielded.
@@ -44,6 +46,7 @@ from connectors.kafka import _clients
 from connectors.kafka._classify import PARTITION_EOF, access_error, classify
 from txn import ErrorAction
 
+from . import _consumers
 from ._arrow import arrow_schema, build_batch
 from ._errors import (
     DataLossError,
@@ -84,10 +87,12 @@ def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
     if rng.size == 0:
         return
     reader = _RangeReader(options, rng)
+    complete = False
     try:
         yield from reader.batches()
+        complete = True
     finally:
-        reader.close()
+        reader.close(complete=complete)
 
 
 class _RangeReader:
@@ -98,18 +103,28 @@ class _RangeReader:
         self._rng = rng
         self._schema = arrow_schema(options.include_headers)
         self._tp = TopicPartition(rng.topic, rng.partition)
-        self._consumer = _new_consumer(options)
-        self._consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        self._lease = _consumers.lease(options, rng, lambda: _new_consumer(options))
+        self._consumer = self._lease.consumer
+        self._keep = options.consumer_cache_capacity > 0
+        self._overflow: list[Any] = []  # records at or past the end of the range's last poll
         self._last_error: KafkaError | None = None
 
-    def close(self) -> None:
-        self._consumer.close()
+    def close(self, *, complete: bool) -> None:
+        """Keep the consumer for the next range after a complete read; else close it."""
+        self._lease.end(self._rng, complete=complete, overflow=self._overflow)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         rng = self._rng
         timeout_s = self._options.poll_timeout_ms / 1000.0
         progress_at, last_pos = time.monotonic(), rng.start
         pos, done = rng.start, False
+        if self._lease.pending:  # records the consumer returned for the range before
+            batch, done = self._take(self._lease.pending)
+            if batch is not None:
+                yield batch
+                del batch
+            pos = self._position()
+            done = done or pos >= rng.end
         while not done:
             with _cyclic_gc_paused():
                 batch, done = self._poll(*_poll_plan(rng.end - pos))
@@ -126,7 +141,18 @@ class _RangeReader:
 
     def _poll(self, chunk: int, timeout_s: float) -> tuple[pa.RecordBatch | None, bool]:
         """One poll: the range's rows in it as one batch (None if none), and a done flag."""
-        data, done = self._sort(self._consumer.consume(chunk, timeout=timeout_s))
+        return self._take(self._consumer.consume(chunk, timeout=timeout_s))
+
+    def _take(self, messages: list[Any]) -> tuple[pa.RecordBatch | None, bool]:
+        """``messages``' rows in the range as one batch (None if none), and a done flag.
+
+        The poll that completes the range keeps its records at or past the end, for a
+        read continuing on the consumer (``_consumers``).
+        """
+        data, done = self._sort(messages)
+        if done and self._keep:
+            end = self._rng.end
+            self._overflow = [m for m in messages if m.error() is None and m.offset() >= end]
         if not data:
             return None, done
         return build_batch(data, self._rng.topic, self._rng.partition, self._schema), done

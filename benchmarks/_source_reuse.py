@@ -1,0 +1,194 @@
+"""bench_source's consumer-reuse section: micro-batches of 1k and 100k rows, before and after.
+
+Before is ``kafkaConsumer.cache.capacity=0`` (a consumer per read task, the reference
+path); after is the default cache (a Python worker keeps the partition's consumer for the
+next micro-batch). Two ways to read the same consecutive ranges ``[i*n, (i+1)*n)``:
+
+* the task read path (``read_range``, the code a Spark task runs) in this process, one
+  range after another as a reused Python worker reads them: rows/s, and the consumers
+  created per batch (``_consumers.stats``; every new consumer opens its own TCP
+  connections, to the bootstrap broker and to the partition's leader, so no new consumer
+  means no new connection);
+* Spark: a ``Trigger.AvailableNow`` stream with ``maxOffsetsPerTrigger=n`` into the
+  ``noop`` sink on a local[1] session with reused Python workers: rows/s of the whole run
+  (the consumers live in the workers, where this process cannot count them).
+
+Each variant runs interleaved with the others, ``repeat`` rounds, best round kept.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._plot import grouped_bar_plot
+from benchmarks._table import print_table
+from connectors.kafka import OffsetRange, SourceOptions
+from connectors.kafka._source import _consumers
+from connectors.kafka._source._fetch import read_range
+
+BEFORE = "one consumer per read (capacity 0)"
+AFTER = "consumer reuse (capacity 64)"
+CAPACITY = {BEFORE: "0", AFTER: "64"}
+RUN_TIMEOUT_S = 600.0
+"""Seconds one Spark availableNow run may take on a busy machine."""
+
+
+@dataclass(frozen=True)
+class ReuseResult:
+    """The best round of one variant: ``batches`` micro-batches of ``batch_rows`` rows."""
+
+    path: str  # "task read path" or "Spark stream"
+    variant: str  # BEFORE or AFTER
+    batch_rows: int
+    batches: int
+    seconds: float
+    consumers_per_batch: float | None  # None where it cannot be counted (Spark's workers)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.batch_rows * self.batches / self.seconds if self.seconds > 0 else 0.0
+
+
+def _options(bootstrap: str, topic: str, variant: str) -> SourceOptions:
+    return SourceOptions.from_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "kafkaConsumer.cache.capacity": CAPACITY[variant],
+        }
+    )
+
+
+def task_batches(bootstrap: str, topic: str, variant: str, rows: int, batches: int) -> float:
+    """Read ``batches`` consecutive ranges of ``rows``; return the consumers created per batch."""
+    _consumers.close_idle()
+    options = _options(bootstrap, topic, variant)
+    before = _consumers.stats().created
+    for i in range(batches):
+        got = sum(
+            b.num_rows for b in read_range(options, OffsetRange(topic, 0, i * rows, (i + 1) * rows))
+        )
+        if got != rows:
+            raise RuntimeError(f"{variant}: batch {i} read {got} rows, expected {rows}")
+    created = _consumers.stats().created - before
+    _consumers.close_idle()
+    return created / batches
+
+
+def spark_batches(spark: Any, bootstrap: str, topic: str, variant: str, rows: int) -> None:
+    """One availableNow run over the whole ``topic``, ``rows`` per micro-batch."""
+    with tempfile.TemporaryDirectory(prefix="bench-reuse-") as ck:
+        query = (
+            spark.readStream.format("kafka-rc")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(rows))
+            .option("kafkaConsumer.cache.capacity", CAPACITY[variant])
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(Path(ck) / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        if not query.awaitTermination(RUN_TIMEOUT_S) or query.exception() is not None:
+            raise RuntimeError(f"{variant}: the stream failed or hung: {query.exception()}")
+
+
+def measure(
+    bootstrap: str,
+    sizes: dict[int, tuple[str, int]],
+    repeat: int,
+    spark: Any | None,
+    step: Callable[[], None],
+) -> list[ReuseResult]:
+    """Best round of every (path, size, variant), interleaved.
+
+    ``sizes``: rows per batch -> (a one-partition topic of exactly ``rows * batches``
+    records, ``batches``).
+    """
+    best: dict[tuple[str, int, str], ReuseResult] = {}
+    for _ in range(repeat):
+        for rows, (topic, batches) in sizes.items():
+            for variant in (BEFORE, AFTER):
+                t0 = time.perf_counter()
+                per_batch = task_batches(bootstrap, topic, variant, rows, batches)
+                _keep(
+                    best,
+                    ReuseResult(
+                        "task read path",
+                        variant,
+                        rows,
+                        batches,
+                        time.perf_counter() - t0,
+                        per_batch,
+                    ),
+                )
+                if spark is not None:
+                    t0 = time.perf_counter()
+                    spark_batches(spark, bootstrap, topic, variant, rows)
+                    _keep(
+                        best,
+                        ReuseResult(
+                            "Spark stream", variant, rows, batches, time.perf_counter() - t0, None
+                        ),
+                    )
+                step()
+    return list(best.values())
+
+
+def _keep(best: dict[tuple[str, int, str], ReuseResult], result: ReuseResult) -> None:
+    key = (result.path, result.batch_rows, result.variant)
+    if key not in best or result.seconds < best[key].seconds:
+        best[key] = result
+
+
+def report(results: list[ReuseResult], title: str, png: Path, console: Any) -> Path:
+    """Print the table and draw rows/s and consumers per batch, before and after."""
+    rows = [
+        [
+            r.path,
+            f"{r.batch_rows:,}",
+            r.batches,
+            r.variant,
+            round(r.seconds, 3),
+            round(r.rows_per_s),
+            "-" if r.consumers_per_batch is None else round(r.consumers_per_batch, 2),
+        ]
+        for r in sorted(results, key=lambda r: (r.path, r.batch_rows, r.variant != BEFORE))
+    ]
+    columns = [
+        "path",
+        "rows/batch",
+        "batches",
+        "variant",
+        "seconds",
+        "rows/s",
+        "new consumers/batch",
+    ]
+    print_table(title, columns, rows, console)
+    groups = sorted({(r.path, r.batch_rows) for r in results})
+    labels = [f"{path}\n{n:,}-row batches" for path, n in groups]
+    by_key = {(r.path, r.batch_rows, r.variant): r for r in results}
+
+    def series(value: Callable[[ReuseResult], float | None]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for variant in (BEFORE, AFTER):
+            values = [value(by_key[(p, n, variant)]) for p, n in groups]
+            out[variant] = [math.nan if v is None else v for v in values]
+        return out
+
+    return grouped_bar_plot(
+        png,
+        title,
+        [
+            ("rows/s", labels, series(lambda r: r.rows_per_s), None),
+            ("new consumers per batch", labels, series(lambda r: r.consumers_per_batch), None),
+        ],
+    )
