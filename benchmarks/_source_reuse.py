@@ -10,16 +10,21 @@ next micro-batch). Two ways to read the same consecutive ranges ``[i*n, (i+1)*n)
   connections, to the bootstrap broker and to the partition's leader, so no new consumer
   means no new connection);
 * Spark: a ``Trigger.AvailableNow`` stream with ``maxOffsetsPerTrigger=n`` into the
-  ``noop`` sink on a local[1] session with reused Python workers: rows/s of the whole run
-  (the consumers live in the workers, where this process cannot count them).
+  ``noop`` sink on a local[1] session with reused Python workers: rows/s of the whole run,
+  and the TCP connections to the broker opened per batch by every process of the machine
+  (the driver's admin client included), the open ones read from ``/proc/net/tcp`` every
+  :data:`SAMPLE_S`: a connection shorter than that may be missed, so it is a lower bound
+  (Linux only; elsewhere not reported).
 
 Each variant runs interleaved with the others, ``repeat`` rounds, best round kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +42,10 @@ AFTER = "consumer reuse (capacity 64)"
 CAPACITY = {BEFORE: "0", AFTER: "64"}
 RUN_TIMEOUT_S = 600.0
 """Seconds one Spark availableNow run may take on a busy machine."""
+SAMPLE_S = 0.005
+"""Seconds between two reads of the machine's TCP connections during a Spark run."""
+_TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+_OPEN_STATES = ("01", "02")  # ESTABLISHED, SYN_SENT (not the TIME_WAIT of closed ones)
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,9 @@ class ReuseResult:
     batch_rows: int
     batches: int
     seconds: float
-    consumers_per_batch: float | None  # None where it cannot be counted (Spark's workers)
+    # Task read path: consumers created per batch; Spark: TCP connections to the broker
+    # opened per batch (sampled, a lower bound); None where they cannot be counted.
+    consumers_per_batch: float | None
 
     @property
     def rows_per_s(self) -> float:
@@ -79,6 +90,38 @@ def task_batches(bootstrap: str, topic: str, variant: str, rows: int, batches: i
     created = _consumers.stats().created - before
     _consumers.close_idle()
     return created / batches
+
+
+class Connections:
+    """The client ends of TCP connections to ``port`` seen while it runs (a sampling thread)."""
+
+    def __init__(self, port: int) -> None:
+        self._port = f":{port:04X}"
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def available() -> bool:
+        return _TCP_TABLES[0].exists()
+
+    def __enter__(self) -> Connections:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            for table in _TCP_TABLES:
+                with contextlib.suppress(OSError):
+                    for line in table.read_text().splitlines()[1:]:
+                        local, remote, state = line.split()[1:4]
+                        if remote.endswith(self._port) and state in _OPEN_STATES:
+                            self.seen.add(local)
+            time.sleep(SAMPLE_S)
 
 
 def spark_batches(spark: Any, bootstrap: str, topic: str, variant: str, rows: int) -> None:
@@ -131,16 +174,21 @@ def measure(
                     ),
                 )
                 if spark is not None:
-                    t0 = time.perf_counter()
-                    spark_batches(spark, bootstrap, topic, variant, rows)
-                    _keep(
-                        best,
-                        ReuseResult(
-                            "Spark stream", variant, rows, batches, time.perf_counter() - t0, None
-                        ),
-                    )
+                    _keep(best, _spark_round(spark, bootstrap, topic, variant, rows, batches))
                 step()
     return list(best.values())
+
+
+def _spark_round(
+    spark: Any, bootstrap: str, topic: str, variant: str, rows: int, batches: int
+) -> ReuseResult:
+    port = int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+    with Connections(port) as connections:
+        t0 = time.perf_counter()
+        spark_batches(spark, bootstrap, topic, variant, rows)
+        seconds = time.perf_counter() - t0
+    per_batch = len(connections.seen) / batches if Connections.available() else None
+    return ReuseResult("Spark stream", variant, rows, batches, seconds, per_batch)
 
 
 def _keep(best: dict[tuple[str, int, str], ReuseResult], result: ReuseResult) -> None:
@@ -189,6 +237,11 @@ def report(results: list[ReuseResult], title: str, png: Path, console: Any) -> P
         title,
         [
             ("rows/s", labels, series(lambda r: r.rows_per_s), None),
-            ("new consumers per batch", labels, series(lambda r: r.consumers_per_batch), None),
+            (
+                "per batch: new consumers (task) / connections (Spark)",
+                labels,
+                series(lambda r: r.consumers_per_batch),
+                None,
+            ),
         ],
     )
