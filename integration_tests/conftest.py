@@ -15,6 +15,10 @@ Secured Kafka (SASL, TLS) is reached through a bootstrap address and client sett
 ``secure_kafka`` / ``secure_listeners``: the listeners ``KAFKA_SECURE_CONFIG`` describes, or
 secured minikafka brokers (``integration_tests.support.secure_kafka``).
 
+A cluster whose brokers a test may stop and start, ``kafka_cluster``: the one
+``KAFKA_BOOTSTRAP_SERVERS`` names with ``KAFKA_NODE_CONTROL`` (skipped, saying why, without
+it), else a three-node minikafka (``integration_tests.support.kafka_cluster``).
+
 Tests must not special-case the server behind the address.
 """
 
@@ -35,6 +39,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.testing.containers import docker_answers, kafka_container
 from connectors.testing.postgres import postgres_dsn as select_postgres_dsn
+from integration_tests.support.kafka_cluster import KafkaCluster
+from integration_tests.support.kafka_cluster import kafka_cluster as select_kafka_cluster
 from integration_tests.support.secure_kafka import (
     DEFAULT_MECHANISM,
     DEFAULT_PROTOCOL,
@@ -77,6 +83,26 @@ def kafka_bootstrap() -> Iterator[str]:
 
     with BrokerProcess() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_or_reason() -> Iterator[KafkaCluster | str]:
+    """The session's stoppable cluster, or why there is none (see ``kafka_cluster``)."""
+    with select_kafka_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def kafka_cluster(kafka_cluster_or_reason: KafkaCluster | str) -> Iterator[KafkaCluster]:
+    """A cluster of three or more brokers the test may stop and start (module docstring).
+
+    Every broker the test stopped is started again after it, and the next test begins once
+    Metadata lists them all.
+    """
+    if isinstance(kafka_cluster_or_reason, str):
+        pytest.skip(kafka_cluster_or_reason)
+    yield kafka_cluster_or_reason
+    kafka_cluster_or_reason.restore()
 
 
 @pytest.fixture(scope="session")

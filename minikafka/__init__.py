@@ -1,10 +1,11 @@
-"""minikafka: a single-node broker speaking the Kafka wire protocol.
+"""minikafka: a broker speaking the Kafka wire protocol, of one node or a cluster of several.
 
 It implements what exactly-once pipelines need: record batch v2 produce/fetch,
 idempotent producers, transactions (markers, LSO, aborted index, timeouts,
 transactional offset commits), consumer groups, topic admin and configs, optional
-durability in a data directory, TLS and SASL (PLAIN, SCRAM) listeners, fault hooks for chaos tests, and per-API request
-counters for benchmarks.
+durability in a data directory, TLS and SASL (PLAIN, SCRAM) listeners, several nodes with
+partition leaders and coordinators that fail over (client-visible failover, not
+replication), fault hooks for chaos tests, and per-API request counters for benchmarks.
 See docs/minikafka.md.
 """
 
@@ -12,6 +13,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from ._config import MAX_REQUEST_BYTES, BrokerConfig
+from ._control import NodeOp, NodeOpError, node_control
 from ._embedded import EmbeddedKafka
 from ._errors import (
     BrokerConfigError,
@@ -40,10 +42,13 @@ __all__ = [
     "KafkaProtocolError",
     "ListenerSecurity",
     "MiniKafkaError",
+    "NodeOp",
+    "NodeOpError",
     "ProtocolError",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "StorageError",
+    "node_control",
     "request_counts",
 ]
 

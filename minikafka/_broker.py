@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 
 from ._clock import Clock, SystemClock
+from ._cluster import Cluster, Nodes
 from ._config import BrokerConfig
 from ._groups import GroupCoordinator
 from ._journal import Journal
@@ -33,7 +34,7 @@ log = logging.getLogger("minikafka.broker")
 
 
 class Broker:
-    """The state of one single-node broker."""
+    """The state of a cluster of one or more nodes (shared by every node's listener)."""
 
     def __init__(
         self,
@@ -49,25 +50,27 @@ class Broker:
         self.requests = requests or RequestCounter()
         journal_path = data_dir / "journal.bin" if data_dir is not None else None
         self.journal = Journal(journal_path, fsync=config.fsync_policy != "never")
-        self.topics = TopicRegistry(config, data_dir, self.journal)
+        self.nodes = Nodes(config.node_ids, self.clock)
+        self.topics = TopicRegistry(config, data_dir, self.journal, self.nodes)
         self.offsets = OffsetStore(self.journal, self.clock)
         self.txns = TransactionCoordinator(
             config, self.journal, self.topics, self.offsets, self.clock, self.notify_data
         )
         self.groups = GroupCoordinator(config, self.offsets, self.clock)
+        self.cluster = Cluster(config, self.nodes, self.topics, self.clock)
         self.host = "127.0.0.1"
-        self.port = 0
-        self.started_s = self.clock.monotonic_s()
+        self.ports: dict[int, int] = dict.fromkeys(config.node_ids, 0)
         self._waiters: list[asyncio.Future[None]] = []
 
-    def topics_loaded(self) -> bool:
-        """Return False while ``topic_load_delay_ms`` after the start has not passed."""
-        elapsed_ms = (self.clock.monotonic_s() - self.started_s) * 1000.0
+    def topics_loaded(self, node: int) -> bool:
+        """Return False while ``topic_load_delay_ms`` after the node's start has not passed."""
+        elapsed_ms = (self.clock.monotonic_s() - self.nodes.started_s[node]) * 1000.0
         return elapsed_ms >= self.config.topic_load_delay_ms
 
     def open(self) -> None:
         """Replay durable state (see the module docstring)."""
-        self.started_s = self.clock.monotonic_s()
+        for node in self.nodes.ids:
+            self.nodes.mark_started(node)
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         for entry in self.journal.replay():

@@ -12,8 +12,15 @@ FSYNC_POLICIES = ("never", "commit", "always")
 # How Metadata answers while topics are "loading" (topic_load_delay_ms after a start):
 # "hidden": a listing of all topics has none, a named topic is UNKNOWN_TOPIC_OR_PARTITION;
 # "errors": every topic, listed or named, comes with LEADER_NOT_AVAILABLE and no partitions;
-# "empty": no topic entry at all, whatever was asked (a named topic is left out).
-TOPIC_LOAD_MODES = ("hidden", "errors", "empty")
+# "empty": no topic entry at all, whatever was asked (a named topic is left out);
+# "flap": the first answer on each connection lists every topic with no partition leader,
+# later ones list no topic (as a client sees nodes that disagree; the stale verdict this
+# leaves in librdkafka: docs/kafka-semantics.md, "A stale Unknown-topic verdict").
+TOPIC_LOAD_MODES = ("hidden", "errors", "empty", "flap")
+# Replication factor and min ISR of the internal topics (__consumer_offsets,
+# __transaction_state) on a cluster of n nodes, as Kafka's defaults 3 and 2 allow.
+INTERNAL_REPLICATION = 3
+INTERNAL_MIN_ISR = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +54,27 @@ class BrokerConfig:
             it has loaded its topics' metadata); for tests, default 0.
         topic_load_mode: how Metadata answers meanwhile, one of ``TOPIC_LOAD_MODES``
             (default "hidden").
-        node_id: broker id reported in metadata.
+        node_id: id of the first node (the others follow: node_id + 1, ...).
         cluster_id: cluster id reported in metadata.
+        nodes: number of nodes, each with its own listener (one process, shared state;
+            docs/minikafka.md, "Several nodes").
+        default_replication_factor: replication of an auto-created topic and of a
+            CreateTopics asking -1 (Kafka's default.replication.factor).
+        min_insync_replicas: default ``min.insync.replicas`` of every topic (Kafka's broker
+            setting): acks=all produce with fewer in-sync replicas gets NOT_ENOUGH_REPLICAS.
+        offsets_topic_num_partitions / transaction_state_num_partitions: partitions of the
+            (unlisted) internal topics whose leaders are the group and transaction
+            coordinators (Kafka's offsets.topic.num.partitions and
+            transaction.state.log.num.partitions, 50 each).
+        transaction_state_replication_factor: replicas of each __transaction_state
+            partition; 0 means min(3, nodes) (Kafka's default 3, capped by the cluster).
+        transaction_state_min_isr: in-sync replicas a transaction coordinator needs to
+            write; 0 means min(2, replication) (Kafka's transaction.state.log.min.isr 2).
+        node_failure_detection_ms: after a hard node stop, how long Metadata still names
+            the stopped node (leader, coordinator) before leadership moves, as Kafka's
+            controller notices a dead broker only after broker.session.timeout.ms.
+        coordinator_load_ms: after a coordinator partition changes leader, how long the new
+            leader answers COORDINATOR_LOAD_IN_PROGRESS (Kafka loads the partition first).
 
     """
 
@@ -68,6 +94,15 @@ class BrokerConfig:
     topic_load_mode: str = "hidden"
     node_id: int = 0
     cluster_id: str = "minikafka-cluster"
+    nodes: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    offsets_topic_num_partitions: int = 50
+    transaction_state_num_partitions: int = 50
+    transaction_state_replication_factor: int = 0
+    transaction_state_min_isr: int = 0
+    node_failure_detection_ms: int = 0
+    coordinator_load_ms: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -83,12 +118,26 @@ class BrokerConfig:
             "offsets_retention_check_interval_ms",
             "max_message_bytes",
             "max_request_bytes",
+            "nodes",
+            "default_replication_factor",
+            "min_insync_replicas",
+            "offsets_topic_num_partitions",
+            "transaction_state_num_partitions",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 msg = f"BrokerConfig.{name} must be > 0, got {getattr(self, name)!r}"
                 raise BrokerConfigError(msg)
-        for name in ("group_initial_rebalance_delay_ms", "topic_load_delay_ms"):
+        non_negative = (
+            "group_initial_rebalance_delay_ms",
+            "topic_load_delay_ms",
+            "node_id",
+            "transaction_state_replication_factor",
+            "transaction_state_min_isr",
+            "node_failure_detection_ms",
+            "coordinator_load_ms",
+        )
+        for name in non_negative:
             if getattr(self, name) < 0:
                 msg = f"BrokerConfig.{name} must be >= 0"
                 raise BrokerConfigError(msg)
@@ -104,3 +153,33 @@ class BrokerConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             msg = "BrokerConfig.group_min_session_timeout_ms exceeds group_max_session_timeout_ms"
             raise BrokerConfigError(msg)
+        self._check_replication()
+
+    def _check_replication(self) -> None:
+        for name in ("default_replication_factor", "transaction_state_replication_factor"):
+            if getattr(self, name) > self.nodes:
+                msg = (
+                    f"BrokerConfig.{name} is {getattr(self, name)} but the cluster has "
+                    f"{self.nodes} node(s); raise nodes or lower {name}"
+                )
+                raise BrokerConfigError(msg)
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        """Ids of every node: ``node_id`` .. ``node_id + nodes - 1``."""
+        return tuple(range(self.node_id, self.node_id + self.nodes))
+
+    @property
+    def txn_log_replication(self) -> int:
+        """Replicas of each __transaction_state partition (0 in the setting: min(3, nodes))."""
+        return self.transaction_state_replication_factor or min(INTERNAL_REPLICATION, self.nodes)
+
+    @property
+    def txn_log_min_isr(self) -> int:
+        """In-sync replicas a transaction coordinator needs (0 in the setting: min(2, rf))."""
+        return self.transaction_state_min_isr or min(INTERNAL_MIN_ISR, self.txn_log_replication)
+
+    @property
+    def offsets_log_replication(self) -> int:
+        """Replicas of each __consumer_offsets partition: min(3, nodes), as Kafka's default."""
+        return min(INTERNAL_REPLICATION, self.nodes)

@@ -33,6 +33,11 @@ class EmbeddedKafka:
     4. ``request_counts()`` may be called from any thread, running or not.
     5. ``security`` (default PLAINTEXT) secures the listener with TLS and/or SASL
        (docs/minikafka.md, "Security"); it stays the same across restarts.
+    6. With ``config.nodes`` > 1 every node listens on a port of its own (``ports``;
+       ``port`` is the first node's); ``bootstrap_servers`` lists them all and
+       ``faults.stop_node()``, ``start_node()``, ``move_leader()`` and
+       ``move_coordinator()`` fail nodes over (docs/minikafka.md, "Several nodes").
+       ``restart()`` starts every node on its port again.
     """
 
     def __init__(
@@ -45,7 +50,7 @@ class EmbeddedKafka:
         security: ListenerSecurity | None = None,
     ) -> None:
         self.host = host
-        self.port = port
+        self.ports = [port]
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.config = config or BrokerConfig()
         self.security = security or ListenerSecurity()
@@ -57,12 +62,17 @@ class EmbeddedKafka:
         self._server: KafkaServer | None = None
 
     @property
+    def port(self) -> int:
+        """The first node's port (0 before the first start when none was given)."""
+        return self.ports[0]
+
+    @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` for client configs."""
+        """``host:port`` of every node, comma-separated, for client configs."""
         if self._server is None:
             msg = "EmbeddedKafka is not running; call start() or use it as a context manager"
             raise BrokerStartError(msg)
-        return f"{self.host}:{self.port}"
+        return ",".join(f"{self.host}:{port}" for port in self.ports)
 
     @property
     def broker(self) -> Broker:
@@ -107,16 +117,16 @@ class EmbeddedKafka:
         if not started.wait(START_TIMEOUT_S) or errors:
             self._thread = None
             self._server = None
-            msg = f"minikafka did not start on {self.host}:{self.port}: {errors[:1]}"
+            msg = f"minikafka did not start on {self.host} ports {self.ports}: {errors[:1]}"
             raise BrokerStartError(msg)
         return self
 
     async def _main(self, started: threading.Event) -> None:
         self._stop = asyncio.Event()
         broker = Broker(self.config, self.data_dir, requests=self.requests)
-        server = KafkaServer(broker, self.faults, self.host, self.port, self.security)
+        server = KafkaServer(broker, self.faults, self.host, self.ports, self.security)
         await server.start()
-        self.port = server.port
+        self.ports = server.ports
         self._server = server
         started.set()
         try:

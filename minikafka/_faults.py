@@ -1,7 +1,9 @@
-"""Fault hooks for chaos tests: injected errors, delays, dropped connections, pauses.
+"""Fault hooks for chaos tests: injected errors, delays, dropped connections, pauses, nodes.
 
 Every method is thread-safe: tests call them from the test thread while the broker
-runs in its own thread (EmbeddedKafka).
+runs in its own thread (EmbeddedKafka). The node faults (``stop_node``, ``start_node``,
+``move_leader``, ``move_coordinator``, ``node_status``; :class:`minikafka._control.NodeFaults`)
+run on the broker's loop and return when they are done.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+
+from ._control import Answer, NodeFaults, NodeOp
+from ._errors import BrokerStartError
 
 
 class ApiKey(enum.IntEnum):
@@ -69,7 +74,7 @@ class _Pending:
     delays: dict[ApiKey, list[float]] = field(default_factory=dict)
 
 
-class Faults:
+class Faults(NodeFaults):
     """Fault hooks of one broker (see the module docstring)."""
 
     def __init__(self) -> None:
@@ -77,6 +82,15 @@ class Faults:
         self._pending = _Pending()
         self._paused = False
         self._dropper: Callable[[], None] | None = None
+        self._node_runner: Callable[[NodeOp], Answer] | None = None
+
+    def _run_node_op(self, op: NodeOp) -> Answer:
+        with self._lock:
+            runner = self._node_runner
+        if runner is None:
+            msg = "the broker is not running: start it before stopping or moving nodes"
+            raise BrokerStartError(msg)
+        return runner(op)
 
     def fail_next(self, api: ApiKey | str | int, n: int, error_code: int) -> None:
         """Answer the next ``n`` requests of ``api`` with ``error_code`` (nothing applied).
@@ -131,6 +145,11 @@ class Faults:
         """Server hook: how to drop every connection (thread-safe callable)."""
         with self._lock:
             self._dropper = dropper
+
+    def set_node_runner(self, runner: Callable[[NodeOp], Answer] | None) -> None:
+        """Server hook: how to run a node operation on the broker's loop (thread-safe)."""
+        with self._lock:
+            self._node_runner = runner
 
     def take(self, api_key: int) -> tuple[int | None, float]:
         """Consume the injected (error code, delay) for one request of ``api_key``."""

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from ._control import Answer, NodeFaults, NodeOp, node_control
 from ._errors import BrokerConfigError, BrokerStartError
 from ._security import ListenerSecurity, write_users_file
 from ._stats import request_counts
@@ -22,7 +23,7 @@ START_TIMEOUT_S = 60.0
 TERMINATE_TIMEOUT_S = 15.0
 
 
-class BrokerProcess:
+class BrokerProcess(NodeFaults):
     """A minikafka broker in a child process (same interpreter).
 
     Contract:
@@ -34,6 +35,10 @@ class BrokerProcess:
     5. ``security`` secures the child's listener (the CLI's ``--security-protocol``,
        ``--sasl-*`` and ``--ssl-*`` flags); passwords reach the child in a file only
        its owner can read, never on its command line.
+    6. ``nodes`` > 1 runs that many nodes (``--nodes``); ``bootstrap_servers`` lists them
+       all, ``restart()`` starts every node on its port again. ``stop_node()``,
+       ``start_node()``, ``move_leader()``, ``move_coordinator()`` and ``node_status()``
+       reach the child through its control port (``control_address``).
     """
 
     def __init__(
@@ -44,9 +49,15 @@ class BrokerProcess:
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
         security: ListenerSecurity | None = None,
+        nodes: int = 1,
     ) -> None:
+        if nodes < 1:
+            msg = f"BrokerProcess(nodes={nodes}): a cluster needs at least one node"
+            raise BrokerConfigError(msg)
         self.data_dir = Path(data_dir) if data_dir is not None else None
-        self.port = port
+        self.ports = [port]
+        self.nodes = nodes
+        self.control_port = 0
         self.host = host
         self.extra_args = tuple(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -55,12 +66,28 @@ class BrokerProcess:
         self.security = security or ListenerSecurity()
 
     @property
+    def port(self) -> int:
+        """The first node's port (0 before the first start when none was given)."""
+        return self.ports[0]
+
+    @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` of the (last) running broker."""
+        """``host:port`` of every node of the (last) running broker, comma-separated."""
         if self.port == 0:
             msg = "BrokerProcess has not started yet"
             raise BrokerStartError(msg)
-        return f"{self.host}:{self.port}"
+        return ",".join(f"{self.host}:{port}" for port in self.ports)
+
+    @property
+    def control_address(self) -> str:
+        """``host:port`` of the child's control port (``python -m minikafka control``)."""
+        if self.control_port == 0:
+            msg = "BrokerProcess has not started yet"
+            raise BrokerStartError(msg)
+        return f"{self.host}:{self.control_port}"
+
+    def _run_node_op(self, op: NodeOp) -> Answer:
+        return node_control(self.control_address, op)
 
     @property
     def alive(self) -> bool:
@@ -76,7 +103,9 @@ class BrokerProcess:
         """Spawn the broker and wait for its LISTENING line."""
         if self.alive:
             return self
-        cmd = [sys.executable, "-m", "minikafka", "--host", self.host, "--port", str(self.port)]
+        ports = ",".join(str(p) for p in self.ports)
+        cmd = [sys.executable, "-m", "minikafka", "--host", self.host, "--port", ports]
+        cmd += ["--nodes", str(self.nodes), "--control-port", str(self.control_port)]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
         cmd += self._security_args()
@@ -91,13 +120,16 @@ class BrokerProcess:
             )
         finally:
             log.close()
-        line = self._read_first_line()
-        if not line.startswith("LISTENING "):
+        listening = self._read_line()
+        control = self._read_line() if listening.startswith("LISTENING ") else ""
+        if not (listening.startswith("LISTENING ") and control.startswith("CONTROL ")):
             self.kill()
             tail = self.log_path.read_text(errors="replace")[-2000:]
-            msg = f"minikafka subprocess did not start (got {line!r}); log tail:\n{tail}"
+            msg = f"minikafka subprocess did not start (got {listening!r}); log tail:\n{tail}"
             raise BrokerStartError(msg)
-        self.port = int(line.rsplit(":", 1)[1])
+        addresses = listening.removeprefix("LISTENING ").split(",")
+        self.ports = [int(address.rsplit(":", 1)[1]) for address in addresses]
+        self.control_port = int(control.rsplit(":", 1)[1])
         return self
 
     def _security_args(self) -> list[str]:
@@ -117,7 +149,7 @@ class BrokerProcess:
             args += ["--scram-iterations", str(sec.scram_iterations)]
         return args
 
-    def _read_first_line(self) -> str:
+    def _read_line(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None  # noqa: S101
         result: list[bytes] = []
         reader = threading.Thread(

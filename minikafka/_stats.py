@@ -93,11 +93,21 @@ def encode_stats_response(correlation_id: int, counts: dict[str, int]) -> bytes:
 def request_counts(bootstrap_servers: str, *, reset: bool = False) -> dict[str, int]:
     """Read (and optionally reset) the request counts of the minikafka broker at an address.
 
-    ``bootstrap_servers`` is ``host:port`` (the first of a list is used). Raises
-    ``OSError`` when the broker does not answer, ``ValueError`` on a garbled answer.
+    ``bootstrap_servers`` is ``host:port`` or a comma-separated list of them (a cluster's
+    nodes share one counter: the first that answers is asked). Raises ``OSError`` when no
+    address answers, ``ValueError`` on a garbled answer.
     """
-    first = bootstrap_servers.split(",")[0].strip()
-    host, _, port = first.rpartition(":")
+    addresses = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
+    for address in addresses[:-1]:
+        try:
+            return _read_counts(address, reset=reset)
+        except OSError:
+            continue  # a stopped node: ask the next one
+    return _read_counts(addresses[-1], reset=reset)
+
+
+def _read_counts(address: str, *, reset: bool) -> dict[str, int]:
+    host, _, port = address.rpartition(":")
     flags = STATS_RESET_FLAG if reset else 0
     frame = struct.pack(">hhihb", STATS_API_KEY, 0, 1, -1, flags)
     with socket.create_connection((host.strip("[]"), int(port)), STATS_TIMEOUT_S) as sock:
@@ -106,7 +116,7 @@ def request_counts(bootstrap_servers: str, *, reset: bool = False) -> dict[str, 
         payload = _recv_exact(sock, size)
     correlation_id, length = struct.unpack_from(">ii", payload)
     if correlation_id != 1 or length != len(payload) - 8:
-        msg = f"garbled request-count answer from {first}"
+        msg = f"garbled request-count answer from {address}"
         raise ValueError(msg)
     counts = json.loads(payload[8:])
     return {str(k): int(v) for k, v in counts.items()}

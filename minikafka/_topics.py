@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ._cluster import Leadership, Nodes, assign_replicas, new_leadership, topic_start_index
 from ._config import BrokerConfig
 from ._errors import KafkaProtocolError
 from ._journal import Entry, Journal
@@ -25,12 +26,14 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "max.message.bytes": "1048588",
     "segment.bytes": "1073741824",
     "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
     "message.timestamp.type": "CreateTime",
     "compression.type": "producer",
     "min.compaction.lag.ms": "0",
     "delete.retention.ms": "86400000",
 }
 _CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+_INT_CONFIGS = ("retention.ms", "max.message.bytes", "retention.bytes", "segment.bytes")
 # Most partitions one CreateTopics or CreatePartitions may add to a topic; like Kafka's KRaft
 # controller (10,000 records per operation), more is refused with POLICY_VIOLATION.
 MAX_NEW_PARTITIONS = 10_000
@@ -38,12 +41,14 @@ MAX_NEW_PARTITIONS = 10_000
 
 @dataclass
 class Topic:
-    """One topic: its id, explicit configs and partition logs."""
+    """One topic: its id, explicit configs, partition logs and their leadership."""
 
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]
+    replication: int = 1
     partitions: list[PartitionLog] = field(default_factory=list)
+    leaders: list[Leadership] = field(default_factory=list)
 
     def config(self, key: str) -> str | None:
         """Effective value of a topic config (explicit, else default)."""
@@ -59,13 +64,21 @@ def validate_topic_configs(configs: dict[str, str | None]) -> None:
             continue
         if key == "cleanup.policy" and value.replace(" ", "") not in _CLEANUP_POLICIES:
             raise KafkaProtocolError(ErrorCode.invalid_config, f"bad cleanup.policy {value!r}")
-        if key in ("retention.ms", "max.message.bytes", "retention.bytes", "segment.bytes"):
-            try:
-                int(value)
-            except ValueError:
-                raise KafkaProtocolError(
-                    ErrorCode.invalid_config, f"{key} must be an integer, got {value!r}"
-                ) from None
+        if key in _INT_CONFIGS:
+            _int_config(key, value)
+        if key == "min.insync.replicas" and _int_config(key, value) < 1:
+            raise KafkaProtocolError(ErrorCode.invalid_config, f"{key} must be >= 1, got {value}")
+        if key == "unclean.leader.election.enable" and value.lower() not in ("true", "false"):
+            raise KafkaProtocolError(ErrorCode.invalid_config, f"{key} must be true or false")
+
+
+def _int_config(key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_config, f"{key} must be an integer, got {value!r}"
+        ) from None
 
 
 def _check_new_partitions(count: int) -> None:
@@ -79,11 +92,18 @@ def _check_new_partitions(count: int) -> None:
 class TopicRegistry:
     """All topics of the broker, persisted through the journal."""
 
-    def __init__(self, config: BrokerConfig, data_dir: Path | None, journal: Journal) -> None:
+    def __init__(
+        self, config: BrokerConfig, data_dir: Path | None, journal: Journal, nodes: Nodes
+    ) -> None:
         self.config = config
         self.data_dir = data_dir
         self.journal = journal
+        self.nodes = nodes
         self.topics: dict[str, Topic] = {}
+        self.defaults = {
+            **TOPIC_CONFIG_DEFAULTS,
+            "min.insync.replicas": str(config.min_insync_replicas),
+        }
         self._fsync = config.fsync_policy
         self._specs: dict[str, list[Any]] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
@@ -105,9 +125,14 @@ class TopicRegistry:
         num_partitions: int,
         configs: dict[str, str] | None = None,
         *,
+        replication: int = -1,
         validate_only: bool = False,
     ) -> Topic | None:
-        """Create a topic; raise KafkaProtocolError with Kafka's code on bad input."""
+        """Create a topic; raise KafkaProtocolError with Kafka's code on bad input.
+
+        ``replication`` -1 means ``default_replication_factor``; it may not exceed the
+        nodes Metadata lists (INVALID_REPLICATION_FACTOR, as Kafka counts live brokers).
+        """
         if not _LEGAL_NAME.match(name) or name in (".", ".."):
             raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"illegal topic {name!r}")
         if name in self.topics:
@@ -119,15 +144,28 @@ class TopicRegistry:
                 ErrorCode.invalid_partitions, f"num_partitions must be > 0, got {num_partitions}"
             )
         _check_new_partitions(num_partitions)
+        replication = self._check_replication(replication)
         clean = {k: v for k, v in (configs or {}).items() if v is not None}
         validate_topic_configs(dict(clean))
         if validate_only:
             return None
         topic_id = uuid.uuid4()
-        self.journal.append(
-            {"t": "topic", "name": name, "id": str(topic_id), "n": num_partitions, "cfg": clean}
-        )
-        return self._apply_create(name, topic_id, num_partitions, clean)
+        entry = {"t": "topic", "name": name, "id": str(topic_id), "n": num_partitions, "cfg": clean}
+        if replication != 1:
+            entry["rf"] = replication
+        self.journal.append(entry)
+        return self._apply_create(name, topic_id, num_partitions, clean, replication)
+
+    def _check_replication(self, replication: int) -> int:
+        if replication == -1:
+            replication = self.config.default_replication_factor
+        available = sum(1 for n in self.nodes.ids if self.nodes.listed(n))
+        if not 0 < replication <= available:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {replication} outside 1..{available} (available nodes)",
+            )
+        return replication
 
     def delete(self, name: str) -> None:
         """Delete a topic and its files."""
@@ -187,7 +225,8 @@ class TopicRegistry:
         """
         kind = entry["t"]
         if kind == "topic":
-            self._specs[entry["name"]] = [uuid.UUID(entry["id"]), entry["n"], entry["cfg"]]
+            spec = [uuid.UUID(entry["id"]), entry["n"], entry["cfg"], entry.get("rf", 1)]
+            self._specs[entry["name"]] = spec
         elif kind == "topic_del":
             self._specs.pop(entry["name"], None)
         elif kind == "parts":
@@ -200,8 +239,8 @@ class TopicRegistry:
 
     def finish_replay(self) -> None:
         """Open the partition logs of every topic the journal left alive."""
-        for name, (topic_id, n, cfg) in self._specs.items():
-            topic = self._apply_create(name, topic_id, n, cfg)
+        for name, (topic_id, n, cfg, rf) in self._specs.items():
+            topic = self._apply_create(name, topic_id, n, cfg, rf)
             for plog in topic.partitions:
                 start = self._log_starts.get((name, plog.partition), 0)
                 plog.log_start = min(start, plog.high_watermark)
@@ -212,15 +251,16 @@ class TopicRegistry:
         """Journal entries that recreate the current topics and log starts."""
         out: list[Entry] = []
         for t in self.topics.values():
-            out.append(
-                {
-                    "t": "topic",
-                    "name": t.name,
-                    "id": str(t.topic_id),
-                    "n": len(t.partitions),
-                    "cfg": t.configs,
-                }
-            )
+            entry: Entry = {
+                "t": "topic",
+                "name": t.name,
+                "id": str(t.topic_id),
+                "n": len(t.partitions),
+                "cfg": t.configs,
+            }
+            if t.replication != 1:
+                entry["rf"] = t.replication
+            out.append(entry)
             out.extend(
                 {"t": "logstart", "name": t.name, "p": plog.partition, "o": plog.log_start}
                 for plog in t.partitions
@@ -235,19 +275,24 @@ class TopicRegistry:
                 plog.close()
 
     def _apply_create(
-        self, name: str, topic_id: uuid.UUID, n: int, configs: dict[str, str]
+        self, name: str, topic_id: uuid.UUID, n: int, configs: dict[str, str], replication: int
     ) -> Topic:
-        topic = Topic(name, topic_id, dict(configs))
+        # A data dir written by a larger cluster: replicas capped by today's node count.
+        topic = Topic(name, topic_id, dict(configs), min(replication, len(self.nodes.ids)))
         self.topics[name] = topic
         self._grow(topic, n)
         return topic
 
     def _grow(self, topic: Topic, total: int) -> None:
+        ids = self.nodes.ids
+        start = topic_start_index(topic.name, len(ids))
         for index in range(len(topic.partitions), total):
             path = None
             if self.data_dir is not None:
                 path = self._topic_dir(topic.name, topic.topic_id) / f"{index}.log"
             topic.partitions.append(PartitionLog(topic.name, index, path, self._fsync))
+            replicas = assign_replicas(index, topic.replication, ids, start)
+            topic.leaders.append(new_leadership(replicas, self.nodes))
 
     def _topic_dir(self, name: str, topic_id: uuid.UUID) -> Path:
         assert self.data_dir is not None  # noqa: S101 - only called when persistent

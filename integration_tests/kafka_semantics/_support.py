@@ -181,21 +181,31 @@ def consume_to_eof(consumer: Consumer, topic: str, partition: int = 0) -> list[M
     detected by librdkafka's partition-EOF event, so control records and aborted batches (which
     leave offset gaps) do not confuse the count.
     """
-    messages: list[Message] = []
     consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)  # assigned without, a fetch waits
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    while True:
-        assert time.monotonic() < deadline, f"no EOF on {topic}/{partition} after {messages}"
+    return poll_messages(consumer)
+
+
+def poll_messages(
+    consumer: Consumer, *, count: int | None = None, timeout_s: float = READ_TIMEOUT_S
+) -> list[Message]:
+    """Poll an assigned consumer for ``count`` messages, or (None) up to its next EOF event."""
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while count is None or len(messages) < count:
+        assert time.monotonic() < deadline, f"no EOF after {len(messages)} messages: {messages}"
         msg = consumer.poll(CONSUMER_POLL_S)
         if msg is None:
             continue
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
-                return messages
+                if count is None:
+                    return messages
+                continue
             raise KafkaException(err)
         messages.append(msg)
+    return messages
 
 
 def read_partition(

@@ -1,6 +1,6 @@
 """A tiny raw Kafka wire client for what librdkafka cannot be made to do on purpose.
 
-It speaks six requests in their classic (non-flexible) encodings, which every Kafka broker
+It speaks seven requests in their classic (non-flexible) encodings, which every Kafka broker
 from 0.11 to 4.x accepts:
 
 1. ApiVersions v0: what the broker advertises (used to skip tests of newer features);
@@ -12,6 +12,9 @@ from 0.11 to 4.x accepts:
    aborted transactions the broker lists for the fetched range.
 5. Metadata v1 (all topics) and SaslHandshake v1: how a secured listener answers a client
    that has not authenticated.
+6. FindCoordinator v1: which node coordinates a group or transactional id (librdkafka
+   does not say), and InitProducerId v1 with a transactional id: how a node that is not
+   (or not yet) the coordinator answers.
 
 Only the fields the tests read are decoded. Everything is big-endian per the Kafka protocol.
 """
@@ -35,6 +38,7 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
+API_FIND_COORDINATOR = 10
 API_SASL_HANDSHAKE = 17
 API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
@@ -274,6 +278,16 @@ def decode_batches(data: bytes) -> tuple[RawBatch, ...]:
 
 
 @dataclass(frozen=True)
+class Coordinator:
+    """A FindCoordinator answer: error code and the coordinator's node id and address."""
+
+    error_code: int
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
 class ProduceResult:
     """The per-partition part of a Produce v3 response."""
 
@@ -354,6 +368,22 @@ class WireClient:
             if error not in _RETRIABLE_INIT or time.monotonic() > deadline:
                 raise WireError(f"InitProducerId failed with error code {error}")
             time.sleep(0.5)
+
+    def find_coordinator(self, key: str, key_type: int) -> Coordinator:
+        """FindCoordinator v1 for a group (key type 0) or transactional id (1)."""
+        reader = self.request(API_FIND_COORDINATOR, 1, _string(key) + struct.pack(">b", key_type))
+        reader.int32()  # throttle time
+        error = reader.int16()
+        reader.string()  # error message (null reads as "")
+        node_id = reader.int32()
+        return Coordinator(error, node_id, reader.string(), reader.int32())
+
+    def init_transactional_id(self, transactional_id: str, timeout_ms: int) -> int:
+        """InitProducerId v1 for a transactional id, once; return the error code."""
+        body = _string(transactional_id) + struct.pack(">i", timeout_ms)
+        reader = self.request(API_INIT_PRODUCER_ID, 1, body)
+        reader.int32()  # throttle time
+        return reader.int16()
 
     def produce(self, topic: str, partition: int, batch: bytes) -> ProduceResult:
         """Send one batch with acks=all via Produce v3 and return the partition's result."""

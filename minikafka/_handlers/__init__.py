@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from . import admin, data, groups, sasl, txn  # noqa: F401 - modules register their handlers
-from ._base import API_TABLE, ApiSpec, RequestContext
+from ._base import API_TABLE, ApiSpec, Connection, RequestContext
 
-__all__ = ["API_TABLE", "ApiSpec", "RequestContext"]
+__all__ = ["API_TABLE", "ApiSpec", "Connection", "RequestContext"]

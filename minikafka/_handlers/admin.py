@@ -6,8 +6,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from .._cluster import GROUP_COORDINATOR, TXN_COORDINATOR
 from .._errors import KafkaProtocolError
-from .._topics import TOPIC_CONFIG_DEFAULTS, Topic
+from .._topics import Topic
 from ._base import API_TABLE, Data, RequestContext, register
 
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
@@ -29,24 +30,27 @@ def api_versions(_ctx: RequestContext, _req: Any) -> Data:
 
 
 def _topic_metadata(ctx: RequestContext, topic: Topic) -> Data:
-    node = ctx.broker.config.node_id
+    nodes = ctx.broker.cluster.nodes
+    partitions = []
+    for i, ld in enumerate(topic.leaders):
+        isr = nodes.in_sync(ld.replicas)
+        partitions.append(
+            {
+                "error_code": ErrorCode.none if ld.leader >= 0 else ErrorCode.leader_not_available,
+                "partition_index": i,
+                "leader_id": ld.leader,
+                "leader_epoch": ld.leader_epoch,
+                "replica_nodes": ld.replicas,
+                "isr_nodes": isr,
+                "offline_replicas": tuple(r for r in ld.replicas if r not in isr),
+            }
+        )
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": False,
-        "partitions": [
-            {
-                "error_code": ErrorCode.none,
-                "partition_index": i,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-            for i in range(len(topic.partitions))
-        ],
+        "partitions": partitions,
     }
 
 
@@ -54,27 +58,46 @@ def _metadata_error(req: Any, code: ErrorCode) -> Data:
     return {"topics": [{"name": t.name, "error_code": code} for t in (req.topics or ())]}
 
 
+def _listing(ctx: RequestContext, req: Any) -> bool:
+    """Whether a Metadata request asks for every topic (null list; an empty one in v0)."""
+    return req.topics is None or (ctx.version == 0 and not req.topics)
+
+
 def _loading_topics(ctx: RequestContext, req: Any) -> list[Data]:
-    """Topics of a Metadata answer while the broker "loads" (see BrokerConfig.topic_load_mode)."""
+    """Topics of a Metadata answer while the node "loads" (see BrokerConfig.topic_load_mode)."""
     broker = ctx.broker
     mode = broker.config.topic_load_mode
-    listing = req.topics is None or (ctx.version == 0 and not req.topics)
+    listing = _listing(ctx, req)
+    names = list(broker.topics.topics) if listing else [rt.name for rt in req.topics]
+    if mode == "flap":
+        ctx.connection.metadata_answers += 1
+        if ctx.connection.metadata_answers == 1:
+            return [_leaderless(ctx, n) for n in names]
+        return []
     if mode == "empty" or (mode == "hidden" and listing):
         return []
-    if mode == "hidden":
-        return [
-            {"name": rt.name, "error_code": ErrorCode.unknown_topic_or_partition}
-            for rt in req.topics
-        ]
-    names = list(broker.topics.topics) if listing else [rt.name for rt in req.topics]
-    return [{"name": n, "error_code": ErrorCode.leader_not_available} for n in names]
+    code = (
+        ErrorCode.unknown_topic_or_partition if mode == "hidden" else ErrorCode.leader_not_available
+    )
+    return [{"name": n, "error_code": code} for n in names]
+
+
+def _leaderless(ctx: RequestContext, name: str) -> Data:
+    """Describe a topic as a node that knows it but none of its partitions' leaders."""
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        return {"name": name, "error_code": ErrorCode.unknown_topic_or_partition}
+    data = _topic_metadata(ctx, topic)
+    for p in data["partitions"]:
+        p["error_code"], p["leader_id"] = ErrorCode.leader_not_available, -1
+    return data
 
 
 @register(3, "Metadata", 0, 8, _metadata_error)
 def metadata(ctx: RequestContext, req: Any) -> Data:
-    """Brokers (just this one) and the requested topics, auto-creating if allowed."""
+    """Answer the listed nodes and the requested topics, auto-creating if allowed."""
     broker = ctx.broker
-    loaded = broker.topics_loaded()
+    loaded = broker.topics_loaded(ctx.node_id)
     allow = (
         broker.config.auto_create_topics
         and loaded
@@ -82,7 +105,7 @@ def metadata(ctx: RequestContext, req: Any) -> Data:
     )
     if not loaded:
         topics = _loading_topics(ctx, req)
-    elif req.topics is None or (ctx.version == 0 and not req.topics):
+    elif _listing(ctx, req):
         topics = [_topic_metadata(ctx, t) for t in broker.topics.topics.values()]
     else:
         topics = []
@@ -99,27 +122,41 @@ def metadata(ctx: RequestContext, req: Any) -> Data:
                 topics.append({"name": name, "error_code": ErrorCode.unknown_topic_or_partition})
             else:
                 topics.append(_topic_metadata(ctx, topic))
-    node = broker.config.node_id
+    cluster = broker.cluster
     return {
-        "brokers": [{"node_id": node, "host": broker.host, "port": broker.port}],
+        "brokers": [
+            {"node_id": n, "host": broker.host, "port": broker.ports[n]}
+            for n in cluster.listed_nodes()
+        ],
         "cluster_id": broker.config.cluster_id,
-        "controller_id": node,
+        "controller_id": cluster.controller(),
         "topics": topics,
     }
 
 
 @register(10, "FindCoordinator", 0, 3)
 def find_coordinator(ctx: RequestContext, req: Any) -> Data:
-    """Point every group and transactional id at this broker."""
+    """Point at the leader of the internal partition holding the group or transactional id.
+
+    COORDINATOR_NOT_AVAILABLE while that partition has no leader (Kafka's answer).
+    """
     key_type = getattr(req, "key_type", 0)
-    if key_type not in (0, 1):
+    if key_type not in (GROUP_COORDINATOR, TXN_COORDINATOR):
         return {"error_code": ErrorCode.invalid_request, "node_id": -1, "host": "", "port": -1}
     b = ctx.broker
+    leader = b.cluster.coordinator(key_type, req.key).leader
+    if leader < 0:
+        return {
+            "error_code": ErrorCode.coordinator_not_available,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
     return {
         "error_code": ErrorCode.none,
-        "node_id": b.config.node_id,
+        "node_id": leader,
         "host": b.host,
-        "port": b.port,
+        "port": b.ports[leader],
     }
 
 
@@ -129,19 +166,22 @@ def _create_topics_error(req: Any, code: ErrorCode) -> Data:
 
 @register(19, "CreateTopics", 2, 4, _create_topics_error)
 def create_topics(ctx: RequestContext, req: Any) -> Data:
-    """Create topics (replication factor must be 1 or -1 on one node)."""
+    """Create topics with up to as many replicas as listed nodes (-1: the broker default).
+
+    Explicit replica assignments count for their partitions and replication factor only:
+    minikafka places replicas itself (docs/minikafka.md, "Several nodes").
+    """
     results = []
     for t in req.topics:
         res: Data = {"name": t.name, "error_code": ErrorCode.none}
         try:
-            if t.replication_factor not in (-1, 1):
-                raise KafkaProtocolError(
-                    ErrorCode.invalid_replication_factor,
-                    f"replication factor {t.replication_factor} > 1 broker",
-                )
-            n = t.num_partitions if not t.assignments else len(t.assignments)
+            n, rf = t.num_partitions, t.replication_factor
+            if t.assignments:
+                n, rf = len(t.assignments), len(t.assignments[0].broker_ids)
             cfg = {c.name: c.value for c in t.configs}
-            ctx.broker.topics.create(t.name, n, cfg, validate_only=req.validate_only)
+            ctx.broker.topics.create(
+                t.name, n, cfg, replication=rf, validate_only=req.validate_only
+            )
         except KafkaProtocolError as exc:
             res["error_code"] = exc.error_code
             res["error_message"] = str(exc)
@@ -187,7 +227,7 @@ def create_partitions(ctx: RequestContext, req: Any) -> Data:
 
 
 def broker_configs(ctx: RequestContext) -> dict[str, str]:
-    """Broker configs DescribeConfigs reports (Kafka names)."""
+    """Broker configs DescribeConfigs reports (Kafka names), as the node that was asked."""
     c = ctx.broker.config
     return {
         "transaction.max.timeout.ms": str(c.transaction_max_timeout_ms),
@@ -203,11 +243,15 @@ def broker_configs(ctx: RequestContext) -> dict[str, str]:
         "offsets.retention.check.interval.ms": str(c.offsets_retention_check_interval_ms),
         "message.max.bytes": str(c.max_message_bytes),
         "socket.request.max.bytes": str(c.max_request_bytes),
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "offsets.topic.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "broker.id": str(c.node_id),
+        "transaction.state.log.replication.factor": str(c.txn_log_replication),
+        "transaction.state.log.min.isr": str(c.txn_log_min_isr),
+        "transaction.state.log.num.partitions": str(c.transaction_state_num_partitions),
+        "offsets.topic.replication.factor": str(c.offsets_log_replication),
+        "offsets.topic.num.partitions": str(c.offsets_topic_num_partitions),
+        "default.replication.factor": str(c.default_replication_factor),
+        "min.insync.replicas": str(c.min_insync_replicas),
+        "unclean.leader.election.enable": "false",
+        "broker.id": str(ctx.node_id),
     }
 
 
@@ -238,13 +282,13 @@ def describe_configs(ctx: RequestContext, req: Any) -> Data:
                 res["error_code"] = ErrorCode.unknown_topic_or_partition
                 res["error_message"] = f"topic {r.resource_name!r} does not exist"
             else:
-                for k, default in TOPIC_CONFIG_DEFAULTS.items():
+                for k, default in ctx.broker.topics.defaults.items():
                     explicit = k in topic.configs
                     value = topic.configs.get(k, default)
                     src = SOURCE_DYNAMIC_TOPIC if explicit else SOURCE_DEFAULT
                     entries.append((k, value, src, False))
         elif r.resource_type == RESOURCE_BROKER:
-            if r.resource_name not in ("", str(ctx.broker.config.node_id)):
+            if r.resource_name not in ("", str(ctx.node_id)):
                 res["error_code"] = ErrorCode.invalid_request
                 res["error_message"] = f"no broker {r.resource_name!r}"
             else:
@@ -274,13 +318,15 @@ def describe_configs(ctx: RequestContext, req: Any) -> Data:
 
 @register(60, "DescribeCluster", 0, 0)
 def describe_cluster(ctx: RequestContext, _req: Any) -> Data:
-    """Describe the one-broker cluster."""
+    """Describe the cluster: its listed nodes and the controller Metadata names."""
     b = ctx.broker
     return {
         "error_code": ErrorCode.none,
         "cluster_id": b.config.cluster_id,
-        "controller_id": b.config.node_id,
-        "brokers": [{"broker_id": b.config.node_id, "host": b.host, "port": b.port}],
+        "controller_id": b.cluster.controller(),
+        "brokers": [
+            {"broker_id": n, "host": b.host, "port": b.ports[n]} for n in b.cluster.listed_nodes()
+        ],
     }
 
 
@@ -311,7 +357,10 @@ def delete_records(ctx: RequestContext, req: Any) -> Data:
                 "low_watermark": -1,
                 "error_code": ErrorCode.none,
             }
+            _plog, code = ctx.led_partition(t.name, p.partition_index)
             try:
+                if code != ErrorCode.none:
+                    raise KafkaProtocolError(code)
                 out["low_watermark"] = ctx.broker.topics.delete_records(
                     t.name, p.partition_index, p.offset
                 )

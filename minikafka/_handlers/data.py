@@ -7,17 +7,22 @@ CRC32C and stores it; Fetch returns slices of the stored bytes.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from .._cluster import Leadership
 from .._errors import KafkaProtocolError
 from .._log import PartitionLog
 from .._protocol import ms
 from .._records import split_batches
 from ._base import Data, RequestContext, register
 
+if TYPE_CHECKING:
+    from .._topics import Topic
+
 READ_COMMITTED = 1
+ACKS_ALL = -1
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
@@ -43,7 +48,12 @@ def _produce_error(req: Any, code: ErrorCode) -> Data:
 
 @register(0, "Produce", 3, 8, _produce_error)
 def produce(ctx: RequestContext, req: Any) -> Data | None:
-    """Append each partition's batches; answer per partition."""
+    """Append each partition's batches; answer per partition.
+
+    A partition this node does not lead gets NOT_LEADER_OR_FOLLOWER; acks=all with fewer
+    in-sync replicas than the topic's ``min.insync.replicas`` gets NOT_ENOUGH_REPLICAS and
+    nothing is appended (Kafka checks before appending).
+    """
     broker = ctx.broker
     responses = []
     appended = False
@@ -52,10 +62,12 @@ def produce(ctx: RequestContext, req: Any) -> Data | None:
         t = broker.topics.get(topic.name)
         max_bytes = int(t.config("max.message.bytes") or 0) if t is not None else 0
         for pd in topic.partition_data:
-            plog = broker.topics.partition(topic.name, pd.index)
+            plog, code = ctx.led_partition(topic.name, pd.index)
             resp: Data = {"index": pd.index, "base_offset": -1, "log_start_offset": -1}
-            if plog is None:
-                resp["error_code"] = ErrorCode.unknown_topic_or_partition
+            if plog is None or t is None:
+                resp["error_code"] = code
+            elif req.acks == ACKS_ALL and _below_min_isr(ctx, t.leaders[pd.index], t):
+                resp["error_code"] = ErrorCode.not_enough_replicas
             else:
                 resp["log_start_offset"] = plog.log_start
                 try:
@@ -72,6 +84,12 @@ def produce(ctx: RequestContext, req: Any) -> Data | None:
     if req.acks == 0:
         return None
     return {"responses": responses}
+
+
+def _below_min_isr(ctx: RequestContext, ld: Leadership, topic: Topic) -> bool:
+    cluster = ctx.broker.cluster
+    isr = cluster.nodes.in_sync(ld.replicas)
+    return len(isr) < cluster.min_isr(topic.configs.get("min.insync.replicas"))
 
 
 def _append(
@@ -138,15 +156,11 @@ def _fetch_once(ctx: RequestContext, req: Any) -> tuple[Data, int, bool]:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog = ctx.broker.topics.partition(t.topic, p.partition)
+            plog, code = ctx.led_partition(t.topic, p.partition)
             if plog is None:
                 errors = True
                 parts.append(
-                    {
-                        "partition_index": p.partition,
-                        "high_watermark": -1,
-                        "error_code": ErrorCode.unknown_topic_or_partition,
-                    }
+                    {"partition_index": p.partition, "high_watermark": -1, "error_code": code}
                 )
                 continue
             hw, lso = plog.high_watermark, plog.lso
@@ -209,7 +223,7 @@ def list_offsets(ctx: RequestContext, req: Any) -> Data:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog = ctx.broker.topics.partition(t.name, p.partition_index)
+            plog, code = ctx.led_partition(t.name, p.partition_index)
             out: Data = {
                 "partition_index": p.partition_index,
                 "timestamp": -1,
@@ -218,7 +232,7 @@ def list_offsets(ctx: RequestContext, req: Any) -> Data:
                 "error_code": ErrorCode.none,
             }
             if plog is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
+                out["error_code"] = code
             elif p.timestamp == LATEST:
                 out["offset"] = plog.lso if committed else plog.high_watermark
             elif p.timestamp == EARLIEST:

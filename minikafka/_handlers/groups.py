@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from .._cluster import GROUP_COORDINATOR
 from .._protocol import ms
 from ._base import Data, RequestContext, offsets_to_store, per_partition_offsets_error, register
 
@@ -169,18 +170,31 @@ def _describe_group(ctx: RequestContext, group_id: str) -> Data:
 
 @register(15, "DescribeGroups", 0, 4, _describe_groups_error)
 def describe_groups(ctx: RequestContext, req: Any) -> Data:
-    """State, protocol and members of groups (``Dead`` for an unknown group)."""
-    return {"groups": [_describe_group(ctx, g) for g in req.groups]}
+    """State, protocol and members of groups (``Dead`` for an unknown group).
+
+    A group this node does not coordinate (or whose coordinator loads) gets that error.
+    """
+    out = []
+    for g in req.groups:
+        code = ctx.coordinator_error(GROUP_COORDINATOR, g)
+        if code is None:
+            out.append(_describe_group(ctx, g))
+        else:
+            out.append({"group_id": g, "error_code": code, "group_state": "Dead"})
+    return {"groups": out}
 
 
 @register(16, "ListGroups", 0, 4)
 def list_groups(ctx: RequestContext, req: Any) -> Data:
-    """Every group with members or offsets (an offsets-only group has protocol type "")."""
+    """List the groups this node coordinates with members or offsets (offsets-only: type "").
+
+    Each node lists its own groups, as on Kafka (admin clients ask every node).
+    """
     wanted = set(getattr(req, "states_filter", ()) or ())
     out = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
         for g in ctx.broker.groups.list_groups()
-        if not wanted or g.state in wanted
+        if (not wanted or g.state in wanted) and ctx.coordinates(GROUP_COORDINATOR, g.group_id)
     ]
     return {"error_code": ErrorCode.none, "groups": out}
 
@@ -192,8 +206,8 @@ def _delete_groups_error(req: Any, code: ErrorCode) -> Data:
 @register(42, "DeleteGroups", 0, 2, _delete_groups_error)
 def delete_groups(ctx: RequestContext, req: Any) -> Data:
     """Delete groups without members, and their offsets."""
-    return {
-        "results": [
-            {"group_id": g, "error_code": ctx.broker.groups.delete(g)} for g in req.groups_names
-        ]
-    }
+    results = []
+    for g in req.groups_names:
+        code = ctx.broker.cluster.coordinator_error(GROUP_COORDINATOR, g, ctx.node_id, write=True)
+        results.append({"group_id": g, "error_code": code or ctx.broker.groups.delete(g)})
+    return {"results": results}

@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from .._cluster import TXN_COORDINATOR
 from .._protocol import ms
 from ._base import Data, RequestContext, offsets_to_store, per_partition_offsets_error, register
 
@@ -104,13 +105,15 @@ def txn_offset_commit(ctx: RequestContext, req: Any) -> Data:
 
 @register(66, "ListTransactions", 0, 0)
 def list_transactions(ctx: RequestContext, req: Any) -> Data:
-    """Every transactional id with its state, filtered like Kafka."""
+    """List the transactional ids this node coordinates with their state, filtered like Kafka."""
     states = set(req.state_filters)
     pids = set(req.producer_id_filters)
     out = [
         {"transactional_id": m.tid, "producer_id": m.producer_id, "transaction_state": m.state}
         for m in ctx.broker.txns.txns.values()
-        if (not states or m.state in states) and (not pids or m.producer_id in pids)
+        if (not states or m.state in states)
+        and (not pids or m.producer_id in pids)
+        and ctx.coordinates(TXN_COORDINATOR, m.tid)
     ]
     return {"error_code": ErrorCode.none, "transaction_states": out}
 
@@ -122,11 +125,9 @@ def describe_producers(ctx: RequestContext, req: Any) -> Data:
     for t in req.topics:
         parts = []
         for idx in t.partition_indexes:
-            plog = ctx.broker.topics.partition(t.name, idx)
+            plog, code = ctx.led_partition(t.name, idx)
             if plog is None:
-                parts.append(
-                    {"partition_index": idx, "error_code": ErrorCode.unknown_topic_or_partition}
-                )
+                parts.append({"partition_index": idx, "error_code": code})
                 continue
             parts.append(
                 {

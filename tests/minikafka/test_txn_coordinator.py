@@ -4,6 +4,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from minikafka import BrokerConfig
+from minikafka._cluster import Nodes
 from minikafka._journal import Journal
 from minikafka._offsets import CommittedOffset, OffsetStore
 from minikafka._records import control_type, split_batches
@@ -21,7 +22,8 @@ class Rig:
     def __init__(self) -> None:
         self.clock = ManualClock()
         journal = Journal(None, fsync=False)
-        self.topics = TopicRegistry(BrokerConfig(), None, journal)
+        config = BrokerConfig()
+        self.topics = TopicRegistry(config, None, journal, Nodes(config.node_ids, self.clock))
         self.topics.create("t", 1)
         self.offsets = OffsetStore(journal, self.clock)
         self.notified = 0

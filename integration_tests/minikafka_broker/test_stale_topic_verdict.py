@@ -1,0 +1,140 @@
+"""A restarted minikafka in "flap" mode leaves a long-lived librdkafka producer refusing a topic.
+
+Issue 38: after a broker restart a running query's epoch-log producer kept failing with
+"Local: Unknown topic" although the broker had the topic. ``--topic-load-mode flap`` makes
+minikafka answer Metadata so that any long-lived librdkafka client ends in that state; this
+test reproduces it and pins the recovery recipe (docs/kafka-semantics.md, "A stale
+Unknown-topic verdict", has librdkafka's mechanics with source locations):
+
+1. a new client (for a transactional producer: a new instance of the same transactional.id)
+   works at once;
+2. the old client's own ``list_topics(topic)`` does not lift the verdict before
+   ``topic.metadata.propagation.max.ms`` has passed since it was reached, and nothing lifts
+   it by itself after that either (until ``topic.metadata.refresh.interval.ms``); a
+   ``list_topics(topic)`` after that time does.
+
+The clients use a propagation time of a few seconds instead of librdkafka's 30 s default so
+the test is short; the mechanism is the same.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from minikafka import BrokerConfig, EmbeddedKafka
+
+from .conftest import CLIENT_TIMEOUT_S
+
+# Milliseconds of the clients' topic.metadata.propagation.max.ms (librdkafka: 30000).
+PROPAGATION_MS = 5000
+# Milliseconds a restarted broker "loads" in flap mode (the first Metadata answer on each
+# connection lists the topic without a leader, later ones leave it out): far longer than the
+# clients need to reach their verdict; the test then restarts the broker in normal mode.
+LOAD_DELAY_MS = 600_000
+# Seconds to wait for a state a client reaches on its own (generous: shared machine).
+REACH_TIMEOUT_S = 60.0
+POLL_S = 0.05
+PROBE_FLUSH_S = 10.0
+
+
+def _client_conf(bootstrap: str) -> dict[str, object]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 0,
+        "topic.metadata.propagation.max.ms": PROPAGATION_MS,
+    }
+
+
+def _refuses(producer: Producer, topic: str) -> bool:
+    """Whether produce() refuses ``topic`` at once with librdkafka's _UNKNOWN_TOPIC."""
+    try:
+        producer.produce(topic, b"probe", partition=0)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError._UNKNOWN_TOPIC:
+            return True
+        raise
+    return False
+
+
+def _wait(check: object, what: str) -> float:
+    """Poll ``check`` until true; return the monotonic time it first was."""
+    deadline = time.monotonic() + REACH_TIMEOUT_S
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out after {REACH_TIMEOUT_S}s waiting for {what}"
+        time.sleep(POLL_S)
+    return time.monotonic()
+
+
+@pytest.fixture
+def flapping(tmp_path: Path) -> Iterator[EmbeddedKafka]:
+    with EmbeddedKafka(data_dir=tmp_path / "data") as kafka:
+        yield kafka
+
+
+def test_flap_mode_leaves_a_stale_unknown_topic_verdict_and_the_recipe_clears_it(flapping):
+    kafka = flapping
+    topic = f"verdict-{uuid.uuid4().hex[:8]}"
+    tid = f"epoch-log-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(CLIENT_TIMEOUT_S)
+    conf = _client_conf(kafka.bootstrap_servers)
+    epoch_log = Producer({**conf, "transactional.id": tid})
+    epoch_log.init_transactions(CLIENT_TIMEOUT_S)
+    plain = Producer({**conf, "enable.idempotence": True})
+    known_since = time.monotonic()
+    for producer in (epoch_log, plain):
+        if producer is epoch_log:
+            producer.begin_transaction()
+        producer.produce(topic, b"before", partition=0)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    epoch_log.commit_transaction(CLIENT_TIMEOUT_S)
+    # A client marks a known topic non-existent only once it has known it for longer than
+    # its propagation time (librdkafka's rd_kafka_topic_set_notexists).
+    _wait(lambda: time.monotonic() - known_since > PROPAGATION_MS / 1000, "aged clients")
+
+    _restart(kafka, BrokerConfig(topic_load_delay_ms=LOAD_DELAY_MS, topic_load_mode="flap"))
+    epoch_log.begin_transaction()
+    verdict = _wait(lambda: _refuses(plain, topic), "the verdict of the idempotent producer")
+    _wait(lambda: _refuses(epoch_log, topic), "the verdict of the transactional producer")
+    epoch_log.abort_transaction(CLIENT_TIMEOUT_S)
+    _restart(kafka, BrokerConfig())  # loaded: every answer lists the topic again
+    _wait(lambda: _leader_known(admin, topic), "the restarted broker listing the topic again")
+
+    assert _refuses(plain, topic), "the old client still refuses: the verdict is stale"
+    # The old client's own metadata request does not lift it within the propagation time
+    # (it re-arms it: its cache holds the topic again, so librdkafka stops re-querying).
+    assert topic in plain.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics
+    assert time.monotonic() - verdict < PROPAGATION_MS / 1000, "too slow to check this"
+    assert _refuses(plain, topic)
+    # Recipe 1: a new instance of the transactional id works at once.
+    replacement = Producer({**conf, "transactional.id": tid})
+    replacement.init_transactions(CLIENT_TIMEOUT_S)
+    replacement.begin_transaction()
+    replacement.produce(topic, b"after", partition=0)
+    replacement.commit_transaction(CLIENT_TIMEOUT_S)
+    # Nothing lifts it by itself once that time has passed ...
+    _wait(lambda: time.monotonic() - verdict > PROPAGATION_MS / 1000 + 2, "the propagation time")
+    assert _refuses(plain, topic)
+    # ... and a metadata request naming the topic after it does (recipe 2).
+    plain.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    assert not _refuses(plain, topic)
+    assert plain.flush(PROBE_FLUSH_S) == 0
+
+
+def _restart(kafka: EmbeddedKafka, config: BrokerConfig) -> None:
+    """Restart the broker (same port, same data) with other settings."""
+    kafka.stop()
+    kafka.config = config
+    kafka.start()
+
+
+def _leader_known(admin: AdminClient, topic: str) -> bool:
+    md = admin.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics.get(topic)
+    return md is not None and md.error is None and md.partitions[0].leader >= 0
