@@ -13,9 +13,8 @@
    troubleshooting page names exists in the package its section (or row) names;
 6. every option of the demo's and the ``eos`` command line is in its doc's section.
 
-Generated paths (``benchmarks/results/``) and the "before" column of docs/upgrading.md's
-table (names that moved away) are not required to exist. Each failure names the doc, the
-line and the missing thing.
+Generated paths (``benchmarks/results/``) are not required to exist. Each failure names the
+doc, the line and the missing thing.
 """
 
 from __future__ import annotations
@@ -37,8 +36,6 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 KIT = ("txn", "connectors", "minikafka")
 # Paths the docs name that runs create (benchmark output), not the repository.
 GENERATED = ("benchmarks/results/",)
-# Docs whose tables list names that no longer exist on purpose: first column = "before".
-MOVED_FROM_COLUMN = {"docs/upgrading.md"}
 _SKIP_DIRS = {"__pycache__", "build", "dist"}
 
 
@@ -74,14 +71,6 @@ def all_lines() -> Iterator[Line]:
         yield from doc_lines(path)
 
 
-def checked_text(line: Line) -> str:
-    """The line's text without the cells that may name what no longer exists."""
-    if line.doc in MOVED_FROM_COLUMN and line.text.startswith("|"):
-        cells = line.text.split("|")
-        return "|".join(cells[:1] + cells[2:])  # drop the "before" column
-    return line.text
-
-
 @dataclass(frozen=True)
 class Heading:
     level: int
@@ -114,10 +103,10 @@ def paragraphs(doc: str) -> Iterator[tuple[int, str]]:
     for line in (*doc_lines(ROOT / doc), None):
         ends = line is None or line.fenced or not line.text.strip() or line.text.startswith("|")
         if ends and block:
-            yield block[0].number, "\n".join(checked_text(x) for x in block)
+            yield block[0].number, "\n".join(x.text for x in block)
             block = []
         if line is not None and not line.fenced and line.text.startswith("|"):
-            yield line.number, checked_text(line)
+            yield line.number, line.text
         elif line is not None and not ends:
             block.append(line)
 
@@ -162,7 +151,7 @@ def _expand(token: str) -> list[str]:
 def repo_paths(line: Line) -> Iterator[str]:
     tops = "|".join(re.escape(t) for t in _top_dirs())
     pattern = rf"(?<![\w./~<>{{-])((?:{tops})/[\w./{{}},*<>-]*)"
-    text = re.sub(r"\]\([^)]*\)", "]", checked_text(line))  # links: relative to the doc
+    text = re.sub(r"\]\([^)]*\)", "]", line.text)  # links: relative to the doc
     for m in re.finditer(pattern, text):
         token = m.group(1).rstrip(".,:;")
         if token.startswith(GENERATED) or token in GENERATED:
@@ -203,7 +192,7 @@ def test_every_bare_file_name_exists_where_its_section_says() -> None:
         for line in doc_lines(path):
             if line.fenced:
                 continue
-            for m in _BARE.finditer(checked_text(line)):
+            for m in _BARE.finditer(line.text):
                 token = m.group(1)
                 if token.split("/")[0] in _top_dirs() or token in tree():
                     continue  # a repository path: checked above
@@ -252,7 +241,7 @@ _EXTENSIONS = {"py", "md", "png", "json", "toml"}
 
 
 def dotted_names(line: Line) -> Iterator[str]:
-    text = checked_text(line)
+    text = line.text
     for m in _DOTTED.finditer(text):
         name = m.group(1)
         if name.rsplit(".", 1)[1] not in _EXTENSIONS:

@@ -85,7 +85,6 @@ def test_no_module_imports_upward(module: str, path: Path) -> None:
         "txn",
         "connectors.stage",
         "connectors.kafka",
-        "connectors.kafka_source",
         "connectors.async_io",
         "connectors.examples.sqlite",
     ],

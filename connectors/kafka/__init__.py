@@ -92,7 +92,6 @@ from connectors.stage import (
     VoteTimeoutError,
 )
 from txn import ErrorAction
-from txn._renamed import renamed_names
 
 __all__ = [
     "DEFAULT_EPOCH_LOG_TOPIC",
@@ -162,25 +161,8 @@ __all__ = [
 if _source.spark_has_source_api():  # PySpark 4.2 or later (connectors.kafka._source)
     __all__ += ["KafkaRcDataSource"]
 
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning. The
-# source's Spark classes (KafkaRcDataSource): imported on first use (PySpark 4.2 or later).
+# The source's Spark classes (KafkaRcDataSource): imported on first use (PySpark 4.2 or later).
 if TYPE_CHECKING:
     from connectors.kafka._source import KafkaRcDataSource
-
-    InputError = KafkaInputError
-    InputSchemaError = KafkaInputSchemaError
-    RecordError = KafkaRecordError
-    SinkConfigError = KafkaSinkConfigError
-    EpochLogFencedError = KafkaEpochLogFencedError
 else:
-    __getattr__ = renamed_names(
-        __name__,
-        {
-            "InputError": "KafkaInputError",
-            "InputSchemaError": "KafkaInputSchemaError",
-            "RecordError": "KafkaRecordError",
-            "SinkConfigError": "KafkaSinkConfigError",
-            "EpochLogFencedError": "KafkaEpochLogFencedError",
-        },
-        otherwise=_source.spark_classes(__name__),
-    )
+    __getattr__ = _source.spark_classes(__name__)

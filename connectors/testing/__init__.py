@@ -5,8 +5,6 @@
   (``EmbeddedPostgres``, ``postgres_dsn``, ``start_postgres_server``);
 * :mod:`connectors.testing.containers` - testcontainers (Kafka KRaft, PostgreSQL) that run
   transactions on one node;
-* :mod:`connectors.testing.verify` - an alias of :mod:`connectors.verify`, the exactly-once
-  checker (it moved: the shipped ``eos verify`` owns it);
 * in-memory participants and the crash matrix are in :mod:`txn.testing`.
 
 Elsewhere, and not here: the demo's streaming query harness is :mod:`connectors.demo.app`;
