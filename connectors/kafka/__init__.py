@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING
 from connectors.kafka import _source
 from connectors.kafka._classify import classify
 from connectors.kafka._client_config import kafka_options
-from connectors.kafka._connect import KafkaAuthenticationError, KafkaConnectError
 from connectors.kafka._errors import (
     BrokerUnavailableError,
     ClientConfigError,
+    KafkaAuthenticationError,
     KafkaAuthorizationError,
+    KafkaConnectError,
     KafkaEpochLogFencedError,
     KafkaInputError,
     KafkaInputSchemaError,
