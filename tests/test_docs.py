@@ -555,8 +555,7 @@ def test_the_checks_see_what_they_check() -> None:
 # command-line tool -> (doc, heading of the section that lists its options)
 CLI_SECTIONS = {
     "connectors/demo/__main__.py": ("docs/demo.md", "Options"),
-    "connectors/ops/_cli.py": ("docs/operations.md", "The `eos` command"),
-    "connectors/ops/_pgcli.py": ("docs/operations.md", "The `eos` command"),
+    "connectors/ops/_parser.py": ("docs/operations.md", "The `eos` command"),
 }
 
 
