@@ -1,13 +1,16 @@
 """Docs that must not drift from the code, checked on docs/*.md and README.md.
 
-1. every repository path (``connectors/stage/_sink.py``, ``docs/kafka-sink.md``) exists; a
-   bare module file in backticks (``_state.py``) exists in the package its section is about
-   (the heading names it: ``(`txn/`)``, ``(`connectors.stage`)``), or anywhere in the tree;
-2. every dotted name of the kit (``txn.X``, ``connectors.a.b``, ``minikafka.X``) imports, or
-   is a logger name the code uses; ``from connectors.x import a, b`` imports ``a`` and ``b``;
-3. every "section N" points at a numbered heading of the doc it names (the last
-   ``x.md`` named earlier in the same sentence, else the doc itself), every
-   ``x.md, "Title"`` at a heading of ``x.md``, every relative link at a file and anchor;
+1. every repository path (``connectors/stage/_sink.py``, ``docs/kafka-sink.md``) exists (a
+   pattern, ``docs/*.md``, matches something); a bare module file in backticks
+   (``_state.py``) exists in the package its section is about (the heading names it:
+   ``(`txn/`)``, ``(`connectors.stage`)``), or anywhere in the tree;
+2. every dotted name of the kit (``txn.EpochPlan``, ``connectors.stage.StageOptions.mode``,
+   ``minikafka.EmbeddedKafka``) imports, or is a logger name the code uses; ``from
+   connectors.kafka import KafkaSink, SinkConfig`` imports both names;
+3. every "section N" points at a numbered heading of the doc it names (the last doc named
+   earlier in the same sentence, else the doc itself), every ``kafka-sink.md, "Options"``
+   at a heading of that doc (or a paragraph's bold lead, ``**Empty epochs.**``), every
+   relative link at a file and anchor;
 4. every option of every sink and operator config appears in its doc's options table;
 5. every exported error class has its troubleshooting entry, and every error class the
    troubleshooting page names exists in the package its section (or row) names;
@@ -160,7 +163,13 @@ def repo_paths(line: Line) -> Iterator[str]:
 
 
 def _exists(path: str) -> bool:
-    return path.rstrip("/") in tree()
+    """Whether ``path`` is in the tree; a pattern (``*``, ``<name>``, ``{name}``) must match."""
+    path = path.rstrip("/")
+    if not re.search(r"[*<{]", path):
+        return path in tree()
+    parts = re.split(r"(\*|<[^<>/]*>|\{[^{}/]*\})", path)
+    pattern = "".join(re.escape(p) if i % 2 == 0 else "[^/]*" for i, p in enumerate(parts))
+    return any(re.fullmatch(pattern, p) for p in tree())
 
 
 def test_every_repository_path_in_the_docs_exists() -> None:
@@ -293,15 +302,24 @@ def section_references() -> Iterator[tuple[str, int, str, str]]:
     for path in DOCS:
         doc = path.relative_to(ROOT).as_posix()
         for first, text in paragraphs(doc):
-            for m in _SECTION.finditer(text):
-                before = text[: m.start()]
-                ends = list(_SENTENCE_END.finditer(before))
-                sentence = before[ends[-1].end() :] if ends else before
-                named = list(_DOC.finditer(sentence))
-                target = _doc_path(named[-1].group(1), doc) if named else doc
-                line = first + text[: m.start()].count("\n")
-                for number in _numbers(m.group(1)):
-                    yield doc, line, target, number
+            for at, target, number in sections_in(text, doc):
+                yield doc, first + text[:at].count("\n"), target, number
+
+
+def sections_in(text: str, here: str | None) -> Iterator[tuple[int, str, str]]:
+    """(offset, target doc, number) of every "section N" in ``text``.
+
+    The target is the last ``x.md`` named earlier in the same sentence, else ``here`` (None:
+    a "section N" with no doc named is not a reference to check).
+    """
+    for m in _SECTION.finditer(text):
+        before = text[: m.start()]
+        ends = list(_SENTENCE_END.finditer(before))
+        named = list(_DOC.finditer(before[ends[-1].end() :] if ends else before))
+        target = _doc_path(named[-1].group(1), here or "") if named else here
+        if target is not None:
+            for number in _numbers(m.group(1)):
+                yield m.start(), target, number
 
 
 def test_every_section_reference_points_at_a_heading() -> None:
@@ -323,9 +341,10 @@ _TITLED = re.compile(
 
 
 def _has_title(doc: str, title: str) -> bool:
+    """Whether a heading of ``doc``, or a paragraph's bold lead (``**Title.**``), is ``title``."""
     title = " ".join(title.split())
-    for h in headings(doc):
-        text = h.title
+    leads = [m.group(1) for x in doc_lines(ROOT / doc) if (m := re.match(r"\*\*(.+?)\*\*", x.text))]
+    for text in [h.title for h in headings(doc)] + [lead.rstrip(".:") for lead in leads]:
         if text == title or (text.startswith(title) and not text[len(title)].isalnum()):
             return True
     return False

@@ -43,7 +43,7 @@ task does not die forever. Actions:
   the session leader (the driver Python process and its JVM), then the current process
   group (PySpark's worker daemon puts itself and its workers in a group of their own).
   This is only safe when the application runs in a session of its own, as
-  ``connectors.demo.AppProcess`` starts it; otherwise it would kill the caller's terminal
+  ``connectors.demo.app.AppProcess`` starts it; otherwise it would kill the caller's terminal
   session. So a plan holding ``kill_app`` is refused at load (``FaultPlanError``) unless
   the environment variable ``FaultPlan.KILL_APP_ENV`` is ``"1"``: set it only in the
   environment of an application started in its own session (it reaches the driver, the
@@ -157,7 +157,7 @@ def _check_action(fault: Fault, path: str) -> None:
         msg = (
             f"fault plan {path}: fault {fault.id!r} uses kill_app, which SIGKILLs this "
             "process's whole session; it is only for an application started in a session "
-            f"of its own (connectors.demo.AppProcess). Set {KILL_APP_ENV}=1 in that "
+            f"of its own (connectors.demo.app.AppProcess). Set {KILL_APP_ENV}=1 in that "
             "application's environment, or use action kill."
         )
         raise FaultPlanError(msg)
