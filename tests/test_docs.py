@@ -276,7 +276,8 @@ def test_every_dotted_name_of_the_kit_in_the_docs_resolves() -> None:
 
 # -- 3. references to sections and headings ------------------------------------------------
 _SECTION = re.compile(r"\bsections?\s+(\d+(?:\.\d+)*(?:\s*(?:-|–|,|and)\s*\d+(?:\.\d+)*)*)")
-_DOC = re.compile(r"(?<![\w/-])(?:docs/)?([\w-]+)\.md\b")
+# A doc by name (``kafka-sink.md``, ``docs/kafka-sink.md``) or by path (``benchmarks/HISTORY.md``).
+_DOC = re.compile(r"(?<![\w/-])((?:[\w-]+/)*[\w-]+)\.md\b")
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)[.!?]\s+(?=[A-Z(])")
 
 
@@ -292,8 +293,8 @@ def _numbers(spec: str) -> list[str]:
 
 
 def _doc_path(name: str, here: str) -> str:
-    if name == "README":
-        return "README.md"
+    if name == "README" or "/" in name:
+        return f"{name}.md"
     return f"docs/{name}.md" if (ROOT / "docs" / f"{name}.md").exists() else f"{name}.md"
 
 
@@ -336,7 +337,7 @@ def test_every_section_reference_points_at_a_heading() -> None:
 
 
 _TITLED = re.compile(
-    r"(?<![\w/-])(?:docs/)?([\w-]+)\.md,?\s+(?:sections?\s+[\d.]+,\s+)?\"([^\"]+)\""
+    r"(?<![\w/-])((?:[\w-]+/)*[\w-]+)\.md,?\s+(?:sections?\s+[\d.]+,\s+)?\"([^\"]+)\""
 )
 
 
