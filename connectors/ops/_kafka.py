@@ -27,7 +27,7 @@ from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
-from connectors.ops._result import OK, PROBLEM, Result
+from connectors.ops._result import Result, checked
 from connectors.verify import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -256,13 +256,9 @@ def verify_topic(spec: TopicCheck) -> Result:
         verify_epoch_log=spec.history is not None,
         client_config=spec.cluster.config,
     )
-    anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
     data = {
-        "ok": report.ok,
         "input_records": report.input_records,
         "committed_records": report.committed_records,
-        "anomalies": anomalies,
         "notes": list(report.notes),
     }
-    problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
-    return Result(data, OK if report.ok else PROBLEM, problems)
+    return checked(report.ok, report.anomaly_counts, data)

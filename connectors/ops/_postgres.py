@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.ops._errors import UnknownSinkError, UsageError
-from connectors.ops._result import OK, PROBLEM, UNAVAILABLE, USAGE, Result
+from connectors.ops._result import UNAVAILABLE, USAGE, Result, checked
 from connectors.verify import IdentityFn, check_table
 from txn import EpochHistory, EpochLog, EpochState
 
@@ -298,20 +298,16 @@ def verify_table(spec: TableCheck) -> Result:
         epoch_log=spec.history,
         client_config=spec.cluster.config,
     )
-    anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
     data = {
-        "ok": report.ok,
         "table": report.table,
         "input_records": report.input_records,
         "table_rows": report.table_rows,
         "expected_rows": report.expected_rows,
-        "anomalies": anomalies,
         "examples": [f"{a.kind.value}: {a.detail}" for a in report.examples],
         "prepared": list(report.prepared),
         "notes": list(report.notes),
     }
-    problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
-    return Result(data, OK if report.ok else PROBLEM, problems)
+    return checked(report.ok, report.anomaly_counts, data)
 
 
 def exit_code(exc: Exception) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +39,13 @@ def failed(exc: Exception, code: int, hint: str = "") -> Result:
     """
     text = _secrets.scrub(str(exc)) + hint
     return Result({"error": f"{type(exc).__name__}: {text}"}, code, [text])
+
+
+def checked(ok: bool, anomaly_counts: Mapping[Any, int], data: dict[str, Any]) -> Result:
+    """Return the result of a checker's report (``eos verify``): its anomalies exit 1."""
+    anomalies = {kind.value: n for kind, n in anomaly_counts.items()}
+    problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
+    return Result({"ok": ok, **data, "anomalies": anomalies}, OK if ok else PROBLEM, problems)
 
 
 def history_view(history: EpochHistory) -> dict[str, Any]:
