@@ -126,10 +126,13 @@ def _log_kind(args: argparse.Namespace, default: str) -> str:
 
 
 def needs_kafka(args: argparse.Namespace) -> bool:
-    """Whether the command needs a Kafka cluster (a Kafka log, side, topic or input)."""
+    """Whether the command needs a Kafka cluster (a Kafka log, side, topic or input).
+
+    Asked before the command runs: a malformed ``--member`` is the command's to refuse.
+    """
     if args.command not in SINK_COMMANDS:
         return True  # preflight, and verify (it reads its input topic)
-    kinds = [kind for kind, _ in _members(args)] or [POSTGRES if dsn_chosen(args) else KAFKA]
+    kinds = [m.partition(":")[0] for m in args.member] or [POSTGRES if dsn_chosen(args) else KAFKA]
     topics = args.command == "status" and bool(args.topic)
     return KAFKA in kinds or _log_kind(args, kinds[0]) == KAFKA or topics
 

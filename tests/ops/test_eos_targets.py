@@ -94,6 +94,13 @@ def test_a_command_needs_kafka_only_for_a_kafka_log_side_topic_or_input(
     assert needs_kafka(_parser.build().parse_args(argv)) is needed
 
 
+def test_a_malformed_member_is_refused_by_the_command_not_before_it() -> None:
+    args = parse("status", "c", "--member", "mysql:x", "--dsn", DSN)
+    assert not needs_kafka(args)  # no Kafka named: no cluster asked for
+    with pytest.raises(UsageError, match="KIND:SINK_ID"):
+        sink_target(args, None)
+
+
 def test_bad_members_and_missing_databases_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="KIND:SINK_ID"):
         sink_target(parse("status", "c", "--member", "mysql:x"), CLUSTER)
