@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test test-fast test-compat lint format typecheck layering unit integration bench soak model-long clean venv
+.PHONY: demo test test-fast test-compat lint format typecheck unit integration bench soak model-long clean venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -2,7 +2,7 @@
 
 A benchmark builds one :class:`Target` per target it measures, prints them with
 :func:`print_targets` and saves them in its JSON result (``"targets"``), from which
-``python -m benchmarks.summary`` writes docs/perf-notes.md's table and the README's summary.
+``python -m benchmarks.summary`` writes the tables of docs/performance.md and the README.
 Targets are checked in benchmarks only, never in timed tests.
 """
 

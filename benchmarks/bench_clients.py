@@ -17,7 +17,7 @@ times, ``--trials`` times each, with the sink's producer settings
 Why it matters: a write task whose partition ran in another Python worker last epoch
 needs a new producer, and librdkafka 2.16 makes a just-created transactional producer
 wait for its 500 ms coordinator-query timer in about half of the cases (it drops the
-bootstrap connection after the first metadata answer). See docs/perf-notes.md.
+bootstrap connection after the first metadata answer). See benchmarks/HISTORY.md.
 """
 
 from __future__ import annotations

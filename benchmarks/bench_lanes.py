@@ -10,7 +10,7 @@ initialized producers) per epoch.
 
 Why: each Python worker claims one producer lane of a sink (``producer_lanes``); a worker
 beyond them writes on the shared lane and prepares nothing, so the tasks Spark hands it
-(it hands them to every worker in turn) initialize producers. docs/perf-notes.md,
+(it hands them to every worker in turn) initialize producers. benchmarks/HISTORY.md,
 section 6.2, and docs/kafka-sink.md, "Producer lanes".
 """
 

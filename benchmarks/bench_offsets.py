@@ -3,7 +3,7 @@
 ``python -m benchmarks.bench_offsets [--rounds N] [--partitions P,...]``
 
 Isolated from Spark (whose epoch time varies by far more than this cost), it runs the exact
-calls one write task adds per epoch (docs/perf-notes.md, "Input offsets"):
+calls one write task adds per epoch (benchmarks/HISTORY.md, "Input offsets"):
 
 * Kafka (``KafkaSink(commit_offsets_to_group=...)``): transactions of one record and the
   marker's ``send_offsets_to_transaction``, without and with a second one for the input

@@ -1,15 +1,21 @@
-"""Write the benchmarks' target table into docs/perf-notes.md and the README's summary.
+"""Write the benchmarks' target tables into docs/performance.md and the README.
 
 Run ``python -m benchmarks.summary`` after the benchmarks (``--check`` only reports whether
-the docs are up to date). It reads the last run's results under ``benchmarks/results/``
-(``bench_sink.json``, ``bench_job.json``, ``bench_source.json``, ``bench_postgres.json``:
-each holds the target lines the benchmark printed, ``benchmarks._targets``, and the command
-that ran it; a file without ``"targets"`` is skipped) and
-replaces the text between the markers ``<!-- targets:start -->`` / ``<!-- targets:end -->``
-in docs/perf-notes.md (one row per target: the target, MET / NOT MET, the measured value,
-the command) and ``<!-- bench-summary:start -->`` / ``<!-- bench-summary:end -->`` in
-README.md (one line per benchmark), so neither is edited by hand. A benchmark without a
-result file keeps its rows out; the load average of each run is shown with it.
+the docs are up to date; ``--results DIR`` reads another results directory). It reads the
+last run's results under ``benchmarks/results/`` (``bench_sink.json``, ``bench_job.json``,
+``bench_source.json``, ``bench_postgres.json``: each holds the target lines the benchmark
+printed, ``benchmarks._targets``, and the command that ran it; a file without
+``"targets"`` is skipped) and replaces the text between markers, so neither doc is edited
+by hand:
+
+* ``<!-- targets:start -->`` / ``<!-- targets:end -->`` in docs/performance.md: one row per
+  target (benchmark, target, measured value in full, MET / NOT MET), then each run's
+  command and load average;
+* ``<!-- bench-summary:start -->`` / ``<!-- bench-summary:end -->`` in README.md: the same
+  rows, readable at a glance (the measured value without its details), pointing at
+  docs/performance.md.
+
+A benchmark without a result file keeps its rows out.
 """
 
 from __future__ import annotations
@@ -17,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PERF_NOTES = ROOT / "docs" / "perf-notes.md"
+PERFORMANCE = ROOT / "docs" / "performance.md"
 README = ROOT / "README.md"
 SOURCES = ("bench_sink", "bench_job", "bench_source", "bench_postgres")
 TARGETS_MARK = "targets"
@@ -52,61 +58,65 @@ def _load(doc: dict[str, Any]) -> str:
     return "" if before is None else f"{before:.1f} -> {after:.1f}"
 
 
-def targets_table(docs: dict[str, dict[str, Any]]) -> str:
-    """The Markdown table of every target of every result document."""
-    lines = [
-        "| target | verdict | measured | load | command |",
-        "|---|---|---|---|---|",
-    ]
+def _rows(docs: dict[str, dict[str, Any]], measured: Callable[[str], str]) -> list[str]:
+    lines = ["| benchmark | target | measured | verdict |", "|---|---|---|---|"]
     for name, doc in docs.items():
-        command = doc.get("command", f"python -m benchmarks.{name}")
         for t in doc.get("targets", []):
             lines.append(
-                f"| {t['name']} | {_verdict(t['met'])} | {t['shown']} | {_load(doc)} "
-                f"| `{command}` |"
+                f"| {name} | {t['name']} | {measured(t['shown'])} | {_verdict(t['met'])} |"
             )
-    return "\n".join(lines)
+    return lines
 
 
-def _summary_line(name: str, doc: dict[str, Any]) -> str:
-    targets = doc["targets"]
-    met = sum(1 for t in targets if t["met"])
-    shown = "; ".join(f"{t['name']}: {t['shown']}" for t in targets)
-    command = doc.get("command", f"python -m benchmarks.{name}")
-    return f"- `{command}` (load {_load(doc)}): {met} of {len(targets)} targets met. {shown}."
+def _command(name: str, doc: dict[str, Any]) -> str:
+    return str(doc.get("command", f"python -m benchmarks.{name}"))
+
+
+def targets_table(docs: dict[str, dict[str, Any]]) -> str:
+    """docs/performance.md's table: every target of every result, then the runs."""
+    runs = ", ".join(f"`{_command(n, d)}` (load {_load(d)})" for n, d in docs.items())
+    return "\n".join([*_rows(docs, str), "", f"Runs: {runs}."])
+
+
+def _at_a_glance(shown: str) -> str:
+    """The measured value without its details: ``x0.49; arrow-produce...`` -> ``x0.49``."""
+    return re.split(r"; | \(", shown, maxsplit=1)[0]
 
 
 def readme_summary(docs: dict[str, dict[str, Any]]) -> str:
-    """The README's lines: one per benchmark, its targets and measured values."""
+    """The README's table: one row per target, the measured value at a glance."""
     head = (
-        "Last recorded run of the issue-23 targets (written by `python -m benchmarks.summary` "
-        "from `benchmarks/results/`; every target with its command: docs/perf-notes.md):"
+        "The last recorded run of each benchmark with targets (`python -m benchmarks.summary` "
+        "writes this table from `benchmarks/results/`; the values in full, the commands and "
+        "what bounds them: docs/performance.md):"
     )
-    return "\n".join([head, "", *(_summary_line(n, d) for n, d in docs.items())])
+    return "\n".join([head, "", *_rows(docs, _at_a_glance)])
 
 
 def replace_block(text: str, mark: str, body: str) -> str:
-    """``text`` with the block between ``<!-- mark:start -->`` and ``<!-- mark:end -->`` set."""
+    """``text`` with the block between ``<!-- mark:start -->`` and ``<!-- mark:end -->`` set
+    (the block may be empty: the two markers on consecutive lines)."""
     pattern = re.compile(
-        rf"(<!-- {re.escape(mark)}:start -->\n).*?(\n<!-- {re.escape(mark)}:end -->)", re.S
+        rf"(<!-- {re.escape(mark)}:start -->\n)(?:.*?\n)?(<!-- {re.escape(mark)}:end -->)", re.S
     )
     if not pattern.search(text):
         msg = f"no <!-- {mark}:start --> ... <!-- {mark}:end --> block found"
         raise ValueError(msg)
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report stale docs (exit 1)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results directory")
     args = parser.parse_args(argv)
-    docs = load()
+    docs = load(results=args.results)
     if not docs:
-        print(f"no results under {RESULTS}: run the benchmarks first")
+        print(f"no results under {args.results}: run the benchmarks first")
         return 1
     stale = []
     for path, mark, body in (
-        (PERF_NOTES, TARGETS_MARK, targets_table(docs)),
+        (PERFORMANCE, TARGETS_MARK, targets_table(docs)),
         (README, SUMMARY_MARK, readme_summary(docs)),
     ):
         old = path.read_text()

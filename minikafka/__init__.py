@@ -9,9 +9,6 @@ replication), fault hooks for chaos tests, and per-API request counters for benc
 See docs/minikafka.md.
 """
 
-import warnings
-from typing import TYPE_CHECKING
-
 from ._config import MAX_REQUEST_BYTES, BrokerConfig
 from ._control import NodeOp, NodeOpError, node_control
 from ._embedded import EmbeddedKafka
@@ -51,21 +48,3 @@ __all__ = [
     "node_control",
     "request_counts",
 ]
-
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning. (The kit's
-# txn._renamed does the same for txn and connectors; the broker imports neither.)
-if TYPE_CHECKING:
-    ConfigError = BrokerConfigError
-else:
-
-    def __getattr__(name: str) -> object:
-        if name != "ConfigError":
-            msg = f"module {__name__!r} has no attribute {name!r}"
-            raise AttributeError(msg)
-        warnings.warn(
-            "minikafka.ConfigError is now minikafka.BrokerConfigError (docs/upgrading.md); "
-            "the former name will be removed",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return BrokerConfigError

@@ -66,11 +66,30 @@ def test_summary_replaces_only_the_marked_block(tmp_path):
     assert list(docs) == ["bench_job"]
     text = "before\n<!-- targets:start -->\nold\n<!-- targets:end -->\nafter\n"
     new = summary.replace_block(text, "targets", summary.targets_table(docs))
-    assert new.startswith("before\n<!-- targets:start -->\n| target |")
-    assert "| eos >= 0.8x arrow-drop | **NOT MET** | x0.50 | 2.0 -> 3.5 |" in new
+    assert new.startswith("before\n<!-- targets:start -->\n| benchmark | target |")
+    assert "| bench_job | eos >= 0.8x arrow-drop | x0.50 | **NOT MET** |" in new
+    assert "Runs: `python -m benchmarks.bench_job` (load 2.0 -> 3.5)." in new
     assert new.endswith("<!-- targets:end -->\nafter\n") and "old" not in new
     with pytest.raises(ValueError, match="bench-summary"):
         summary.replace_block(text, "bench-summary", "x")
+
+
+def test_the_readme_summary_is_one_short_row_per_target_pointing_at_the_details(tmp_path):
+    targets = [
+        _targets.at_least(
+            "bench_sink", "eos >= 0.8x arrow-drop", 0.49, 0.8, "x{:.2f}; bound x0.58"
+        ),
+        _targets.at_most("bench_sink", "set-up requests", 0, 0, "{:.0f} per epoch (median)"),
+    ]
+    doc = {"command": "python -m benchmarks.bench_sink", "targets": _targets.as_dicts(targets)}
+    (tmp_path / "bench_sink.json").write_text(json.dumps(doc))
+    table = summary.readme_summary(summary.load(("bench_sink",), tmp_path))
+    rows = [line for line in table.splitlines() if line.startswith("| bench_sink")]
+    assert rows == [
+        "| bench_sink | eos >= 0.8x arrow-drop | x0.49 | **NOT MET** |",
+        "| bench_sink | set-up requests | 0 per epoch | **MET** |",
+    ]
+    assert "docs/performance.md" in table.splitlines()[0]
 
 
 def test_setup_target_is_met_by_a_zero_median_and_shows_the_epochs_with_any():

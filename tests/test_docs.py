@@ -1,21 +1,23 @@
 """Docs that must not drift from the code, checked on docs/*.md and README.md.
 
-1. every repository path (``connectors/stage/_sink.py``, ``docs/kafka-sink.md``) exists; a
-   bare module file in backticks (``_state.py``) exists in the package its section is about
-   (the heading names it: ``(`txn/`)``, ``(`connectors.stage`)``), or anywhere in the tree;
-2. every dotted name of the kit (``txn.X``, ``connectors.a.b``, ``minikafka.X``) imports, or
-   is a logger name the code uses; ``from connectors.x import a, b`` imports ``a`` and ``b``;
-3. every "section N" points at a numbered heading of the doc it names (the last
-   ``x.md`` named earlier in the same sentence, else the doc itself), every
-   ``x.md, "Title"`` at a heading of ``x.md``, every relative link at a file and anchor;
+1. every repository path (``connectors/stage/_sink.py``, ``docs/kafka-sink.md``) exists (a
+   pattern, ``docs/*.md``, matches something); a bare module file in backticks
+   (``_state.py``) exists in the package its section is about (the heading names it:
+   ``(`txn/`)``, ``(`connectors.stage`)``), or anywhere in the tree;
+2. every dotted name of the kit (``txn.EpochPlan``, ``connectors.stage.StageOptions.mode``,
+   ``minikafka.EmbeddedKafka``) imports, or is a logger name the code uses; ``from
+   connectors.kafka import KafkaSink, SinkConfig`` imports both names;
+3. every "section N" points at a numbered heading of the doc it names (the last doc named
+   earlier in the same sentence, else the doc itself), every ``kafka-sink.md, "Options"``
+   at a heading of that doc (or a paragraph's bold lead, ``**Empty epochs.**``), every
+   relative link at a file and anchor;
 4. every option of every sink and operator config appears in its doc's options table;
 5. every exported error class has its troubleshooting entry, and every error class the
    troubleshooting page names exists in the package its section (or row) names;
 6. every option of the demo's and the ``eos`` command line is in its doc's section.
 
-Generated paths (``benchmarks/results/``) and the "before" column of docs/upgrading.md's
-table (names that moved away) are not required to exist. Each failure names the doc, the
-line and the missing thing.
+Generated paths (``benchmarks/results/``) are not required to exist. Each failure names the
+doc, the line and the missing thing.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 KIT = ("txn", "connectors", "minikafka")
 # Paths the docs name that runs create (benchmark output), not the repository.
 GENERATED = ("benchmarks/results/",)
-# Docs whose tables list names that no longer exist on purpose: first column = "before".
-MOVED_FROM_COLUMN = {"docs/upgrading.md"}
 _SKIP_DIRS = {"__pycache__", "build", "dist"}
 
 
@@ -74,14 +74,6 @@ def all_lines() -> Iterator[Line]:
         yield from doc_lines(path)
 
 
-def checked_text(line: Line) -> str:
-    """The line's text without the cells that may name what no longer exists."""
-    if line.doc in MOVED_FROM_COLUMN and line.text.startswith("|"):
-        cells = line.text.split("|")
-        return "|".join(cells[:1] + cells[2:])  # drop the "before" column
-    return line.text
-
-
 @dataclass(frozen=True)
 class Heading:
     level: int
@@ -114,10 +106,10 @@ def paragraphs(doc: str) -> Iterator[tuple[int, str]]:
     for line in (*doc_lines(ROOT / doc), None):
         ends = line is None or line.fenced or not line.text.strip() or line.text.startswith("|")
         if ends and block:
-            yield block[0].number, "\n".join(checked_text(x) for x in block)
+            yield block[0].number, "\n".join(x.text for x in block)
             block = []
         if line is not None and not line.fenced and line.text.startswith("|"):
-            yield line.number, checked_text(line)
+            yield line.number, line.text
         elif line is not None and not ends:
             block.append(line)
 
@@ -162,7 +154,7 @@ def _expand(token: str) -> list[str]:
 def repo_paths(line: Line) -> Iterator[str]:
     tops = "|".join(re.escape(t) for t in _top_dirs())
     pattern = rf"(?<![\w./~<>{{-])((?:{tops})/[\w./{{}},*<>-]*)"
-    text = re.sub(r"\]\([^)]*\)", "]", checked_text(line))  # links: relative to the doc
+    text = re.sub(r"\]\([^)]*\)", "]", line.text)  # links: relative to the doc
     for m in re.finditer(pattern, text):
         token = m.group(1).rstrip(".,:;")
         if token.startswith(GENERATED) or token in GENERATED:
@@ -171,7 +163,13 @@ def repo_paths(line: Line) -> Iterator[str]:
 
 
 def _exists(path: str) -> bool:
-    return path.rstrip("/") in tree()
+    """Whether ``path`` is in the tree; a pattern (``*``, ``<name>``, ``{name}``) must match."""
+    path = path.rstrip("/")
+    if not re.search(r"[*<{]", path):
+        return path in tree()
+    parts = re.split(r"(\*|<[^<>/]*>|\{[^{}/]*\})", path)
+    pattern = "".join(re.escape(p) if i % 2 == 0 else "[^/]*" for i, p in enumerate(parts))
+    return any(re.fullmatch(pattern, p) for p in tree())
 
 
 def test_every_repository_path_in_the_docs_exists() -> None:
@@ -203,7 +201,7 @@ def test_every_bare_file_name_exists_where_its_section_says() -> None:
         for line in doc_lines(path):
             if line.fenced:
                 continue
-            for m in _BARE.finditer(checked_text(line)):
+            for m in _BARE.finditer(line.text):
                 token = m.group(1)
                 if token.split("/")[0] in _top_dirs() or token in tree():
                     continue  # a repository path: checked above
@@ -252,7 +250,7 @@ _EXTENSIONS = {"py", "md", "png", "json", "toml"}
 
 
 def dotted_names(line: Line) -> Iterator[str]:
-    text = checked_text(line)
+    text = line.text
     for m in _DOTTED.finditer(text):
         name = m.group(1)
         if name.rsplit(".", 1)[1] not in _EXTENSIONS:
@@ -278,7 +276,8 @@ def test_every_dotted_name_of_the_kit_in_the_docs_resolves() -> None:
 
 # -- 3. references to sections and headings ------------------------------------------------
 _SECTION = re.compile(r"\bsections?\s+(\d+(?:\.\d+)*(?:\s*(?:-|–|,|and)\s*\d+(?:\.\d+)*)*)")
-_DOC = re.compile(r"(?<![\w/-])(?:docs/)?([\w-]+)\.md\b")
+# A doc by name (``kafka-sink.md``, ``docs/kafka-sink.md``) or by path (``benchmarks/HISTORY.md``).
+_DOC = re.compile(r"(?<![\w/-])((?:[\w-]+/)*[\w-]+)\.md\b")
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)[.!?]\s+(?=[A-Z(])")
 
 
@@ -294,8 +293,8 @@ def _numbers(spec: str) -> list[str]:
 
 
 def _doc_path(name: str, here: str) -> str:
-    if name == "README":
-        return "README.md"
+    if name == "README" or "/" in name:
+        return f"{name}.md"
     return f"docs/{name}.md" if (ROOT / "docs" / f"{name}.md").exists() else f"{name}.md"
 
 
@@ -304,15 +303,24 @@ def section_references() -> Iterator[tuple[str, int, str, str]]:
     for path in DOCS:
         doc = path.relative_to(ROOT).as_posix()
         for first, text in paragraphs(doc):
-            for m in _SECTION.finditer(text):
-                before = text[: m.start()]
-                ends = list(_SENTENCE_END.finditer(before))
-                sentence = before[ends[-1].end() :] if ends else before
-                named = list(_DOC.finditer(sentence))
-                target = _doc_path(named[-1].group(1), doc) if named else doc
-                line = first + text[: m.start()].count("\n")
-                for number in _numbers(m.group(1)):
-                    yield doc, line, target, number
+            for at, target, number in sections_in(text, doc):
+                yield doc, first + text[:at].count("\n"), target, number
+
+
+def sections_in(text: str, here: str | None) -> Iterator[tuple[int, str, str]]:
+    """(offset, target doc, number) of every "section N" in ``text``.
+
+    The target is the last ``x.md`` named earlier in the same sentence, else ``here`` (None:
+    a "section N" with no doc named is not a reference to check).
+    """
+    for m in _SECTION.finditer(text):
+        before = text[: m.start()]
+        ends = list(_SENTENCE_END.finditer(before))
+        named = list(_DOC.finditer(before[ends[-1].end() :] if ends else before))
+        target = _doc_path(named[-1].group(1), here or "") if named else here
+        if target is not None:
+            for number in _numbers(m.group(1)):
+                yield m.start(), target, number
 
 
 def test_every_section_reference_points_at_a_heading() -> None:
@@ -329,14 +337,15 @@ def test_every_section_reference_points_at_a_heading() -> None:
 
 
 _TITLED = re.compile(
-    r"(?<![\w/-])(?:docs/)?([\w-]+)\.md,?\s+(?:sections?\s+[\d.]+,\s+)?\"([^\"]+)\""
+    r"(?<![\w/-])((?:[\w-]+/)*[\w-]+)\.md,?\s+(?:sections?\s+[\d.]+,\s+)?\"([^\"]+)\""
 )
 
 
 def _has_title(doc: str, title: str) -> bool:
+    """Whether a heading of ``doc``, or a paragraph's bold lead (``**Title.**``), is ``title``."""
     title = " ".join(title.split())
-    for h in headings(doc):
-        text = h.title
+    leads = [m.group(1) for x in doc_lines(ROOT / doc) if (m := re.match(r"\*\*(.+?)\*\*", x.text))]
+    for text in [h.title for h in headings(doc)] + [lead.rstrip(".:") for lead in leads]:
         if text == title or (text.startswith(title) and not text[len(title)].isalnum()):
             return True
     return False
@@ -567,8 +576,7 @@ def test_the_checks_see_what_they_check() -> None:
 # command-line tool -> (doc, headings of the sections that list its options)
 CLI_SECTIONS = {
     "connectors/demo/__main__.py": ("docs/demo.md", ("Options",)),
-    "connectors/ops/_cli.py": ("docs/operations.md", ("The `eos` command",)),
-    "connectors/ops/_pgcli.py": ("docs/operations.md", ("The `eos` command",)),
+    "connectors/ops/_parser.py": ("docs/operations.md", ("The `eos` command",)),
     "minikafka/__main__.py": ("docs/minikafka.md", ("Running it", "Several nodes", "Security")),
     "minikafka/_control.py": ("docs/minikafka.md", ("Node faults",)),
 }

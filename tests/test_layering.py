@@ -11,6 +11,8 @@ Layers (an importer's layer must be >= the imported module's layer):
    ``connectors.ops`` (the CLI).
 
 Connectors never import ``minikafka``: they talk to any Kafka through a bootstrap address.
+No two modules of the kit import each other, around any loop, at module level or inside a
+function (a local import only hides a circle until run time).
 """
 
 from __future__ import annotations
@@ -85,7 +87,6 @@ def test_no_module_imports_upward(module: str, path: Path) -> None:
         "txn",
         "connectors.stage",
         "connectors.kafka",
-        "connectors.kafka_source",
         "connectors.async_io",
         "connectors.examples.sqlite",
     ],
@@ -107,3 +108,92 @@ def test_importing_a_connector_loads_no_testing_module(package: str) -> None:
         timeout=120,
     )
     assert out.stdout.strip() == "", f"import {package} loaded {out.stdout.strip()}"
+
+
+# -- no import circle ---------------------------------------------------------------------
+def import_edges(module: str, source: str, package: str, modules: frozenset[str]) -> set[str]:
+    """The kit's modules that ``module`` (in ``package``) imports, module level or in a function.
+
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``;
+    ``import a.b.c`` to ``a.b.c`` (the nearest module of the name). The ``__init__`` of the
+    packages around an imported module is no edge of its own: a package's modules import
+    each other through it all the time, and its own imports are its edges.
+    """
+    named: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            named += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            named += [f"{base}.{a.name}" for a in node.names]
+    edges = set()
+    for name in named:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            edges.add(name)
+    return edges
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other, directly or around a loop (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_import_circle_among_the_kit_s_modules() -> None:
+    """A local import that hides a circle counts: it only moves the circle to run time."""
+    found = dict(all_modules())
+    modules = frozenset(found)
+    graph = {
+        m: import_edges(
+            m, path.read_text(), m if path.name == "__init__.py" else m.rpartition(".")[0], modules
+        )
+        for m, path in found.items()
+    }
+    assert sum(len(e) for e in graph.values()) > 500, "the walk found few imports: it broke"
+    circles = import_circles(graph)
+    assert not circles, "modules that import each other (a circle):\n" + "\n".join(
+        " <-> ".join(c) for c in circles
+    )
+
+
+def test_the_circle_check_sees_a_circle_hidden_in_a_function() -> None:
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    modules = frozenset({"pkg", "pkg._cli", "pkg._x", "pkg._y"})
+    source = (
+        "from pkg import _y\nfrom . import _cli as c\n\ndef f():\n    from pkg._cli import main\n"
+    )
+    assert import_edges("pkg._x", source, "pkg", modules) == {"pkg._cli", "pkg._y"}
+    assert import_edges("pkg", "from pkg._x import thing\nimport pkg\n", "pkg", modules) == {
+        "pkg._x"
+    }

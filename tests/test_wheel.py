@@ -56,7 +56,6 @@ USER_TESTING_MODULES = {
     "connectors.testing.containers",
     "connectors.testing.faults",
     "connectors.testing.postgres",
-    "connectors.testing.verify",  # the alias of connectors.verify
 }
 # The suite's own infrastructure (integration_tests/support), by module name: never shipped.
 SUITE_INFRASTRUCTURE = {"spark_cluster", "spark_connect", "_cluster_status", "soak"}

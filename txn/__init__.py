@@ -13,8 +13,6 @@ See docs/architecture.md for the protocol. The pieces:
   ``record_from_body`` / ``corrupt_error`` - the record format, for EpochLog implementations.
 """
 
-from typing import TYPE_CHECKING
-
 from txn._codec import (
     FORMAT_VERSION,
     corrupt_error,
@@ -70,7 +68,6 @@ from txn._model import (
 )
 from txn._offsets import InputOffsets
 from txn._outcome import EpochResult, RecoveryReport
-from txn._renamed import renamed_names
 from txn._settle import Settlement, deferred_completion, settle_in_doubt
 from txn._state import EpochState
 from txn._steps import CoordinatorStep, TaskStep
@@ -141,9 +138,3 @@ __all__ = [
     "settle_in_doubt",
     "unseal",
 ]
-
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
-if TYPE_CHECKING:
-    InProcessChannel = InProcessExecutor
-else:
-    __getattr__ = renamed_names(__name__, {"InProcessChannel": "InProcessExecutor"})

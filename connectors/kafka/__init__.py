@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING
 from connectors.kafka import _source
 from connectors.kafka._classify import classify
 from connectors.kafka._client_config import kafka_options
-from connectors.kafka._connect import KafkaAuthenticationError, KafkaConnectError
 from connectors.kafka._errors import (
     BrokerUnavailableError,
     ClientConfigError,
+    KafkaAuthenticationError,
     KafkaAuthorizationError,
+    KafkaConnectError,
     KafkaEpochLogFencedError,
     KafkaInputError,
     KafkaInputSchemaError,
@@ -92,7 +93,6 @@ from connectors.stage import (
     VoteTimeoutError,
 )
 from txn import ErrorAction
-from txn._renamed import renamed_names
 
 __all__ = [
     "DEFAULT_EPOCH_LOG_TOPIC",
@@ -162,25 +162,8 @@ __all__ = [
 if _source.spark_has_source_api():  # PySpark 4.2 or later (connectors.kafka._source)
     __all__ += ["KafkaRcDataSource"]
 
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning. The
-# source's Spark classes (KafkaRcDataSource): imported on first use (PySpark 4.2 or later).
+# The source's Spark classes (KafkaRcDataSource): imported on first use (PySpark 4.2 or later).
 if TYPE_CHECKING:
     from connectors.kafka._source import KafkaRcDataSource
-
-    InputError = KafkaInputError
-    InputSchemaError = KafkaInputSchemaError
-    RecordError = KafkaRecordError
-    SinkConfigError = KafkaSinkConfigError
-    EpochLogFencedError = KafkaEpochLogFencedError
 else:
-    __getattr__ = renamed_names(
-        __name__,
-        {
-            "InputError": "KafkaInputError",
-            "InputSchemaError": "KafkaInputSchemaError",
-            "RecordError": "KafkaRecordError",
-            "SinkConfigError": "KafkaSinkConfigError",
-            "EpochLogFencedError": "KafkaEpochLogFencedError",
-        },
-        otherwise=_source.spark_classes(__name__),
-    )
+    __getattr__ = _source.spark_classes(__name__)

@@ -25,6 +25,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka._errors import (
+    KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaWriteError,
     ProducerFencedError,
@@ -210,9 +211,6 @@ def access_error(
     :class:`KafkaAuthenticationError` names the settings of ``config_option`` to fix,
     :class:`KafkaAuthorizationError` the ACL to grant; both are FATAL.
     """
-    # _connect defines the authentication error (a source error too) and imports this module.
-    from connectors.kafka._connect import KafkaAuthenticationError
-
     if isinstance(exc, (KafkaAuthenticationError, KafkaAuthorizationError)):
         return exc
     code = code_of(exc)

@@ -26,10 +26,7 @@ from confluent_kafka.admin import AdminClient
 from connectors.kafka import _clients, _secrets
 from connectors.kafka._classify import AUTHENTICATION_CODES, CONNECTION_CODES, fix_authentication
 from connectors.kafka._clients import Cluster
-from connectors.kafka._errors import BrokerUnavailableError, KafkaWriteError
-from connectors.kafka._source._errors import KafkaUnavailableError
-from connectors.stage._errors import rebuild_error
-from txn import ErrorAction
+from connectors.kafka._errors import KafkaAuthenticationError, KafkaConnectError
 
 # Seconds the first contact may take before the cluster is reported unreachable: a wrong
 # address never answers, a restarting broker accepts connections again within seconds.
@@ -38,54 +35,6 @@ CONNECT_WAIT_S = 10.0
 CONNECT_STEP_S = 1.0
 # Connection errors kept per client (the client outlives the check: bounded memory).
 _KEPT_ERRORS = 16
-
-
-class KafkaConnectError(BrokerUnavailableError, KafkaUnavailableError):
-    """The first contact with the cluster failed: wrong address, refused, or no answer.
-
-    Raised by the sink's preflight and by the source alike (it is both a
-    :class:`BrokerUnavailableError` and the source's ``KafkaUnavailableError``);
-    ``address`` is the bootstrap address tried and ``setting`` the option that holds it.
-    """
-
-    retry_stage = False
-
-    def __init__(self, message: str, *, address: str = "", setting: str = "") -> None:
-        super().__init__(message)
-        self.address = address
-        self.setting = setting
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            rebuild_error,
-            (type(self), str(self), {"address": self.address, "setting": self.setting}),
-        )
-
-
-class KafkaAuthenticationError(KafkaConnectError, KafkaWriteError):
-    """Authentication failed (SASL or TLS): fix the security settings the message names.
-
-    Raised at the first contact (the sink's preflight, the source, ``eos``) and by the one
-    classifier for a call that failed so (``action`` FATAL): retrying with the same
-    settings cannot help, so the query stops instead of retrying. ``setting`` names the
-    option holding the security settings (``client_config``, the source's ``kafka.*``
-    options, ``--command-config``); ``code`` is librdkafka's error code.
-    """
-
-    retry_stage = False
-
-    def __init__(
-        self, message: str, *, address: str = "", setting: str = "", code: int | None = None
-    ) -> None:
-        Exception.__init__(self, message)
-        self.address = address
-        self.setting = setting
-        self.action = ErrorAction.FATAL
-        self.code = code
-
-    def __reduce__(self) -> tuple[object, ...]:
-        fields = {"address": self.address, "setting": self.setting, "code": self.code}
-        return (rebuild_error, (type(self), str(self), fields))
 
 
 def connect_admin(cluster: Cluster) -> AdminClient:

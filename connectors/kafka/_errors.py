@@ -21,13 +21,14 @@ errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkE
     +-- KafkaWriteError                          Kafka refused a call; ``action`` says why
     |   +-- ProducerFencedError                  a newer instance of the transactional id
     |   +-- KafkaAuthorizationError              an ACL refused the call (fatal; names the ACL)
-    |   +-- KafkaAuthenticationError             (also under KafkaConnectError above; ``_connect``)
+    |   +-- KafkaAuthenticationError             (also under KafkaConnectError above)
     +-- MarkerError                              a marker group holds an offset the sink did not write
     +-- KafkaEpochLogFencedError (txn.EpochLogLockedError)  another coordinator took the log over
 """
 
 from __future__ import annotations
 
+from connectors.kafka._source._errors import KafkaUnavailableError
 from connectors.stage import InputError, InputSchemaError, RecordError
 from connectors.stage._errors import rebuild_error
 from txn import ConfigError, EpochLogLockedError, ErrorAction, TxnError
@@ -118,3 +119,51 @@ class KafkaAuthorizationError(KafkaWriteError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (rebuild_error, (type(self), str(self), {"code": self.code}))
+
+
+class KafkaConnectError(BrokerUnavailableError, KafkaUnavailableError):
+    """The first contact with the cluster failed: wrong address, refused, or no answer.
+
+    Raised by the sink's preflight and by the source alike (it is both a
+    :class:`BrokerUnavailableError` and the source's ``KafkaUnavailableError``);
+    ``address`` is the bootstrap address tried and ``setting`` the option that holds it.
+    """
+
+    retry_stage = False
+
+    def __init__(self, message: str, *, address: str = "", setting: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.setting = setting
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            rebuild_error,
+            (type(self), str(self), {"address": self.address, "setting": self.setting}),
+        )
+
+
+class KafkaAuthenticationError(KafkaConnectError, KafkaWriteError):
+    """Authentication failed (SASL or TLS): fix the security settings the message names.
+
+    Raised at the first contact (the sink's preflight, the source, ``eos``) and by the one
+    classifier for a call that failed so (``action`` FATAL): retrying with the same
+    settings cannot help, so the query stops instead of retrying. ``setting`` names the
+    option holding the security settings (``client_config``, the source's ``kafka.*``
+    options, ``--command-config``); ``code`` is librdkafka's error code.
+    """
+
+    retry_stage = False
+
+    def __init__(
+        self, message: str, *, address: str = "", setting: str = "", code: int | None = None
+    ) -> None:
+        Exception.__init__(self, message)
+        self.address = address
+        self.setting = setting
+        self.action = ErrorAction.FATAL
+        self.code = code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = {"address": self.address, "setting": self.setting, "code": self.code}
+        return (rebuild_error, (type(self), str(self), fields))

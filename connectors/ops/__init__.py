@@ -24,13 +24,19 @@ the epoch log could not be read, or the log holds no record of the sink id
 (:class:`UnknownSinkError`), 4 the command was refused (a reset with an epoch in doubt; a
 PostgreSQL epoch log a running sink holds; a connection string as ``--epoch-log``,
 :class:`UnreadableLogError`). A command never reports health or success for a log it did
-not read. Which log a command reads, and the PostgreSQL side: ``_pgcli``.
+not read.
+
+One parser (``_parser``) and one dispatch (``_commands.COMMANDS``): each command runs once
+for a sink of any connector, on its epoch log and its sides (``_target``: which log a
+command reads), asking each side's connector through its admin interface (``_kafka``,
+``_postgres``).
 
 An application of the kit (``verify`` runs the checker, :mod:`connectors.verify`), not a
 connector.
 """
 
-from connectors.ops._cli import EXIT_CODES, main
+from connectors.ops._cli import main
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.ops._result import EXIT_CODES
 
 __all__ = ["EXIT_CODES", "UnknownSinkError", "UnreadableLogError", "main"]

@@ -1,344 +1,137 @@
-"""What each ``eos`` command does; each returns a JSON-ready result and an exit code."""
+"""What each ``eos`` command does, once, for a sink of any connector.
+
+Every command takes the parsed arguments and the Kafka cluster (None when the command
+needs none) and returns a :class:`~connectors.ops._result.Result`. Sink commands work on a
+:class:`~connectors.ops._target.Target`: the epoch log, read through
+:class:`~connectors.ops._target.LogRef`, and each side's state through its connector's
+:class:`~connectors.ops._target.SinkAdmin`. :data:`COMMANDS` is the one dispatch.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+import argparse
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
 
-from connectors.kafka import (
-    DEFAULT_EPOCH_LOG_TOPIC,
-    DEFAULT_MARKER_TOPIC,
-    KafkaEpochLog,
-    KafkaSink,
-    _names,
-    read_markers,
-)
-from connectors.kafka._admin import admin_client, existing_topics
 from connectors.kafka._clients import Cluster
-from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
-from connectors.kafka._sink._resource import KafkaResource
-from connectors.kafka._sink._writer import RecordLayout
-from connectors.ops._errors import UnknownSinkError, UnreadableLogError
+from connectors.ops import _kafka, _parser
+from connectors.ops._errors import UnknownSinkError, UsageError
+from connectors.ops._offsets import offsets as offsets_of
+from connectors.ops._postgres import TableCheck, verify_table
+from connectors.ops._preflight import SinkPlan, preflight
+from connectors.ops._result import (
+    OK,
+    PROBLEM,
+    REFUSED,
+    Result,
+    history_view,
+    in_doubt_problems,
+)
+from connectors.ops._target import LogRef, Target, postgres_admin, sink_target, verify_log
 from connectors.stage import start_over_offset
-from connectors.verify import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    HistoryLike,
-    IdentityFn,
-    check_exactly_once,
-    end_offsets,
-    member_history,
-    scan_topic,
-)
-from txn import (
-    EpochHistory,
-    EpochLog,
-    EpochLogError,
-    FileEpochLog,
-    IllegalTransitionError,
-    QueryBinding,
-    deferred_completion,
-)
-
-OK, PROBLEM, USAGE, UNAVAILABLE, REFUSED = 0, 1, 2, 3, 4
-# An --epoch-log value that is a libpq connection string (URI or key=value form), not a path.
-_DSN = re.compile(r"^postgres(ql)?://|(^|\s)(host|dbname|user|port)\s*=")
+from connectors.verify import HistoryLike, IdentityOptionError, load_callable, member_history
+from txn import EpochHistory, EpochLogError, IllegalTransitionError, QueryBinding
 
 
-@dataclass(frozen=True)
-class SinkRef:
-    """Where a sink's state lives (the options of every sink command).
-
-    ``cluster``: the address and the client settings (``--command-config``) every Kafka
-    client of the command uses.
-    """
-
-    cluster: Cluster
-    sink_id: str
-    epoch_log: str | None = None  # a file path; None: the Kafka epoch log
-    epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
-    marker_topic: str = DEFAULT_MARKER_TOPIC
-
-    def read_log(self) -> EpochHistory:
-        """Read the sink's history without taking the log over from a running sink.
-
-        The last epoch's completion that the sink defers (docs/architecture.md, "Deferred
-        completion") is folded in when every write partition's marker shows the epoch.
-
-        Raises:
-            UnreadableLogError: ``epoch_log`` is a PostgreSQL connection string (``--dsn``'s).
-            UnknownSinkError: the log holds no record of the sink (nothing to report on).
-
-        """
-        self._check_kind()
-        if self.epoch_log is not None:
-            if not Path(self.epoch_log).exists():
-                raise UnknownSinkError(
-                    self._unknown(f"there is no epoch log file at {self.epoch_log}")
-                )
-            history = FileEpochLog(self.epoch_log, sink_id=self.sink_id, read_only=True).load()
-        else:
-            if self.epoch_log_topic not in existing_topics(admin_client(self.cluster)):
-                raise UnknownSinkError(
-                    self._unknown(
-                        f"the Kafka epoch log topic {self.epoch_log_topic!r} does not exist at "
-                        f"{self.cluster.bootstrap_servers}"
-                    )
-                )
-            history = self._kafka_log().load()
-        if not history.records and history.committed_through is None:
-            where = (
-                f"epoch log file {self.epoch_log}"
-                if self.epoch_log is not None
-                else f"Kafka epoch log topic {self.epoch_log_topic!r} at "
-                f"{self.cluster.bootstrap_servers}"
-            )
-            raise UnknownSinkError(self._unknown(f"the {where} holds no record of it"))
-        return self.settled(history)
-
-    def settled(self, history: EpochHistory) -> EpochHistory:
-        """Return ``history`` with the deferred completion its markers show folded in."""
-        if not history.in_doubt():
-            return history
-        markers = read_markers(
-            self.cluster.bootstrap_servers,
-            self.sink_id,
-            history.max_parallelism(),
-            marker_topic=self.marker_topic,
-            client_config=self.cluster.config,
-        )
-        completion = deferred_completion(history, markers)
-        return history if completion is None else history.with_record(completion)
-
-    def open_log(self) -> EpochLog:
-        """Open the sink's log for appending (fences a coordinator that still runs)."""
-        self._check_kind()
-        if self.epoch_log is not None:
-            return FileEpochLog(self.epoch_log, sink_id=self.sink_id)
-        return self._kafka_log()
-
-    def _kafka_log(self) -> KafkaEpochLog:
-        return KafkaEpochLog(
-            self.cluster.bootstrap_servers,
-            self.sink_id,
-            topic=self.epoch_log_topic,
-            create_topic=False,
-            client_config=self.cluster.config,
-        )
-
-    def _check_kind(self) -> None:
-        if self.epoch_log is not None and _DSN.search(self.epoch_log):
-            msg = (  # the value itself is not repeated: a DSN may carry a password
-                f"--epoch-log of sink {self.sink_id!r} is a PostgreSQL connection string, "
-                "but --epoch-log reads a FileEpochLog file; pass the connection string as "
-                "--dsn to read the sink's epoch log table"
-            )
-            raise UnreadableLogError(msg)
-
-    def _unknown(self, why: str) -> str:
-        return (
-            f"sink {self.sink_id!r} is unknown here: {why}. Check the sink id; a sink whose "
-            "log lives elsewhere needs --epoch-log PATH (a FileEpochLog) or --epoch-log-topic "
-            "TOPIC; a PostgreSQL sink keeps its log in its database: pass --dsn DSN"
-        )
+def _per_side(target: Target, data: dict[str, Any], states: list[dict[str, Any]]) -> None:
+    """Put each side's part into ``data``: a composite's under ``members``, a sink's inline."""
+    if target.composite:
+        data["members"] = [
+            {"kind": side.admin.kind, "sink_id": side.sink_id, **state}
+            for side, state in zip(target.sides, states, strict=True)
+        ]
+    else:
+        data.update(states[0])
 
 
-@dataclass
-class Result:
-    """A command's outcome: what to show, and the exit code."""
-
-    data: dict[str, Any]
-    code: int = OK
-    problems: list[str] = field(default_factory=list)
-
-
-def status(ref: SinkRef, topics: list[str], scan: bool) -> Result:
-    """``eos status``: epochs, binding, markers, and the output partitions' LSO lag."""
-    history = ref.read_log()
-    width = history.max_parallelism()
-    markers = read_markers(
-        ref.cluster.bootstrap_servers,
-        ref.sink_id,
-        width,
-        marker_topic=ref.marker_topic,
-        client_config=ref.cluster.config,
-    )
-    outputs, open_problems = output_view(ref.cluster, topics, scan)
+def status(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+    """``eos status``: the log's epochs, each side's markers and open work, the outputs."""
+    target = sink_target(args, cluster)
+    history = target.log.read_log()
     data: dict[str, Any] = {
-        "sink_id": ref.sink_id,
+        "sink_id": target.log.sink_id,
+        "epoch_log": target.log.where,
         **history_view(history),
-        "markers": {str(p): None if m is None else asdict(m) for p, m in markers.items()},
-        "outputs": outputs,
     }
-    problems = in_doubt_problems(history) + open_problems
+    problems = in_doubt_problems(history)
+    states = []
+    for side in target.sides:
+        state, side_problems = side.admin.state(side.sink_id, history)
+        if target.composite:  # the composite's width is not the member's: found ones only
+            state["markers"] = {p: m for p, m in state["markers"].items() if m is not None}
+        states.append(state)
+        problems += side_problems
+    _per_side(target, data, states)
+    if args.topic and cluster is not None:
+        data["outputs"], open_problems = _kafka.output_view(cluster, args.topic, args.scan)
+        problems += open_problems
     return Result(data, PROBLEM if problems else OK, problems)
 
 
-def history_view(history: EpochHistory) -> dict[str, Any]:
-    """Return the epochs of a sink's log as ``status`` shows them (any log kind)."""
-    return {
-        "last_committed_epoch": history.last_committed_epoch(),
-        "epochs": [{"epoch": e, "state": history.state(e).value} for e in history.epochs()],
-        "in_doubt": [
-            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value}
-            for p in history.in_doubt()
-        ],
-        "binding": None if history.binding is None else asdict(history.binding),
-    }
+def _abort_history(target: Target, parallelism: int | None) -> EpochHistory:
+    """Return the history ``abort-lingering`` acts on; an unknown sink needs ``--parallelism``.
 
-
-def in_doubt_problems(history: EpochHistory) -> list[str]:
-    """One problem per epoch in doubt."""
-    return [
-        f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
-        f"{p.parallelism}); run the query from its checkpoint to finish it"
-        for p in history.in_doubt()
-    ]
-
-
-def output_view(
-    cluster: Cluster, topics: list[str], scan: bool
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Return each output topic's partitions as ``status`` shows them, and their problems."""
-    outputs = [_output(cluster, t, scan) for t in topics]
-    problems = [
-        f"{o['topic']}[{p['partition']}]: {p['lso_lag']} offsets behind the high "
-        "watermark (an open transaction)"
-        for o in outputs
-        for p in o["partitions"]
-        if p["lso_lag"]
-    ]
-    return outputs, problems
-
-
-def _output(cluster: Cluster, topic: str, scan: bool) -> dict[str, Any]:
-    where, shared = cluster.bootstrap_servers, cluster.config
-    lso = end_offsets(where, topic, READ_COMMITTED, client_config=shared)
-    hw = end_offsets(where, topic, READ_UNCOMMITTED, client_config=shared)
-    scans = scan_topic(where, topic, client_config=shared) if scan else {}
-    partitions = []
-    for p in sorted(hw):
-        row: dict[str, Any] = {
-            "partition": p,
-            "high_watermark": hw[p],
-            "last_stable_offset": lso[p],
-            "lso_lag": hw[p] - lso[p],
-        }
-        if scan:
-            row["open_transactions"] = [
-                {
-                    "producer_id": s.producer_id,
-                    "producer_epoch": s.producer_epoch,
-                    "first_offset": s.first,
-                }
-                for s in scans[p].open
-            ]
-        partitions.append(row)
-    return {"topic": topic, "partitions": partitions}
-
-
-def abort_lingering(
-    ref: SinkRef, parallelism: int | None, dry_run: bool, lanes: int = DEFAULT_PRODUCER_LANES
-) -> Result:
-    """``eos abort-lingering``: ``init_transactions`` on every id the sink ever used.
-
-    Every producer lane ``0 .. lanes`` of every partition (the shared lane 0 and the worker
-    lanes of the sink's ``producer_lanes``; pass the largest it ever ran with: this also
-    covers the ids ``0 .. lanes-1`` of versions before the shared lane). A sink with no
-    epoch log records is refused unless ``parallelism`` says which ids to abort (a sink
-    that is gone for good).
+    A sink gone for good may have left open transactions and no log record: with
+    ``--parallelism N`` its ids ``0..N-1`` are aborted anyway, unless a side finishes its
+    work as the log decided (it could not tell a decided commit from an undecided epoch).
     """
     try:
-        width = max(ref.read_log().max_parallelism(), parallelism or 0)
+        return target.log.read_log()
     except UnknownSinkError as exc:
+        if parallelism is not None and not any(s.admin.decides_by_log for s in target.sides):
+            return EpochHistory(target.log.sink_id)
+        msg = str(exc)
         if parallelism is None:
-            msg = f"{exc}; or pass --parallelism N to abort the ids 0..N-1 anyway"
-            raise UnknownSinkError(msg) from None
-        width = parallelism
-    ids = _names.lane_ids(ref.sink_id, range(width), lanes)
-    if not dry_run and width:
-        sink = KafkaSink(
-            ref.cluster.bootstrap_servers,
-            None,
-            ref.sink_id,
-            marker_topic=ref.marker_topic,
-            client_config=ref.cluster.config,
-            producer_lanes=lanes,
-        )
-        KafkaResource(sink.config, RecordLayout()).abort_lingering(range(width))
-    return Result(
-        {
-            "sink_id": ref.sink_id,
-            "transactional_ids": ids,
-            "dry_run": dry_run,
-            "aborted": not dry_run and bool(ids),
-        }
-    )
+            msg += "; or pass --parallelism N to abort the ids 0..N-1 anyway"
+        raise UnknownSinkError(msg) from None
 
 
-@dataclass(frozen=True)
-class VerifySpec:
-    """What ``eos verify`` checks: the topics, the records' identity, optionally the log.
+def abort_lingering(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+    """``eos abort-lingering``: end every side's open work (its connector says how).
 
-    ``log``: the sink's epoch log (the composite's, for a member of ``CompositeSink``)
-    and marker topic; None checks the topics only. ``sink_id``: whose markers to read;
-    ``members``: the composite's member count (None: a single sink).
+    A side that finishes its work as the log decided (PostgreSQL's prepared transactions)
+    needs the log taken over first, as a restarted driver would, so that no coordinator
+    logs a decision meanwhile; a log a running coordinator holds is refused.
     """
-
-    cluster: Cluster
-    input_topic: str
-    output_topic: str
-    identity: IdentityFn
-    log: SinkRef | None = None
-    sink_id: str | None = None
-    members: int | None = None
-
-
-def verify(spec: VerifySpec) -> Result:
-    """``eos verify``: the exactly-once checker; anomalies make the exit code 1."""
-    history: HistoryLike | None = None
-    if spec.log is not None:
-        history = spec.log.read_log()  # an unknown sink or an unreadable log is refused
-        if spec.members is not None:
-            history = member_history(history, spec.members)
-    report = check_exactly_once(
-        spec.cluster.bootstrap_servers,
-        input_topic=spec.input_topic,
-        output_topic=spec.output_topic,
-        sink_id=spec.sink_id or "",
-        key_fn=spec.identity,
-        epoch_log=history,
-        marker_topic=DEFAULT_MARKER_TOPIC if spec.log is None else spec.log.marker_topic,
-        verify_epoch_log=history is not None,
-        client_config=spec.cluster.config,
-    )
-    anomalies = {k.value: n for k, n in report.anomaly_counts.items()}
-    data = {
-        "ok": report.ok,
-        "input_records": report.input_records,
-        "committed_records": report.committed_records,
-        "anomalies": anomalies,
-        "notes": list(report.notes),
-    }
-    problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
-    return Result(data, OK if report.ok else PROBLEM, problems)
+    target = sink_target(args, cluster)
+    history = _abort_history(target, args.parallelism)
+    takes_over = not args.dry_run and any(s.admin.decides_by_log for s in target.sides)
+    log = target.log.open_log() if takes_over else None
+    try:
+        if log is not None:
+            history = log.load()
+        width = max(history.max_parallelism(), args.parallelism or 0)
+        states = [
+            side.admin.abort_lingering(side.sink_id, history, width, args.dry_run)
+            for side in target.sides
+        ]
+    finally:
+        if log is not None:
+            log.close()
+    data: dict[str, Any] = {"sink_id": target.log.sink_id, "dry_run": args.dry_run}
+    _per_side(target, data, states)
+    return Result(data)
 
 
-class LogRef(Protocol):
-    """A sink's epoch log of any kind (:class:`SinkRef`, ``_postgres.PostgresRef``)."""
+def offsets(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+    """``eos offsets``: the committed input offsets and their lag (``_offsets``)."""
+    target = sink_target(args, cluster)
+    recorded = [
+        found
+        for side in target.sides
+        if (found := side.admin.recorded_offsets(side.sink_id)) is not None
+    ]
+    return offsets_of(target.log, cluster, recorded[0] if len(recorded) == 1 else None)
 
-    @property
-    def sink_id(self) -> str: ...
 
-    def read_log(self) -> EpochHistory: ...
-
-    def open_log(self) -> EpochLog: ...
+def reset(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+    """``eos reset``: bind the sink to a new query above every epoch of its log."""
+    return bind_new_query(sink_target(args, cluster).log, args.query)
 
 
-def reset(ref: LogRef, query_id: str | None) -> Result:
-    """``eos reset``: bind the sink to a new query above every epoch of its log.
+def bind_new_query(ref: LogRef, query_id: str | None) -> Result:
+    """Append a binding of ``ref``'s sink to ``query_id`` (None: the next query that writes).
 
     Refuses a sink the log does not know (nothing to reset), changes nothing when the
     sink is bound this way already, and reads the log back to confirm the new binding.
@@ -386,3 +179,81 @@ def reset(ref: LogRef, query_id: str | None) -> Result:
             "note": "the next query's batch b is written as epoch b + epoch_offset",
         }
     )
+
+
+def _checked_history(args: argparse.Namespace, log: LogRef | None) -> HistoryLike | None:
+    """Return the log's history ``verify`` compares (a composite's, cut to the member)."""
+    if log is None:
+        return None
+    history: HistoryLike = log.read_log()  # an unknown sink or an unreadable log is refused
+    return history if args.members is None else member_history(history, args.members)
+
+
+def verify(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+    """``eos verify``: the checker of the output's kind (a topic, or a table)."""
+    assert cluster is not None  # noqa: S101 - verify reads its input topic: _cli requires one
+    if args.table is None:
+        if (args.composite_id is None) != (args.members is None) or (
+            args.composite_id is not None and args.sink_id is None
+        ):
+            msg = "--composite-id and --members go together, with the member's --sink-id"
+            raise IdentityOptionError(msg)
+        return _kafka.verify_topic(
+            _kafka.TopicCheck(
+                cluster=cluster,
+                input_topic=args.input_topic,
+                output_topic=args.output_topic,
+                identity=_parser.identity(args),
+                history=_checked_history(args, verify_log(args, cluster)),
+                sink_id=args.sink_id,
+                marker_topic=args.marker_topic,
+            )
+        )
+    if (args.composite_id is None) != (args.members is None) or args.sink_id is None:
+        msg = "verify --table needs the sink's --sink-id (and --composite-id with --members)"
+        raise UsageError(msg)
+    history = _checked_history(args, verify_log(args, cluster))
+    assert history is not None  # noqa: S101 - --sink-id is given: there is a log
+    return verify_table(
+        TableCheck(
+            admin=postgres_admin(args),
+            cluster=cluster,
+            history=history,
+            input_topic=args.input_topic,
+            table=args.table,
+            schema=args.schema,
+            write_mode=args.write_mode,
+            identity=_parser.identity(args),
+            op=load_callable(args.op_fn) if args.op_fn else None,
+            id_column=args.id_column,
+            key_column=args.key_column,
+            sink_id=args.sink_id,
+        )
+    )
+
+
+def check_cluster(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+    """``eos preflight``: what the cluster must offer a sink before it starts."""
+    assert cluster is not None  # noqa: S101 - preflight is about a cluster: _cli requires one
+    plan = SinkPlan(
+        topics=args.topic,
+        sink_id=args.sink_id,
+        parallelism=args.parallelism,
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        epoch_log_topic=args.epoch_log_topic,
+        marker_topic=args.marker_topic,
+        producer_lanes=args.producer_lanes,
+    )
+    return preflight(cluster, plan)
+
+
+Command = Callable[[argparse.Namespace, "Cluster | None"], Result]
+# The one dispatch: each subcommand of the parser (``_parser``) to its function.
+COMMANDS: dict[str, Command] = {
+    "status": status,
+    "abort-lingering": abort_lingering,
+    "offsets": offsets,
+    "reset": reset,
+    "verify": verify,
+    "preflight": check_cluster,
+}

@@ -13,17 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from connectors.kafka._clients import Cluster
-from connectors.ops import _commands as cmd
+from connectors.ops._result import OK, PROBLEM, Result, in_doubt_problems
+from connectors.ops._target import LogRef
 from connectors.stage import committed_point, starting_offsets
 from connectors.verify import READ_COMMITTED, end_offsets
 from txn._offsets import offsets_json
 
 
 def offsets(
-    log: cmd.LogRef,
+    log: LogRef,
     cluster: Cluster | None,
     in_output: tuple[int, dict[tuple[str, int], int]] | None = None,
-) -> cmd.Result:
+) -> Result:
     """Return the committed input offsets of ``log``'s sink; ``cluster``: the input's (lag).
 
     ``in_output``: (epoch, offsets) recorded in the output's own transactions, if any.
@@ -55,7 +56,7 @@ def offsets(
         "starting_offsets": starting_offsets(point, counts),
         "partitions": rows,
     }
-    problems = cmd.in_doubt_problems(history)
+    problems = in_doubt_problems(history)
     if in_output is not None:
         epoch, recorded = in_output
         data["in_output"] = {"epoch": epoch, "starting_offsets": offsets_json(recorded)}
@@ -64,4 +65,4 @@ def offsets(
                 f"the output's own record of epoch {epoch}'s input offsets disagrees with the "
                 "epoch log's"
             )
-    return cmd.Result(data, cmd.PROBLEM if problems else cmd.OK, problems)
+    return Result(data, PROBLEM if problems else OK, problems)

@@ -1,6 +1,15 @@
-"""What ``eos`` reads and changes in PostgreSQL, and the DSN, never shown with its password.
+"""``eos`` on PostgreSQL sinks: their epoch log table, markers and prepared transactions.
 
-A sink's epoch log table, its markers (the idempotency table), its prepared transactions.
+:class:`PostgresAdmin` is the connector's admin interface (``_target.SinkAdmin``) over one
+database and control schema; :class:`PostgresLog` a sink's epoch log table there. The DSN
+is never shown with its password (:func:`describe_dsn`, :func:`secrets_of`).
+
+What ``abort-lingering`` does with a prepared transaction is what the sink's own recovery
+does (docs/architecture.md, section 2, ``Coordinator.recover()``): COMMIT PREPARED when the
+log decided commit for that epoch and the transaction is of the plan's attempt (a logged
+commit decision is never followed by an abort); ROLLBACK PREPARED otherwise (undecided,
+decided abort, an older attempt, a committed epoch): :func:`commits`. The command takes
+the log over first (``decides_by_log``), so no coordinator can log a decision meanwhile.
 
 Imports psycopg (the ``postgres`` extra) only when used, so ``eos`` without the extra still
 runs every Kafka command.
@@ -9,14 +18,19 @@ runs every Kafka command.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.ops._errors import UnknownSinkError, UsageError
-from txn import EpochHistory, EpochLog
+from connectors.ops._result import UNAVAILABLE, USAGE, Result, checked
+from connectors.verify import IdentityFn, check_table
+from txn import EpochHistory, EpochLog, EpochState
 
 if TYPE_CHECKING:
+    from connectors.kafka._clients import Cluster
     from connectors.postgres import Gid, PostgresSinkConfig
+    from connectors.verify import HistoryLike
+    from connectors.verify._table import OpFn
     from txn import Marker
 
 # The environment variable holding the DSN when --dsn is not given (as the demo and tests use).
@@ -63,34 +77,142 @@ def secrets_of(dsn: str | None) -> list[str]:
     return [dsn, *(s for s in found if len(s) >= _MIN_SCRUBBED)]
 
 
-@dataclass(frozen=True)
-class PostgresRef:
-    """A sink's state in one database: the epoch log table, markers, prepared transactions.
+def commits(history: EpochHistory, gid: Gid) -> bool:
+    """Whether the log says ``gid`` is to be committed (else it is rolled back)."""
+    plan = history.plan(gid.epoch)
+    return (
+        plan is not None
+        and plan.attempt == gid.attempt
+        and history.state(gid.epoch) is EpochState.COMMIT_DECIDED
+    )
 
-    ``sink_id`` names the log (a composite's log is under the composite's id); the markers
-    and prepared transactions are read per sink id (a composite's members have their own).
+
+def _why(history: EpochHistory, gid: Gid) -> str:
+    plan, state = history.plan(gid.epoch), history.state(gid.epoch)
+    if plan is None:
+        return "the log holds no plan of the epoch (committed and compacted, or never planned)"
+    if plan.attempt != gid.attempt:
+        return f"attempt {gid.attempt} is not the plan's (attempt {plan.attempt})"
+    return f"epoch {gid.epoch} is {state.value}"
+
+
+def _prepared_view(history: EpochHistory, gids: list[Gid]) -> list[dict[str, Any]]:
+    return [
+        {
+            "gid": str(g),
+            "epoch": g.epoch,
+            "attempt": g.attempt,
+            "partition": g.partition,
+            "action": "commit" if commits(history, g) else "rollback",
+            "why": _why(history, g),
+        }
+        for g in gids
+    ]
+
+
+@dataclass(frozen=True)
+class PostgresAdmin:
+    """The PostgreSQL connector's admin interface: sinks' state in one database.
+
+    Markers and prepared transactions are read per sink id (a composite's members have
+    their own); ``control_schema`` holds the markers and the epoch log table.
     """
 
     dsn: str
-    sink_id: str
     control_schema: str = DEFAULT_CONTROL_SCHEMA
+    kind = "postgres"
+    # Prepared work is finished as the log decided: the log is taken over first.
+    decides_by_log = True
 
-    @property
-    def where(self) -> str:
-        """The epoch log's place, for messages and output (no password)."""
-        return f"PostgreSQL table {self.control_schema}.epoch_log at {describe_dsn(self.dsn)}"
-
-    def config(self, sink_id: str | None = None) -> PostgresSinkConfig:
+    def config(self, sink_id: str) -> PostgresSinkConfig:
         """Return a sink config for the log and the control tables (its table is not used)."""
         from connectors.postgres import PostgresSinkConfig
         from connectors.postgres._control import LOG_TABLE
 
         describe_dsn(self.dsn)  # a UsageError that never shows the value
         return PostgresSinkConfig.build(
-            dsn=self.dsn,
-            table=LOG_TABLE,
-            sink_id=sink_id or self.sink_id,
-            control_schema=self.control_schema,
+            dsn=self.dsn, table=LOG_TABLE, sink_id=sink_id, control_schema=self.control_schema
+        )
+
+    def state(self, sink_id: str, history: EpochHistory) -> tuple[dict[str, Any], list[str]]:
+        """``status`` of the sink: its markers and prepared transactions, with the problems."""
+        prepared = _prepared_view(history, self.prepared(sink_id))
+        state = {
+            "markers": {str(p): asdict(m) for p, m in self.markers(sink_id).items()},
+            "prepared": prepared,
+        }
+        problems = [
+            f"prepared transaction {p['gid']} lingers ({p['why']}: the log says "
+            f"{p['action']}); the sink's next start finishes it, or eos abort-lingering"
+            for p in prepared
+        ]
+        return state, problems
+
+    def abort_lingering(
+        self, sink_id: str, history: EpochHistory, width: int, dry_run: bool
+    ) -> dict[str, Any]:
+        """Finish every prepared transaction of ``sink_id`` as the log says (:func:`commits`)."""
+        del width  # prepared transactions are found by their gid, not by partition
+        gids = self.prepared(sink_id)
+        if not dry_run:
+            self.finish(sink_id, [(g, commits(history, g)) for g in gids])
+        view = _prepared_view(history, gids)
+        return {
+            "prepared": view,
+            "committed": [] if dry_run else [p["gid"] for p in view if p["action"] == "commit"],
+            "rolled_back": [] if dry_run else [p["gid"] for p in view if p["action"] == "rollback"],
+        }
+
+    def markers(self, sink_id: str) -> dict[int, Marker]:
+        """Return the committed markers of ``sink_id`` (the idempotency table), by partition."""
+        from connectors.postgres import read_markers
+
+        with self._connect(sink_id) as conn:
+            if not _has_markers(conn, self.control_schema):
+                return {}
+            return read_markers(conn, self.control_schema, sink_id)
+
+    def prepared(self, sink_id: str) -> list[Gid]:
+        """Return the prepared transactions of ``sink_id`` here (``pg_prepared_xacts``)."""
+        from connectors.postgres import list_prepared
+
+        with self._connect(sink_id) as conn:
+            return list_prepared(conn, sink_id)
+
+    def finish(self, sink_id: str, gids: list[tuple[Gid, bool]]) -> None:
+        """COMMIT PREPARED (True) or ROLLBACK PREPARED (False) each gid; a gone one is fine."""
+        from connectors.postgres._twophase import commit_prepared, rollback_prepared
+
+        with self._connect(sink_id) as conn:
+            for gid, commit in gids:
+                (commit_prepared if commit else rollback_prepared)(conn, gid)
+
+    def recorded_offsets(self, sink_id: str) -> tuple[int, dict[tuple[str, int], int]] | None:
+        """Return the input offsets committed with the sink's rows (or None)."""
+        from connectors.postgres._input_offsets import read_input_offsets
+
+        with self._connect(sink_id) as conn:
+            return read_input_offsets(conn, self.control_schema, sink_id)
+
+    def _connect(self, sink_id: str) -> Any:
+        from connectors.postgres._connect import connect
+
+        return connect(self.config(sink_id), "eos", autocommit=True)
+
+
+@dataclass(frozen=True)
+class PostgresLog:
+    """A sink's epoch log table (``sink_id`` names it; a composite's is under its own id)."""
+
+    admin: PostgresAdmin
+    sink_id: str
+
+    @property
+    def where(self) -> str:
+        """The epoch log's place, for messages and output (no password)."""
+        return (
+            f"PostgreSQL table {self.admin.control_schema}.epoch_log at "
+            f"{describe_dsn(self.admin.dsn)}"
         )
 
     def read_log(self) -> EpochHistory:
@@ -102,7 +224,7 @@ class PostgresRef:
         """
         from connectors.postgres import PostgresEpochLog
 
-        log = PostgresEpochLog(self.config(), read_only=True)
+        log = PostgresEpochLog(self.admin.config(self.sink_id), read_only=True)
         try:
             history = log.load()
         finally:
@@ -121,43 +243,7 @@ class PostgresRef:
         """Open the log for appending: takes it over (refused while a coordinator holds it)."""
         from connectors.postgres import PostgresEpochLog
 
-        return PostgresEpochLog(self.config())
-
-    def markers(self, sink_id: str) -> dict[int, Marker]:
-        """Return the committed markers of ``sink_id`` (the idempotency table), by partition."""
-        from connectors.postgres import read_markers
-
-        with self._connect() as conn:
-            if not _has_markers(conn, self.control_schema):
-                return {}
-            return read_markers(conn, self.control_schema, sink_id)
-
-    def prepared(self, sink_id: str) -> list[Gid]:
-        """Return the prepared transactions of ``sink_id`` here (``pg_prepared_xacts``)."""
-        from connectors.postgres import list_prepared
-
-        with self._connect() as conn:
-            return list_prepared(conn, sink_id)
-
-    def finish(self, gids: list[tuple[Gid, bool]]) -> None:
-        """COMMIT PREPARED (True) or ROLLBACK PREPARED (False) each gid; a gone one is fine."""
-        from connectors.postgres._twophase import commit_prepared, rollback_prepared
-
-        with self._connect() as conn:
-            for gid, commit in gids:
-                (commit_prepared if commit else rollback_prepared)(conn, gid)
-
-    def input_offsets(self, sink_id: str) -> tuple[int, dict[tuple[str, int], int]] | None:
-        """Return the input offsets committed with the sink's rows (or None)."""
-        from connectors.postgres._input_offsets import read_input_offsets
-
-        with self._connect() as conn:
-            return read_input_offsets(conn, self.control_schema, sink_id)
-
-    def _connect(self) -> Any:
-        from connectors.postgres._connect import connect
-
-        return connect(self.config(), "eos", autocommit=True)
+        return PostgresEpochLog(self.admin.config(self.sink_id))
 
 
 def _has_markers(conn: Any, schema: str) -> bool:
@@ -168,3 +254,84 @@ def _has_markers(conn: Any, schema: str) -> bool:
         (schema, MARKER_TABLE),
     ).fetchone()
     return row is not None and row[0] == 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableCheck:
+    """What ``eos verify --table`` checks: the input topic against the table a sink wrote.
+
+    ``sink_id``: the PostgreSQL sink (a composite's member: its markers and prepared
+    work); ``history``: its epoch log's (the composite's, cut to the member); ``identity``:
+    the input records' id and key, compared with the table's ``id_column`` and
+    ``key_column``.
+    """
+
+    admin: PostgresAdmin
+    cluster: Cluster
+    history: HistoryLike
+    input_topic: str
+    table: str
+    schema: str
+    write_mode: str
+    identity: IdentityFn
+    op: OpFn | None
+    id_column: str
+    key_column: str
+    sink_id: str
+
+
+def verify_table(spec: TableCheck) -> Result:
+    """``eos verify --table``: ``connectors.verify.check_table``; anomalies exit 1."""
+    report = check_table(
+        spec.admin.dsn,
+        table=spec.table,
+        sink_id=spec.sink_id,
+        bootstrap=spec.cluster.bootstrap_servers,
+        input_topic=spec.input_topic,
+        schema=spec.schema,
+        control_schema=spec.admin.control_schema,
+        write_mode=spec.write_mode,
+        key_fn=spec.identity,
+        op_fn=spec.op,
+        id_column=spec.id_column,
+        key_column=spec.key_column,
+        epoch_log=spec.history,
+        client_config=spec.cluster.config,
+    )
+    data = {
+        "table": report.table,
+        "input_records": report.input_records,
+        "table_rows": report.table_rows,
+        "expected_rows": report.expected_rows,
+        "examples": [f"{a.kind.value}: {a.detail}" for a in report.examples],
+        "prepared": list(report.prepared),
+        "notes": list(report.notes),
+    }
+    return checked(report.ok, report.anomaly_counts, data)
+
+
+def exit_code(exc: Exception) -> int | None:
+    """Return the exit code of a PostgreSQL error (None: not one).
+
+    2 for an option the sink config refuses (a control schema too long), 3 for a database
+    that cannot be reached or read, or a missing ``postgres`` extra.
+    """
+    from connectors._extras import MissingExtraError
+
+    if isinstance(exc, MissingExtraError):
+        return UNAVAILABLE
+    try:
+        import psycopg
+
+        from connectors.postgres import (
+            PostgresFatalError,
+            PostgresSinkConfigError,
+            PostgresWriteError,
+        )
+    except ImportError:
+        return None
+    if isinstance(exc, PostgresSinkConfigError):
+        return USAGE
+    if isinstance(exc, (psycopg.Error, PostgresWriteError, PostgresFatalError)):
+        return UNAVAILABLE
+    return None

@@ -10,7 +10,7 @@ from connectors.kafka._acls import required_acls
 from connectors.kafka._admin import admin_client, broker_config, existing_topics
 from connectors.kafka._clients import Cluster
 from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
-from connectors.ops._commands import OK, PROBLEM, Result
+from connectors.ops._result import OK, PROBLEM, Result
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ Needs psycopg, the ``postgres`` extra (``pip install 'spark-kafka-eos[postgres]'
 without it this import raises ``MissingExtraError`` saying so.
 """
 
-from typing import TYPE_CHECKING
-
 from connectors._extras import require
 
 require("psycopg", extra="postgres", needed_for="the PostgreSQL sink (connectors.postgres)")
@@ -78,7 +76,6 @@ from connectors.postgres._sink import PostgresConnector, PostgresSink
 from connectors.postgres._twophase import Gid, list_prepared, max_prepared_transactions, parse_gid
 from connectors.postgres._writer import BulkWriter
 from connectors.stage import SinkInUseError
-from txn._renamed import renamed_names
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -129,28 +126,3 @@ __all__ = [
     "read_markers",
     "to_sink_error",
 ]
-
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
-if TYPE_CHECKING:
-    Layout = TableLayout
-    InputError = PostgresInputError
-    InputSchemaError = PostgresInputSchemaError
-    RecordError = PostgresRecordError
-    SinkConfigError = PostgresSinkConfigError
-    EpochLogFencedError = PostgresEpochLogFencedError
-    TableNotFoundError = PostgresTableNotFoundError
-    PartitionConflictError = PostgresPartitionConflictError
-else:
-    __getattr__ = renamed_names(
-        __name__,
-        {
-            "Layout": "TableLayout",
-            "InputError": "PostgresInputError",
-            "InputSchemaError": "PostgresInputSchemaError",
-            "RecordError": "PostgresRecordError",
-            "SinkConfigError": "PostgresSinkConfigError",
-            "EpochLogFencedError": "PostgresEpochLogFencedError",
-            "TableNotFoundError": "PostgresTableNotFoundError",
-            "PartitionConflictError": "PostgresPartitionConflictError",
-        },
-    )

@@ -134,7 +134,7 @@ class PostgresSinkConfig(StageOptions):
     """Validated options of one PostgreSQL sink (``PostgresSink(dsn, table, sink_id, ...)``).
 
     The options every sink on the stage shares (guarantee, mode, parallelism,
-    stage_retries, vote_channel, order_by, start_over, fault_plan) come from
+    stage_retries, vote_channel, order_by, start_over, ...) come from
     :class:`connectors.stage.StageOptions`; the PostgreSQL ones:
 
     * ``dsn``: a libpq connection string or URI; ``table`` in ``schema``;

@@ -9,8 +9,6 @@ stage retries, recovery at start-up and slot checks. The Kafka sink
 (``connectors.kafka.KafkaSink``) is built this way. The protocol: docs/architecture.md.
 """
 
-from typing import TYPE_CHECKING
-
 from connectors.stage._bad_records import (
     ERROR_CLASS_COLUMN,
     ERROR_MESSAGE_COLUMN,
@@ -67,7 +65,6 @@ from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedErro
 from connectors.stage._sink import TransactionalSink
 from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
 from connectors.stage._task import TaskBound, TaskInfo
-from txn._renamed import renamed_names
 
 __all__ = [
     "BAD_RECORD_POLICIES",
@@ -136,12 +133,3 @@ __all__ = [
     "task_slots",
     "wait_for_task_slots",
 ]
-
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
-if TYPE_CHECKING:
-    TransactionalSinks = CompositeSink
-    InputPlan = InputSpec
-else:
-    __getattr__ = renamed_names(
-        __name__, {"TransactionalSinks": "CompositeSink", "InputPlan": "InputSpec"}
-    )

@@ -44,7 +44,7 @@ class CompositeSink(TransactionalSink):
     id (its epoch log's), different from every member's. ``epoch_log``: a file path, or
     None for a log of the first member's kind (the Kafka epoch log, or the PostgreSQL
     epoch log table). ``options``: the stage options of the composite (guarantee, mode,
-    stage_retries, vote_channel, start_over, fault_plan); every member must have the same
+    stage_retries, vote_channel, start_over); every member must have the same
     guarantee; ``on_bad_record`` is each member's own (a composite refuses it). A
     member's ``parallelism`` option is its share of the plan; the members
     without one share the composite's ``parallelism`` option, else Spark's default

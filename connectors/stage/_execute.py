@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from connectors.stage import _hooks
 from connectors.stage._connector import SinkConnector
 from connectors.stage._input import InputSpec, route
 from connectors.stage._jobs import Job, run_jobs
@@ -74,6 +75,7 @@ class EpochExecution:
 
     def _route(self, plan: EpochPlan, aligned: bool) -> list[Job]:
         ticket = self.reuse.ticket(plan, 0)
+        hooks = _hooks.installed()  # a test's fault plan, if one is installed
         jobs: list[Job] = []
         for index, (connector, frame, input_spec) in enumerate(
             zip(self.connectors, self.frames, self.input_specs, strict=True)
@@ -86,7 +88,6 @@ class EpochExecution:
             routed = route(
                 connector.transform(frame, input_spec), input_spec, None if keep else width
             )
-            hooks = connector.options.fault_plan or self.options.fault_plan
             jobs.append(
                 (
                     routed,

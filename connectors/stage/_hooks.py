@@ -1,11 +1,22 @@
-"""Named points of the write stage where a test can inject a fault.
+"""Named points of the write stage where a test can inject a fault: the seam, and only it.
 
-The stage calls a :class:`StepHooks` object (``connectors.testing.FaultPlan`` in tests;
-None in production) at every step of the protocol, named by ``txn.TaskStep`` (in the
-write tasks) and ``txn.CoordinatorStep`` (on the driver): one set of names, whose values
-(``"after_open"``, ``"mid_write"``, ``"driver_after_plan"``...) a fault plan file uses.
-The object travels to the write tasks with the stage's options, so it must be picklable
-and cheap to call when nothing is planned.
+The stage calls a :class:`StepHooks` object at every step of the protocol, named by
+``txn.TaskStep`` (in the write tasks) and ``txn.CoordinatorStep`` (on the driver): one set
+of names, whose values (``"after_open"``, ``"mid_write"``, ``"driver_after_plan"``...) a
+fault plan file uses. No option of a sink carries hooks: in production none is installed
+and the stage calls nothing.
+
+The seam is process-wide: :func:`install` sets the hooks of this process (tests do it
+through ``connectors.testing.inject_faults``; nothing else calls it) and the stage reads
+them with :func:`installed`:
+
+* on the driver, at each ``txn.CoordinatorStep`` of an epoch (the process that runs the
+  ``foreachBatch`` call: the application's driver, or a Spark Connect server's
+  ``foreachBatch`` process);
+* when it builds the epoch's write tasks: the hooks installed then travel to the Python
+  workers inside the pickled task spec (``_task.TaskSpec.hooks``), so they must be
+  picklable and cheap to call when nothing is planned. A worker never reads its own
+  process's hooks.
 """
 
 from __future__ import annotations
@@ -31,3 +42,29 @@ class StepHooks(Protocol):
 
     def interrupt_write(self, epoch: int, partition: int) -> tuple[int, Callable[[], None]] | None:
         """Return ``(rows, callback)`` to call ``callback`` once ``rows`` rows were written."""
+
+
+_installed: StepHooks | None = None
+
+
+def install(hooks: StepHooks | None) -> StepHooks | None:
+    """Make ``hooks`` this process's step hooks (None: none); return the ones it replaces.
+
+    Testing only (``connectors.testing.inject_faults``). Not thread-local: every sink of
+    the process sees them from the next epoch step on.
+
+    Raises:
+        TypeError: ``hooks`` does not implement :class:`StepHooks`.
+
+    """
+    global _installed  # the seam is one process-wide value by design
+    if hooks is not None and not isinstance(hooks, StepHooks):
+        msg = f"step hooks must implement connectors.stage.StepHooks, got {type(hooks).__name__}"
+        raise TypeError(msg)
+    previous, _installed = _installed, hooks
+    return previous
+
+
+def installed() -> StepHooks | None:
+    """Return this process's step hooks (None in production)."""
+    return _installed

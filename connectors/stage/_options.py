@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from connectors.stage._hooks import StepHooks
 from connectors.stage._resume import RESUME_CHOICES
 from txn import CommitMode, ConfigError, Guarantee
 
@@ -71,7 +70,6 @@ class StageOptions:
     * ``max_bad_fraction``: with ``"dead-letter"`` or ``"skip"``, the largest fraction of a
       write partition's rows that may be bad (None: no limit); beyond it the epoch is
       aborted with :class:`~connectors.stage.BadRecordThresholdError` (a circuit breaker);
-    * ``fault_plan``: fault injection at named steps (TESTING ONLY; see ``_hooks``).
 
     At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
     a Spark task retry writes nothing): a failed epoch is lost, never duplicated.
@@ -89,7 +87,6 @@ class StageOptions:
     resume: str | None = None
     on_bad_record: str = "fail"
     max_bad_fraction: float | None = None
-    fault_plan: StepHooks | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -134,12 +131,6 @@ class StageOptions:
             )
             raise ConfigError(msg)
         self._check_bad_records()
-        if self.fault_plan is not None and not isinstance(self.fault_plan, StepHooks):
-            msg = (
-                "fault_plan must be a connectors.testing.FaultPlan (or implement StepHooks) "
-                f"or None, got {type(self.fault_plan).__name__}"
-            )
-            raise ConfigError(msg)
 
     def _check_bad_records(self) -> None:
         if self.on_bad_record not in BAD_RECORD_POLICIES:

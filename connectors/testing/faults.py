@@ -1,7 +1,17 @@
-"""Fault injection for tests (TESTING ONLY; never set a FaultPlan in production).
+"""Fault injection for tests (TESTING ONLY; never inject a FaultPlan in production).
 
-A :class:`FaultPlan` implements the stage's fault hooks (``connectors.stage.StepHooks``):
-pass it as ``fault_plan=`` to a sink built on :mod:`connectors.stage` (``KafkaSink``).
+A :class:`FaultPlan` implements the stage's fault hooks (``connectors.stage.StepHooks``).
+:func:`inject_faults` installs it in this process for a block: every sink built on
+:mod:`connectors.stage` (``KafkaSink``, ``PostgresSink``, ...) whose epochs run in the
+block fires it, on the driver and, carried with the epoch's write tasks, in the Python
+workers. No sink option carries a plan::
+
+    with inject_faults(FaultPlan(path)):
+        query.processAllAvailable()  # or sink(df, epoch)
+
+The block must hold the ``foreachBatch`` calls themselves: a query's batches run in its
+driver process, so an application started in a process of its own installs the plan
+there (``connectors.demo.app`` does, from ``PipelineConfig.fault_plan``).
 
 A :class:`FaultPlan` names a JSON file holding a list of faults::
 
@@ -33,7 +43,7 @@ task does not die forever. Actions:
   the session leader (the driver Python process and its JVM), then the current process
   group (PySpark's worker daemon puts itself and its workers in a group of their own).
   This is only safe when the application runs in a session of its own, as
-  ``connectors.demo.AppProcess`` starts it; otherwise it would kill the caller's terminal
+  ``connectors.demo.app.AppProcess`` starts it; otherwise it would kill the caller's terminal
   session. So a plan holding ``kill_app`` is refused at load (``FaultPlanError``) unless
   the environment variable ``FaultPlan.KILL_APP_ENV`` is ``"1"``: set it only in the
   environment of an application started in its own session (it reaches the driver, the
@@ -42,16 +52,17 @@ task does not die forever. Actions:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from connectors.stage import DRIVER_STEPS, TASK_STEPS
+from connectors.stage import DRIVER_STEPS, TASK_STEPS, _hooks
 from txn import ConfigError, TaskStep, TxnError
 
 ACTIONS = frozenset({"kill", "raise", "sleep", "await", "kill_app"})
@@ -146,7 +157,7 @@ def _check_action(fault: Fault, path: str) -> None:
         msg = (
             f"fault plan {path}: fault {fault.id!r} uses kill_app, which SIGKILLs this "
             "process's whole session; it is only for an application started in a session "
-            f"of its own (connectors.demo.AppProcess). Set {KILL_APP_ENV}=1 in that "
+            f"of its own (connectors.demo.app.AppProcess). Set {KILL_APP_ENV}=1 in that "
             "application's environment, or use action kill."
         )
         raise FaultPlanError(msg)
@@ -233,6 +244,20 @@ class FaultPlan:
         deadline = time.monotonic() + fault.seconds
         while not self.has_fired(fault.waits_for) and time.monotonic() < deadline:
             time.sleep(AWAIT_POLL_S)
+
+
+@contextlib.contextmanager
+def inject_faults(plan: FaultPlan) -> Iterator[FaultPlan]:
+    """Install ``plan`` as this process's fault hooks for the block (module docstring).
+
+    The hooks installed before are back when the block ends, however it ends; the write
+    tasks an epoch started inside the block keep the plan they were given.
+    """
+    previous = _hooks.install(plan)
+    try:
+        yield plan
+    finally:
+        _hooks.install(previous)
 
 
 def act(fault: Fault) -> None:

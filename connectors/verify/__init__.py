@@ -10,7 +10,7 @@ PostgreSQL table: every input record once (append) or the last change of every k
 the idempotency table.
 
 Part of the product: the shipped ``eos verify`` (``connectors.ops``) runs it, and users call
-it from their own tests. ``connectors.testing.verify`` is an alias of this package.
+it from their own tests.
 """
 
 from connectors.verify._analysis import (

@@ -35,7 +35,7 @@ from pyspark import cloudpickle
 
 from connectors.async_io import AsyncConfig, async_map
 from connectors.kafka import KafkaSink, register
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import (
     check_exactly_once,
     print_report,
@@ -131,7 +131,7 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     produce_input(kafka_bootstrap, inp, INPUT_RECORDS, keys=6)
     ns, sink_id = uuid.uuid4().hex, f"aio-eos-{uuid.uuid4().hex[:8]}"
     fn = enricher(http_service.port, ns, fail_once=FAILING_ID)
-    plan_path = tmp_path / "faults.json"  # absent during the first run: no sink faults
+    plan_path = tmp_path / "faults.json"  # injected in the second run only
     ck = tmp_path / "ck"
 
     def sink(stage_retries: int) -> KafkaSink:  # a fresh instance per run, as after a restart
@@ -145,7 +145,6 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
                 parallelism=2,
                 order_by=("in_offset",),
                 stage_retries=stage_retries,
-                fault_plan=FaultPlan(str(plan_path)),
             )
         )
 
@@ -166,8 +165,9 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
     write_faults(plan_path)
     # Two stage retries absorb the two injected write-stage faults within the replayed call
     # (each failed attempt is redone or skipped by marker) instead of two more restarts.
-    second = start_query(spark, kafka_bootstrap, inp, fn, sink(2), ck)
-    assert second.awaitTermination(RUN_TIMEOUT_S), "second run did not stop"
+    with inject_faults(FaultPlan(str(plan_path))):
+        second = start_query(spark, kafka_bootstrap, inp, fn, sink(2), ck)
+        assert second.awaitTermination(RUN_TIMEOUT_S), "second run did not stop"
     assert second.exception() is None
     assert (tmp_path / "faults.json.pre.0").exists() and (tmp_path / "faults.json.post.0").exists()
     assert http_service.state.hits[(ns, FAILING_ID)] >= 2

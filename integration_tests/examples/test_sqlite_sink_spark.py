@@ -21,7 +21,7 @@ import pytest
 
 from connectors.examples.sqlite import SqliteSink, SqliteTableNotFoundError, read_markers
 from connectors.stage import InputSchemaError
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from txn import EpochState
 
 pytestmark = pytest.mark.spark
@@ -165,11 +165,11 @@ def test_a_python_worker_killed_mid_write_or_after_its_commit(
             "orders",
             sink_id=f"kill-{step}",
             parallelism=PARALLELISM,
-            fault_plan=FaultPlan(str(plan)),
         )
     )
-    assert sink(batch(spark, 0, 1000), 0).committed
-    assert sink(batch(spark, 1000, 1000), 1).committed
+    with inject_faults(FaultPlan(str(plan))):
+        assert sink(batch(spark, 0, 1000), 0).committed
+        assert sink(batch(spark, 1000, 1000), 1).committed
     assert FaultPlan(str(plan)).has_fired("k"), "the worker was never killed: proves nothing"
     assert rows(db) == expected(0, 2000)
     markers = read_markers(sink.config, PARALLELISM)

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from connectors.kafka import KafkaSink
 from connectors.kafka._sink._bad_records import TRUNCATED_HEADER
 from connectors.stage import BadRecordThresholdError
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import Record, check_exactly_once, produce_input, read_committed_topic
 from integration_tests.kafka_sink._support import (
     after_partition_commits,
@@ -171,10 +171,10 @@ def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
     order = after_partition_commits(epoch=0) if mode == "unaligned" else []
     faults = fault_plan(tmp_path, *order, {"id": "f", "action": "raise", **FIRST_FAILURE[mode]})
     dlq = {"on_bad_record": "dead-letter", "dead_letter_source": SOURCE}
-    first = world.sink(mode=mode, stage_retries=0, fault_plan=faults, **dlq)
+    first = world.sink(mode=mode, stage_retries=0, **dlq)
     try:
         # a driver step raises InjectedFault itself; a task's arrives wrapped by Spark
-        with pytest.raises(Exception, match="injected fault 'f'"):
+        with pytest.raises(Exception, match="injected fault 'f'"), inject_faults(faults):
             first(world.frame(), 0)
     finally:
         first.close()

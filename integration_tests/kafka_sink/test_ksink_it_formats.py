@@ -27,7 +27,7 @@ from pyspark.sql import types as T  # noqa: N812
 from connectors.kafka import KafkaSink, decode_avro, register
 from connectors.kafka._formats._registry import driver_client
 from connectors.kafka._secrets import Settings
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import (
     RecordIdentity,
     check_exactly_once,
@@ -113,9 +113,12 @@ def test_avro_output_equals_input_and_a_replay_is_byte_identical(
         "stage_retries": 0,
         "order_by": ("pos",),
     }
-    sink = KafkaSink(kafka_bootstrap, topic, sink_id, fault_plan=FaultPlan(str(faults)), **options)
+    sink = KafkaSink(kafka_bootstrap, topic, sink_id, **options)
     try:
-        with pytest.raises(Exception, match="injected fault"):
+        with (
+            pytest.raises(Exception, match="injected fault"),
+            inject_faults(FaultPlan(str(faults))),
+        ):
             sink(df, 0)  # partition 0 committed on its own (unaligned), partition 1 failed
     finally:
         sink.close()

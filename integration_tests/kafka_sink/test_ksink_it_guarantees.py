@@ -23,7 +23,7 @@ from connectors.kafka import (
     read_markers,
 )
 from connectors.kafka._sink import _sink as sink_module
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import (
     expected,
     lso_reaches_high_watermark,
@@ -94,10 +94,9 @@ def test_at_most_once_does_not_re_run_a_failed_stage(
         parallelism=2,
         stage_retries=2,
         vote_channel=channel,
-        fault_plan=FaultPlan(str(plan)),
     )
     try:
-        with pytest.raises(Exception, match="injected fault"):
+        with pytest.raises(Exception, match="injected fault"), inject_faults(FaultPlan(str(plan))):
             sink(rows(spark, 200), 0)  # local[2]: no task retry; the stage must not re-run
         assert sink(rows(spark, 200), 0).skipped  # the replay gives the epoch up
         assert sink(rows(spark, 100, start=200), 1).committed

@@ -22,7 +22,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from connectors.kafka import KafkaEpochLog, KafkaSink, read_markers
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import check_exactly_once, produce_input
 from txn import EpochState
 
@@ -111,11 +111,10 @@ def test_the_group_shows_the_committed_input_after_an_abort_and_after_the_replay
         "commit_offsets_to_group": group,
         "stage_retries": 0,
     }
-    first = closing(
-        KafkaSink(kafka_bootstrap, out, sink_id, fault_plan=FaultPlan(str(faults)), **options)
-    )
-    query = _run(rc_spark, kafka_bootstrap, inp, first, tmp_path / "ck")
-    assert query.exception() is not None, "the injected fault never failed epoch 1"
+    first = closing(KafkaSink(kafka_bootstrap, out, sink_id, **options))
+    with inject_faults(FaultPlan(str(faults))) as plan:
+        query = _run(rc_spark, kafka_bootstrap, inp, first, tmp_path / "ck")
+    assert query.exception() is not None and plan.has_fired("f"), "epoch 1 never failed"
     first.close()
     log = KafkaEpochLog(kafka_bootstrap, sink_id, create_topic=False)
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from connectors.kafka import KafkaSink, QueryMismatchError, SinkStoppedError
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import (
     expected,
     lso_reaches_high_watermark,
@@ -126,15 +126,14 @@ def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
             ]
         )
     )
-    sink = closing(
-        KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=FaultPlan(str(plan)))
-    )
-    query = start(spark, source, tmp_path / "ck", sink)
-    while not Path(f"{plan}.hold.0").exists():  # epoch 1 is pre-committing now
-        time.sleep(0.05)
-    stopper = threading.Thread(target=lambda: sink.stop_gracefully(query, timeout_s=120))
-    stopper.start()
-    stopper.join(QUERY_TIMEOUT_S)
+    sink = closing(KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2))
+    with inject_faults(FaultPlan(str(plan))):
+        query = start(spark, source, tmp_path / "ck", sink)
+        while not Path(f"{plan}.hold.0").exists():  # epoch 1 is pre-committing now
+            time.sleep(0.05)
+        stopper = threading.Thread(target=lambda: sink.stop_gracefully(query, timeout_s=120))
+        stopper.start()
+        stopper.join(QUERY_TIMEOUT_S)
     assert not query.isActive
     done = [m for m in sink.metrics() if m.committed]
     sink.close()
@@ -249,11 +248,11 @@ def test_keep_partitioning_writes_the_input_partitions_without_a_shuffle(
             mode="unaligned",
             keep_partitioning=True,
             stage_retries=1,
-            fault_plan=FaultPlan(str(plan)),
         )
     )
-    query = rc_query(spark, kafka_bootstrap, source_topic, sink, str(tmp_path / "ck"), 40)
-    query.awaitTermination(QUERY_TIMEOUT_S)
+    with inject_faults(FaultPlan(str(plan))):
+        query = rc_query(spark, kafka_bootstrap, source_topic, sink, str(tmp_path / "ck"), 40)
+        query.awaitTermination(QUERY_TIMEOUT_S)
     metrics = sink.metrics()
     sink.close()
     assert Path(f"{plan}.boom.0").exists(), "the fault never fired: the test proves nothing"

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connectors.kafka import KafkaSink
 from connectors.prometheus import MetricsServer, PrometheusCollector, PushGatewayExporter
 from connectors.stage import MetricsListener
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import (
     expected,
     rc_query,
@@ -78,12 +78,13 @@ def test_the_endpoint_scraped_during_a_streaming_query_shows_the_epoch_counters(
             ]
         )
     )
-    sink = closing(
-        KafkaSink(kafka_bootstrap, topic, sink_id, parallelism=2, fault_plan=FaultPlan(str(plan)))
-    )
+    sink = closing(KafkaSink(kafka_bootstrap, topic, sink_id, parallelism=2))
     collector = PrometheusCollector(sink)
     during: list[tuple[int, float]] = []  # (batch id, committed epochs scraped before it)
-    with MetricsServer(collector, port=0, host="127.0.0.1") as server:
+    with (
+        MetricsServer(collector, port=0, host="127.0.0.1") as server,
+        inject_faults(FaultPlan(str(plan))),
+    ):
 
         def write(df: Any, batch_id: int) -> None:
             seen = scrape(server.port)  # a real GET of the driver's endpoint, mid-query

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka import KafkaEpochLog, KafkaEpochLogFencedError, KafkaSink, read_markers
-from connectors.testing import FaultPlan, InjectedFault
+from connectors.testing import FaultPlan, InjectedFault, inject_faults
 from integration_tests.kafka_sink._support import (
     after_partition_commits,
     expected,
@@ -46,15 +46,16 @@ def test_in_doubt_epoch_is_skipped_by_markers_on_replay(
     faults = fault_plan(
         tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sink_id, fault_plan=faults)
+    sink = KafkaSink(kafka_bootstrap, topic, sink_id)
     try:
-        with pytest.raises(InjectedFault):
-            sink(rows(spark, 400), 0)  # every partition committed; completion not logged
-        assert not sink.epoch_log_history().is_committed(0)
-        result = sink(rows(spark, 400), 0)  # the replay
-        assert {r.outcome for r in result.reports} == {PartitionOutcome.ALREADY_COMMITTED}
-        assert result.plan is not None and result.plan.attempt == 1
-        assert sink.epoch_log_history().is_committed(0)
+        with inject_faults(faults):
+            with pytest.raises(InjectedFault):
+                sink(rows(spark, 400), 0)  # every partition committed; completion not logged
+            assert not sink.epoch_log_history().is_committed(0)
+            result = sink(rows(spark, 400), 0)  # the replay
+            assert {r.outcome for r in result.reports} == {PartitionOutcome.ALREADY_COMMITTED}
+            assert result.plan is not None and result.plan.attempt == 1
+            assert sink.epoch_log_history().is_committed(0)
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(400)
@@ -65,14 +66,15 @@ def test_non_deterministic_replay_raises(spark, kafka_bootstrap, new_topic, tmp_
     faults = fault_plan(
         tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), fault_plan=faults)
+    sink = KafkaSink(kafka_bootstrap, topic, sid())
     try:
-        with pytest.raises(InjectedFault):
-            sink(rows(spark, 100), 0)
-        changed = rows(spark, 100).selectExpr("key", "concat(value, '!') AS value")
-        with pytest.raises(NonDeterministicReplayError, match="deterministic"):
-            sink(changed, 0)
-        assert not sink.epoch_log_history().is_committed(0)
+        with inject_faults(faults):
+            with pytest.raises(InjectedFault):
+                sink(rows(spark, 100), 0)
+            changed = rows(spark, 100).selectExpr("key", "concat(value, '!') AS value")
+            with pytest.raises(NonDeterministicReplayError, match="deterministic"):
+                sink(changed, 0)
+            assert not sink.epoch_log_history().is_committed(0)
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(100)  # no duplicate
@@ -101,17 +103,20 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
         sid(),
         mode="unaligned",
         parallelism=2,
-        fault_plan=faults,
         stage_retries=0,
     )
     try:
-        with pytest.raises(Exception, match="injected fault"):
-            sink(rows(spark, 600), 0)
-        partial = read_committed(kafka_bootstrap, topic)
-        assert 0 < len(partial) < 600  # partition 0 committed on its own (unaligned)
-        result = sink(rows(spark, 600), 0)
-        outcomes = {r.partition: r.outcome for r in result.reports}
-        assert outcomes == {0: PartitionOutcome.ALREADY_COMMITTED, 1: PartitionOutcome.COMMITTED}
+        with inject_faults(faults):
+            with pytest.raises(Exception, match="injected fault"):
+                sink(rows(spark, 600), 0)
+            partial = read_committed(kafka_bootstrap, topic)
+            assert 0 < len(partial) < 600  # partition 0 committed on its own (unaligned)
+            result = sink(rows(spark, 600), 0)
+            outcomes = {r.partition: r.outcome for r in result.reports}
+            assert outcomes == {
+                0: PartitionOutcome.ALREADY_COMMITTED,
+                1: PartitionOutcome.COMMITTED,
+            }
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(600)
@@ -132,16 +137,16 @@ def test_aligned_failure_before_the_vote_leaves_nothing_visible(
         topic,
         sid(),
         parallelism=2,
-        fault_plan=faults,
         stage_retries=0,
         vote_channel=channel,
     )
     try:
-        with pytest.raises(Exception, match="injected fault"):
-            sink(rows(spark, 300), 0)
-        assert read_committed(kafka_bootstrap, topic) == []
-        result = sink(rows(spark, 300), 0)
-        assert {r.outcome for r in result.reports} == {PartitionOutcome.COMMITTED}
+        with inject_faults(faults):
+            with pytest.raises(Exception, match="injected fault"):
+                sink(rows(spark, 300), 0)
+            assert read_committed(kafka_bootstrap, topic) == []
+            result = sink(rows(spark, 300), 0)
+            assert {r.outcome for r in result.reports} == {PartitionOutcome.COMMITTED}
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(300)
@@ -158,13 +163,13 @@ def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
         {"id": "c", "step": "before_commit", "epoch": 0, "partition": 0, "action": "raise"},
     )
     # the default stage_retries (2) re-runs the failed barrier stage within the call
-    sink = KafkaSink(
-        kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults, vote_channel=channel
-    )
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, vote_channel=channel)
     try:
-        result = sink(rows(spark, 200), 0)  # the first stage fails, the retry finishes it
-        assert result.committed
-        assert result.reports[0].outcome is PartitionOutcome.COMMITTED
+        with inject_faults(faults):
+            result = sink(rows(spark, 200), 0)  # the first stage fails, the retry finishes it
+            assert faults.has_fired("c"), "the first stage never failed: nothing was retried"
+            assert result.committed
+            assert result.reports[0].outcome is PartitionOutcome.COMMITTED
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(200)
@@ -179,17 +184,16 @@ def test_task_dying_between_decision_and_commit_is_redone(
         tmp_path,
         {"id": "c", "step": "before_commit", "epoch": 0, "partition": 1, "action": "raise"},
     )
-    sink = KafkaSink(
-        kafka_bootstrap, topic, sid(), parallelism=2, fault_plan=faults, stage_retries=0
-    )
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, stage_retries=0)
     try:
-        with pytest.raises(Exception, match="injected fault"):
-            sink(rows(spark, 300), 0)
-        # partition 1's pre-committed transaction is still open: the replay's
-        # init_transactions aborts it and redoes the partition.
-        result = sink(rows(spark, 300), 0)
-        outcomes = {r.partition: r.outcome for r in result.reports}
-        assert outcomes[1] is PartitionOutcome.COMMITTED
+        with inject_faults(faults):
+            with pytest.raises(Exception, match="injected fault"):
+                sink(rows(spark, 300), 0)
+            # partition 1's pre-committed transaction is still open: the replay's
+            # init_transactions aborts it and redoes the partition.
+            result = sink(rows(spark, 300), 0)
+            outcomes = {r.partition: r.outcome for r in result.reports}
+            assert outcomes[1] is PartitionOutcome.COMMITTED
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(300)

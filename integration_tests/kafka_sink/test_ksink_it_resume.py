@@ -23,7 +23,7 @@ import pytest
 
 from connectors.kafka import KafkaEpochLog, KafkaSink, resume_offsets
 from connectors.ops import main as eos
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import check_exactly_once, print_report, produce_input
 from txn import EpochState
 
@@ -95,13 +95,13 @@ def test_a_changed_query_resumes_exactly_after_the_output(
             sink_id,
             parallelism=2,
             stage_retries=0,
-            fault_plan=FaultPlan(str(faults)),
         )
     )
-    query = _run(
-        rc_spark, kafka_bootstrap, inp, first, tmp_path / "ck-a", startingOffsets="earliest"
-    )
-    assert (query.exception() is None) == (doubt == "none")
+    with inject_faults(FaultPlan(str(faults))) as plan:
+        query = _run(
+            rc_spark, kafka_bootstrap, inp, first, tmp_path / "ck-a", startingOffsets="earliest"
+        )
+    assert (query.exception() is None) == (doubt == "none") == (not plan.has_fired("f"))
     first.close()
     history = _history(kafka_bootstrap, sink_id)
     plan0 = history.plan(0)

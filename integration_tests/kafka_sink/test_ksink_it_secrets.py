@@ -32,7 +32,7 @@ from connectors.demo.app import SOURCE_KAFKA, AppProcess, PipelineConfig
 from connectors.kafka import KafkaEpochLog, KafkaSink, RecordTooLargeError, _clients, _names
 from connectors.kafka._client_config import cluster_of
 from connectors.kafka._source import spark_has_source_api
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import produce_input, read_topic
 
 SENTINEL = f"SENTINEL-{uuid.uuid4().hex}"
@@ -139,7 +139,6 @@ def test_a_sentinel_password_never_leaks_from_the_sink(
         marker_topic=marker_topic,
         parallelism=2,
         stage_retries=0,
-        fault_plan=FaultPlan(str(faults)),
     )
     texts: list[str] = []
     try:
@@ -147,7 +146,9 @@ def test_a_sentinel_password_never_leaks_from_the_sink(
         assert all(r.committed for r in results)
         # Before the failure: its open transaction holds the markers' offsets unstable.
         texts += marker_metadata(kafka_bootstrap, sink_id, marker_topic, 2)
-        texts.append(failure_text(lambda: sink(rows(spark, 50, 100), 2)))
+        with inject_faults(FaultPlan(str(faults))) as plan:
+            texts.append(failure_text(lambda: sink(rows(spark, 50, 100), 2)))
+        assert plan.has_fired("f"), "epoch 2 never failed: its error text was not checked"
         texts += [repr(r) for r in results] + [repr(v) for r in results for v in r.reports]
         texts += [m.to_json() for m in sink.metrics()] + [repr(sink.metrics())]
         cfg = sink.config

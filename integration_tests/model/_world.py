@@ -4,7 +4,9 @@ A :class:`World` holds what one Hypothesis example works on: a fresh output topi
 table, a sink of one :class:`Kind`, the input directory a streaming query reads (one JSON
 file per micro-batch, ``maxFilesPerTrigger=1``) and that query. Its methods are the
 everyday actions the state machine draws; it reads the output back for the checks, with a
-read_committed consumer and a plain ``SELECT``, independent of the sink's own code.
+read_committed consumer and a plain ``SELECT``, independent of the sink's own code. Its
+fault plan (empty until :meth:`World.arm`) is injected from :meth:`World.create` to
+:meth:`World.close`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import time
 import uuid
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
 from connectors.stage import CompositeSink
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.conftest import wait_for_topic
 from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed
 
@@ -109,10 +112,12 @@ class World:
     made: list[Any] = field(default_factory=list)
     generation: int = 0
     files: int = 0  # files in the current input directory (= batches of this checkpoint)
+    injected: ExitStack = field(default_factory=ExitStack)  # the fault plan, until close()
 
     # -- set-up ------------------------------------------------------------------------
     def create(self) -> None:
         """Create the output topic and/or table, the first sink and the input directory."""
+        self.injected.enter_context(inject_faults(self.fault_plan))
         if self.kind.kafka:
             self.topic = f"{self.name}-out"
             admin = AdminClient({"bootstrap.servers": self.servers.bootstrap})
@@ -145,7 +150,6 @@ class World:
             "mode": self.kind.mode,
             "stage_retries": 0,
             "start_over": start_over,
-            "fault_plan": self.fault_plan,
         }
         if self.kind.composite:
             kafka = KafkaSink(
@@ -324,6 +328,7 @@ class World:
         try:
             self.stop_query()
         finally:
+            self.injected.close()
             for sink in self.made:  # the current one too; close() is idempotent
                 sink.close()
             self.made.clear()

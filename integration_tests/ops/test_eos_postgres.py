@@ -22,7 +22,7 @@ from connectors.kafka import KafkaSink
 from connectors.ops import main
 from connectors.postgres import PostgresSink
 from connectors.stage import CompositeSink
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import produce_input, read_committed_topic
 
 pytestmark = pytest.mark.spark
@@ -186,10 +186,10 @@ def test_abort_lingering_finishes_prepared_transactions_as_the_log_decided(
         ("decided", "driver_after_decision", 1),  # epoch 1: decided commit, not delivered
         ("undecided", "driver_before_complete", 2),  # epoch 2: prepared, nothing decided
     )
-    sink = table.sink(parallelism=2, fault_plan=plan, stage_retries=0)
+    sink = table.sink(parallelism=2, stage_retries=0)
     try:
         assert sink(batch(spark, 0), 0).committed
-        with pytest.raises(Exception, match="injected fault"):
+        with pytest.raises(Exception, match="injected fault"), inject_faults(plan):
             sink(batch(spark, 1), 1)
         lingering = table.prepared()
         assert len(lingering) == 2
@@ -213,7 +213,7 @@ def test_abort_lingering_finishes_prepared_transactions_as_the_log_decided(
     assert code == 0 and done["committed"] == lingering and done["rolled_back"] == []
     assert table.prepared() == [] and table.epochs() == Counter({0: ROWS, 1: ROWS})
     # the next start logs the completion; epoch 2 then crashes before any decision
-    with table.sink(parallelism=2, fault_plan=plan, stage_retries=0) as sink:
+    with table.sink(parallelism=2, stage_retries=0) as sink, inject_faults(plan):
         assert sink(batch(spark, 1), 1).skipped
         with pytest.raises(Exception, match="injected fault"):
             sink(batch(spark, 2), 2)
@@ -289,10 +289,11 @@ def test_composite_status_and_abort_lingering(
         return CompositeSink([(kafka, to_kafka), table.sink()], sink_id=composite, **options)
 
     members = ("--member", f"kafka:{composite}-k", "--member", f"postgres:{table.sink_id}")
-    sink = both(fault_plan=faults(tmp_path, ("d", "driver_before_complete", 1)), stage_retries=0)
+    sink = both(stage_retries=0)
     try:
         assert sink(batch(spark, 0), 0).committed
-        with pytest.raises(Exception, match="injected fault"):
+        plan = faults(tmp_path, ("d", "driver_before_complete", 1))
+        with pytest.raises(Exception, match="injected fault"), inject_faults(plan):
             sink(batch(spark, 1), 1)  # the topic committed epoch 1, the table prepared it
     finally:
         sink.close()

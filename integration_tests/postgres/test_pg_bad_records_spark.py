@@ -22,7 +22,7 @@ from psycopg import sql
 
 from connectors.postgres import PostgresSink
 from connectors.stage import BadRecordThresholdError
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import Record, check_table
 from integration_tests.postgres._queries import table_sink
 from txn import PartitionOutcome
@@ -128,10 +128,11 @@ def test_dead_letters_exactly_the_two_bad_records_once_across_a_replay(
     faults = fault_plan(
         tmp_path, {"id": "f", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
     )
-    first = world.sink(commit_protocol=protocol, on_bad_record="dead-letter", fault_plan=faults)
+    first = world.sink(commit_protocol=protocol, on_bad_record="dead-letter")
     try:
-        with pytest.raises(Exception, match="injected fault 'f'"):
-            first(world.frame(), 0)
+        with inject_faults(faults):
+            with pytest.raises(Exception, match="injected fault 'f'"):
+                first(world.frame(), 0)
     finally:
         first.close()
     # The replay by a new sink object: two-phase rolled the prepared work back and writes it

@@ -129,7 +129,7 @@ def test_query_stop_during_an_empty_epoch_then_restart(
     import json
     import time
 
-    from connectors.testing import FaultPlan
+    from connectors.testing import FaultPlan, inject_faults
 
     pg.execute(
         sql.SQL("CREATE TABLE {}.t (id bigint PRIMARY KEY, v text)").format(sql.Identifier(schema))
@@ -177,18 +177,19 @@ def test_query_stop_during_an_empty_epoch_then_restart(
         )
 
     add_file("0.json", range(0, 10))
-    first = new_sink(fault_plan=plan)
-    query = start(first)
-    try:
-        query.processAllAvailable()
-        add_file("1.json", range(-5, 0))  # every row filtered out: an empty batch
-        deadline = time.monotonic() + STOP_WAIT_S
-        while not plan.has_fired("hold") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert plan.has_fired("hold"), "the empty epoch never reached its vote"
-    finally:
-        query.stop()
-        first.close()
+    first = new_sink()
+    with inject_faults(plan):
+        query = start(first)
+        try:
+            query.processAllAvailable()
+            add_file("1.json", range(-5, 0))  # every row filtered out: an empty batch
+            deadline = time.monotonic() + STOP_WAIT_S
+            while not plan.has_fired("hold") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert plan.has_fired("hold"), "the empty epoch never reached its vote"
+        finally:
+            query.stop()
+            first.close()
     add_file("2.json", range(10, 20))
     second = new_sink()
     query = start(second)

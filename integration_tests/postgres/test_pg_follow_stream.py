@@ -220,7 +220,7 @@ def test_a_replay_in_doubt_must_write_the_layout_its_plan_recorded(
     completes the epoch exactly once."""
     import json
 
-    from connectors.testing.faults import FaultPlan
+    from connectors.testing.faults import FaultPlan, inject_faults
     from txn import PlanMismatchError
 
     faults = tmp_path / "faults.json"
@@ -234,7 +234,6 @@ def test_a_replay_in_doubt_must_write_the_layout_its_plan_recorded(
         stage_retries=0,
         create_table=True,
         evolve_schema=True,
-        fault_plan=FaultPlan(str(faults)),
     )
     rows = spark.range(0, 40, numPartitions=2).selectExpr("id", "concat('v', id) AS v")
     gained = spark.range(40, 80, numPartitions=2).selectExpr(
@@ -242,16 +241,17 @@ def test_a_replay_in_doubt_must_write_the_layout_its_plan_recorded(
     )
     count = sql.SQL("SELECT count(*), count(w) FROM {}.t").format(sql.Identifier(schema))
     try:
-        assert sink(rows, 0).committed
-        with pytest.raises(Exception, match="InjectedFault|did not commit"):
-            sink(gained, 1)
-        partly = pg.execute(count).fetchone()
-        assert partly[0] > 40 and partly[1] == partly[0] - 40  # partition 0's part (or more)
-        with pytest.raises(PlanMismatchError):
-            sink(gained.drop("w"), 1)
-        assert pg.execute(count).fetchone() == partly  # nothing written
-        result = sink(gained, 1)
-        assert result.committed and not result.skipped
+        with inject_faults(FaultPlan(str(faults))):
+            assert sink(rows, 0).committed
+            with pytest.raises(Exception, match="InjectedFault|did not commit"):
+                sink(gained, 1)
+            partly = pg.execute(count).fetchone()
+            assert partly[0] > 40 and partly[1] == partly[0] - 40  # partition 0's part (or more)
+            with pytest.raises(PlanMismatchError):
+                sink(gained.drop("w"), 1)
+            assert pg.execute(count).fetchone() == partly  # nothing written
+            result = sink(gained, 1)
+            assert result.committed and not result.skipped
     finally:
         sink.close()
     got = pg.execute(sql.SQL("SELECT id, w FROM {}.t ORDER BY id").format(sql.Identifier(schema)))
@@ -269,7 +269,7 @@ def test_an_alter_blocked_by_the_sink_s_own_prepared_work_is_refused_at_once(
     import time
 
     from connectors.postgres import EvolutionBlockedError
-    from connectors.testing.faults import FaultPlan, InjectedFault
+    from connectors.testing.faults import FaultPlan, InjectedFault, inject_faults
 
     faults = tmp_path / "faults.json"
     fault = {"id": "f", "step": "driver_after_decision", "epoch": 1, "action": "raise"}
@@ -280,24 +280,24 @@ def test_an_alter_blocked_by_the_sink_s_own_prepared_work_is_refused_at_once(
         commit_protocol="two-phase",
         create_table=True,
         evolve_schema=True,
-        fault_plan=FaultPlan(str(faults)),
     )
     batch = [
         spark.range(i * 20, (i + 1) * 20).selectExpr("id", "concat('v', id) AS v")
         for i in (0, 1, 2)
     ]
     try:
-        assert sink(batch[0], 0).committed
-        with pytest.raises(InjectedFault):
-            sink(batch[1], 1)
-        before = columns(pg, schema)
-        started = time.monotonic()
-        with pytest.raises(EvolutionBlockedError, match=r"epoch\(s\) \[1\]"):
-            sink(batch[1].selectExpr("*", "id AS w"), 1)
-        assert time.monotonic() - started < 30  # not the 60 s lock timeout
-        assert columns(pg, schema) == before
-        assert sink(batch[1], 1).skipped  # committed from the logged decision
-        assert sink(batch[2].selectExpr("*", "id AS w"), 2).committed
+        with inject_faults(FaultPlan(str(faults))):
+            assert sink(batch[0], 0).committed
+            with pytest.raises(InjectedFault):
+                sink(batch[1], 1)
+            before = columns(pg, schema)
+            started = time.monotonic()
+            with pytest.raises(EvolutionBlockedError, match=r"epoch\(s\) \[1\]"):
+                sink(batch[1].selectExpr("*", "id AS w"), 1)
+            assert time.monotonic() - started < 30  # not the 60 s lock timeout
+            assert columns(pg, schema) == before
+            assert sink(batch[1], 1).skipped  # committed from the logged decision
+            assert sink(batch[2].selectExpr("*", "id AS w"), 2).committed
     finally:
         sink.close()
     assert [c[0] for c in columns(pg, schema)] == ["id", "v", "w"]

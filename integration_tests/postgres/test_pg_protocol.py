@@ -43,7 +43,7 @@ def test_epochs_commit_and_a_replay_of_a_committed_epoch_is_a_no_op(
     assert [r.committed and not r.skipped for r in results] == [True] * 3
     assert world.coordinator is not None and world.resource is not None
     assert world.resource.completable_by_coordinator is (kind == PG_LIKE)
-    replay = world.coordinator.run_epoch(2, 3, world.channel())
+    replay = world.coordinator.run_epoch(2, 3, world.executor())
     assert replay.skipped and replay.committed
     world.check_exactly_once(3)
 

@@ -20,7 +20,7 @@ from psycopg import sql
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
 from connectors.stage import CompositeSink, InsufficientSlotsError
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import (
     lso_reaches_high_watermark,
     read_committed,
@@ -160,16 +160,17 @@ def test_failed_table_write_keeps_the_table_behind_and_the_replay_completes(
             ]
         )
     )
-    sink = world.sink(mode=mode, stage_retries=0, fault_plan=FaultPlan(str(plan)))
+    sink = world.sink(mode=mode, stage_retries=0)
     try:
-        sink(batch(world.spark, 0), 0)
-        with pytest.raises(Exception, match="injected fault"):
-            sink(batch(world.spark, 1), 1)
-        world.check_table_never_ahead()
-        assert world.table_epochs()[1] == 0
-        if mode is CommitMode.ALIGNED:
-            assert world.topic_epochs()[1] == 0  # one no vote: nobody committed
-        assert sink(batch(world.spark, 1), 1).committed  # the replay completes both sides
+        with inject_faults(FaultPlan(str(plan))):
+            sink(batch(world.spark, 0), 0)
+            with pytest.raises(Exception, match="injected fault"):
+                sink(batch(world.spark, 1), 1)
+            world.check_table_never_ahead()
+            assert world.table_epochs()[1] == 0
+            if mode is CommitMode.ALIGNED:
+                assert world.topic_epochs()[1] == 0  # one no vote: nobody committed
+            assert sink(batch(world.spark, 1), 1).committed  # the replay completes both sides
     finally:
         sink.close()
     world.check_exactly(2)
@@ -192,11 +193,12 @@ def test_driver_dying_after_the_topic_committed_recovers_the_table(
             ]
         )
     )
-    sink = world.sink(fault_plan=FaultPlan(str(plan)))
+    sink = world.sink()
     try:
-        sink(batch(world.spark, 0), 0)
-        with pytest.raises(Exception, match="injected fault"):
-            sink(batch(world.spark, 1), 1)  # every task committed / prepared; no decision
+        with inject_faults(FaultPlan(str(plan))):
+            sink(batch(world.spark, 0), 0)
+            with pytest.raises(Exception, match="injected fault"):
+                sink(batch(world.spark, 1), 1)  # every task committed / prepared; no decision
     finally:
         sink.close()
     assert world.topic_epochs()[1] == ROWS and world.table_epochs()[1] == 0

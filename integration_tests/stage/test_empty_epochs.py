@@ -258,7 +258,7 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
 ) -> None:
     import json
 
-    from connectors.testing import FaultPlan
+    from connectors.testing import FaultPlan, inject_faults
 
     faults = tmp_path / "faults.json"
     faults.write_text(
@@ -283,12 +283,13 @@ def test_a_failure_in_an_empty_epoch_is_replayed_exactly_once(
             )
         )
         shape = to_table
-    sink = new_sink(fault_plan=plan)
+    sink = new_sink()
     try:
-        assert sink(shape(spark.range(0, 20, numPartitions=2)), 0).committed
-        with pytest.raises(Exception, match="injected fault"):
-            sink(shape(spark.range(0)), 1)
-        assert plan.has_fired("f")
+        with inject_faults(plan):
+            assert sink(shape(spark.range(0, 20, numPartitions=2)), 0).committed
+            with pytest.raises(Exception, match="injected fault"):
+                sink(shape(spark.range(0)), 1)
+            assert plan.has_fired("f")
     finally:
         sink.close()
     replay = new_sink()  # a restart: a new sink object, the same batch id

@@ -3,7 +3,6 @@ import pickle
 import pytest
 
 from connectors.kafka import ClientConfigError, KafkaSink, KafkaSinkConfigError, SinkConfig
-from connectors.testing import FaultPlan
 from txn import CommitMode, ConfigError, Guarantee, TxnError
 
 BASE = {"bootstrap_servers": "127.0.0.1:9", "topic": "out", "sink_id": "s1"}
@@ -44,7 +43,6 @@ def test_defaults_and_parsing():
         ({"order_by": "offset"}, "order_by"),
         ({"order_by": ["ok", ""]}, "order_by"),
         ({"epoch_log": ""}, "epoch_log"),
-        ({"fault_plan": "/tmp/x"}, "fault_plan"),
         ({"marker_topic": "no spaces"}, "marker_topic"),
         ({"epoch_log_topic": ".."}, "epoch_log_topic"),
         ({"stage_retries": -1}, "stage_retries"),
@@ -118,12 +116,8 @@ def test_fingerprint_is_stable_and_tracks_routing_options():
     assert a != make(changelog=True).config.fingerprint()
 
 
-def test_sink_config_pickle_round_trip(tmp_path):
-    cfg = make(
-        fault_plan=FaultPlan(str(tmp_path / "faults.json")),
-        order_by=["o"],
-        producer_config={"linger.ms": 5},
-    ).config
+def test_sink_config_pickle_round_trip():
+    cfg = make(order_by=["o"], producer_config={"linger.ms": 5}).config
     again = pickle.loads(pickle.dumps(cfg))
     assert again == cfg
     assert isinstance(again, SinkConfig)

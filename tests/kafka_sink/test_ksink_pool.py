@@ -309,7 +309,7 @@ def test_a_round_replaces_only_a_pooled_producer_of_an_older_ticket_or_generatio
 
 def test_a_preparation_initializes_a_spare_only_once_it_has_settled():
     # A producer initialized a few ms after its creation waited for librdkafka's 500 ms
-    # coordinator-query timer in 3 of 6 traced preparations (docs/perf-notes.md, 6.2).
+    # coordinator-query timer in 3 of 6 traced preparations (benchmarks/HISTORY.md, 6.2).
     pool = _pool.ClientPool()
     pool.fill_spares({("a",): spare})
     wait_for(lambda: pool.spares() == 1)

@@ -8,6 +8,7 @@ recorder (no broker here); integration_tests/ops/test_eos_cli.py runs them for r
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from connectors.kafka._clients import Cluster
 from connectors.ops import _cli
-from connectors.ops import _commands as cmd
+from connectors.ops._commands import COMMANDS
 from connectors.ops._properties import (
     PropertiesError,
     command_cluster,
@@ -23,6 +24,7 @@ from connectors.ops._properties import (
     librdkafka_names,
     parse_properties,
 )
+from connectors.ops._result import Result
 
 JAVA_STYLE = r"""
 # Kafka's own tools take this file as --command-config
@@ -128,15 +130,17 @@ def test_bad_settings_exit_2_without_quoting_a_secret(tmp_path: Path, capsys: An
 
 
 SUBCOMMANDS = {
-    "status": (["status", "s1"], "status"),
-    "abort-lingering": (["abort-lingering", "s1", "--dry-run"], "abort_lingering"),
-    "reset": (["reset", "s1"], "reset"),
-    "preflight": (["preflight", "--topic", "t", "--sink-id", "s1"], "preflight"),  # _cli's
-    "verify": (
-        ["verify", "--input-topic", "i", "--output-topic", "o", "--sink-id", "s1"],
-        "verify",
-    ),
+    "status": ["status", "s1"],
+    "abort-lingering": ["abort-lingering", "s1", "--dry-run"],
+    "offsets": ["offsets", "s1"],
+    "reset": ["reset", "s1"],
+    "preflight": ["preflight", "--topic", "t", "--sink-id", "s1"],
+    "verify": ["verify", "--input-topic", "i", "--output-topic", "o", "--sink-id", "s1"],
 }
+
+
+def test_every_subcommand_is_dispatched_once_by_one_table() -> None:
+    assert set(COMMANDS) == set(SUBCOMMANDS)
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
@@ -149,15 +153,14 @@ def test_every_subcommand_gets_the_command_config(
     monkeypatch.setenv("EOS_KAFKA_SASL_PASSWORD", "SENTINEL-eos-2")
     seen: list[Cluster] = []
     monkeypatch.setattr(_cli, "connect_admin", seen.append)
-    argv, function = SUBCOMMANDS[name]
+    argv = SUBCOMMANDS[name]
 
-    def record(*args: Any, **_kw: Any) -> cmd.Result:
-        found = [a for a in args if isinstance(a, Cluster)]
-        found += [a.cluster for a in args if isinstance(a, (cmd.SinkRef, cmd.VerifySpec))]
-        seen.extend(found)
-        return cmd.Result({"seen": len(found)})
+    def record(args: argparse.Namespace, cluster: Cluster | None) -> Result:
+        assert args.command == name
+        seen.extend([cluster] if cluster is not None else [])
+        return Result({"seen": 1})
 
-    monkeypatch.setattr(_cli if function == "preflight" else cmd, function, record)
+    monkeypatch.setitem(COMMANDS, name, record)
     code = _cli.main(
         ["--bootstrap-servers", "h:9093", "--json", "--command-config", str(path), *argv]
     )

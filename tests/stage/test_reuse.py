@@ -224,7 +224,7 @@ def test_a_preparation_of_an_older_generation_is_dropped():
 
 
 def test_the_debug_log_names_each_notes_fate(caplog):
-    # What tells, in a trace, why a worker's preparation never served (docs/perf-notes.md 6.2).
+    # What tells, in a trace, why a worker's preparation never served (benchmarks/HISTORY.md 6.2).
     unaligned = plan(mode=CommitMode.UNALIGNED)
     with caplog.at_level(logging.DEBUG, logger="connectors.stage.reuse"):
         policy = ReusePolicy()

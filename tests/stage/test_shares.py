@@ -1,7 +1,7 @@
 """Unit tests of connectors.stage._shares: members' write tasks, the epoch's mode, the slot error.
 
 The slot count is the one part that needs a SparkContext; here ``usable_slots`` is replaced
-by a number (through Spark on local[2]: integration_tests/stage/test_composite_defaults.py).
+by a number (through Spark on local[2]: integration_tests/postgres/test_pg_with_kafka.py).
 """
 
 from __future__ import annotations

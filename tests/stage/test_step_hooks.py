@@ -1,13 +1,16 @@
-"""The stage's fault hooks use the protocol's step enums; a fault plan names them by value."""
+"""The stage's fault hooks: the protocol's step enums, named by value in a fault plan, and
+the process-wide seam (``connectors.stage._hooks``) that ``inject_faults`` installs them in.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from connectors.stage import DRIVER_STEPS, TASK_STEPS
-from connectors.testing import FaultPlan, InjectedFault
+from connectors.stage import DRIVER_STEPS, TASK_STEPS, StageOptions, _hooks
+from connectors.testing import FaultPlan, InjectedFault, inject_faults
 from txn import CoordinatorStep, TaskStep
 
 
@@ -32,3 +35,40 @@ def test_a_fault_plan_fires_at_the_enum_a_hook_passes(
     plan.fire(other, 1, 0)  # another step: nothing happens
     with pytest.raises(InjectedFault, match="injected fault 'f'"):
         plan.fire(step, 1, 0)
+
+
+def _raising_plan(tmp_path: Path, step: str) -> FaultPlan:
+    path = tmp_path / "plan.json"
+    path.write_text(f'[{{"id": "f", "step": "{step}", "action": "raise", "times": 9}}]')
+    return FaultPlan(str(path))
+
+
+def test_no_stage_option_carries_hooks() -> None:
+    """Production options have no fault plan: tests install one (inject_faults)."""
+    assert not any("fault" in f.name for f in dataclasses.fields(StageOptions))
+
+
+def test_inject_faults_installs_the_plan_for_the_block_only(tmp_path: Path) -> None:
+    plan = _raising_plan(tmp_path, "driver_after_plan")
+    assert _hooks.installed() is None
+    with inject_faults(plan) as injected:
+        assert injected is plan and _hooks.installed() is plan
+        (tmp_path / "inner").mkdir()
+        inner = _raising_plan(tmp_path / "inner", "after_open")
+        with inject_faults(inner):
+            assert _hooks.installed() is inner
+        assert _hooks.installed() is plan  # the outer plan is back
+    assert _hooks.installed() is None
+
+
+def test_inject_faults_restores_the_hooks_when_the_block_raises(tmp_path: Path) -> None:
+    plan = _raising_plan(tmp_path, "driver_after_plan")
+    with pytest.raises(InjectedFault), inject_faults(plan):
+        plan.fire(CoordinatorStep.PLAN_LOGGED, 1)
+    assert _hooks.installed() is None
+
+
+def test_only_step_hooks_can_be_installed() -> None:
+    with pytest.raises(TypeError, match="StepHooks"):
+        _hooks.install("faults.json")  # type: ignore[arg-type]
+    assert _hooks.installed() is None

@@ -321,8 +321,6 @@ class CrashWorld(abc.ABC, Generic[Rows]):
             self.resource, self.rows_for, task_hooks=self._task_hook, vote_hook=self._vote_hook
         )
 
-    channel = executor  # the name before the renames of docs/upgrading.md
-
     # -- driving ---------------------------------------------------------------------
     def run_epoch(self, epoch: int) -> EpochResult:
         """Run ``epoch`` like Spark: on a failure, restart the driver and replay it."""

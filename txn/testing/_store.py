@@ -107,8 +107,6 @@ class MemoryStore:
             self._check(partition, token)
             self.open_txns[partition].marker = marker
 
-    stage_marker = put_marker  # the name before the renames of docs/upgrading.md
-
     def commit(self, partition: int, token: int) -> None:
         """Commit the open transaction: its rows and its marker become visible at once."""
         with self.lock:

@@ -7,8 +7,6 @@ writes, and running it as a separate Spark application
 (``python -m connectors.demo.app CONFIG``) that a test can kill.
 """
 
-from typing import TYPE_CHECKING
-
 from connectors.demo.app._chunks import SCHEMA, SPARK_SCHEMA_DDL, chunk_input, write_chunks
 from connectors.demo.app._config import (
     ORDER_COLUMNS,
@@ -36,7 +34,6 @@ from connectors.demo.app._tables import (
     record_op,
     table_rows,
 )
-from txn._renamed import renamed_names
 
 __all__ = [
     "CHANGELOG_OP_SQL",
@@ -69,9 +66,3 @@ __all__ = [
     "table_rows",
     "write_chunks",
 ]
-
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
-if TYPE_CHECKING:
-    stage_input = chunk_input
-else:
-    __getattr__ = renamed_names(__name__, {"stage_input": "chunk_input"})

@@ -3,7 +3,7 @@
 Exit codes: 0 when the whole input was written (every chunk file, or the input topic up to
 the offsets it had when the query started), or when SIGTERM stopped the query gracefully
 after the epoch in flight (it prints ``STOPPED``); 3 when the query failed (the error is
-printed to stderr). A driver-side fault of the sink's fault plan kills this process with
+printed to stderr). A driver-side fault of the config's fault plan kills this process with
 SIGKILL, which is what the "whole application killed" tests need. Each finished micro-batch
 prints an ``EPOCH {json}`` line on stdout.
 """

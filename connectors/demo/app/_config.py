@@ -58,7 +58,9 @@ class PipelineConfig:
     ``on_bad_record``: the policy of every sink of the query (``"fail"``, ``"dead-letter"``
     into its default dead-letter topic or table, or ``"skip"``; docs/bad-records.md).
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
-    the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``client_config``:
+    the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``fault_plan``: a
+    ``connectors.testing.FaultPlan`` file injected around every batch (``run_query``; the
+    demo's ``--chaos`` and the chaos tests), not a sink option. ``client_config``:
     the librdkafka settings every Kafka client of the query shares (the sink's option of
     that name, the source's ``kafka.*`` options); never written by :meth:`to_json` nor shown
     in the repr: :class:`~connectors.demo.app.AppProcess` hands it to the app in its

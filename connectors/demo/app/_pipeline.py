@@ -29,7 +29,10 @@ Contract of :func:`run_query`:
    location of the config, rows ordered by their input position within each write partition
    (:data:`ORDER_COLUMNS`), so the per-key output order follows the input (and an upsert
    keeps the last change of each key);
-3. after each batch call ``on_epoch`` with an :class:`EpochLine`;
+3. after each batch call ``on_epoch`` with an :class:`EpochLine`; ``fault_plan`` (a plan
+   file, the demo's ``--chaos`` and the chaos tests): every batch runs with it injected
+   (``connectors.testing.inject_faults``) in the process that runs the ``foreachBatch``
+   call, so its driver steps fire there and its task steps in the batch's write tasks;
 4. ``resume_from_output``: the sink is built with ``resume="from-output"`` and the Kafka
    source starts at ``connectors.kafka.resume_offsets`` (docs/operations.md, "Changing a
    query"); ``changed_query``: the query writes one more column (a header for Kafka, the
@@ -41,10 +44,12 @@ Contract of :func:`run_query`:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
@@ -94,8 +99,6 @@ def make_spark(master: str, app_name: str = "eos-demo") -> SparkSession:
 
 def build_sink(cfg: PipelineConfig) -> TransactionalSink:
     """Construct the sink of ``cfg.sink`` (module docstring; no network I/O)."""
-    from connectors.testing.faults import FaultPlan
-
     # checkpoint_location: the query binding reads the query's id there (under Spark Connect
     # the only way; on a classic session it is checked against the running query).
     stage: dict[str, Any] = {
@@ -107,8 +110,6 @@ def build_sink(cfg: PipelineConfig) -> TransactionalSink:
         stage["stage_retries"] = cfg.stage_retries
     if cfg.resume_from_output:
         stage["resume"] = "from-output"
-    if cfg.fault_plan:
-        stage["fault_plan"] = FaultPlan(cfg.fault_plan)
     if cfg.sink == SINK_KAFKA:
         return _kafka_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
     if cfg.sink == SINK_POSTGRES:
@@ -161,6 +162,15 @@ def _postgres_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> Postgre
         on_bad_record=cfg.on_bad_record,
         **options,
     )
+
+
+def _faults(cfg: PipelineConfig) -> AbstractContextManager[object]:
+    """Return the block a batch runs in: ``cfg.fault_plan`` injected, if it names one."""
+    if not cfg.fault_plan:
+        return contextlib.nullcontext()
+    from connectors.testing.faults import FaultPlan, inject_faults
+
+    return inject_faults(FaultPlan(cfg.fault_plan))
 
 
 def _table_rows_of(cfg: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
@@ -230,7 +240,8 @@ def run_query(
         batch = frame(df)
         if cfg.postgres_gained_columns and batch_id >= cfg.postgres_gain_from_batch:
             batch = batch.selectExpr("*", *cfg.postgres_gained_columns)
-        result = sink(batch, batch_id)
+        with _faults(cfg):
+            result = sink(batch, batch_id)
         if on_epoch is not None:
             on_epoch(
                 EpochLine(

@@ -25,8 +25,6 @@ Spark types: integers, floats, strings, booleans, binary. Usage::
     df.writeStream.foreachBatch(sink).option("checkpointLocation", ck).start()
 """
 
-from typing import TYPE_CHECKING
-
 from connectors.examples.sqlite._config import BUSY_TIMEOUT_S, SqliteSinkConfig
 from connectors.examples.sqlite._database import (
     MARKER_TABLE,
@@ -46,7 +44,6 @@ from connectors.examples.sqlite._errors import (
 )
 from connectors.examples.sqlite._participant import SqlitePartition, SqliteResource
 from connectors.examples.sqlite._sink import SqliteConnector, SqliteSink, check_input
-from txn._renamed import renamed_names
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -69,16 +66,3 @@ __all__ = [
     "read_markers",
     "table_columns",
 ]
-
-# Former names (docs/upgrading.md): still importable, with a DeprecationWarning.
-if TYPE_CHECKING:
-    TableNotFoundError = SqliteTableNotFoundError
-    PartitionConflictError = SqlitePartitionConflictError
-else:
-    __getattr__ = renamed_names(
-        __name__,
-        {
-            "TableNotFoundError": "SqliteTableNotFoundError",
-            "PartitionConflictError": "SqlitePartitionConflictError",
-        },
-    )

@@ -3,7 +3,7 @@
 Everything is checked at construction without network I/O; the result travels to the
 write tasks, so it is a frozen dataclass of plain values. The options common to every
 sink on the generic stage (guarantee, mode, parallelism, stage_retries, vote_channel,
-order_by, fault_plan) are inherited from :class:`connectors.stage.StageOptions`; the
+order_by, ...) are inherited from :class:`connectors.stage.StageOptions`; the
 Kafka ones are defined here, once.
 """
 

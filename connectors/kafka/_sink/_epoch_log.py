@@ -173,7 +173,7 @@ class KafkaEpochLog(EpochLog):
         try:
             # Offset 0, not OFFSET_BEGINNING: librdkafka resolves "beginning" with a
             # ListOffsets it sends about 0.5 s after the assignment (measured: 500 ms per
-            # read against 10-100 ms; docs/perf-notes.md, section 6).
+            # read against 10-100 ms; benchmarks/HISTORY.md, section 6).
             consumer.assign([TopicPartition(self._topic, 0, 0)])
             while time.monotonic() < deadline:
                 m = consumer.poll(CONSUME_POLL_S)  # returns as soon as one message is there

@@ -27,7 +27,7 @@ producer and marker consumer: created (``Producer(...)``, ``Consumer(...)``) but
 initialized. Creating a client fences nothing (only ``init_transactions`` does), so a spare
 is just a new producer created earlier; a task whose pooled producer cannot serve takes
 the spare and runs ``init_transactions`` on it with warm connections (a few ms instead of
-tens to hundreds: librdkafka's coordinator-query timer, docs/perf-notes.md). Spares are
+tens to hundreds: librdkafka's coordinator-query timer, benchmarks/HISTORY.md). Spares are
 filled in the background after a task (:meth:`ClientPool.fill_spares`), at most ``MAX_SPARES`` per process,
 also for ids this worker has pooled clients of: when Spark hands the partition to the other
 worker, that worker's ``init_transactions`` fences the pooled producer here, and the next
@@ -83,7 +83,7 @@ PREPARE_DEADLINE_S = 5.0
 # Seconds a spare must have existed before a preparation initializes it: librdkafka drops
 # the bootstrap connection after the first metadata answer, and an init_transactions
 # before the broker's own connection is up waits for the 500 ms coordinator-query timer
-# (a spare created 0.1 s earlier: 5 ms; docs/perf-notes.md, sections 2.4 and 6.2).
+# (a spare created 0.1 s earlier: 5 ms; benchmarks/HISTORY.md, sections 2.4 and 6.2).
 SPARE_SETTLE_S = 0.1
 
 

@@ -24,7 +24,7 @@ Steps per batch:
 Why not ``Producer.produce_batch`` (confluent-kafka 2.16): it takes one dict per message
 (built in Python, then parsed field by field in C) and reports failed messages by adding
 an ``_error`` key to their dicts instead of raising; measured, it enqueues slower than
-``produce`` (see docs/perf-notes.md), and it cannot carry headers.
+``produce`` (see benchmarks/HISTORY.md), and it cannot carry headers.
 """
 
 from __future__ import annotations

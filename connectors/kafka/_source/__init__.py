@@ -1,6 +1,6 @@
 """The Kafka connector's source: read_committed, on PySpark's Python Data Source API.
 
-Public through :mod:`connectors.kafka` (and the older alias ``connectors.kafka_source``).
+Public through :mod:`connectors.kafka`.
 Usage::
 
     from connectors.kafka import register

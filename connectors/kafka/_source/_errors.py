@@ -31,7 +31,7 @@ __all__ = [
 
 
 class KafkaSourceError(Exception):
-    """Base class of every error raised on purpose by ``connectors.kafka_source``."""
+    """Base class of every error the ``kafka-rc`` source raises on purpose."""
 
 
 class SourceOptionError(KafkaSourceError, ValueError):

@@ -79,7 +79,7 @@ class KafkaRcDataSource(DataSource):
     """Kafka source reading with ``isolation.level=read_committed`` (never aborted data).
 
     Construction validates the options (no network I/O) and raises
-    :class:`~connectors.kafka_source.SourceOptionError` on bad input.
+    :class:`~connectors.kafka.SourceOptionError` on bad input.
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:

@@ -1,0 +1,70 @@
+"""What every ``eos`` command returns: a JSON-ready result, its exit code, shared views."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from connectors.kafka import _secrets
+from txn import EpochHistory
+
+OK, PROBLEM, USAGE, UNAVAILABLE, REFUSED = 0, 1, 2, 3, 4
+EXIT_CODES = {
+    OK: "done; the sink's log was read and is healthy / no anomaly",
+    PROBLEM: "a check found a problem (anomalies, an epoch in doubt, a failed preflight)",
+    USAGE: "bad arguments (or records that do not fit the verify identity options, or "
+    "client settings the cluster refused: authentication failed)",
+    UNAVAILABLE: "the cluster or the epoch log could not be read, or the log holds no "
+    "record of the sink id (unknown sink)",
+    REFUSED: "the command was refused (a reset with an epoch in doubt; a log a running "
+    "coordinator holds; a PostgreSQL connection string given as --epoch-log)",
+}
+
+
+@dataclass
+class Result:
+    """A command's outcome: what to show, and the exit code."""
+
+    data: dict[str, Any]
+    code: int = OK
+    problems: list[str] = field(default_factory=list)
+
+
+def failed(exc: Exception, code: int, hint: str = "") -> Result:
+    """Return the result of a command that raised ``exc``: exit ``code``, the error named.
+
+    A Kafka setting a library's message quotes is scrubbed here; a DSN's password by the
+    CLI, for every result.
+    """
+    text = _secrets.scrub(str(exc)) + hint
+    return Result({"error": f"{type(exc).__name__}: {text}"}, code, [text])
+
+
+def checked(ok: bool, anomaly_counts: Mapping[Any, int], data: dict[str, Any]) -> Result:
+    """Return the result of a checker's report (``eos verify``): its anomalies exit 1."""
+    anomalies = {kind.value: n for kind, n in anomaly_counts.items()}
+    problems = [f"{kind}: {n}" for kind, n in anomalies.items() if n]
+    return Result({"ok": ok, **data, "anomalies": anomalies}, OK if ok else PROBLEM, problems)
+
+
+def history_view(history: EpochHistory) -> dict[str, Any]:
+    """Return a sink's epochs as ``status`` shows them (any log kind)."""
+    return {
+        "last_committed_epoch": history.last_committed_epoch(),
+        "epochs": [{"epoch": e, "state": history.state(e).value} for e in history.epochs()],
+        "in_doubt": [
+            asdict(p) | {"guarantee": p.guarantee.value, "mode": p.mode.value}
+            for p in history.in_doubt()
+        ],
+        "binding": None if history.binding is None else asdict(history.binding),
+    }
+
+
+def in_doubt_problems(history: EpochHistory) -> list[str]:
+    """One problem per epoch in doubt."""
+    return [
+        f"epoch {p.epoch} is in doubt (attempt {p.attempt}, parallelism "
+        f"{p.parallelism}); run the query from its checkpoint to finish it"
+        for p in history.in_doubt()
+    ]
