@@ -111,16 +111,29 @@ def test_importing_a_connector_loads_no_testing_module(package: str) -> None:
 
 
 # -- no import circle ---------------------------------------------------------------------
+TYPE_CHECKING_TESTS = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+
+
 def import_edges(module: str, source: str, package: str, modules: frozenset[str]) -> set[str]:
     """The kit's modules that ``module`` (in ``package``) imports, module level or in a function.
 
     ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``;
     ``import a.b.c`` to ``a.b.c`` (the nearest module of the name). The ``__init__`` of the
     packages around an imported module is no edge of its own: a package's modules import
-    each other through it all the time, and its own imports are its edges.
+    each other through it all the time, and its own imports are its edges. Imports under
+    ``if TYPE_CHECKING:`` never run, so they are no edge (annotations only).
     """
+    tree = ast.parse(source)
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in TYPE_CHECKING_TESTS
+        for inner in ast.walk(node)
+    }
     named: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             named += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
