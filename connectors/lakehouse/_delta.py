@@ -1,0 +1,443 @@
+"""Delta Lake on delta-rs: data files written by the tasks, one commit per epoch with its app transaction.
+
+The task side (:class:`DeltaWriter`) writes Parquet files with pyarrow, one per partition
+value per task (rolled over past ``MAX_ROWS_PER_FILE`` rows), in Hive-style partition
+directories, with the statistics Delta readers skip files by (``numRecords``, ``nullCount``,
+``minValues`` / ``maxValues`` of numbers, dates and strings up to 32 characters). The
+coordinator (:meth:`DeltaFormat.commit`) commits every file of the epoch in one
+``create_write_transaction`` carrying the app transaction ``(sink_id, epoch)`` and the
+epoch's summary in the commit info; ``DeltaTable.transaction_version(sink_id)`` then tells
+any later reader that the epoch is in the table.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from connectors._extras import require
+from connectors.lakehouse._config import MAX_ROWS_PER_FILE, DeltaSinkConfig, is_local
+from connectors.lakehouse._errors import COMMIT_FAILED, READ_FAILED, WRITE_FAILED, LakehouseError
+from connectors.lakehouse._schema import TableLayout
+from connectors.lakehouse._staging import StagedFile, Staging, VoteRecord
+from connectors.lakehouse._table import Announce, EpochCommit, FileWriter, TableDriver, TableFormat
+from connectors.stage._retry import RetryBound, retry
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+# Longest string whose min/max go into a file's statistics (Delta's own writers truncate
+# there; a truncated maximum would not bound the column, so longer ones are left out).
+MAX_STAT_STRING = 32
+# Commits of one epoch tried (each after reloading the table): delta-rs already rebases an
+# append over concurrent commits itself; this covers failures it gives up on.
+COMMIT_RETRY = RetryBound(attempts=5, window_s=10.0)
+# Delta's name for a null partition value's directory.
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def deltalake() -> Any:
+    """Return the ``deltalake`` module, or :class:`MissingExtraError` naming the ``delta`` extra."""
+    return require("deltalake", extra="delta", needed_for="DeltaSink")
+
+
+def partition_value(value: object) -> str | None:
+    """Delta's text form of a partition value (None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return str(value)
+
+
+def _stat(value: object) -> object:
+    """Return a statistics value as JSON, or None when it cannot bound the column."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, str) and len(value) > MAX_STAT_STRING:
+        return None
+    if isinstance(value, datetime.datetime):
+        return None  # timestamps: their text precision differs between readers
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, (int, float, str)):
+        return value
+    return None
+
+
+class _FileStats:
+    """Running statistics of one data file."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.nulls: dict[str, int] = {}
+        self.low: dict[str, Any] = {}
+        self.high: dict[str, Any] = {}
+        self.unbounded: set[str] = set()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.rows += batch.num_rows
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
+            kind = column.type
+            if not (
+                pa.types.is_integer(kind)
+                or pa.types.is_floating(kind)
+                or pa.types.is_date(kind)
+                or pa.types.is_string(kind)
+                or pa.types.is_large_string(kind)
+            ) or column.null_count == len(column):
+                continue
+            bounds = pc.min_max(column)
+            low, high = _stat(bounds["min"].as_py()), _stat(bounds["max"].as_py())
+            if low is None or high is None:
+                self.unbounded.add(name)
+                continue
+            self.low[name] = low if name not in self.low else min(self.low[name], low)
+            self.high[name] = high if name not in self.high else max(self.high[name], high)
+
+    def to_json(self) -> str:
+        bounded = [n for n in self.low if n not in self.unbounded]
+        return json.dumps(
+            {
+                "numRecords": self.rows,
+                "minValues": {n: self.low[n] for n in bounded},
+                "maxValues": {n: self.high[n] for n in bounded},
+                "nullCount": self.nulls,
+            },
+            separators=(",", ":"),
+        )
+
+
+class DeltaWriter(FileWriter):
+    """One task's data files: one open Parquet writer per partition value."""
+
+    def __init__(self, fmt: DeltaFormat, announce: Announce, name: str) -> None:
+        self._fmt, self._announce, self._name = fmt, announce, name
+        self._fs, self._root = fmt.filesystem()
+        self._open: dict[tuple[str | None, ...], tuple[Any, StagedFile, _FileStats]] = {}
+        self._done: list[StagedFile] = []
+        self._count = 0
+
+    def _relative(self, values: tuple[str | None, ...]) -> str:
+        dirs = [
+            f"{col}={quote(NULL_PARTITION if v is None else v, safe='')}"
+            for col, v in zip(self._fmt.partition_by, values, strict=True)
+        ]
+        self._count += 1
+        return "/".join([*dirs, f"{self._name}-{self._count:04d}.parquet"])
+
+    def _file(
+        self, values: tuple[str | None, ...], schema: pa.Schema
+    ) -> tuple[Any, StagedFile, _FileStats]:
+        import pyarrow.parquet as pq
+
+        held = self._open.get(values)
+        if held is not None and held[2].rows < MAX_ROWS_PER_FILE:
+            return held
+        if held is not None:
+            self._finish(values)
+        rel = self._relative(values)
+        self._announce(rel)
+        full = f"{self._root}/{rel}" if self._root else rel
+        try:
+            if "/" in rel:
+                self._fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
+            writer = pq.ParquetWriter(self._fs.open_output_stream(full), schema)
+        except OSError as exc:
+            raise _error(WRITE_FAILED, f"creating {rel}", exc) from exc
+        parts = dict(zip(self._fmt.partition_by, values, strict=True))
+        self._open[values] = (writer, StagedFile(rel, detail={"partition": parts}), _FileStats())
+        return self._open[values]
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Write ``batch``'s rows into the file of each row's partition value."""
+        cols = self._fmt.partition_by
+        if not cols:
+            self._write((), batch)
+            return
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = pa.Table.from_batches([batch])
+        data = table.drop_columns(list(cols))
+        for key in table.select(list(cols)).group_by(list(cols)).aggregate([]).to_pylist():
+            mask = None
+            for col in cols:
+                test = (
+                    pc.is_null(table[col]) if key[col] is None else pc.equal(table[col], key[col])
+                )
+                mask = test if mask is None else pc.and_(mask, test)
+            part = data.filter(mask)
+            values = tuple(partition_value(key[c]) for c in cols)
+            for piece in part.to_batches():
+                self._write(values, piece)
+
+    def _write(self, values: tuple[str | None, ...], batch: pa.RecordBatch) -> None:
+        want = self._fmt.file_schema()
+        if want is not None and batch.schema != want:
+            batch = batch.cast(want)
+        writer, _, stats = self._file(values, batch.schema)
+        try:
+            writer.write_batch(batch)
+        except OSError as exc:
+            raise _error(WRITE_FAILED, "writing a data file", exc) from exc
+        stats.add(batch)
+
+    def _finish(self, values: tuple[str | None, ...]) -> None:
+        writer, staged, stats = self._open.pop(values)
+        try:
+            writer.close()
+            size = self._fs.get_file_info(
+                f"{self._root}/{staged.path}" if self._root else staged.path
+            ).size
+        except OSError as exc:
+            raise _error(WRITE_FAILED, f"closing {staged.path}", exc) from exc
+        detail = {**staged.detail, "stats": stats.to_json()}
+        self._done.append(StagedFile(staged.path, int(size or 0), stats.rows, detail))
+
+    def close(self) -> tuple[StagedFile, ...]:
+        """Close every open file; return them all."""
+        for values in list(self._open):
+            self._finish(values)
+        return tuple(self._done)
+
+    def abort(self) -> None:
+        """Close the open files without describing them (the vote record deletes them)."""
+        for writer, _, _ in self._open.values():
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001, S112 - the file is deleted anyway
+                continue
+        self._open.clear()
+
+
+def _error(code: str, what: str, exc: BaseException) -> LakehouseError:
+    return LakehouseError(f"Delta table: {what}: {exc}", code=code)
+
+
+@dataclass(frozen=True)
+class DeltaFormat(TableFormat):
+    """A Delta table: where it is and how its data files are laid out (picklable).
+
+    ``partition_by``: the table's partition columns (read from the table on the driver);
+    ``schema``: the columns the tasks write, as the files hold them (``_schema.normalized``).
+    """
+
+    uri: str
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    partition_by: tuple[str, ...] = ()
+    schema: pa.Schema | None = None  # the written columns (partition columns included)
+
+    def file_schema(self) -> pa.Schema | None:
+        """Return the schema of a data file: ``schema`` without the partition columns."""
+        if self.schema is None:
+            return None
+        keep = [f for f in self.schema if f.name not in self.partition_by]
+        import pyarrow as pa
+
+        return pa.schema(keep)
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """Return a pyarrow file system over the table's storage, and the table root's path in it."""
+        import pyarrow.fs as pafs
+
+        if is_local(self.uri):
+            return pafs.LocalFileSystem(), self.uri.rstrip("/")
+        handler = deltalake().fs.DeltaStorageHandler(self.uri, dict(self.storage_options))
+        return pafs.PyFileSystem(handler), ""
+
+    def table(self) -> DeltaTable:
+        """Open the table (its newest version)."""
+        try:
+            table: DeltaTable = deltalake().DeltaTable(
+                self.uri, storage_options=dict(self.storage_options) or None
+            )
+        except Exception as exc:
+            raise _error(READ_FAILED, f"opening {self.uri}", exc) from exc
+        return table
+
+    def staging(self, app: str) -> Staging:
+        """Return the staging area of ``app`` under ``<table>/_eos``."""
+        from urllib.parse import unquote
+
+        fs, root = self.filesystem()
+        return Staging(fs, root, app, lambda p: f"{root}/{unquote(p)}" if root else unquote(p))
+
+    def last_commit(self, app: str) -> EpochCommit | None:
+        """Return the app transaction of ``app``, with the summary of the commit that wrote it."""
+        table = self.table()
+        version = table.transaction_version(app)
+        if version is None:
+            return None
+        return self._commit_of(table, app, version) or EpochCommit(app, version, 0, {})
+
+    @staticmethod
+    def _commit_of(table: DeltaTable, app: str, epoch: int) -> EpochCommit | None:
+        """Return the commit info of ``app``'s epoch ``epoch``, newest commits first."""
+        limit = 16
+        while True:
+            infos = table.history(limit)
+            for info in infos:
+                found = EpochCommit.parse(info)
+                if found is not None and found.app == app and found.epoch == epoch:
+                    return found
+            if len(infos) < limit:
+                return None  # the history is shorter than asked (or cleaned up): no summary
+            limit *= 4
+
+    def writer(self, staging: Staging, record: VoteRecord, announce: Announce) -> DeltaWriter:
+        """Return a task's writer of data files ``part-<partition>-<epoch>-<token>-NNNN.parquet``."""
+        name = f"part-{record.partition:05d}-{record.epoch}-{record.token}"
+        return DeltaWriter(self, announce, name)
+
+    def damaged(self, staging: Staging, records: Iterable[VoteRecord]) -> list[int]:
+        """Partitions with a data file missing or of another size than written."""
+        bad = []
+        for record in records:
+            paths = [staging.locate(f.path) for f in record.files]
+            infos = staging.fs.get_file_info(paths) if paths else []
+            sizes = [f.size for f in record.files]
+            if any(i.size != s for i, s in zip(infos, sizes, strict=True)):
+                bad.append(record.partition)
+        return bad
+
+    def commit(self, commit: EpochCommit, records: Sequence[VoteRecord]) -> None:
+        """One transaction: every file, the app transaction ``(app, epoch)``, the summary."""
+        lake = deltalake()
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+        now = int(time.time() * 1000)
+        adds: list[AddAction | RemoveAction] = [
+            AddAction(
+                f.path, f.size, dict(f.detail.get("partition", {})), now, True, f.detail["stats"]
+            )
+            for r in records
+            for f in r.files
+        ]
+        props = CommitProperties(
+            custom_metadata=commit.metadata(),
+            app_transactions=[Transaction(commit.app, commit.epoch)],
+        )
+
+        def attempt() -> None:
+            table = self.table()
+            done = table.transaction_version(commit.app)
+            if done is not None and done >= commit.epoch:
+                return  # an earlier try landed after all: never commit an epoch twice
+            table.create_write_transaction(
+                adds,
+                "append",
+                table.schema(),
+                partition_by=list(table.metadata().partition_columns),
+                commit_properties=props,
+            )
+
+        try:
+            retry(attempt, bound=COMMIT_RETRY, retriable=_transient(lake))
+        except Exception as exc:
+            msg = f"committing epoch {commit.epoch} of sink {commit.app!r}"
+            raise _error(COMMIT_FAILED, msg, exc) from exc
+
+
+def _transient(lake: Any) -> Any:
+    """Errors worth another commit attempt: a conflict delta-rs gave up on, an I/O failure."""
+    conflict = lake.exceptions.CommitFailedError
+
+    def transient(exc: BaseException) -> bool:
+        return isinstance(exc, (conflict, OSError))
+
+    return transient
+
+
+# -- the driver's side: the table's definition, creating and evolving it -----------------------
+def exists(fmt: DeltaFormat) -> bool:
+    """Whether a Delta table is at ``fmt.uri``."""
+    lake = deltalake()
+    return bool(lake.DeltaTable.is_deltatable(fmt.uri, dict(fmt.storage_options) or None))
+
+
+def describe(fmt: DeltaFormat) -> tuple[pa.Schema, tuple[str, ...]] | None:
+    """Return the table's Arrow schema and partition columns (None: no table yet)."""
+    import pyarrow as pa
+
+    if not exists(fmt):
+        return None
+    table = fmt.table()
+    return pa.schema(table.schema().to_arrow()), tuple(table.metadata().partition_columns)
+
+
+def create(fmt: DeltaFormat, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+    """Create the table (an existing one is kept: a replayed epoch creates it again)."""
+    lake = deltalake()
+    try:
+        lake.DeltaTable.create(
+            fmt.uri,
+            schema=schema,
+            partition_by=list(partition_by) or None,
+            mode="ignore",
+            storage_options=dict(fmt.storage_options) or None,
+        )
+    except Exception as exc:
+        raise _error(WRITE_FAILED, f"creating {fmt.uri}", exc) from exc
+
+
+def add_columns(fmt: DeltaFormat, schema: pa.Schema, names: Sequence[str]) -> None:
+    """Add the columns ``names`` of ``schema`` (nullable) unless a replay added them already."""
+    import pyarrow as pa
+
+    lake = deltalake()
+    table = fmt.table()
+    have = set(pa.schema(table.schema().to_arrow()).names)
+    new = [schema.field(n) for n in names if n not in have]
+    if not new:
+        return
+    fields = lake.Schema.from_arrow(pa.schema(new)).fields
+    try:
+        table.alter.add_columns(list(fields))
+    except Exception as exc:
+        raise _error(
+            WRITE_FAILED, f"adding columns {[f.name for f in new]} to {fmt.uri}", exc
+        ) from exc
+
+
+class DeltaDriver(TableDriver):
+    """A Delta table seen from the driver (delta-rs)."""
+
+    def __init__(self, cfg: DeltaSinkConfig) -> None:
+        self.cfg = cfg
+        self.name = f"Delta table {cfg.table_uri}"
+        self._fmt = DeltaFormat(cfg.table_uri, cfg.storage_options)
+
+    def describe(self) -> tuple[pa.Schema, tuple[str, ...]] | None:
+        return describe(self._fmt)
+
+    def create(self, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+        create(self._fmt, schema, partition_by)
+
+    def add_columns(self, schema: pa.Schema, names: Sequence[str]) -> None:
+        add_columns(self._fmt, schema, names)
+
+    def table_format(
+        self, layout: TableLayout | None, partition_by: tuple[str, ...]
+    ) -> TableFormat:
+        schema = None if layout is None else layout.schema
+        return DeltaFormat(self.cfg.table_uri, self.cfg.storage_options, partition_by, schema)
+
+    def default_epoch_log(self) -> str:
+        return self.cfg.epoch_log_path
