@@ -28,6 +28,24 @@ from connectors.lakehouse._sink import DeltaSink, IcebergSink, TableConnector
 from connectors.lakehouse._staging import STAGING_DIR, StagedFile, VoteRecord
 from connectors.lakehouse._table import EpochCommit, TableFormat, TablePartition, TableResource
 
+
+def delta_table(uri: str, storage_options: dict[str, str] | None = None) -> TableFormat:
+    """Return the Delta table at ``uri`` as the sinks see it (reading it needs ``[delta]``)."""
+    from connectors.lakehouse._config import is_local, local_path
+    from connectors.lakehouse._delta import DeltaFormat
+
+    return DeltaFormat(local_path(uri) if is_local(uri) else uri, storage_options or {})
+
+
+def iceberg_table(
+    table: str, catalog: str = "default", catalog_properties: dict[str, str] | None = None
+) -> TableFormat:
+    """Return the Iceberg table ``table`` as the sinks see it (reading it needs ``[iceberg]``)."""
+    from connectors.lakehouse._iceberg import IcebergFormat
+
+    return IcebergFormat(catalog, table, catalog_properties or {})
+
+
 __all__ = [
     "CODES",
     "MAX_ROWS_PER_FILE",
@@ -45,4 +63,6 @@ __all__ = [
     "TableResource",
     "TableSinkOptions",
     "VoteRecord",
+    "delta_table",
+    "iceberg_table",
 ]

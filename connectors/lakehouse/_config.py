@@ -27,6 +27,15 @@ SCHEME_VERSION = 1
 # readers' planning works per file; a task of a large epoch writes a few files).
 MAX_ROWS_PER_FILE = 1_000_000
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# Write modes (the values PostgresSink takes): every row appended; the last row of each key
+# inserted or updating the table's row (a Delta merge); a changelog whose op column says
+# insert / update_after / delete per row (update_before rows dropped).
+APPEND, UPSERT, CHANGELOG = "append", "upsert", "changelog"
+WRITE_MODES = (APPEND, UPSERT, CHANGELOG)
+# Changelog ops written (update_before rows are dropped before routing).
+WRITTEN_OPS = ("insert", "update_after", "delete")
+# Key and op columns appear in the merge's SQL: plain identifiers only.
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _COLUMN = re.compile(r"^[^\s,;{}()=]+$")
 
 
@@ -75,7 +84,10 @@ class TableSinkOptions(StageOptions):
     ``create_table``: create the table from the first micro-batch's schema when it does not
     exist; ``evolve_schema``: add the columns the input gained (never drop or retype one);
     ``epoch_log``: the coordinator's log file (default: ``_eos/<sink_id>.epochlog`` in the
-    table's directory when the table is on the local file system). ``mode`` defaults to
+    table's directory when the table is on the local file system); ``write_mode``:
+    ``"append"``, ``"upsert"`` or ``"changelog"`` (Delta only: one merge per epoch) with
+    ``key_columns`` and, for a changelog, ``op_column`` (``insert`` / ``update_after`` /
+    ``delete``; ``update_before`` rows are dropped). ``mode`` defaults to
     unaligned: the table commit is one transaction of the coordinator's, so an epoch is
     all-or-nothing for readers in both modes and the write tasks need no gang scheduling.
     Only exactly-once is offered (module docstring of :mod:`connectors.lakehouse`).
@@ -87,9 +99,13 @@ class TableSinkOptions(StageOptions):
     create_table: bool = False
     evolve_schema: bool = False
     epoch_log: str | None = None
+    write_mode: str = APPEND
+    key_columns: tuple[str, ...] = ()
+    op_column: str = "op"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_write_mode()
         if self.guarantee is not Guarantee.EXACTLY_ONCE:
             msg = (
                 f"guarantee={self.guarantee.value!r}: the table sinks are exactly-once only (the "
@@ -109,12 +125,38 @@ class TableSinkOptions(StageOptions):
                 raise ConfigError(msg)
             object.__setattr__(self, "epoch_log", os.path.abspath(self.epoch_log))
 
+    def _check_write_mode(self) -> None:
+        if self.write_mode not in WRITE_MODES:
+            msg = f"write_mode must be one of {list(WRITE_MODES)}, got {self.write_mode!r}"
+            raise ConfigError(msg)
+        keys = _names("key_columns", self.key_columns)
+        object.__setattr__(self, "key_columns", keys)
+        if self.keyed != bool(keys):
+            msg = (
+                f"write_mode={self.write_mode!r} needs key_columns (the columns a row is found by)"
+                if self.keyed
+                else "key_columns only apply to write_mode='upsert' or 'changelog'"
+            )
+            raise ConfigError(msg)
+        for name in (*keys, self.op_column):
+            if not isinstance(name, str) or not _IDENTIFIER.match(name):
+                msg = f"key and op columns must be plain identifiers ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
+                raise ConfigError(msg)
+
+    @property
+    def keyed(self) -> bool:
+        """True for upserts and changelogs (rows find the table's row by ``key_columns``)."""
+        return self.write_mode != APPEND
+
     def fingerprint(self) -> str:
         """Return a digest of what decides where rows land and what they do to the table."""
         raise NotImplementedError  # each format's config says where its table is
 
     def _fingerprint(self, **table: object) -> str:
-        doc = {"v": SCHEME_VERSION, **table, **self.routing_fingerprint()}
+        mode = {"mode": self.write_mode, "keys": list(self.key_columns)}
+        if self.write_mode == CHANGELOG:
+            mode["op"] = self.op_column
+        doc = {"v": SCHEME_VERSION, **table, **mode, **self.routing_fingerprint()}
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
 
@@ -198,6 +240,13 @@ class IcebergSinkConfig(TableSinkOptions):
         object.__setattr__(
             self, "catalog_properties", _settings("catalog_properties", self.catalog_properties)
         )
+        if self.keyed:
+            msg = (
+                f"write_mode={self.write_mode!r}: IcebergSink appends only (pyiceberg offers no "
+                "merge that reads staged files and commits one snapshot with the epoch; see "
+                "docs/iceberg-sink.md); use write_mode='append', or DeltaSink for upserts"
+            )
+            raise ConfigError(msg)
 
     def fingerprint(self) -> str:
         """Digest of what decides where rows land and what they do to the table."""

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from connectors._extras import require
+from connectors.lakehouse._changes import ChangeWriter
 from connectors.lakehouse._config import MAX_ROWS_PER_FILE, DeltaSinkConfig, is_local
 from connectors.lakehouse._errors import COMMIT_FAILED, READ_FAILED, WRITE_FAILED, LakehouseError
 from connectors.lakehouse._schema import TableLayout
-from connectors.lakehouse._staging import StagedFile, Staging, VoteRecord
+from connectors.lakehouse._staging import STAGING_DIR, StagedFile, Staging, VoteRecord
 from connectors.lakehouse._table import Announce, EpochCommit, FileWriter, TableDriver, TableFormat
 from connectors.stage._retry import RetryBound, retry
 
@@ -231,18 +232,50 @@ def _error(code: str, what: str, exc: BaseException) -> LakehouseError:
     return LakehouseError(f"Delta table: {what}: {exc}", code=code)
 
 
+def _merge_into(
+    self: DeltaFormat, table: DeltaTable, records: Sequence[VoteRecord], props: Any
+) -> None:
+    """Merge every partition's staged changes into ``table`` in one commit carrying ``props``."""
+    import pyarrow.dataset as ds
+
+    staging = self.staging("")
+    paths = [staging.locate(f.path) for r in records for f in r.files]
+    source = ds.dataset(paths, filesystem=staging.fs, format="parquet").to_table()
+    match = " AND ".join(f"t.{k} = s.{k}" for k in self.keys)
+    merger = table.merge(source, match, source_alias="s", target_alias="t", commit_properties=props)
+    op = self.op_column
+    if op is None:
+        merger = merger.when_matched_update_all().when_not_matched_insert_all()
+    else:
+        kept = f"s.{op} <> 'delete'"
+        merger = (
+            merger.when_matched_delete(predicate=f"s.{op} = 'delete'")
+            .when_matched_update_all(predicate=kept, except_cols=[op])
+            .when_not_matched_insert_all(predicate=kept, except_cols=[op])
+        )
+    merger.execute()
+
+
 @dataclass(frozen=True)
 class DeltaFormat(TableFormat):
     """A Delta table: where it is and how its data files are laid out (picklable).
 
     ``partition_by``: the table's partition columns (read from the table on the driver);
-    ``schema``: the columns the tasks write, as the files hold them (``_schema.normalized``).
+    ``schema``: the columns the tasks write, as the files hold them (``_schema.normalized``);
+    ``keys`` / ``op_column``: an upsert or changelog, committed by one merge per epoch.
     """
 
     uri: str
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     partition_by: tuple[str, ...] = ()
     schema: pa.Schema | None = None  # the written columns (partition columns included)
+    keys: tuple[str, ...] = ()  # upsert / changelog: merged on these columns
+    op_column: str | None = None  # changelog: the op column of the staged changes
+
+    @property
+    def label(self) -> str:
+        """Return the table's URI."""
+        return self.uri
 
     def file_schema(self) -> pa.Schema | None:
         """Return the schema of a data file: ``schema`` without the partition columns."""
@@ -301,10 +334,28 @@ class DeltaFormat(TableFormat):
                 return None  # the history is shorter than asked (or cleaned up): no summary
             limit *= 4
 
-    def writer(self, staging: Staging, record: VoteRecord, announce: Announce) -> DeltaWriter:
+    def writer(self, staging: Staging, record: VoteRecord, announce: Announce) -> FileWriter:
         """Return a task's writer of data files ``part-<partition>-<epoch>-<token>-NNNN.parquet``."""
         name = f"part-{record.partition:05d}-{record.epoch}-{record.token}"
-        return DeltaWriter(self, announce, name)
+        if not self.keys:
+            return DeltaWriter(self, announce, name)
+        import pyarrow as pa
+
+        rel = f"{STAGING_DIR}/{staging.app}/{record.epoch:020d}/{name}.parquet"
+        assert self.schema is not None  # noqa: S101 - set for every resource that writes
+        shipped = self.schema
+        if self.op_column is not None:
+            shipped = shipped.append(pa.field(self.op_column, pa.string()))
+        paths = (rel, staging.locate(rel))
+        return ChangeWriter(staging.fs, paths, announce, shipped, self.keys, self.op_column)
+
+    _merge = _merge_into
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """Return the ``columns`` of the table's newest version (delta-rs to Arrow)."""
+        import pyarrow as pa
+
+        return pa.table(self.table().to_pyarrow_table(columns=list(columns)))
 
     def damaged(self, staging: Staging, records: Iterable[VoteRecord]) -> list[int]:
         """Partitions with a data file missing or of another size than written."""
@@ -323,13 +374,22 @@ class DeltaFormat(TableFormat):
         from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
         now = int(time.time() * 1000)
-        adds: list[AddAction | RemoveAction] = [
-            AddAction(
-                f.path, f.size, dict(f.detail.get("partition", {})), now, True, f.detail["stats"]
-            )
-            for r in records
-            for f in r.files
-        ]
+        adds: list[AddAction | RemoveAction] = (
+            []
+            if self.keys
+            else [
+                AddAction(
+                    f.path,
+                    f.size,
+                    dict(f.detail.get("partition", {})),
+                    now,
+                    True,
+                    f.detail["stats"],
+                )
+                for r in records
+                for f in r.files
+            ]
+        )
         props = CommitProperties(
             custom_metadata=commit.metadata(),
             app_transactions=[Transaction(commit.app, commit.epoch)],
@@ -340,6 +400,11 @@ class DeltaFormat(TableFormat):
             done = table.transaction_version(commit.app)
             if done is not None and done >= commit.epoch:
                 return  # an earlier try landed after all: never commit an epoch twice
+            if self.keys and any(r.files for r in records):
+                self._merge(table, records, props)
+                if table.transaction_version(commit.app) == commit.epoch:
+                    return  # else the merge changed nothing and made no commit: record it below
+                table = self.table()
             table.create_write_transaction(
                 adds,
                 "append",
@@ -436,8 +501,16 @@ class DeltaDriver(TableDriver):
     def table_format(
         self, layout: TableLayout | None, partition_by: tuple[str, ...]
     ) -> TableFormat:
-        schema = None if layout is None else layout.schema
-        return DeltaFormat(self.cfg.table_uri, self.cfg.storage_options, partition_by, schema)
+        if layout is None:
+            return DeltaFormat(self.cfg.table_uri, self.cfg.storage_options, partition_by)
+        return DeltaFormat(
+            self.cfg.table_uri,
+            self.cfg.storage_options,
+            partition_by,
+            layout.schema,
+            layout.keys,
+            layout.op_column,
+        )
 
     def default_epoch_log(self) -> str:
         return self.cfg.epoch_log_path

@@ -83,6 +83,11 @@ class IcebergFormat(TableFormat):
         default_factory=dict, compare=False, repr=False
     )
 
+    @property
+    def label(self) -> str:
+        """Return the table's identifier in its catalog."""
+        return f"{self.catalog_name}:{self.identifier}"
+
     def catalog(self) -> Catalog:
         """Return the catalog from pyiceberg's configuration and ``catalog_properties`` (one per process)."""
         key = (self.catalog_name, tuple(sorted(self.catalog_properties.items())))
@@ -134,6 +139,10 @@ class IcebergFormat(TableFormat):
     def writer(self, staging: Staging, record: VoteRecord, announce: Announce) -> IcebergWriter:
         """Return a task's writer: pyiceberg's data files, then their manifest in the staging area."""
         return IcebergWriter(self, staging, record, announce)
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """Return the ``columns`` of the table's current snapshot (a pyiceberg scan)."""
+        return self.table().scan(selected_fields=tuple(columns)).to_arrow()
 
     def damaged(self, staging: Staging, records: Iterable[VoteRecord]) -> list[int]:
         """Partitions with a data file or manifest missing or of another size than written."""

@@ -12,7 +12,9 @@ Rules (the same for Delta Lake and Iceberg):
    reads a column absent from a file as null), so it must be nullable;
 4. ``order_by`` columns the table lacks only order the rows; they are not written.
 5. partition columns must be in the input, of a type that has a partition value: integers,
-   strings, dates, booleans.
+   strings, dates, booleans;
+6. upserts and changelogs: the key columns must be in the input; a changelog's op column
+   must be a string column of the input, and is not written.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ class TableLayout:
     schema: pa.Schema  # the written columns, normalized, in input order
     added: tuple[str, ...] = ()  # columns the table gains (evolve_schema)
     create: bool = False  # the table does not exist yet and is created (create_table)
+    keys: tuple[str, ...] = ()  # upsert / changelog: the key columns
+    op_column: str | None = None  # changelog: the op column (shipped, not written)
+
+    @property
+    def shipped(self) -> tuple[str, ...]:
+        """Return the columns the write tasks get: the written ones, then the op column."""
+        return (*self.schema.names, *((self.op_column,) if self.op_column else ()))
 
 
 def normalized(t: pa.DataType) -> pa.DataType:
@@ -69,6 +78,8 @@ def check_layout(
     partition_by: Sequence[str] = (),
     create_table: bool = False,
     evolve_schema: bool = False,
+    keys: Sequence[str] = (),
+    op_column: str | None = None,
 ) -> TableLayout:
     """Check the input's Arrow schema against the table's (None: no table); see the module.
 
@@ -84,7 +95,19 @@ def check_layout(
         raise InputSchemaError(msg)
     known = {} if table is None else {f.name: f for f in table}
     fields, added = [], []
+    if op_column is not None:
+        index = arrow.get_field_index(op_column)
+        if index < 0 or not (
+            pa.types.is_string(arrow.field(index).type)
+            or pa.types.is_large_string(arrow.field(index).type)
+        ):
+            msg = (
+                f"the changelog's op column {op_column!r} must be a string column of the DataFrame"
+            )
+            raise InputSchemaError(msg, column=op_column)
     for col in arrow:
+        if col.name == op_column:
+            continue  # rule 6
         if col.name in order_by and table is not None and col.name not in known:
             continue  # rule 4
         want = normalized(col.type)
@@ -123,4 +146,10 @@ def check_layout(
                 "integer, string, date or boolean column"
             )
             raise InputSchemaError(msg, column=name)
-    return TableLayout(schema, tuple(added), create=table is None)
+    for name in keys:  # rule 6
+        if schema.get_field_index(name) < 0:
+            msg = f"key column {name!r} is not in the DataFrame"
+            raise InputSchemaError(msg, column=name)
+    return TableLayout(
+        schema, tuple(added), create=table is None, keys=tuple(keys), op_column=op_column
+    )

@@ -11,7 +11,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from connectors._arrow_schema import arrow_schema
-from connectors.lakehouse._config import DeltaSinkConfig, IcebergSinkConfig, TableSinkOptions
+from connectors.lakehouse._config import (
+    CHANGELOG,
+    DeltaSinkConfig,
+    IcebergSinkConfig,
+    TableSinkOptions,
+)
 from connectors.lakehouse._schema import TableLayout, check_layout
 from connectors.lakehouse._table import TableDriver, TableResource
 from connectors.stage import InputSpec, SinkConnector, TransactionalSink
@@ -19,6 +24,7 @@ from txn import ConfigError, EpochLog, FileEpochLog
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 
@@ -62,10 +68,24 @@ class TableConnector(SinkConnector):
             partition_by=self._partition_by(found),
             create_table=self.cfg.create_table,
             evolve_schema=self.cfg.evolve_schema,
+            keys=self.cfg.key_columns,
+            op_column=self.cfg.op_column if self.cfg.write_mode == CHANGELOG else None,
         )
         return InputSpec(
-            columns=tuple(layout.schema.names), order_by=self.cfg.order_by, layout=layout
+            columns=layout.shipped,
+            route_by=layout.keys,
+            order_by=self.cfg.order_by,
+            layout=layout,
         )
+
+    def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
+        """Changelog input: drop ``update_before`` rows (the after-image carries the change)."""
+        layout: TableLayout = spec.layout
+        if layout.op_column is None:
+            return df
+        from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
+
+        return df.filter(~F.col(layout.op_column).eqNullSafe(F.lit("update_before")))
 
     def before_plan(self, spec: InputSpec) -> None:
         """``create_table`` / ``evolve_schema``: create the table or add the new columns."""

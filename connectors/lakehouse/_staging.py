@@ -191,9 +191,13 @@ class Staging:
 
     # -- deleting ---------------------------------------------------------------------
     def discard(self, record: VoteRecord, *, keep_files: bool = False) -> None:
-        """Delete ``record`` and (unless ``keep_files``) its data files; missing ones are fine."""
-        if not keep_files:
-            for staged in record.files:
+        """Delete ``record`` and its files (``keep_files``: not its table files); idempotent.
+
+        Files of the staging area itself (``detail["scratch"]``: an upsert's staged changes)
+        are deleted in any case: no table's log ever names them.
+        """
+        for staged in record.files:
+            if not keep_files or staged.detail.get("scratch"):
                 self._delete(self.locate(staged.path))
         self._delete(f"{self._epoch_dir(record.epoch)}/{record.name}")
 

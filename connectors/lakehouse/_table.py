@@ -108,6 +108,11 @@ class FileWriter(abc.ABC):
 class TableFormat(abc.ABC):
     """One table format (Delta Lake, Iceberg): picklable, shipped to the write tasks."""
 
+    @property
+    @abc.abstractmethod
+    def label(self) -> str:
+        """Return the table's name in messages and reports (no credentials)."""
+
     @abc.abstractmethod
     def staging(self, app: str) -> Staging:
         """Return the staging area of writer ``app`` beside the table."""
@@ -123,6 +128,10 @@ class TableFormat(abc.ABC):
         File names carry the record's token (unique per task attempt); a writer may keep
         files of its own in ``staging``'s directory of the record's epoch (deleted with it).
         """
+
+    @abc.abstractmethod
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """Return the ``columns`` of every row a reader of the table sees now."""
 
     @abc.abstractmethod
     def damaged(self, staging: Staging, records: Iterable[VoteRecord]) -> list[int]:

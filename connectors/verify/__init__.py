@@ -7,7 +7,9 @@ kept, no transaction left open, the epoch log agreeing with the markers, and no 
 field path or a function, for the id and for the ordering key). ``check_table`` checks a
 PostgreSQL table: every input record once (append) or the last change of every key
 (upsert, changelog), no prepared transaction of the sink left, the epoch log agreeing with
-the idempotency table.
+the idempotency table. ``check_lake_table`` checks a Delta Lake or Iceberg table a table sink
+wrote: every input record once, no vote record left in the staging area, the epoch log
+agreeing with the epochs the table records.
 
 Part of the product: the shipped ``eos verify`` (``connectors.ops``) runs it, and users call
 it from their own tests.
@@ -36,6 +38,7 @@ from connectors.verify._identity import (
     record_identity,
 )
 from connectors.verify._input import produce_input
+from connectors.verify._lake import check_lake_table
 from connectors.verify._records import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -84,6 +87,7 @@ __all__ = [
     "analyze_table",
     "check_epoch_log",
     "check_exactly_once",
+    "check_lake_table",
     "check_table",
     "end_offsets",
     "json_identity",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,13 +81,11 @@ class Table:
     def unnamed_files(self) -> set[str]:
         """Data files on storage that no commit of the table names (leftovers)."""
         if self.kind == "delta":
-            from deltalake import DeltaTable
-
             root = Path(self.uri)
-            table = DeltaTable(self.uri)
-            named = {
-                unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()
-            }
+            named = set()  # every file a commit ever added (a merge removes files, kept on disk)
+            for commit in sorted((root / "_delta_log").glob("*.json")):
+                actions = [json.loads(line) for line in commit.read_text().splitlines()]
+                named |= {unquote(a["add"]["path"]) for a in actions if "add" in a}
             skip = ("_delta_log", "_eos")
         else:
             table = self.iceberg()

@@ -179,3 +179,44 @@ def test_another_writer_between_epochs_and_a_second_sink_id(
     assert table.rows(*COLUMNS) == want
     assert_clean(table, first)
     assert_clean(table, second)
+
+
+@pytest.mark.parametrize("mode", ["upsert", "changelog"])
+def test_delta_upserts_and_changelogs_keep_the_last_change_of_each_key(
+    spark: Any, tmp_path: Path, mode: str, closing: Callable[[TransactionalSink], TransactionalSink]
+) -> None:
+    """One merge per epoch: the last change of each key (by ``seq``) wins, a changelog's
+    deletes remove their key, update_before rows are dropped; a replay is skipped."""
+    table = Table("delta", tmp_path)
+    extra = {"op_column": "op"} if mode == "changelog" else {}
+    sink = closing(
+        table.sink(
+            f"keyed-{mode}",
+            parallelism=PARALLELISM,
+            create_table=True,
+            write_mode=mode,
+            key_columns=["k"],
+            order_by=["seq"],
+            **extra,
+        )
+    )
+    want: dict[int, tuple[int, str]] = {}
+    for epoch in range(3):
+        # 40 changes of 10 keys per epoch; in a changelog every 7th change deletes its key.
+        seqs = range(epoch * 40, (epoch + 1) * 40)
+        changes = [(s % 10, s, "delete" if s % 7 == 6 else "update_after") for s in seqs]
+        rows = [(k, s, f"v{s}", op) for k, s, op in changes]
+        if mode == "changelog":
+            rows.append((3, epoch * 40 + 39, "before", "update_before"))  # dropped
+        df = spark.createDataFrame(rows, "k INT, seq LONG, v STRING, op STRING")
+        batch_df = df if mode == "changelog" else df.drop("op")
+        assert sink(batch_df, epoch).committed
+        for k, s, op in changes:
+            if mode == "changelog" and op == "delete":
+                want.pop(k, None)
+            else:
+                want[k] = (s, f"v{s}")
+        got = {k: (s, v) for (k, s, v) in table.rows("k", "seq", "v").elements()}
+        assert got == want, f"after epoch {epoch}"
+    assert sink(batch_df, 2).skipped
+    assert_clean(table, sink)

@@ -25,19 +25,27 @@ ROWS_PER_EPOCH = 12
 SCHEMA = pa.schema([("id", pa.int64()), ("epoch", pa.int64()), ("payload", pa.string())])
 
 
-def epoch_ids(epoch: int, shape: str = FULL) -> list[int]:
-    return [epoch * 1000 + i for i in range(epoch_size(epoch, shape, ROWS_PER_EPOCH))]
+def epoch_ids(epoch: int, shape: str = FULL, *, keyed: bool = False) -> list[int]:
+    """The ids of ``epoch``'s rows; keyed (an upsert): the same keys every epoch."""
+    base = 0 if keyed else epoch * 1000
+    return [base + i for i in range(epoch_size(epoch, shape, ROWS_PER_EPOCH))]
 
 
-def partition_rows(epoch: int, parallelism: int, partition: int, shape: str) -> pa.RecordBatch:
-    """Route by content, as the Spark stage does: a replay meets the same partition."""
-    ids = [i for i in epoch_ids(epoch, shape) if zlib.crc32(b"%d" % i) % parallelism == partition]
+def partition_rows(
+    epoch: int, parallelism: int, partition: int, shape: str, *, keyed: bool = False
+) -> pa.RecordBatch:
+    """Route by content (keyed: by key) as the Spark stage does: a replay meets the same partition."""
+    ids = [
+        i
+        for i in epoch_ids(epoch, shape, keyed=keyed)
+        if zlib.crc32(b"%d" % i) % parallelism == partition
+    ]
     return pa.record_batch(
         {
             "id": pa.array(ids, pa.int64()),
             "epoch": pa.array([epoch] * len(ids), pa.int64()),
             "payload": pa.array([f"row {i}" for i in ids]),
-            HASH_COLUMN: pa.array([zlib.crc32(b"%d" % i) for i in ids], pa.int64()),
+            HASH_COLUMN: pa.array([zlib.crc32(b"%d:%d" % (i, epoch)) for i in ids], pa.int64()),
         }
     )
 
@@ -48,6 +56,7 @@ class TableWorld(CrashWorld[ArrowPartition], abc.ABC):
 
     tmp_path: Path = field(kw_only=True)
     shape: str = field(default=FULL, kw_only=True)
+    keyed: bool = field(default=False, kw_only=True)  # an upsert on ``id``
 
     @abc.abstractmethod
     def table_format(self) -> TableFormat:
@@ -62,6 +71,10 @@ class TableWorld(CrashWorld[ArrowPartition], abc.ABC):
         """Data files on storage, and data files the table's log names (as paths)."""
 
     @abc.abstractmethod
+    def commits_of_sink(self) -> list[int]:
+        """The epochs of the table's commits made by the sink, oldest first."""
+
+    @abc.abstractmethod
     def staging_root(self) -> Path:
         """The directory holding ``_eos`` of the table."""
 
@@ -72,10 +85,14 @@ class TableWorld(CrashWorld[ArrowPartition], abc.ABC):
         return TableResource(self.table_format(), self.sink_id, "fp-1")
 
     def rows_for(self, plan: EpochPlan, partition: int) -> ArrowPartition:
-        return ArrowPartition([partition_rows(plan.epoch, plan.parallelism, partition, self.shape)])
+        rows = partition_rows(plan.epoch, plan.parallelism, partition, self.shape, keyed=self.keyed)
+        return ArrowPartition([rows])
 
     def check_atomic(self) -> str:
         """After a recovery every epoch is in the table entirely or not at all."""
+        if self.keyed:  # every key holds the same (the last committed) epoch
+            epochs = {e for _, e in self.table_ids()}
+            return f"keys of several epochs after recovery: {epochs}" if len(epochs) > 1 else ""
         per_epoch = Counter(e for _, e in self.table_ids())
         partial = {e: n for e, n in per_epoch.items() if n != len(epoch_ids(e, self.shape))}
         return f"partly committed epochs after recovery: {partial}" if partial else ""
@@ -88,7 +105,14 @@ class TableWorld(CrashWorld[ArrowPartition], abc.ABC):
         ids = self.table_ids()
         counts = Counter(i for i, _ in ids)
         assert not [i for i, c in counts.items() if c > 1], "duplicated rows"
-        assert sorted(counts) == [i for e in range(epochs) for i in epoch_ids(e, self.shape)]
+        if self.keyed:
+            last = max((e for e in range(epochs) if epoch_ids(e, self.shape)), default=None)
+            want = [(i, last) for i in epoch_ids(0, self.shape, keyed=True)]
+            assert sorted(ids) == want, (sorted(ids), want)
+        else:
+            want = [i for e in range(epochs) for i in epoch_ids(e, self.shape)]
+            assert sorted(counts) == want
+        assert self.commits_of_sink() == list(range(epochs)), "an epoch committed twice or not"
         on_disk, named = self.data_files()
         assert on_disk == named, f"files no commit names: {sorted(on_disk - named)}"
         assert self.staged_records() == [], "vote records left behind"

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from connectors.lakehouse import EpochCommit
 from connectors.lakehouse._iceberg import IcebergFormat
 from tests.lakehouse._world import SCHEMA, TableWorld, relative_files
 from txn import CommitMode
@@ -48,6 +49,15 @@ class IcebergWorld(TableWorld):
 
     def table_format(self) -> IcebergFormat:
         return IcebergFormat("test", "db.t", catalog_properties(self.tmp_path))
+
+    def commits_of_sink(self) -> list[int]:
+        table = self.table_format().table()
+        found = [
+            EpochCommit.parse(s.summary.additional_properties)
+            for s in table.snapshots()
+            if s.summary
+        ]
+        return [c.epoch for c in found if c is not None and c.app == self.sink_id]
 
     def table_ids(self) -> list[tuple[int, int]]:
         rows = self.table_format().table().scan(selected_fields=("id", "epoch")).to_arrow()

@@ -9,6 +9,8 @@ writes, and running it as a separate Spark application
 
 from connectors.demo.app._chunks import SCHEMA, SPARK_SCHEMA_DDL, chunk_input, write_chunks
 from connectors.demo.app._config import (
+    ICEBERG_TABLE,
+    LAKE_FORMATS,
     ORDER_COLUMNS,
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
@@ -22,6 +24,7 @@ from connectors.demo.app._config import (
     EpochLine,
     PipelineConfig,
     PipelineConfigError,
+    lake_catalog,
     member_ids,
 )
 from connectors.demo.app._pipeline import build_sink, input_stream, make_spark, run_query
@@ -37,6 +40,8 @@ from connectors.demo.app._tables import (
 
 __all__ = [
     "CHANGELOG_OP_SQL",
+    "ICEBERG_TABLE",
+    "LAKE_FORMATS",
     "ORDER_COLUMNS",
     "POSTGRES_PROTOCOLS",
     "POSTGRES_WRITE_MODES",
@@ -59,6 +64,7 @@ __all__ = [
     "changelog_op",
     "chunk_input",
     "create_table",
+    "lake_catalog",
     "make_spark",
     "member_ids",
     "record_op",

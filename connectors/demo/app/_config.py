@@ -24,7 +24,27 @@ SOURCES = (SOURCE_FILES, SOURCE_KAFKA)
 SINK_KAFKA = "kafka"
 SINK_POSTGRES = "postgres"
 SINK_BOTH = "kafka+postgres"
-SINKS = (SINK_KAFKA, SINK_POSTGRES, SINK_BOTH)
+SINK_DELTA = "delta"
+SINK_ICEBERG = "iceberg"
+SINK_KAFKA_DELTA = "kafka+delta"
+SINK_KAFKA_ICEBERG = "kafka+iceberg"
+SINKS = (
+    SINK_KAFKA,
+    SINK_POSTGRES,
+    SINK_BOTH,
+    SINK_DELTA,
+    SINK_ICEBERG,
+    SINK_KAFKA_DELTA,
+    SINK_KAFKA_ICEBERG,
+)
+# The table sinks' kinds (connectors.lakehouse) by sink, and the Iceberg table they write.
+LAKE_FORMATS = {
+    SINK_DELTA: SINK_DELTA,
+    SINK_KAFKA_DELTA: SINK_DELTA,
+    SINK_ICEBERG: SINK_ICEBERG,
+    SINK_KAFKA_ICEBERG: SINK_ICEBERG,
+}
+ICEBERG_TABLE = "eos.t"
 # Write modes and commit protocols of the PostgreSQL sink (``connectors.postgres.WriteMode``,
 # ``CommitProtocol``; spelled out here so a Kafka-only config needs no psycopg).
 POSTGRES_WRITE_MODES = ("append", "upsert", "changelog")
@@ -55,6 +75,10 @@ class PipelineConfig:
     ``postgres_create_table`` / ``postgres_evolve_schema`` its ``create_table`` /
     ``evolve_schema``; ``postgres_gained_columns``: Spark SQL expressions the table rows
     gain from batch ``postgres_gain_from_batch`` on, a stream that gains columns).
+    ``lake_path``: where the table sinks (``delta``, ``iceberg``, ``kafka+delta``,
+    ``kafka+iceberg``) write: the Delta table's directory, or the directory of an Iceberg
+    SQLite catalog and its warehouse (:func:`lake_catalog`, table :data:`ICEBERG_TABLE`);
+    the table is created from the stream.
     ``on_bad_record``: the policy of every sink of the query (``"fail"``, ``"dead-letter"``
     into its default dead-letter topic or table, or ``"skip"``; docs/bad-records.md).
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
@@ -103,6 +127,7 @@ class PipelineConfig:
     postgres_gain_from_batch: int = 0
     on_bad_record: str = "fail"
     client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
+    lake_path: str | None = None
     resume_from_output: bool = False
     changed_query: bool = False
 
@@ -115,6 +140,9 @@ class PipelineConfig:
         _one_of("on_bad_record", self.on_bad_record, BAD_RECORD_POLICIES)
         if self.writes_postgres and not (self.postgres_dsn and self.postgres_table):
             msg = f"sink={self.sink!r} needs postgres_dsn and postgres_table: where to write"
+            raise PipelineConfigError(msg)
+        if self.writes_lake and not self.lake_path:
+            msg = f"sink={self.sink!r} needs lake_path: where the table is"
             raise PipelineConfigError(msg)
         object.__setattr__(self, "postgres_gained_columns", tuple(self.postgres_gained_columns))
         if self.postgres_gained_columns and self.sink != SINK_POSTGRES:
@@ -133,7 +161,12 @@ class PipelineConfig:
     @property
     def writes_kafka(self) -> bool:
         """True when the query writes the output topic."""
-        return self.sink in (SINK_KAFKA, SINK_BOTH)
+        return self.sink in (SINK_KAFKA, SINK_BOTH, SINK_KAFKA_DELTA, SINK_KAFKA_ICEBERG)
+
+    @property
+    def writes_lake(self) -> bool:
+        """True when the query writes a Delta Lake or Iceberg table."""
+        return self.sink in LAKE_FORMATS
 
     @property
     def writes_postgres(self) -> bool:
@@ -161,9 +194,18 @@ def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise PipelineConfigError(msg)
 
 
-def member_ids(sink_id: str) -> tuple[str, str]:
-    """Return the sink ids of the Kafka and the PostgreSQL member of ``sink="kafka+postgres"``."""
-    return f"{sink_id}-kafka", f"{sink_id}-pg"
+def member_ids(sink_id: str, sink: str = SINK_BOTH) -> tuple[str, str]:
+    """Return the sink ids of the Kafka and the table member of a composite ``sink``."""
+    return f"{sink_id}-kafka", f"{sink_id}-pg" if sink == SINK_BOTH else f"{sink_id}-lake"
+
+
+def lake_catalog(lake_path: str) -> dict[str, str]:
+    """Return the properties of the Iceberg SQLite catalog under ``lake_path``."""
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{lake_path}/catalog.db",
+        "warehouse": f"file://{lake_path}/warehouse",
+    }
 
 
 @dataclass(frozen=True)

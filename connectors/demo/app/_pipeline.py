@@ -20,7 +20,11 @@ Three sinks (``PipelineConfig.sink``, built by :func:`build_sink`):
   :func:`create_table`); ``output_topic`` is not used;
 * ``"kafka+postgres"``: both in one epoch (``connectors.stage.CompositeSink``, sink id
   ``sink_id``; the members are ``{sink_id}-kafka`` and ``{sink_id}-pg``, see
-  :func:`member_ids`), each with ``parallelism`` write partitions.
+  :func:`member_ids`), each with ``parallelism`` write partitions;
+* ``"delta"`` / ``"iceberg"``: ``DeltaSink`` / ``IcebergSink`` into the table at
+  ``lake_path`` (the same rows as the PostgreSQL table; created from the stream), and
+  ``"kafka+delta"`` / ``"kafka+iceberg"``: the topic and that table in one epoch (members
+  ``{sink_id}-kafka`` and ``{sink_id}-lake``).
 
 Contract of :func:`run_query`:
 
@@ -54,14 +58,21 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
 from connectors.demo.app._config import (
+    ICEBERG_TABLE,
     KAFKA_PROJECTION,
+    LAKE_FORMATS,
     ORDER_COLUMNS,
     SINK_BOTH,
+    SINK_DELTA,
+    SINK_ICEBERG,
     SINK_KAFKA,
+    SINK_KAFKA_DELTA,
+    SINK_KAFKA_ICEBERG,
     SINK_POSTGRES,
     SOURCE_KAFKA,
     EpochLine,
     PipelineConfig,
+    lake_catalog,
     member_ids,
 )
 from connectors.demo.app._tables import table_rows
@@ -114,12 +125,19 @@ def build_sink(cfg: PipelineConfig) -> TransactionalSink:
         return _kafka_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
     if cfg.sink == SINK_POSTGRES:
         return _postgres_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
+    if cfg.sink in (SINK_DELTA, SINK_ICEBERG):
+        return _lake_sink(cfg, cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
     from connectors.stage import CompositeSink
 
-    kafka_id, pg_id = member_ids(cfg.sink_id)
+    kafka_id, table_id = member_ids(cfg.sink_id, cfg.sink)
+    table = (
+        _postgres_sink(cfg, table_id, guarantee=cfg.guarantee)
+        if cfg.sink == SINK_BOTH
+        else _lake_sink(cfg, table_id, guarantee=cfg.guarantee)
+    )
     members = (
         _kafka_sink(cfg, kafka_id, guarantee=cfg.guarantee),
-        (_postgres_sink(cfg, pg_id, guarantee=cfg.guarantee), _table_rows_of(cfg)),
+        (table, _table_rows_of(cfg)),
     )
     return CompositeSink(members, sink_id=cfg.sink_id, epoch_log=cfg.epoch_log, **stage)
 
@@ -173,8 +191,33 @@ def _faults(cfg: PipelineConfig) -> AbstractContextManager[object]:
     return inject_faults(FaultPlan(cfg.fault_plan))
 
 
+def _lake_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> TransactionalSink:
+    """Return the table sink of ``cfg.sink`` at ``lake_path`` (the table created from the stream)."""
+    from connectors.lakehouse import DeltaSink, IcebergSink
+
+    assert cfg.lake_path  # noqa: S101 - checked by the config
+    os.makedirs(cfg.lake_path, exist_ok=True)  # the SQLite catalog's directory
+    common: dict[str, Any] = {
+        "parallelism": cfg.parallelism,
+        "order_by": ORDER_COLUMNS,
+        "create_table": True,
+        **options,
+    }
+    if common.get("epoch_log") is None:
+        common["epoch_log"] = f"{cfg.lake_path}/{sink_id}.epochlog"
+    if LAKE_FORMATS[cfg.sink] == SINK_DELTA:
+        return DeltaSink(f"{cfg.lake_path}/delta", sink_id, **common)
+    return IcebergSink(
+        ICEBERG_TABLE,
+        sink_id,
+        catalog="eos",
+        catalog_properties=lake_catalog(cfg.lake_path),
+        **common,
+    )
+
+
 def _table_rows_of(cfg: PipelineConfig) -> Callable[[DataFrame], DataFrame]:
-    mode = cfg.postgres_write_mode
+    mode = cfg.postgres_write_mode if cfg.writes_postgres else "append"
 
     def select(df: DataFrame) -> DataFrame:
         return table_rows(df, mode)
@@ -231,9 +274,10 @@ def run_query(
     stops it gracefully).
     """
     sink = build_sink(cfg)
-    frame = _changed(cfg, _table_rows_of(cfg) if cfg.sink == SINK_POSTGRES else (lambda df: df))
-    # kafka+postgres: both members get every input row; count each row once.
-    members = 2 if cfg.sink == SINK_BOTH else 1
+    single_table = cfg.sink in (SINK_POSTGRES, SINK_DELTA, SINK_ICEBERG)
+    frame = _changed(cfg, _table_rows_of(cfg) if single_table else (lambda df: df))
+    # a composite: both members get every input row; count each row once.
+    members = 2 if cfg.sink in (SINK_BOTH, SINK_KAFKA_DELTA, SINK_KAFKA_ICEBERG) else 1
 
     def write(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
