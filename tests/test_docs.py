@@ -436,6 +436,8 @@ OPTION_TABLES = {
         "docs/writing-a-db-connector.md",
         "1. The configuration",
     ),
+    "connectors.lakehouse.DeltaSinkConfig": ("docs/delta-sink.md", "Options"),
+    "connectors.lakehouse.IcebergSinkConfig": ("docs/iceberg-sink.md", "Options"),
     "connectors.async_io.AsyncConfig": ("docs/async-io.md", "Options"),
     "connectors.async_io.RetryPolicy": ("docs/async-io.md", "Options"),
     "kafka-rc": ("docs/kafka-source.md", "Options"),
