@@ -21,6 +21,7 @@ BENCHMARKS = (
     "bench_async_io",
     "bench_postgres",
     "bench_pg_write",
+    "bench_lakehouse",
     "bench_cluster",
 )
 

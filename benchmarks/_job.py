@@ -352,6 +352,28 @@ class VariantWriters(Protocol):
         """Write micro-batch ``batch_id`` with ``variant``."""
 
 
+def table_frame(spark: Any, rows: int) -> Any:
+    """The job's streaming DataFrame of table rows: ``rows`` per micro-batch.
+
+    Columns ``(id bigint, name string, amount double, ts timestamp)``: the job of the table
+    benchmarks (PostgreSQL, Delta Lake, Iceberg).
+    """
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
+
+    raw = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows)
+        .option("numPartitions", INPUT_PARTITIONS)
+        .load()
+    )
+    return raw.select(
+        F.col("value").alias("id"),
+        F.concat(F.lit("name-"), F.col("value").cast("string")).alias("name"),
+        (F.col("value") * F.lit(0.001)).alias("amount"),
+        F.col("timestamp").alias("ts"),
+    )
+
+
 def run_interleaved(
     spark: Any,
     writers: VariantWriters,

@@ -53,7 +53,7 @@ from pyspark import cloudpickle
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from benchmarks._job import INPUT_PARTITIONS, EpochTime, paired, run_interleaved
+from benchmarks._job import EpochTime, paired, run_interleaved, table_frame
 from benchmarks._pg import server, statement_ms
 from benchmarks._plot import bar_plot
 from benchmarks._spark import MASTER, bench_session
@@ -73,24 +73,6 @@ DEFAULT_ROWS = 100_000
 BASELINE_CHUNK = 10_000
 TARGET_X_BASELINE = MIN_PG_X_EXECUTEMANY  # pg-2pc vs the hand-written writer (issue 23: kept)
 DDL = "(id bigint PRIMARY KEY, name text, amount double precision, ts timestamptz)"
-
-
-def table_frame(spark: Any, rows: int) -> Any:
-    """The job's streaming DataFrame: ``rows`` rows per micro-batch, the table's columns."""
-    from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
-
-    raw = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", rows)
-        .option("numPartitions", INPUT_PARTITIONS)
-        .load()
-    )
-    return raw.select(
-        F.col("value").alias("id"),
-        F.concat(F.lit("name-"), F.col("value").cast("string")).alias("name"),
-        (F.col("value") * F.lit(0.001)).alias("amount"),
-        F.col("timestamp").alias("ts"),
-    )
 
 
 def _baseline(dsn: str, table: str) -> Callable[[Any, int], None]:
