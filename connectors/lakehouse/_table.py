@@ -49,30 +49,41 @@ APP_KEY = "eos.app"
 EPOCH_KEY = "eos.epoch"
 ATTEMPT_KEY = "eos.attempt"
 PARTITIONS_KEY = "eos.partitions"  # JSON {partition: [rows, checksum]}
+INPUT_KEY = "eos.input"  # the epoch's input end offsets, startingOffsets JSON (if Kafka)
 
 Announce = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class EpochCommit:
-    """What the table's log records for one epoch of one sink (its commit metadata)."""
+    """What the table's log records for one epoch of one sink (its commit metadata).
+
+    ``input_end``: the epoch's input end offsets when its query reads Kafka, committed with
+    the data (docs/architecture.md, section 11; ``eos offsets`` compares them with the log).
+    """
 
     app: str
     epoch: int
     attempt: int
     summaries: Mapping[int, tuple[int, str]]  # partition -> (rows, checksum)
+    input_end: Mapping[tuple[str, int], int] | None = None
 
     def metadata(self) -> dict[str, str]:
         """Return the commit metadata (string values: both formats take them)."""
         import json
 
+        from txn._offsets import offsets_json
+
         parts = {str(p): list(s) for p, s in sorted(self.summaries.items())}
-        return {
+        meta = {
             APP_KEY: self.app,
             EPOCH_KEY: str(self.epoch),
             ATTEMPT_KEY: str(self.attempt),
             PARTITIONS_KEY: json.dumps(parts, separators=(",", ":")),
         }
+        if self.input_end is not None:
+            meta[INPUT_KEY] = json.dumps(offsets_json(self.input_end), separators=(",", ":"))
+        return meta
 
     @classmethod
     def parse(cls, meta: Mapping[str, object]) -> EpochCommit | None:
@@ -81,12 +92,18 @@ class EpochCommit:
 
         if APP_KEY not in meta or EPOCH_KEY not in meta:
             return None
+        from txn._offsets import parse_offsets_json
+
         parts = json.loads(str(meta.get(PARTITIONS_KEY, "{}")))
+        ends = meta.get(INPUT_KEY)
         return cls(
             app=str(meta[APP_KEY]),
             epoch=int(str(meta[EPOCH_KEY])),
             attempt=int(str(meta.get(ATTEMPT_KEY, "0"))),
             summaries={int(p): (int(s[0]), str(s[1])) for p, s in parts.items()},
+            input_end=None
+            if ends is None
+            else parse_offsets_json(json.loads(str(ends)), INPUT_KEY),
         )
 
 
@@ -209,7 +226,8 @@ class TableResource(Resource[ArrowPartition]):
             )
             raise PreparedWorkLostError(msg, partition=partition)
         summaries = {p: (r.rows, r.checksum) for p, r in chosen.items()}
-        commit = EpochCommit(self.app, plan.epoch, plan.attempt, summaries)
+        ends = None if plan.input is None else plan.input.end_map()
+        commit = EpochCommit(self.app, plan.epoch, plan.attempt, summaries, ends)
         tokens = frozenset(r.token for r in chosen.values())
         staging.put_intent(plan.epoch, plan.attempt, sorted(tokens))
         self.fmt.commit(commit, [chosen[p] for p in sorted(chosen)])

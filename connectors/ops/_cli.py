@@ -16,6 +16,7 @@ from rich.table import Table
 from connectors.kafka import ClientConfigError, KafkaAuthenticationError, PreflightError
 from connectors.kafka._clients import Cluster
 from connectors.kafka._connect import connect_admin
+from connectors.lakehouse import LakehouseError
 from connectors.ops import _parser, _postgres
 from connectors.ops._commands import COMMANDS
 from connectors.ops._errors import UnknownSinkError, UnreadableLogError, UsageError
@@ -38,7 +39,7 @@ _ERROR_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((UsageError, IdentityOptionError, RecordFormatError, KafkaAuthenticationError), USAGE),
     ((UnknownSinkError,), UNAVAILABLE),
     ((UnreadableLogError,), REFUSED),
-    ((PreflightError, EpochLogError, VerifyError, KafkaException), UNAVAILABLE),
+    ((PreflightError, EpochLogError, VerifyError, KafkaException, LakehouseError), UNAVAILABLE),
     ((TxnError,), REFUSED),
 )
 # A coordinator holds the log (a running sink): the command never acts beside it.

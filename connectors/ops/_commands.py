@@ -17,6 +17,7 @@ from typing import Any
 from connectors.kafka._clients import Cluster
 from connectors.ops import _kafka, _parser
 from connectors.ops._errors import UnknownSinkError, UsageError
+from connectors.ops._lakehouse import LakeCheck, verify_lake
 from connectors.ops._offsets import offsets as offsets_of
 from connectors.ops._postgres import TableCheck, verify_table
 from connectors.ops._preflight import SinkPlan, preflight
@@ -28,7 +29,14 @@ from connectors.ops._result import (
     history_view,
     in_doubt_problems,
 )
-from connectors.ops._target import LogRef, Target, postgres_admin, sink_target, verify_log
+from connectors.ops._target import (
+    LogRef,
+    Target,
+    lake_admin,
+    postgres_admin,
+    sink_target,
+    verify_log,
+)
 from connectors.stage import start_over_offset
 from connectors.verify import HistoryLike, IdentityOptionError, load_callable, member_history
 from txn import EpochHistory, EpochLogError, IllegalTransitionError, QueryBinding
@@ -190,9 +198,9 @@ def _checked_history(args: argparse.Namespace, log: LogRef | None) -> HistoryLik
 
 
 def verify(args: argparse.Namespace, cluster: Cluster | None) -> Result:
-    """``eos verify``: the checker of the output's kind (a topic, or a table)."""
+    """``eos verify``: the checker of the output's kind (a topic, a PostgreSQL or a lake table)."""
     assert cluster is not None  # noqa: S101 - verify reads its input topic: _cli requires one
-    if args.table is None:
+    if args.output_topic is not None:
         if (args.composite_id is None) != (args.members is None) or (
             args.composite_id is not None and args.sink_id is None
         ):
@@ -210,10 +218,27 @@ def verify(args: argparse.Namespace, cluster: Cluster | None) -> Result:
             )
         )
     if (args.composite_id is None) != (args.members is None) or args.sink_id is None:
-        msg = "verify --table needs the sink's --sink-id (and --composite-id with --members)"
+        msg = (
+            "verify --table / --delta / --iceberg needs the sink's --sink-id (and "
+            "--composite-id with --members)"
+        )
         raise UsageError(msg)
     history = _checked_history(args, verify_log(args, cluster))
     assert history is not None  # noqa: S101 - --sink-id is given: there is a log
+    if args.table is None:
+        return verify_lake(
+            LakeCheck(
+                table=lake_admin(args).table,
+                bootstrap=cluster.bootstrap_servers,
+                client_config=cluster.config,
+                history=history,
+                input_topic=args.input_topic,
+                identity=_parser.identity(args),
+                id_column=args.id_column,
+                key_column=args.key_column,
+                sink_id=args.sink_id,
+            )
+        )
     return verify_table(
         TableCheck(
             admin=postgres_admin(args),

@@ -63,13 +63,14 @@ def build() -> argparse.ArgumentParser:
         s.add_argument("sink_id")
         _log_options(s)
         _database_options(s)
+        _lake_options(s, s)
         s.add_argument(
             "--member",
             action="append",
             default=[],
             metavar="KIND:SINK_ID",
-            help="SINK_ID is a CompositeSink; one per member, in order, KIND kafka or postgres "
-            "(e.g. --member kafka:orders-k --member postgres:orders-p)",
+            help="SINK_ID is a CompositeSink; one per member, in order, KIND kafka, postgres, "
+            "delta or iceberg (e.g. --member kafka:orders-k --member postgres:orders-p)",
         )
         return s
 
@@ -157,11 +158,37 @@ def _database_options(s: argparse.ArgumentParser) -> None:
     )
 
 
+def _lake_options(s: argparse.ArgumentParser, tables: Any) -> None:
+    """Add where a table sink's table is (``tables``: the parser or a group to put them in)."""
+    tables.add_argument("--delta", metavar="URI", help="a DeltaSink's table (path or URI)")
+    tables.add_argument(
+        "--iceberg",
+        metavar="TABLE",
+        help="an IcebergSink's table, namespace.table, in --catalog",
+    )
+    s.add_argument(
+        "--catalog",
+        default="default",
+        help="the Iceberg catalog's name in pyiceberg's configuration (.pyiceberg.yaml, "
+        "PYICEBERG_CATALOG__* variables; default: %(default)s)",
+    )
+    s.add_argument(
+        "--catalog-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property of that catalog on top of pyiceberg's configuration (the sink's "
+        "catalog_properties, e.g. uri=sqlite:///cat.db); keep credentials in pyiceberg's "
+        "configuration, not on the command line",
+    )
+
+
 def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--input-topic", required=True)
     output = s.add_mutually_exclusive_group(required=True)
     output.add_argument("--output-topic")
     output.add_argument("--table", help="the table a PostgresSink wrote (with --dsn)")
+    _lake_options(s, output)
     s.add_argument("--sink-id", help="also check the sink's epoch log against its markers")
     s.add_argument(
         "--composite-id",

@@ -4,7 +4,7 @@ A :class:`Target` is a sink's epoch log (:class:`LogRef`: a Kafka epoch log topi
 ``FileEpochLog`` file, a PostgreSQL epoch log table) and its :class:`Side` s: the sink
 itself, or a ``CompositeSink``'s members (``--member KIND:SINK_ID``), each under its own
 id and served by its connector's admin interface (:class:`SinkAdmin`: ``_kafka``,
-``_postgres``).
+``_postgres``, ``_lakehouse``).
 
 Where a command reads the epoch log (the first rule that applies):
 
@@ -13,13 +13,16 @@ Where a command reads the epoch log (the first rule that applies):
 3. ``verify``: the log of its output's kind (``--output-topic``: Kafka; ``--table``: the
    table's database); a sink command with ``--member``: the log of the first member's
    kind, as the composite's default;
-4. ``--dsn`` given: the sink's epoch log table in its control schema;
+4. ``--dsn`` given: the sink's epoch log table in its control schema; ``--delta`` /
+   ``--iceberg`` given: the table sink's log file (``--epoch-log``, or for a local Delta
+   table ``<table>/_eos/<sink_id>.epochlog``);
 5. ``$POSTGRES_DSN`` set and no ``--bootstrap-servers`` (nor ``$KAFKA_BOOTSTRAP_SERVERS``):
    the epoch log table there;
 6. otherwise the Kafka epoch log.
 
-A sink command's single side is a PostgreSQL sink when a DSN chose it (rules 4 and 5, or
-``--dsn`` beside ``--epoch-log``), else a Kafka sink.
+A sink command's single side is a table sink when ``--delta`` or ``--iceberg`` names its
+table, a PostgreSQL sink when a DSN chose it (rules 4 and 5, or ``--dsn`` beside
+``--epoch-log``), else a Kafka sink.
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from connectors.kafka._clients import Cluster
+from connectors.ops import _lakehouse
 from connectors.ops._errors import UsageError
 from connectors.ops._kafka import KafkaAdmin, KafkaLog
+from connectors.ops._lakehouse import DELTA, ICEBERG, LakeAdmin, LakeLog
 from connectors.ops._postgres import DSN_ENV, PostgresAdmin, PostgresLog, describe_dsn
 from txn import EpochHistory, EpochLog
 
 KAFKA, POSTGRES, FILE = "kafka", "postgres", "file"
-KINDS = (KAFKA, POSTGRES)
+KINDS = (KAFKA, POSTGRES, DELTA, ICEBERG)
+LAKE = (DELTA, ICEBERG)
 # The commands on one sink's state (its epoch log, markers and open work).
 SINK_COMMANDS = ("status", "abort-lingering", "reset", "offsets")
 
@@ -100,6 +106,15 @@ class Target:
     composite: bool
 
 
+def single_kind(args: argparse.Namespace) -> str:
+    """Return the kind of a sink command's single side (the module docstring's end)."""
+    if getattr(args, "delta", None):
+        return DELTA
+    if getattr(args, "iceberg", None):
+        return ICEBERG
+    return POSTGRES if dsn_chosen(args) else KAFKA
+
+
 def dsn_chosen(args: argparse.Namespace) -> bool:
     """Whether a DSN names the sink's database (rules 4 and 5 of the module docstring)."""
     return bool(args.dsn) or (not args.bootstrap_servers and bool(os.environ.get(DSN_ENV)))
@@ -110,16 +125,16 @@ def _members(args: argparse.Namespace) -> list[tuple[str, str]]:
     for text in getattr(args, "member", []):
         kind, _, sink_id = text.partition(":")
         if kind not in KINDS or not sink_id:
-            msg = f"--member takes KIND:SINK_ID with KIND kafka or postgres, got {text!r}"
+            msg = f"--member takes KIND:SINK_ID with KIND one of {', '.join(KINDS)}, got {text!r}"
             raise UsageError(msg)
         members.append((kind, sink_id))
     return members
 
 
 def _log_kind(args: argparse.Namespace, default: str) -> str:
-    """Rules 1-3 of the module docstring, then ``default``."""
+    """Rules 1-3 of the module docstring, then ``default`` (a table sink's log is a file)."""
     if args.epoch_log is not None:
-        return FILE
+        return default if default in LAKE else FILE
     if args.epoch_log_topic_given:
         return KAFKA
     return default
@@ -132,7 +147,7 @@ def needs_kafka(args: argparse.Namespace) -> bool:
     """
     if args.command not in SINK_COMMANDS:
         return True  # preflight, and verify (it reads its input topic)
-    kinds = [m.partition(":")[0] for m in args.member] or [POSTGRES if dsn_chosen(args) else KAFKA]
+    kinds = [m.partition(":")[0] for m in args.member] or [single_kind(args)]
     topics = args.command == "status" and bool(args.topic)
     return KAFKA in kinds or _log_kind(args, kinds[0]) == KAFKA or topics
 
@@ -169,13 +184,25 @@ class _Admins:
         admin: PostgresAdmin = self._made[POSTGRES]
         return admin
 
+    def lake(self, kind: str) -> LakeAdmin:
+        location = self.args.delta if kind == DELTA else self.args.iceberg
+        table = _lakehouse.lake_table(kind, location, self.args.catalog, self.args.catalog_property)
+        return LakeAdmin(table, kind)
+
     def of(self, kind: str, sink_id: str) -> SinkAdmin:
         if kind == KAFKA:
             return self.kafka(f"Kafka sink {sink_id!r}")
+        if kind in LAKE:
+            return self.lake(kind)
         return self.postgres()
 
     def log(self, kind: str, sink_id: str) -> LogRef:
         """Return the log of ``kind`` under ``sink_id`` (a file log settles by Kafka markers)."""
+        if kind in LAKE:
+            path = self.args.epoch_log
+            if path is None:
+                path = _lakehouse.default_log(kind, self.lake(kind).table, sink_id)
+            return LakeLog(sink_id, path)
         if kind == POSTGRES:
             return PostgresLog(self.postgres(), sink_id)
         if kind == FILE and self.cluster is None:
@@ -188,7 +215,7 @@ def sink_target(args: argparse.Namespace, cluster: Cluster | None) -> Target:
     """Return the log and the sides of a sink command (the rules of the module docstring)."""
     admins = _Admins(args, cluster)
     members = _members(args)
-    single = POSTGRES if dsn_chosen(args) else KAFKA
+    single = single_kind(args)
     kind = _log_kind(args, members[0][0] if members else single)
     sides = tuple(Side(admins.of(k, s), s) for k, s in members or [(single, args.sink_id)])
     return Target(admins.log(kind, args.sink_id), sides, bool(members))
@@ -199,7 +226,14 @@ def verify_log(args: argparse.Namespace, cluster: Cluster | None) -> LogRef | No
     if args.sink_id is None:
         return None
     output = POSTGRES if args.table is not None else KAFKA
+    if args.delta or args.iceberg:
+        output = DELTA if args.delta else ICEBERG
     return _Admins(args, cluster).log(_log_kind(args, output), args.composite_id or args.sink_id)
+
+
+def lake_admin(args: argparse.Namespace) -> LakeAdmin:
+    """Return the admin of ``verify``'s ``--delta`` / ``--iceberg`` table."""
+    return _Admins(args, None).lake(DELTA if args.delta else ICEBERG)
 
 
 def postgres_admin(args: argparse.Namespace) -> PostgresAdmin:

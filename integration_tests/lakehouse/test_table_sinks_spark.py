@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from connectors.stage import InputSchemaError, TransactionalSink
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.lakehouse._tables import FORMATS, Table
 from txn import EpochState
 
@@ -140,13 +140,10 @@ def test_a_python_worker_killed_mid_write(
     plan = tmp_path / "faults.json"
     fault = {"id": "k", "step": "mid_write", "epoch": 1, "partition": 1, "action": "kill"}
     plan.write_text(json.dumps([{**fault, "after_rows": 100, "times": 1}]))
-    sink = closing(
-        table.sink(
-            "killed", parallelism=PARALLELISM, create_table=True, fault_plan=FaultPlan(str(plan))
-        )
-    )
-    assert sink(batch(spark, 0, 1000), 0).committed
-    assert sink(batch(spark, 1000, 1000), 1).committed
+    sink = closing(table.sink("killed", parallelism=PARALLELISM, create_table=True))
+    with inject_faults(FaultPlan(str(plan))):
+        assert sink(batch(spark, 0, 1000), 0).committed
+        assert sink(batch(spark, 1000, 1000), 1).committed
     assert FaultPlan(str(plan)).has_fired("k"), "the worker was never killed: proves nothing"
     assert table.rows(*COLUMNS) == expected(0, 2000)
     assert_clean(table, sink)
@@ -219,4 +216,18 @@ def test_delta_upserts_and_changelogs_keep_the_last_change_of_each_key(
         got = {k: (s, v) for (k, s, v) in table.rows("k", "seq", "v").elements()}
         assert got == want, f"after epoch {epoch}"
     assert sink(batch_df, 2).skipped
+    assert_clean(table, sink)
+
+
+def test_appends_without_the_routing_exchange(
+    spark: Any, table: Table, closing: Callable[[TransactionalSink], TransactionalSink]
+) -> None:
+    """``keep_partitioning=True``: one write task per input partition, no shuffle; an append
+    epoch commits whole, so the replay of a committed batch is skipped and nothing doubles."""
+    sink = closing(table.sink("kept", keep_partitioning=True, create_table=True))
+    first = sink(batch(spark, 0, 900), 0)
+    assert first.committed and len(first.reports) == 3  # batch() has 3 input partitions
+    assert sink(batch(spark, 900, 100), 1).committed
+    assert sink(batch(spark, 900, 100), 1).skipped
+    assert table.rows(*COLUMNS) == expected(0, 1000)
     assert_clean(table, sink)

@@ -18,7 +18,7 @@ import pytest
 
 from connectors.kafka import KafkaSink
 from connectors.stage import CompositeSink
-from connectors.testing import FaultPlan
+from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
 from integration_tests.lakehouse._tables import FORMATS, Table
 from txn import CommitMode, PartitionOutcome
@@ -119,11 +119,12 @@ def test_a_driver_dying_after_the_topic_committed_leaves_the_table_behind(
     plan = tmp_path / "faults.json"
     fault = {"id": "d", "step": "driver_before_complete", "epoch": 1, "action": "raise"}
     plan.write_text(json.dumps([{**fault, "times": 1}]))
-    sink = world.sink(fault_plan=FaultPlan(str(plan)))
+    sink = world.sink()
     try:
-        assert sink(batch(world.spark, 0), 0).committed
-        with pytest.raises(Exception, match="injected fault"):
-            sink(batch(world.spark, 1), 1)  # the topic committed, the table prepared; no decision
+        with inject_faults(FaultPlan(str(plan))):
+            assert sink(batch(world.spark, 0), 0).committed
+            with pytest.raises(Exception, match="injected fault"):
+                sink(batch(world.spark, 1), 1)  # topic committed, table prepared; no decision
         world.check_table_never_ahead()
         assert world.table_epochs()[1] == 0 and world.topic_epochs()[1] == ROWS
     finally:

@@ -98,6 +98,8 @@ def test_what_crosses_a_process_boundary_pickles() -> None:
 def test_the_commit_metadata_round_trips() -> None:
     commit = EpochCommit("s", 7, 2, {0: (3, "u01"), 1: (0, "u00")})
     assert EpochCommit.parse(commit.metadata()) == commit
+    with_input = EpochCommit("s", 7, 2, {}, {("in", 0): 40, ("in", 1): 7})
+    assert EpochCommit.parse(with_input.metadata()) == with_input
     assert EpochCommit.parse({"operation": "WRITE"}) is None
 
 

@@ -120,3 +120,33 @@ def test_verify_reads_the_log_of_its_output_s_kind() -> None:
     table = verify_log(parse(*base, "--members", "2", "--table", "t", "--dsn", DSN), CLUSTER)
     assert isinstance(table, PostgresLog) and table.sink_id == "c"
     assert verify_log(parse("verify", "--input-topic", "i", "--output-topic", "o"), CLUSTER) is None
+
+
+def test_a_table_sink_reads_its_log_file_and_shows_its_table() -> None:
+    from connectors.ops._lakehouse import LakeAdmin, LakeLog
+
+    delta = sink_target(parse("status", "s1", "--delta", "/data/t"), None)
+    assert isinstance(delta.log, LakeLog) and delta.log.path == "/data/t/_eos/s1.epochlog"
+    [side] = delta.sides
+    assert isinstance(side.admin, LakeAdmin) and side.admin.kind == "delta"
+    assert not needs_kafka(parse("status", "s1", "--delta", "/data/t"))
+    given = sink_target(parse("status", "s1", "--delta", "/data/t", "--epoch-log", "/l"), None)
+    assert isinstance(given.log, LakeLog) and given.log.path == "/l"  # its own file log
+    iceberg = ("status", "s1", "--iceberg", "db.t", "--catalog-property", "uri=sqlite:///c.db")
+    with pytest.raises(UsageError, match="--epoch-log"):  # only a local Delta table has one
+        sink_target(parse(*iceberg), None)
+    target = sink_target(parse(*iceberg, "--epoch-log", "/l"), None)
+    assert target.sides[0].admin.kind == "iceberg"
+    with pytest.raises(UsageError, match="KEY=VALUE"):
+        sink_target(parse("status", "s1", "--iceberg", "db.t", "--catalog-property", "x"), None)
+    mixed = ("status", "c", "--member", "kafka:c-k", "--member", "delta:c-d", "--delta", "/t")
+    composite = sink_target(parse(*mixed), CLUSTER)
+    assert isinstance(composite.log, KafkaLog)  # the first member's kind
+    assert [(s.admin.kind, s.sink_id) for s in composite.sides] == [
+        ("kafka", "c-k"),
+        ("delta", "c-d"),
+    ]
+    lake_log = verify_log(
+        parse("verify", "--input-topic", "i", "--delta", "/t", "--sink-id", "s1"), None
+    )
+    assert isinstance(lake_log, LakeLog) and lake_log.path == "/t/_eos/s1.epochlog"
