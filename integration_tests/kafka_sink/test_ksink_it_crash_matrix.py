@@ -2,8 +2,8 @@
 
 Every commit-in-task case of the txn crash matrix (``txn.testing.crash_params``:
 coordinator, vote and task crashes at every protocol step, both commit modes), once per
-producer strategy (``"reference"``: a new producer per task; ``"pooled"``: producers kept
-across epochs by the worker, under the reuse rules). Each case crashes during epoch 1 of 3,
+producer strategy (the ``producer_strategy`` fixture; ``"reference"``: a new producer per
+task; ``"pooled"``: producers kept across epochs by the worker, under the reuse rules). Each case crashes during epoch 1 of 3,
 restarts the driver (new epoch log handle, new resource, new back channel, ``recover()``)
 and replays; then every row is in the output topic exactly once (read_committed), no
 transaction of the sink is left open, every partition's marker and the epoch log say
@@ -22,8 +22,6 @@ from connectors.kafka._sink import _pool
 from integration_tests.kafka_sink._world import KafkaWorld
 from txn import CommitMode, TaskStep
 from txn.testing import EMPTY, FULL, KAFKA_LIKE, Crash, crash_params, run_crash_case
-
-STRATEGIES = ("reference", "pooled")
 
 
 @pytest.fixture(autouse=True)
@@ -46,35 +44,36 @@ def world_of(kafka_bootstrap: str, new_topic: Callable[..., str]) -> Callable[..
     return make
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize(("kind", "mode", "crash"), crash_params((KAFKA_LIKE,)))
 def test_crash_recover_replay_is_exactly_once(
-    world_of: Callable[..., KafkaWorld], kind: str, mode: CommitMode, crash: Crash, strategy: str
+    world_of: Callable[..., KafkaWorld],
+    kind: str,
+    mode: CommitMode,
+    crash: Crash,
+    producer_strategy: str,
 ) -> None:
-    run_crash_case(world_of(strategy, mode=mode), crash)
+    run_crash_case(world_of(producer_strategy, mode=mode), crash)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_an_empty_epoch_crashed_after_its_pre_commit_is_exactly_once(
-    world_of: Callable[..., KafkaWorld], strategy: str
+    world_of: Callable[..., KafkaWorld], producer_strategy: str
 ) -> None:
     # EMPTY: every odd epoch holds no row, so each partition pre-commits an empty
     # transaction with its marker; the crash hits every partition of epoch 1 there.
-    world = world_of(strategy, shape=EMPTY)
+    world = world_of(producer_strategy, shape=EMPTY)
     run_crash_case(world, Crash("task", TaskStep.PRE_COMMITTED, after=3))
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_steady_epochs_set_up_clients_only_under_the_reference_strategy(
-    world_of: Callable[..., KafkaWorld], strategy: str
+    world_of: Callable[..., KafkaWorld], producer_strategy: str
 ) -> None:
     # What the strategies are for, without crashes: the reference strategy sets up one
     # producer per task and epoch; the pooled one none once its producers are known.
-    world = world_of(strategy, shape=FULL)
+    world = world_of(producer_strategy, shape=FULL)
     world.run_epochs(4)
     world.check_exactly_once(4)
     world.close()
-    if strategy == "reference":
+    if producer_strategy == "reference":
         assert world.client_setups == [world.parallelism] * 4
     else:
         assert world.client_setups[0] == world.parallelism  # nothing kept yet
