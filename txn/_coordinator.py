@@ -83,7 +83,7 @@ class Coordinator(Generic[Rows]):
     def recover(self) -> RecoveryReport:
         """Resolve in-doubt epochs after a (re)start; call before the first epoch.
 
-        The steps of docs/architecture.md, section 2, "Driver side: Coordinator.recover()"
+        The steps of docs/architecture.md, section 2, "Driver side: `Coordinator.recover()`"
         (each epoch in doubt by the kinds of its partitions, then the lingering work).
         """
         history = self._log.load()
