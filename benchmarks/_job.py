@@ -63,12 +63,16 @@ VARIANTS = (
     "arrow-drop",
     "arrow-produce",
 )
-OPTIONAL_VARIANTS = ("eos-keep",)
+REFERENCE_VARIANTS = ("eos-aligned-ref", "eos-unaligned-ref")
+OPTIONAL_VARIANTS = ("eos-keep", *REFERENCE_VARIANTS)
 """Run only when named in ``--variants``: ``eos-keep`` is exactly-once unaligned with
 ``keep_partitioning=True`` (no routing exchange: one write task per input partition, each
-writing every Kafka partition), what the sink costs without the exchange."""
+writing every Kafka partition), what the sink costs without the exchange;
+``eos-aligned-ref`` and ``eos-unaligned-ref`` are the exactly-once modes with
+``producer_strategy="reference"`` (a new producer per write task), what the pooled
+strategy saves."""
 ALL_VARIANTS = (*VARIANTS, *OPTIONAL_VARIANTS)
-SINK_VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink", "eos-keep")
+SINK_VARIANTS = ("eos-aligned", "eos-unaligned", "alo-sink", "eos-keep", *REFERENCE_VARIANTS)
 KAFKA_VARIANTS = (*SINK_VARIANTS, "baseline", "arrow-produce")
 INPUT_PARTITIONS = 4
 OUTPUT_PARTITIONS = 4
@@ -251,12 +255,14 @@ class Writers:
         self._admin: Any = AdminClient({"bootstrap.servers": bootstrap})
         for variant in variants:
             if variant in SINK_VARIANTS:
+                unaligned = variant in ("eos-unaligned", "eos-keep", "eos-unaligned-ref")
                 self.add_sink(
                     variant,
                     guarantee="at-least-once" if variant == "alo-sink" else "exactly-once",
-                    mode="unaligned" if variant in ("eos-unaligned", "eos-keep") else "aligned",
+                    mode="unaligned" if unaligned else "aligned",
                     vote_channel=vote_channel,
                     keep_partitioning=variant == "eos-keep",
+                    producer_strategy="reference" if variant in REFERENCE_VARIANTS else "pooled",
                 )
             elif variant == "baseline":
                 self._write[variant] = _baseline(bootstrap, self._new_topic(variant))
@@ -289,6 +295,7 @@ class Writers:
         vote_channel: str = DEFAULT_VOTE_CHANNEL,
         parallelism: int = WRITE_TASKS,
         keep_partitioning: bool = False,
+        producer_strategy: str = "pooled",
     ) -> Any:
         """Add a KafkaSink variant ``name`` with its own topic and sink id; return the sink.
 
@@ -307,6 +314,7 @@ class Writers:
             parallelism=None if keep_partitioning else parallelism,
             keep_partitioning=keep_partitioning,
             vote_channel=vote_channel,
+            producer_strategy=producer_strategy,
         )
         self._sinks.append(sink)
         self._write[name] = sink

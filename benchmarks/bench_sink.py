@@ -14,7 +14,9 @@ Rows), ``noop`` (Spark's noop writer: the job without Kafka), ``rows-drop`` (Row
 to Python and dropped) and ``arrow-drop`` (``mapInArrow`` batches shipped to Python and
 dropped: the ceiling of any Python sink on Spark, the path the sink's write stage uses).
 On request (``--variants ...,eos-keep``): ``eos-keep``, exactly-once unaligned with
-``keep_partitioning=True`` (no routing exchange), with no target line of its own.
+``keep_partitioning=True`` (no routing exchange), and ``eos-aligned-ref``,
+``eos-unaligned-ref``, the exactly-once modes with ``producer_strategy="reference"`` (a new
+producer per write task), each with no target line of its own.
 
 Interleaving epoch by epoch makes load changes on the shared machine hit every variant
 alike, so the report is about ratios: for each variant the median over epochs of the paired
@@ -64,6 +66,7 @@ from benchmarks import _requests
 from benchmarks._job import (
     ALL_VARIANTS,
     KAFKA_VARIANTS,
+    REFERENCE_VARIANTS,
     WRITE_TASKS,
     EpochTime,
     Writers,
@@ -97,6 +100,8 @@ DEFAULT_ROWS = (10_000, 200_000)
 QUICK_ROWS = (10_000, 50_000)
 COMMAND = "python -m benchmarks.bench_sink"
 EOS = ("eos-aligned", "eos-unaligned")
+# Exactly-once variants whose added time over the at-least-once sink is shown (no targets).
+EOS_SHOWN = (*EOS, *REFERENCE_VARIANTS)
 DRIVER = "driver"
 TASKS = "tasks"
 
@@ -165,7 +170,7 @@ def summarize(
                     paired(sized, variant, "baseline", "ratio"),
                     paired(sized, variant, "alo-sink", "ratio"),
                     paired(sized, variant, "noop", "ratio"),
-                    paired(sized, variant, "alo-sink", "diff") if variant in EOS else None,
+                    paired(sized, variant, "alo-sink", "diff") if variant in EOS_SHOWN else None,
                     _requests_per_epoch(per_epoch) if per_epoch else {},
                     _median_ms(t.cpu_s for t in mine),
                     _median_ms(t.broker_cpu_s for t in mine),
@@ -178,7 +183,7 @@ def summarize(
                         else None
                     ),
                     median_or_none(round_trips(reqs) for reqs in per_epoch)
-                    if per_epoch and variant in EOS
+                    if per_epoch and variant in EOS_SHOWN
                     else None,
                 )
             )
@@ -278,7 +283,7 @@ def plot(summaries: Sequence[Summary], path: Path, subtitle: str) -> Path:
             ("throughput / arrow-drop (median paired ratio)", groups, ratio, MIN_X_ARROW_DROP)
         )
     if "alo-sink" in present:
-        alo = {v: values(v, "x_alo") for v in present if v in EOS}
+        alo = {v: values(v, "x_alo") for v in present if v in EOS_SHOWN}
         if alo:
             panels.append(("throughput / the sink's at-least-once", groups, alo, MIN_X_ALO))
     if not panels:

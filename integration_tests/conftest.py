@@ -37,6 +37,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from connectors.kafka import PRODUCER_STRATEGIES
 from connectors.testing.containers import docker_answers, kafka_container
 from connectors.testing.postgres import postgres_dsn as select_postgres_dsn
 from integration_tests.support.kafka_cluster import KafkaCluster
@@ -138,6 +139,17 @@ def closing() -> Iterator[Callable[[_Closable], _Closable]]:
     """
     with contextlib.ExitStack() as stack:
         yield lambda thing: stack.enter_context(contextlib.closing(thing))
+
+
+@pytest.fixture(params=PRODUCER_STRATEGIES)
+def producer_strategy(request: pytest.FixtureRequest) -> str:
+    """The Kafka sink's producer strategy: a test that takes it runs under every one.
+
+    The reference strategy (a new producer per task) and the pooled one (producers kept
+    across epochs, docs/kafka-sink.md, "Producer strategies") must keep every invariant
+    under the same faults: the crash tests and the end-to-end chaos tests run both.
+    """
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

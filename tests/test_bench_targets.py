@@ -134,15 +134,17 @@ def test_a_ratio_to_arrow_drop_shows_the_bound_arrow_produce_reached_in_the_same
 
 
 @pytest.mark.parametrize(
-    ("variant", "mode", "keep", "parallelism"),
+    ("variant", "mode", "keep", "parallelism", "strategy"),
     [
-        ("eos-keep", "unaligned", True, None),  # no routing exchange: the input's partitions
-        ("eos-unaligned", "unaligned", False, 2),
-        ("eos-aligned", "aligned", False, 2),
+        ("eos-keep", "unaligned", True, None, "pooled"),  # no routing exchange
+        ("eos-unaligned", "unaligned", False, 2, "pooled"),
+        ("eos-aligned", "aligned", False, 2, "pooled"),
+        ("eos-aligned-ref", "aligned", False, 2, "reference"),
+        ("eos-unaligned-ref", "unaligned", False, 2, "reference"),
     ],
 )
 def test_the_sink_variants_are_built_with_their_mode_and_partitioning(
-    variant, mode, keep, parallelism, monkeypatch
+    variant, mode, keep, parallelism, strategy, monkeypatch
 ) -> None:
     from benchmarks import _job
 
@@ -153,7 +155,9 @@ def test_the_sink_variants_are_built_with_their_mode_and_partitioning(
     assert str(sink.config.mode.value) == mode
     assert sink.config.keep_partitioning is keep
     assert sink.config.parallelism == parallelism
-    assert "eos-keep" not in _job.VARIANTS and "eos-keep" in _job.ALL_VARIANTS  # on request
+    assert sink.config.producer_strategy.value == strategy
+    if variant not in ("eos-aligned", "eos-unaligned"):  # on request only
+        assert variant not in _job.VARIANTS and variant in _job.ALL_VARIANTS
 
 
 def test_variants_option_defaults_to_the_standard_variants_and_refuses_unknown_ones() -> None:

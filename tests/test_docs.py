@@ -596,3 +596,60 @@ def test_every_command_line_option_is_documented(cli: str) -> None:
         f"{doc}:{line} ({heading})" for (line, _), heading in zip(sections, headings, strict=True)
     )
     assert not missing, f"{where}: {cli} option(s) {missing} are not documented"
+
+
+# -- 7. safety rules are named predicates, cited by name --------------------------------------
+# Modules whose rules the docs and the code cite as ``_module.name`` (the module's short name).
+RULE_MODULES = {"_reuse": "connectors.kafka._sink._reuse"}
+# Where a numbered rule ("rule 5") must never be cited again: the rules have names.
+NAMED_RULES_ONLY = (
+    "docs/kafka-sink.md",
+    "docs/architecture.md",
+    "connectors/kafka",
+    "connectors/stage",
+)
+_SHORT_CITE = re.compile(r"(?<![\w.])(_reuse)\.([A-Za-z_]\w*)")
+_NUMBERED_RULE = re.compile(r"\brules? \d", re.IGNORECASE)
+
+
+def _named_rules_files() -> list[Path]:
+    out: list[Path] = []
+    for rel in NAMED_RULES_ONLY:
+        path = ROOT / rel
+        out += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return out
+
+
+def test_every_rule_is_cited_by_its_full_name_in_the_kafka_sink_doc() -> None:
+    rules = importlib.import_module(RULE_MODULES["_reuse"]).RULES
+    text = (ROOT / "docs" / "kafka-sink.md").read_text()
+    assert len(rules) > 5, "no rules found: the check proves nothing"
+    missing = [r.__name__ for r in rules if f"`{r.__module__}.{r.__name__}`" not in text]
+    assert not missing, f"rules docs/kafka-sink.md does not cite by full name: {missing}"
+
+
+def test_every_short_rule_citation_in_docs_and_code_exists() -> None:
+    failures, seen = [], 0
+    sources = [*DOCS, *sorted((ROOT / "connectors").rglob("*.py")), *(ROOT / "txn").rglob("*.py")]
+    for path in sources:
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            for m in _SHORT_CITE.finditer(text):
+                if m.group(2) in _EXTENSIONS:
+                    continue  # the module's file (``_reuse.py``): a path, not a citation
+                seen += 1
+                module = importlib.import_module(RULE_MODULES[m.group(1)])
+                if not hasattr(module, m.group(2)):
+                    rel = path.relative_to(ROOT).as_posix()
+                    failures.append(f"{rel}:{number}: {m.group(0)} ({module.__name__} has none)")
+    assert seen > 20, f"only {seen} citations found: the parser broke"
+    assert not failures, "rules cited that do not exist:\n" + "\n".join(failures)
+
+
+def test_no_rule_is_cited_by_number() -> None:
+    found = [
+        f"{path.relative_to(ROOT).as_posix()}:{number}: {text.strip()}"
+        for path in _named_rules_files()
+        for number, text in enumerate(path.read_text().splitlines(), 1)
+        if _NUMBERED_RULE.search(text)
+    ]
+    assert not found, "rules cited by number (cite the predicate by name):\n" + "\n".join(found)

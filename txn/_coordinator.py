@@ -83,19 +83,8 @@ class Coordinator(Generic[Rows]):
     def recover(self) -> RecoveryReport:
         """Resolve in-doubt epochs after a (re)start; call before the first epoch.
 
-        1. coordinator-completable resource: every in-doubt epoch is finished as the log
-           says: a logged commit decision is committed on every partition, anything else is
-           rolled back; then its completion is logged;
-        2. commit-in-task resource: in-doubt epochs are left for the replay, which redoes
-           the missing partitions with the pinned plan;
-        3. mixed (a composite of both kinds): a logged commit decision is finished as in
-           1; without one, the prepared partitions are rolled back (the replay prepares
-           them again) and the epoch is left for the replay as in 2;
-        4. a logged commit decision whose prepared work is lost on some partitions
-           (:class:`PreparedWorkLostError`): the rest is committed, the decision stays
-           and the epoch is left for the replay, which redoes those partitions;
-        5. ``abort_lingering`` on every partition ever planned (no task runs yet, so any
-           open or prepared work left there belongs to a dead attempt).
+        The steps of docs/architecture.md, section 2, "Driver side: `Coordinator.recover()`"
+        (each epoch in doubt by the kinds of its partitions, then the lingering work).
         """
         history = self._log.load()
         committed: list[int] = []
@@ -104,16 +93,19 @@ class Coordinator(Generic[Rows]):
         for plan in history.in_doubt():
             completable = self._completable(plan)
             decided = history.state(plan.epoch) is EpochState.COMMIT_DECIDED
-            if not completable:  # Step 2: commit-in-task, left for the replay
+            if not completable:  # Step 1 (commit-in-task): left for the replay
                 waiting.append(plan.epoch)
-            elif len(completable) < plan.parallelism and not decided:  # Step 2: mixed
+            elif len(completable) < plan.parallelism and not decided:
+                # Step 2 (mixed, no decision logged): rolled back, left for the replay
                 self._deliver(plan, commit=False)
                 waiting.append(plan.epoch)
-            else:  # Step 1: finished as the log says (lost prepared work: left for the replay)
+            else:
+                # Step 3 (coordinator-completable, or mixed with a decision): finished as
+                # the log says (lost prepared work: left for the replay)
                 finished = self._finish_in_doubt(plan, history)
                 out = waiting if finished is None else committed if finished else rolled_back
                 out.append(plan.epoch)
-        # Step 3: no task runs yet, so the work left on any partition ever planned is dead.
+        # Step 4 (abort lingering work): no task runs yet, so any work left is dead.
         lingering = tuple(range(history.max_parallelism()))
         if lingering:
             self._resource.abort_lingering(lingering)
@@ -190,7 +182,7 @@ class Coordinator(Generic[Rows]):
         """
         check_int("epoch", epoch, 0)
         check_int("parallelism", parallelism, 1)
-        # Step 1: load the history; a committed epoch is skipped.
+        # Step 1 (load the history): a committed epoch is skipped.
         history = self._log.load()
         if history.is_committed(epoch):
             return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
@@ -199,7 +191,7 @@ class Coordinator(Generic[Rows]):
         if settled is not None:
             self._log.append_deferred(settled)  # written with this epoch's plan
             history = self._log.load()
-        # Step 2: an epoch in doubt is finished from the log or re-planned pinned; else a new plan.
+        # Step 2 (resolve an epoch in doubt): finished from the log or re-planned pinned.
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
             if self._resolve_in_doubt(previous, history):
@@ -207,20 +199,20 @@ class Coordinator(Generic[Rows]):
             history = self._log.load()
         fingerprint = self._resource.fingerprint
         plan = next_plan(self._settings, epoch, parallelism, history, input_offsets, fingerprint)
-        # Step 3: a shrunk parallelism aborts the work lingering on the dropped partitions.
+        # Step 3 (abort beyond a shrunk parallelism): the dropped partitions' lingering work.
         self._abort_dropped(plan, history)
-        # Step 4: the plan is logged before any task runs (with a deferred completion).
+        # Step 4 (log the plan): before any task runs (with a deferred completion).
         self._hook(CoordinatorStep.BEFORE_PLAN, epoch)
         self._log.append(plan)
         self._hook(CoordinatorStep.PLAN_LOGGED, epoch)
-        # Step 5: at-most-once logs the completion first, then runs the write stage.
+        # Step 5 (at-most-once: complete first): then the write stage runs.
         if plan.guarantee is Guarantee.AT_MOST_ONCE:
             return self._run_at_most_once(plan, execute)
-        # Step 6: run the write stage: one report per partition.
+        # Step 6 (run the write stage): one report per partition.
         redo = history.state(epoch) is EpochState.COMMIT_DECIDED  # "Lost prepared work"
         completable = self._completable(plan)
         reports = self._run_stage(plan, execute, completable, redo=redo)
-        # Steps 7 (coordinator-completable) and 8 (commit-in-task): decide and complete.
+        # Steps 7 (decide, coordinator-completable) and 8 (decide, commit-in-task).
         if redo:
             return self._complete_redo(plan, reports)
         if len(completable) == plan.parallelism:

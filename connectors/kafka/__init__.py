@@ -64,6 +64,7 @@ from connectors.kafka._sink._config import DEFAULT_PRODUCER_CONFIG, SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from connectors.kafka._sink._markers import decode_marker, encode_marker, read_markers
 from connectors.kafka._sink._sink import KafkaSink
+from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES
 from connectors.kafka._source import (
     EARLIEST,
     LATEST,
@@ -98,6 +99,7 @@ __all__ = [
     "DEFAULT_EPOCH_LOG_TOPIC",
     "DEFAULT_MARKER_TOPIC",
     "DEFAULT_PRODUCER_CONFIG",
+    "PRODUCER_STRATEGIES",
     "EARLIEST",
     "LATEST",
     "MINIMUM_SPARK",

@@ -96,7 +96,7 @@ class KafkaAdmin:
                 client_config=self.cluster.config,
                 producer_lanes=self.lanes,
             )
-            KafkaResource(sink.config, RecordLayout()).abort_lingering(range(width))
+            KafkaResource(cfg=sink.config, layout=RecordLayout()).abort_lingering(range(width))
         return {"transactional_ids": ids, "aborted": not dry_run and bool(ids)}
 
     def recorded_offsets(self, sink_id: str) -> None:

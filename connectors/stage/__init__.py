@@ -9,6 +9,7 @@ stage retries, recovery at start-up and slot checks. The Kafka sink
 (``connectors.kafka.KafkaSink``) is built this way. The protocol: docs/architecture.md.
 """
 
+from connectors.stage._backchannel import BackChannel, StageEvent, StageRun
 from connectors.stage._bad_records import (
     ERROR_CLASS_COLUMN,
     ERROR_MESSAGE_COLUMN,
@@ -60,7 +61,6 @@ from connectors.stage._resume import (
     committed_point,
     starting_offsets,
 )
-from connectors.stage._reuse import ClientNote, ReuseDecision, ReusePolicy, ReuseTicket
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
 from connectors.stage._sink import TransactionalSink
 from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
@@ -80,6 +80,7 @@ __all__ = [
     "TASK_STEPS",
     "VOTE_CHANNELS",
     "ArrowPartition",
+    "BackChannel",
     "BadRecordThresholdError",
     "BadRow",
     "Classifier",
@@ -99,10 +100,6 @@ __all__ = [
     "ResumeError",
     "ResumeInputMismatchError",
     "ResumePoint",
-    "ClientNote",
-    "ReuseDecision",
-    "ReusePolicy",
-    "ReuseTicket",
     "RowsConsumedError",
     "SimpleConnector",
     "SinkConnector",
@@ -110,7 +107,9 @@ __all__ = [
     "SinkStoppedError",
     "SparkConnectError",
     "StageError",
+    "StageEvent",
     "StageOptions",
+    "StageRun",
     "build_config",
     "committed_point",
     "StagePartitioningError",

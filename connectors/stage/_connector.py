@@ -9,9 +9,10 @@ Call order on the driver (per :class:`~connectors.stage.TransactionalSink` call)
 ``check_input`` (every epoch, before anything is logged), ``preflight`` (first epoch),
 ``open_epoch_log`` (once per sink object), ``resource`` (for recovery and per epoch),
 ``before_plan`` (per epoch, after recovery, before the plan is logged), ``transform`` (per
-epoch, before routing), ``close`` (when the sink is closed). The
-resource is pickled to the write tasks; if it implements :class:`~connectors.stage.TaskBound`
-it is bound to each task there.
+epoch, before routing), ``close`` (when the sink is closed); ``back_channel`` once per sink
+object. The resource is pickled to the write tasks; if it implements
+:class:`~connectors.stage.TaskBound` it is bound to each task there, with the ticket of the
+connector's back channel (``_backchannel``) if it has one.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from connectors.stage._backchannel import BackChannel
 from connectors.stage._input import InputSpec
 from connectors.stage._options import StageOptions
 from connectors.stage._rows import ArrowPartition
@@ -106,6 +108,16 @@ class SinkConnector(abc.ABC):
 
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Check the external system before the first epoch (network I/O allowed)."""
+
+    def back_channel(self) -> BackChannel[Any, Any] | None:
+        """Return the driver side of the connector's back channel, or None (the default).
+
+        A connector that keeps clients across epochs in the write tasks' processes decides
+        there, on the driver, which may serve: the stage hands the channel's ticket to
+        every task of a run and its tasks' notes back (``_backchannel``). Called once per
+        sink object (a new object starts from nothing).
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the connector keeps open on the driver (connections). Idempotent.

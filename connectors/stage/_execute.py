@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from connectors.stage import _hooks
+from connectors.stage._backchannel import BackChannels, StageEvent, StageRun
 from connectors.stage._connector import SinkConnector
 from connectors.stage._input import InputSpec, route
 from connectors.stage._jobs import Job, run_jobs
 from connectors.stage._metrics import EpochRecorder
 from connectors.stage._options import StageOptions
-from connectors.stage._reuse import ReusePolicy
 from connectors.stage._slots import check_slots
 from connectors.stage._task import TaskSpec
 from connectors.stage._votes import VoteServer
@@ -42,12 +42,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("connectors.stage")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochExecution:
     """The write stage of one epoch, run for the coordinator (``txn.Execute``).
 
     ``frames`` / ``input_specs``: each member connector's rows and input spec, in member
-    order; ``vote_server`` returns the driver's running vote server (None: none used).
+    order; ``channels``: the members' back channels (``_backchannel``), told of each run's
+    tickets, results and events; ``vote_server`` returns the driver's running vote server
+    (None: none used).
     """
 
     options: StageOptions
@@ -55,7 +57,7 @@ class EpochExecution:
     frames: Sequence[DataFrame]
     input_specs: Sequence[InputSpec]
     resource: Resource[Any]
-    reuse: ReusePolicy
+    channels: BackChannels
     recorder: EpochRecorder
     spark: Spark  # the SparkContext, or the Spark Connect session (``_slots``)
     vote_server: Callable[[Spark], VoteServer | None]
@@ -74,7 +76,6 @@ class EpochExecution:
         return self._run_with_retries(jobs, votes)
 
     def _route(self, plan: EpochPlan, aligned: bool) -> list[Job]:
-        ticket = self.reuse.ticket(plan, 0)
         hooks = _hooks.installed()  # a test's fault plan, if one is installed
         jobs: list[Job] = []
         for index, (connector, frame, input_spec) in enumerate(
@@ -92,10 +93,9 @@ class EpochExecution:
                 (
                     routed,
                     TaskSpec(
-                        self.resource,
-                        plan,
-                        aligned,
-                        ticket,
+                        resource=self.resource,
+                        plan=plan,
+                        aligned=aligned,
                         ordered=input_spec.ordered,
                         hooks=hooks,
                         offset=offset,
@@ -132,7 +132,7 @@ class EpochExecution:
                 if run >= retries or not can_retry_stage(exc):
                     raise
                 run += 1
-                self.reuse.renew("a stage re-run fences the failed run's clients")
+                self.channels.event(StageEvent.STAGE_RERUN)
                 log.warning(
                     "epoch %d write stage failed (%s: %s); re-running it (retry %d of %d)",
                     jobs[0][1].plan.epoch,
@@ -145,8 +145,10 @@ class EpochExecution:
     def _run_once(
         self, jobs: list[Job], stage_run: int, votes: VoteServer | None
     ) -> list[PartitionReport]:
-        ticket = self.reuse.ticket(jobs[0][1].plan, stage_run)
-        runs = [(df, replace(spec, reuse=ticket)) for df, spec in jobs]
+        plan = jobs[0][1].plan
+        run = StageRun(plan=plan, stage_run=stage_run)
+        tickets = self.channels.tickets(run)
+        runs = [(df, replace(spec, tickets=tickets)) for df, spec in jobs]
         started = time.monotonic()
         try:
             reports, stats = run_jobs(runs, votes, stage_run, self._on_task_retry)
@@ -154,11 +156,13 @@ class EpochExecution:
             self.recorder.stage_ran(time.monotonic() - started, (), failed=True)
             raise
         self.recorder.stage_ran(time.monotonic() - started, stats, failed=False)
-        self.reuse.observe(reports, [note for s in stats for note in s.clients])
+        notes = [note for s in stats for note in s.notes]
+        shares = [_share(self.resource, plan, i) for i in range(len(self.connectors))]
+        self.channels.observe(run, reports, notes, shares)
         return reports
 
     def _on_task_retry(self) -> None:
-        self.reuse.renew("a Spark task retry fenced the failed attempt's clients")
+        self.channels.event(StageEvent.TASK_RETRY)
 
 
 def _share(resource: Resource[Any], plan: EpochPlan, index: int) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """A sink object's hold on its epoch log: released when closed, handed to a successor.
 
 A sink keeps its epoch log open between calls, and with it the log's lock (the PostgreSQL
-session's advisory lock, the file log's ``flock``) or its fencing producer (Kafka), plus
+session's advisory lock, the file log's ``flock``) or its fencing client (Kafka), plus
 its vote server and its connectors' driver clients. It lets go of them
 (:class:`SinkResources`) when it is closed (``close()``, the end of a ``with`` block,
 ``stop_gracefully``) and when the object is collected (``weakref.finalize``).

@@ -29,9 +29,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from connectors.stage._reuse import ClientNote
 from txn import (
     EpochCompletion,
     EpochHistory,
@@ -48,9 +47,13 @@ log = logging.getLogger("connectors.stage.metrics")
 RECENT_EPOCHS = 100
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskStats:
-    """What one write task measured (travels back inside its task result)."""
+    """What one write task measured (travels back inside its task result).
+
+    ``notes``: what the task's resource sent on the back channel, (member, note)
+    (``_backchannel``); ``clients_new``: clients it set up anew, not kept from earlier tasks.
+    """
 
     partition: int
     task_attempt: int = 0
@@ -62,7 +65,8 @@ class TaskStats:
     claimed: bool = True  # at-most-once: False when another attempt owned the partition
     dead_lettered: int = 0  # bad records sent to the dead-letter destination
     skipped_records: int = 0  # bad records left out (on_bad_record="skip")
-    clients: tuple[ClientNote, ...] = ()  # the client instances that served it (``_reuse``)
+    notes: tuple[tuple[int, Any], ...] = ()
+    clients_new: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class EpochMetrics:
     partitions_skipped: int = 0  # already committed, found by marker
     partitions_redone: int = 0  # written again in a redo (plan attempt > 0 or stage re-run)
     partitions_lost: int = 0  # at-most-once: not written because an earlier attempt owned them
-    clients_new: int = 0  # write tasks served by newly initialized clients, not pooled ones
+    clients_new: int = 0  # clients the write tasks set up anew (not kept from earlier tasks)
     stage_runs: int = 0
     task_retries: int = 0
     aborted_attempts: int = 0  # failed stage runs and failed task attempts
@@ -181,9 +185,7 @@ class EpochRecorder:
                 1 for r in reports if r.outcome is PartitionOutcome.ALREADY_COMMITTED
             ),
             partitions_redone=len(written) if redo else 0,
-            clients_new=sum(
-                1 for t in self.tasks for c in t.clients if not (c.reused or c.prepared)
-            ),
+            clients_new=sum(t.clients_new for t in self.tasks),
             partitions_lost=lost,
             stage_runs=self.stage_runs,
             task_retries=retries,

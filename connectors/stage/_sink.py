@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.stage import _hooks
+from connectors.stage._backchannel import BackChannels, StageEvent
 from connectors.stage._binding import QueryBinder, QueryIdentity
 from connectors.stage._connector import SinkConnector
 from connectors.stage._errors import SinkStoppedError
@@ -20,7 +21,6 @@ from connectors.stage._metrics import CountingLog, EpochMetrics, EpochRecorder, 
 from connectors.stage._offsets import batch_input
 from connectors.stage._options import StageOptions
 from connectors.stage._resume import ResumePoint, bind_resumed, resume_point
-from connectors.stage._reuse import ReusePolicy
 from connectors.stage._shares import EpochShape, member_width, shape_epoch
 from connectors.stage._slots import check_slots, default_parallelism
 from connectors.stage._votes import VoteServer, server_hosts
@@ -98,7 +98,7 @@ class TransactionalSink(SinkLifecycle):
         self._init_lifecycle()
         self._preflight_done = False
         self._recovered = False
-        self._reuse = ReusePolicy()
+        self._channels = BackChannels([m.connector.back_channel() for m in self._members])
         self._binder = QueryBinder(self._sink_id, start_over=self._options.start_over)
         self._identity = QueryIdentity(self._options.checkpoint_location)
         self._book = MetricsBook()
@@ -146,8 +146,8 @@ class TransactionalSink(SinkLifecycle):
             try:
                 result = self._write_locked(frames, input_specs, query_id, batch_id, recorder)
             except BaseException as exc:
-                # Step 5: a failed epoch renews the client generation and propagates.
-                self._reuse.renew("a failed epoch: retries may have fenced pooled clients")
+                # Step 5: a failed epoch is told to the back channels and propagates.
+                self._channels.event(StageEvent.FAILED_EPOCH)
                 self._record(recorder.finish(None, self._open_log().appends - appends_before, exc))
                 raise
             self._record(recorder.finish(result, self._open_log().appends - appends_before))
@@ -193,15 +193,15 @@ class TransactionalSink(SinkLifecycle):
             member.connector.before_plan(spec)  # e.g. DDL the rows need, before the plan
         # Step 4: the coordinator runs the epoch; ``execute`` routes and runs the write stage.
         execute = EpochExecution(
-            self._options,
-            [m.connector for m in self._members],
-            frames,
-            input_specs,
-            resource,
-            self._reuse,
-            recorder,
-            spark,
-            self._vote_server,
+            options=self._options,
+            connectors=[m.connector for m in self._members],
+            frames=frames,
+            input_specs=input_specs,
+            resource=resource,
+            channels=self._channels,
+            recorder=recorder,
+            spark=spark,
+            vote_server=self._vote_server,
         )
         return coordinator.run_epoch(epoch, parallelism, execute, input_offsets=batch)
 
@@ -213,7 +213,7 @@ class TransactionalSink(SinkLifecycle):
 
     def _recover(self, coordinator: Coordinator[Any]) -> None:
         if not self._recovered:
-            self._reuse.renew("recovery fences every id it touches")
+            self._channels.event(StageEvent.RECOVERY)
             report = coordinator.recover()
             self._recovered = True
             log.info("sink %s recovered: %s", self._sink_id, report)

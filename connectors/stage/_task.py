@@ -14,16 +14,16 @@ import json
 import logging
 import pickle
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import pyarrow as pa
 
 from connectors.stage import _hooks
+from connectors.stage._backchannel import require_frozen
 from connectors.stage._errors import VoteChannelError
 from connectors.stage._metrics import TaskStats
-from connectors.stage._reuse import ClientNote, ReuseTicket
 from connectors.stage._rows import ArrowPartition
 from connectors.stage._votes import (
     VoteTicket,
@@ -54,45 +54,61 @@ log = logging.getLogger("connectors.stage.task")
 RESULT_SCHEMA = "payload binary"
 
 
-@dataclass(frozen=True)
-class TaskInfo:
-    """Where a write task runs: handed to a connector's resource in the task.
+TicketT = TypeVar("TicketT")
 
-    ``clients``: the client instances that served the task (:meth:`note_client`); they
-    travel back in the task's stats for the driver's reuse policy (``_reuse``).
+
+@dataclass
+class TaskOutbox:
+    """What a write task sends back besides its report (filled through :class:`TaskInfo`).
+
+    ``notes``: (member, note) of the back channel (``_backchannel``); ``new_clients``: the
+    clients the task set up anew (counted in the epoch metrics as ``clients_new``).
+    """
+
+    notes: list[tuple[int, Any]] = field(default_factory=list)
+    new_clients: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskInfo(Generic[TicketT]):
+    """Where a write task runs: handed to a connector's resource in the task (:class:`TaskBound`).
+
+    ``ticket``: the member connector's back-channel ticket of this stage run (None when
+    the connector has no back channel); ``member``: the connector's place in a composite
+    sink (0 for a single one). What the resource sends goes into ``outbox``, shared by the
+    members of one task.
     """
 
     partition: int
     task_attempt: int
-    reuse: ReuseTicket
-    clients: list[ClientNote] = field(default_factory=list, compare=False)
+    ticket: TicketT | None = None
+    member: int = 0
+    outbox: TaskOutbox = field(default_factory=TaskOutbox, compare=False, repr=False)
 
-    def note_client(self, lane: int, token: str, *, fenced_all: bool, reused: bool) -> None:
-        """Report the client instance that serves this task (lane ``lane``, ``token``)."""
-        self.clients.append(ClientNote(self.partition, lane, token, fenced_all, reused))
+    def send(self, note: object) -> None:
+        """Send ``note`` (a frozen dataclass of the connector's) to its driver-side channel."""
+        require_frozen(note, "a back-channel note")
+        self.outbox.notes.append((self.member, note))
 
-    def note_prepared(self, partition: int, lane: int, token: str, serial: int) -> None:
-        """Report an instance this worker prepared for ``partition`` under ticket ``serial``."""
-        self.clients.append(ClientNote(partition, lane, token, False, False, True, serial))
-
-    @property
-    def may_reuse(self) -> bool:
-        """Whether clients pooled by an earlier epoch may serve this task (see ``_reuse``)."""
-        return self.reuse.may_reuse(self.task_attempt)
+    def count_new_client(self) -> None:
+        """Count a client set up anew for this task (not one kept from an earlier task)."""
+        self.outbox.new_clients += 1
 
 
 @runtime_checkable
 class TaskBound(Protocol):
-    """A resource that wants to know its task (client reuse)."""
+    """A resource that wants to know its task (its back-channel ticket, its notes)."""
 
-    def for_task(self, task: TaskInfo) -> Resource[ArrowPartition]:
+    def for_task(self, task: TaskInfo[Any]) -> Resource[ArrowPartition]:
         """Return the resource to use in the task ``task``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     """Everything a write task needs; picklable (plain config, no clients).
 
+    ``tickets``: each member connector's back-channel ticket of this stage run
+    (``_backchannel``; None for a member without one).
     ``votes``: the driver vote channel's ticket (aligned mode, ``vote_channel="driver"``);
     None gathers with ``allGather`` (aligned) or not at all (unaligned). ``claims``: the
     driver's at-most-once claims (None: only a task's first attempt may write).
@@ -107,7 +123,7 @@ class TaskSpec:
     resource: Resource[ArrowPartition]
     plan: EpochPlan
     aligned: bool
-    reuse: ReuseTicket
+    tickets: tuple[Any, ...] = ()
     ordered: bool = False
     votes: VoteTicket | None = None
     hooks: _hooks.StepHooks | None = None
@@ -123,7 +139,7 @@ class TaskSpec:
         return self.plan.parallelism if self.partitions is None else self.partitions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskResult:
     """What one write task sends back: its report, or an error a re-run cannot fix."""
 
@@ -211,15 +227,30 @@ def _may_write(spec: TaskSpec, ctx: TaskContext, partition: int, task_attempt: i
         return False
 
 
-def bind(resource: Resource[Any], task: TaskInfo) -> Resource[Any]:
-    """Bind ``resource`` (or every member of a composite) to the write task ``task``."""
+def bind(
+    resource: Resource[Any], task: TaskInfo[Any], tickets: Sequence[Any] = ()
+) -> Resource[Any]:
+    """Bind ``resource`` (or each member of a composite) to the write task ``task``.
+
+    Member ``m`` gets ``tickets[m]`` (None if missing) in its :class:`TaskInfo`.
+    """
     if isinstance(resource, CompositeResource):
         return CompositeResource(
-            [Member(bind(m.resource, task), m.parallelism) for m in resource.members]
+            [
+                Member(_bind_one(m.resource, task, i, tickets), m.parallelism)
+                for i, m in enumerate(resource.members)
+            ]
         )
-    if isinstance(resource, TaskBound):
-        return resource.for_task(task)
-    return resource
+    return _bind_one(resource, task, 0, tickets)
+
+
+def _bind_one(
+    resource: Resource[Any], task: TaskInfo[Any], member: int, tickets: Sequence[Any]
+) -> Resource[Any]:
+    if not isinstance(resource, TaskBound):
+        return resource
+    ticket = tickets[member] if member < len(tickets) else None
+    return resource.for_task(replace(task, ticket=ticket, member=member))
 
 
 def _mid_write(spec: TaskSpec, partition: int) -> tuple[int, Callable[[], None]] | None:
@@ -249,12 +280,14 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
             PartitionOutcome.ABORTED,
             error="at-most-once: an earlier attempt owned this partition; not written again",
         )
-        stats = TaskStats(partition, task_attempt, claimed=False)
-        result = TaskResult(partition, report=report, task_attempt=task_attempt, stats=stats)
+        stats = TaskStats(partition=partition, task_attempt=task_attempt, claimed=False)
+        result = TaskResult(
+            partition=partition, report=report, task_attempt=task_attempt, stats=stats
+        )
         yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})
         return
-    info = TaskInfo(partition, task_attempt, spec.reuse)
-    resource = bind(spec.resource, info)
+    info: TaskInfo[Any] = TaskInfo(partition=partition, task_attempt=task_attempt)
+    resource = bind(spec.resource, info, spec.tickets)
     if spec.empty_input:
         for _ in batches:  # the placeholder rows of an empty input: read, never written
             pass
@@ -274,14 +307,14 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
             gather=_gatherer(spec, ctx),
             hooks=clock,
         )
-        result = TaskResult(partition, report=report, task_attempt=task_attempt)
+        result = TaskResult(partition=partition, report=report, task_attempt=task_attempt)
     except Exception as exc:
         if can_retry_stage(exc):
             raise
-        result = TaskResult(partition, error=pickle.dumps(exc), task_attempt=task_attempt)
+        result = TaskResult(partition=partition, error=pickle.dumps(exc), task_attempt=task_attempt)
     stats = TaskStats(
-        partition,
-        task_attempt,
+        partition=partition,
+        task_attempt=task_attempt,
         rows=result.report.rows if result.report else 0,
         bytes=rows.nbytes,
         pre_commit_ms=clock.ms(None, TaskStep.PRE_COMMITTED),
@@ -289,7 +322,8 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         commit_ms=clock.ms(TaskStep.DECIDED, TaskStep.COMMITTED),
         dead_lettered=rows.dead_lettered if result.report else 0,
         skipped_records=rows.skipped if result.report else 0,
-        clients=tuple(info.clients),
+        notes=tuple(info.outbox.notes),
+        clients_new=info.outbox.new_clients,
     )
-    result = TaskResult(partition, result.report, result.error, task_attempt, stats)
+    result = replace(result, stats=stats)
     yield pa.RecordBatch.from_pydict({"payload": [pickle.dumps(result)]})

@@ -57,6 +57,7 @@ class Scenario:
     sink_id: str
     inputs: list[Record]
     client_config: dict[str, str] = field(default_factory=dict, repr=False)
+    producer_strategy: str = "pooled"  # the Kafka sink's (docs/kafka-sink.md)
 
     @classmethod
     def create(
@@ -67,10 +68,12 @@ class Scenario:
         *,
         n: int = N_RECORDS,
         client_config: dict[str, str] | None = None,
+        producer_strategy: str = "pooled",
     ) -> Scenario:
         """Make the topics (with ``new_topic``, on the same cluster) and the input records.
 
-        ``tmp`` (the scenario's files) is created if missing.
+        ``tmp`` (the scenario's files) is created if missing; ``producer_strategy``: the
+        Kafka sink's in every config of the scenario.
         """
         tmp.mkdir(parents=True, exist_ok=True)
         shared = dict(client_config or {})
@@ -82,7 +85,8 @@ class Scenario:
             key=lambda r: (r.partition, r.offset),
         )
         assert len(inputs) == n
-        return cls(bootstrap, tmp, inp, out, f"e2e-{uuid.uuid4().hex[:10]}", inputs, shared)
+        sink_id = f"e2e-{uuid.uuid4().hex[:10]}"
+        return cls(bootstrap, tmp, inp, out, sink_id, inputs, shared, producer_strategy)
 
     @property
     def input_dir(self) -> Path:
@@ -104,6 +108,7 @@ class Scenario:
             output_topic=self.output_topic,
             sink_id=self.sink_id,
             client_config=self.client_config,
+            producer_strategy=self.producer_strategy,
         )
         return replace(base, **overrides)
 

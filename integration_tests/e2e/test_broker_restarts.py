@@ -70,7 +70,7 @@ def _restart(broker: object, how: str) -> None:
     broker.start()  # type: ignore[attr-defined]
 
 
-def test_broker_restarts_under_running_queries(tmp_path: Path) -> None:
+def test_broker_restarts_under_running_queries(tmp_path: Path, producer_strategy: str) -> None:
     from minikafka import BrokerProcess
 
     with BrokerProcess(
@@ -89,6 +89,7 @@ def test_broker_restarts_under_running_queries(tmp_path: Path) -> None:
                 make_topic,
                 n=RECORDS,
                 client_config={"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)},
+                producer_strategy=producer_strategy,
             )
             sc.stage()
             hold = sc.fault_plan(

@@ -46,8 +46,12 @@ DIED_TXN_TIMEOUT_MS = 30_000
 
 
 @pytest.fixture
-def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]) -> Scenario:
-    return Scenario.create(kafka_bootstrap, tmp_path, new_topic)
+def scenario(
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str], producer_strategy: str
+) -> Scenario:
+    return Scenario.create(
+        kafka_bootstrap, tmp_path, new_topic, producer_strategy=producer_strategy
+    )
 
 
 # The cases whose faults stay inside their own query run side by side in one application
@@ -58,10 +62,12 @@ def scenario(kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
 
 @pytest.fixture
 def named(
-    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str], producer_strategy: str
 ) -> Callable[[str], Scenario]:
     """``named(name)``: a scenario of its own in the test's ``tmp_path / name``."""
-    return lambda name: Scenario.create(kafka_bootstrap, tmp_path / name, new_topic)
+    return lambda name: Scenario.create(
+        kafka_bootstrap, tmp_path / name, new_topic, producer_strategy=producer_strategy
+    )
 
 
 @pytest.mark.compat
@@ -359,14 +365,16 @@ def test_parallelism_shrinks_and_grows_while_epochs_in_doubt(scenario: Scenario)
     reason="restarts a broker it owns; an external cluster (KAFKA_BOOTSTRAP_SERVERS) cannot be "
     "restarted by the test",
 )
-def test_broker_restarted_during_commits(tmp_path: Path) -> None:
+def test_broker_restarted_during_commits(tmp_path: Path, producer_strategy: str) -> None:
 
     from minikafka import BrokerProcess
 
     with BrokerProcess(data_dir=str(tmp_path / "broker"), port=0) as broker:
         make_topic = topic_maker(broker.bootstrap_servers)
 
-        sc = Scenario.create(broker.bootstrap_servers, tmp_path, make_topic)
+        sc = Scenario.create(
+            broker.bootstrap_servers, tmp_path, make_topic, producer_strategy=producer_strategy
+        )
         epochs = sc.stage()
         app = AppProcess(sc.config(), tmp_path / "apps", name="run").start()
         assert app.wait_for(lambda a: len(a.epochs) >= 1, 300), app.stderr_tail()

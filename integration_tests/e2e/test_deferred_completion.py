@@ -32,13 +32,20 @@ CASES = [("aligned", "kafka"), ("unaligned", "file")]
 
 
 def test_application_killed_between_a_returned_call_and_the_next_plan(
-    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str]
+    kafka_bootstrap: str, tmp_path: Path, new_topic: Callable[..., str], producer_strategy: str
 ) -> None:
     # Each case's first application is killed on its own; then both restarts run side by
     # side in one application (``_together``), each checked on its own.
     restarts = {
         f"{mode}-{log_kind}": killed_before_the_next_plan(
-            Scenario.create(kafka_bootstrap, tmp_path / log_kind, new_topic), mode, log_kind
+            Scenario.create(
+                kafka_bootstrap,
+                tmp_path / log_kind,
+                new_topic,
+                producer_strategy=producer_strategy,
+            ),
+            mode,
+            log_kind,
         )
         for mode, log_kind in CASES
     }

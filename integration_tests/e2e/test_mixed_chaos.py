@@ -39,8 +39,9 @@ def test_application_killed_mid_epoch_keeps_the_table_behind_the_topic(
     new_topic: Callable[..., str],
     postgres_dsn: str,
     schema: str,
+    producer_strategy: str,
 ) -> None:
-    sc = Scenario.create(kafka_bootstrap, tmp_path, new_topic)
+    sc = Scenario.create(kafka_bootstrap, tmp_path, new_topic, producer_strategy=producer_strategy)
     sc.sink_id = f"{schema}-mix"  # the schema fixture rolls back this sink's prepared leftovers
     sc.stage()
     table = TableSide(postgres_dsn, schema).create()

@@ -210,8 +210,9 @@ class WorkerResource(KafkaResource):
     opened: list[KafkaParticipant] = field(default_factory=list, compare=False)
 
     def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
+        producers = self.producers(plan, partition, self.pool)
         participant = TransactionalKafkaParticipant(
-            self.cfg, self.layout, plan, partition, task=self.task, pool=self.pool
+            self.cfg, self.layout, plan, partition, producers=producers
         )
         self.opened.append(participant)
         return participant

@@ -16,12 +16,14 @@ import pytest
 from confluent_kafka import KafkaException
 
 from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
-from connectors.kafka._sink import _pool, _pool_entries
+from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._reuse import ReusePolicy, ReuseTicket
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
-from connectors.stage import HASH_COLUMN, ArrowPartition, ReusePolicy, TaskInfo
+from connectors.stage import HASH_COLUMN, ArrowPartition, StageEvent, StageRun, TaskInfo
+from connectors.stage._backchannel import BackChannels
 from integration_tests.kafka_sink._support import (
     WorkerResource,
     expected,
@@ -86,14 +88,21 @@ def epoch_rows(epoch: int, *, null_value: bool = False) -> ArrowPartition:
 
 
 class Driver:
-    """The driver's side of client reuse: tickets from a ``ReusePolicy`` that learns from reports."""
+    """The driver's side of reuse: the stage's back channels over one ``ReusePolicy``."""
 
     def __init__(self, mode: CommitMode = CommitMode.UNALIGNED) -> None:
         self.policy = ReusePolicy()
+        self.channels = BackChannels([self.policy])
         self.mode = mode
 
+    def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
+        """The ticket of one stage run of ``plan``, as the stage hands it out."""
+        ticket = self.channels.tickets(StageRun(plan=plan, stage_run=stage_run))[0]
+        assert isinstance(ticket, ReuseTicket)
+        return ticket
+
     def plan(self, cfg: Any, epoch: int, *, attempt: int = 0, parallelism: int = 1) -> EpochPlan:
-        fingerprint = KafkaResource(cfg, RecordLayout()).fingerprint()
+        fingerprint = KafkaResource(cfg=cfg, layout=RecordLayout()).fingerprint()
         return EpochPlan(
             cfg.sink_id,
             epoch,
@@ -115,15 +124,18 @@ class Driver:
         **kw: Any,
     ) -> tuple[PartitionReport, KafkaParticipant]:
         """Run ``partition`` of ``plan`` as a write task; the driver learns from its report."""
-        info = TaskInfo(partition, task_attempt, self.policy.ticket(plan, stage_run))
+        info: TaskInfo[Any] = TaskInfo(
+            partition=partition, task_attempt=task_attempt, ticket=self.ticket(plan, stage_run)
+        )
         bound = resource.for_task(info)
         rows = epoch_rows(plan.epoch, null_value=kw.pop("null_value", False))
         try:
             report = run_partition(bound, plan, partition, rows, **kw)
         except BaseException:
-            self.policy.renew("a failed epoch")
+            self.channels.event(StageEvent.FAILED_EPOCH)
             raise
-        self.policy.observe([report], info.clients)
+        stage = StageRun(plan=plan, stage_run=stage_run)
+        self.channels.observe(stage, [report], info.outbox.notes, [(0, plan.parallelism)])
         opened: list[KafkaParticipant] = bound.opened  # type: ignore[attr-defined]
         return report, opened[-1]
 
@@ -140,7 +152,7 @@ def new_driver():
 def run(sink: KafkaSink, epoch: int, *, reuse: bool, attempt: int = 0, **kw: Any):
     """Run partition 0 of ``epoch`` as a write task would; ``reuse=False``: a task retry."""
     plan = DRIVER.plan(sink.config, epoch, attempt=attempt)
-    resource = RecordingResource(sink.config, RecordLayout())
+    resource = RecordingResource(cfg=sink.config, layout=RecordLayout())
     return DRIVER.run(resource, plan, task_attempt=0 if reuse else 1, **kw)
 
 
@@ -194,7 +206,7 @@ def test_fenced_pooled_producer_fails_and_is_discarded(sink):
     run(sink, 0, reuse=True)
     # Another instance of the id (a retry elsewhere, or start-up recovery) fences it
     # without committing, so the marker still matches the pooled producer's commit.
-    KafkaResource(sink.config, RecordLayout()).abort_lingering([0])
+    KafkaResource(cfg=sink.config, layout=RecordLayout()).abort_lingering([0])
     with pytest.raises(KafkaWriteError):
         run(sink, 1, reuse=True)
     entry = _pool.POOL.take(pool_key(sink.config, 0))
@@ -224,7 +236,7 @@ def test_partition_committed_by_another_instance_gets_a_new_producer(sink):
     run(sink, 1, reuse=True)  # "another worker" writes epoch 1 (fresh: fences mine)
     other = _pool.POOL.take(pool_key(cfg, 0))
     assert mine is not None and other is not None
-    _pool_entries.discard(other)
+    _pool.discard(other)
     _pool.POOL.give_back(pool_key(cfg, 0), mine)
     report, participant = run(sink, 2, reuse=True)  # marker 1 != my commit 0: new producer
     assert report.outcome is PartitionOutcome.COMMITTED and not participant.reused
@@ -280,13 +292,13 @@ def test_a_task_without_pooled_clients_takes_the_spare_left_by_another(sink):
     # first task of partition 1 here then initializes a spare instead of a new producer.
     cfg = sink.config
     two = DRIVER.plan(cfg, 0, parallelism=2)
-    DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 0)
+    DRIVER.run(RecordingResource(cfg=cfg, layout=RecordLayout()), two, 0)
     lane = _pool.POOL.lanes.claim(cfg.sink_id, cfg.producer_lanes).index
     deadline = time.monotonic() + 30
     while _pool.POOL.spares() < 2 and time.monotonic() < deadline:  # one per partition
         time.sleep(0.05)
     assert _pool.POOL.take(pool_key(cfg, 1, lane)) is None and _pool.POOL.spares() == 2
-    report, participant = DRIVER.run(RecordingResource(cfg, RecordLayout()), two, 1)
+    report, participant = DRIVER.run(RecordingResource(cfg=cfg, layout=RecordLayout()), two, 1)
     assert report.outcome is PartitionOutcome.COMMITTED
     assert "a spare producer, created earlier" in participant.why_new
 
@@ -315,7 +327,7 @@ def on_any(
 ) -> tuple[PartitionReport, KafkaParticipant]:
     """Run partition 0 of ``epoch`` in ``worker``."""
     plan = driver.plan(sink.config, epoch, attempt=kw.pop("attempt", 0))
-    resource = WorkerResource(sink.config, RecordLayout(), pool=worker)
+    resource = WorkerResource(cfg=sink.config, layout=RecordLayout(), pool=worker)
     return driver.run(resource, plan, **kw)
 
 
@@ -377,7 +389,7 @@ def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic,
     alo = closing(KafkaSink(kafka_bootstrap, topic, sid(), guarantee="at-least-once"))
     reused = []
     for epoch in range(2):
-        resource = RecordingResource(alo.config, RecordLayout())
+        resource = RecordingResource(cfg=alo.config, layout=RecordLayout())
         plan = EpochPlan(
             alo.config.sink_id,
             epoch,
@@ -402,7 +414,7 @@ def redo_elsewhere(path: str, driver: Driver, sink: KafkaSink, worker: _pool.Cli
         driver.policy.renew("a stage re-run")
         on(driver, sink, worker, 2, stage_run=1)
     else:  # recovery at start-up: fence every lane, then the in-doubt epoch's redo
-        KafkaResource(sink.config, RecordLayout()).abort_lingering([0])
+        KafkaResource(cfg=sink.config, layout=RecordLayout()).abort_lingering([0])
         driver.policy.renew("recovery")
         on(driver, sink, worker, 2, attempt=1)
 
@@ -461,7 +473,7 @@ def test_abort_lingering_fences_every_lane_of_a_partition(sink):
         producer.flush(30)
         zombies.append(producer)
     assert not lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
-    KafkaResource(cfg, RecordLayout()).abort_lingering([0])
+    KafkaResource(cfg=cfg, layout=RecordLayout()).abort_lingering([0])
     assert lso_reaches_high_watermark(cfg.bootstrap_servers, cfg.topic)
     for producer in zombies:
         with pytest.raises(KafkaException):
@@ -497,7 +509,7 @@ def test_unaligned_fresh_opens_write_on_the_shared_lane_and_each_worker_serves_o
     assert not fresh.reused
     assert fresh.why_new.startswith("lane 0 was last served by another instance")
     plan = DRIVER.plan(sink.config, 5)
-    assert [(n.lane, n.prepared) for n in DRIVER.policy.ticket(plan, 0).known] == [
+    assert [(n.lane, n.prepared) for n in DRIVER.ticket(plan, 0).known] == [
         (0, False),
         (1, True),
         (2, True),
@@ -506,7 +518,7 @@ def test_unaligned_fresh_opens_write_on_the_shared_lane_and_each_worker_serves_o
     # the shared lane in epoch 4 (A's lane-1 producer was prepared before it).
     workers = (worker_a, worker_b)
     assert [on(DRIVER, sink, workers[e % 2], e).reused for e in range(5, 9)] == [True] * 4
-    served = {n.lane: n for n in DRIVER.policy.ticket(DRIVER.plan(sink.config, 9), 0).known}
+    served = {n.lane: n for n in DRIVER.ticket(DRIVER.plan(sink.config, 9), 0).known}
     assert served[1].reused and not served[1].prepared, "epoch 7 was served on lane 1"
     assert served[2].reused and not served[2].prepared, "epoch 8 was served on lane 2"
     check_exact(sink, 9)

@@ -1,4 +1,4 @@
-"""Prepared producers (``connectors.kafka._sink._prepare``, reuse rule 6) against a real broker.
+"""Prepared producers (``connectors.kafka._sink._prepare``) against a real broker.
 
 Two ``ClientPool`` objects play the two Python workers of one host (their own lanes); the
 write task body (``txn.run_partition``) runs in the test process, one stage run at a time
@@ -25,15 +25,10 @@ from connectors.kafka._sink._lanes import SHARED_LANE
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._reuse import ProducerNote, ReusePolicy, ReuseTicket
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import (
-    HASH_COLUMN,
-    ArrowPartition,
-    ClientNote,
-    ReusePolicy,
-    ReuseTicket,
-    TaskInfo,
-)
+from connectors.stage import HASH_COLUMN, ArrowPartition, StageRun, TaskInfo
+from connectors.stage._backchannel import BackChannels
 from integration_tests.kafka_sink._support import (
     WorkerResource,
     lso_reaches_high_watermark,
@@ -63,7 +58,7 @@ LANE_A, LANE_B = 1, 2
 @dataclass
 class Served:
     participant: KafkaParticipant
-    notes: list[ClientNote]
+    notes: list[ProducerNote]
     report: PartitionReport
 
     @property
@@ -76,12 +71,19 @@ class Driver:
 
     def __init__(self, sink: KafkaSink, mode: CommitMode) -> None:
         self.policy = ReusePolicy()
+        self.channels = BackChannels([self.policy])  # the stage's side of it
         self.sink = sink
         self.mode = mode
 
+    def ticket(self, plan: EpochPlan, stage_run: int) -> ReuseTicket:
+        """The ticket of one stage run of ``plan``, as the stage hands it out."""
+        ticket = self.channels.tickets(StageRun(plan=plan, stage_run=stage_run))[0]
+        assert isinstance(ticket, ReuseTicket)
+        return ticket
+
     def plan(self, epoch: int, attempt: int = 0) -> EpochPlan:
         cfg = self.sink.config
-        fingerprint = KafkaResource(cfg, RecordLayout()).fingerprint()
+        fingerprint = KafkaResource(cfg=cfg, layout=RecordLayout()).fingerprint()
         return EpochPlan(
             cfg.sink_id,
             epoch,
@@ -103,12 +105,14 @@ class Driver:
         **kw: Any,
     ) -> Served:
         """Run one task of ``plan`` in ``worker`` (its participant also goes to ``opened``)."""
-        info = TaskInfo(partition, task_attempt, ticket)
+        info: TaskInfo[Any] = TaskInfo(
+            partition=partition, task_attempt=task_attempt, ticket=ticket
+        )
         cfg, into = self.sink.config, opened if opened is not None else []
-        resource = WorkerResource(cfg, RecordLayout(), pool=worker, opened=into)
+        resource = WorkerResource(cfg=cfg, layout=RecordLayout(), pool=worker, opened=into)
         bound = resource.for_task(info)
         report = run_partition(bound, plan, partition, rows(plan.epoch, partition), **kw)
-        return Served(resource.opened[-1], list(info.clients), report)
+        return Served(resource.opened[-1], [n for _, n in info.outbox.notes], report)
 
     def stage(self, epoch: int, *tasks: tuple[int, _pool.ClientPool]) -> list[Served]:
         """One stage run of ``epoch``: each (partition, worker) task, then the driver learns.
@@ -117,7 +121,7 @@ class Driver:
         a barrier stage); unaligned: one after the other (one order Spark may choose).
         """
         plan = self.plan(epoch)
-        ticket = self.policy.ticket(plan, 0)
+        ticket = self.ticket(plan, 0)
         if self.mode is CommitMode.UNALIGNED:
             served = [self.task(ticket, plan, p, worker) for p, worker in tasks]
         else:
@@ -129,7 +133,8 @@ class Driver:
                 ]
                 served = [f.result(timeout=120) for f in futures]
         assert all(s.outcome is PartitionOutcome.COMMITTED for s in served)
-        self.policy.observe([s.report for s in served], [n for s in served for n in s.notes])
+        notes = [n for s in served for n in s.notes]
+        self.policy.observe(StageRun(plan=plan), [s.report for s in served], notes)
         return served
 
 
@@ -304,16 +309,16 @@ def redo(path: str, driver: Driver, epoch: int, worker: _pool.ClientPool) -> Non
     """Write ``epoch`` of partition 0 again in ``worker`` on the non-steady ``path``."""
     if path == "task retry":  # same stage run, attempt 1
         plan = driver.plan(epoch)
-        ticket, attempt = driver.policy.ticket(plan, 0), 1
+        ticket, attempt = driver.ticket(plan, 0), 1
     elif path == "stage re-run":
         driver.policy.renew("a stage re-run")
         plan = driver.plan(epoch)
-        ticket, attempt = driver.policy.ticket(plan, 1), 0
+        ticket, attempt = driver.ticket(plan, 1), 0
     else:  # recovery at start-up: fence every lane, then the in-doubt epoch's redo
-        KafkaResource(driver.sink.config, RecordLayout()).abort_lingering([0, 1])
+        KafkaResource(cfg=driver.sink.config, layout=RecordLayout()).abort_lingering([0, 1])
         driver.policy.renew("recovery")
         plan = driver.plan(epoch, attempt=1)
-        ticket, attempt = driver.policy.ticket(plan, 0), 0
+        ticket, attempt = driver.ticket(plan, 0), 0
     served = driver.task(ticket, plan, 0, worker, task_attempt=attempt)
     assert served.outcome is PartitionOutcome.COMMITTED
     assert [(n.lane, n.fenced_all) for n in served.notes if not n.prepared] == [(SHARED_LANE, True)]
@@ -333,7 +338,7 @@ def zombie_then_redo(
 
     zombie: dict[str, Any] = {}
     plan = driver.plan(epoch)
-    ticket = driver.policy.ticket(plan, 0)
+    ticket = driver.ticket(plan, 0)
     opened: list[KafkaParticipant] = []
 
     def attempt() -> None:
@@ -368,9 +373,7 @@ def test_a_prepared_zombie_cannot_commit_after_a_redo_fenced_every_lane(sink, wo
     assert "error" in zombie and "served" not in zombie, zombie
     driver.policy.renew("the failed attempt")  # partition 1 of the epoch, so both end there
     plan = driver.plan(epoch, attempt=1)
-    assert driver.task(driver.policy.ticket(plan, 0), plan, 1, a).outcome is (
-        PartitionOutcome.COMMITTED
-    )
+    assert driver.task(driver.ticket(plan, 0), plan, 1, a).outcome is (PartitionOutcome.COMMITTED)
     check_exact(sink, epoch + 1)
 
 
@@ -389,7 +392,5 @@ def test_unaligned_a_prepared_producer_cannot_commit_after_a_task_retry(sink, wo
     assert "error" in zombie and "served" not in zombie, zombie
     driver.policy.renew("a Spark task retry")
     plan = driver.plan(epoch)
-    assert driver.task(driver.policy.ticket(plan, 0), plan, 1, a).outcome is (
-        PartitionOutcome.COMMITTED
-    )
+    assert driver.task(driver.ticket(plan, 0), plan, 1, a).outcome is (PartitionOutcome.COMMITTED)
     check_exact(sink, epoch + 1)

@@ -1,4 +1,8 @@
-"""KafkaSink recovery paths with real Spark and a real broker (no process kills here)."""
+"""KafkaSink recovery paths with real Spark and a real broker (no process kills here).
+
+Each test of a sink's recovery runs under both producer strategies (the
+``producer_strategy`` fixture): a new producer per task, and producers kept across epochs.
+"""
 
 from __future__ import annotations
 
@@ -39,14 +43,14 @@ def fault_plan(tmp_path, *faults):
 
 @pytest.mark.compat
 def test_in_doubt_epoch_is_skipped_by_markers_on_replay(
-    spark, kafka_bootstrap, new_topic, tmp_path
+    spark, kafka_bootstrap, new_topic, tmp_path, producer_strategy
 ):
     topic = new_topic("ks-doubt", partitions=2)
     sink_id = sid()
     faults = fault_plan(
         tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sink_id)
+    sink = KafkaSink(kafka_bootstrap, topic, sink_id, producer_strategy=producer_strategy)
     try:
         with inject_faults(faults):
             with pytest.raises(InjectedFault):
@@ -61,12 +65,14 @@ def test_in_doubt_epoch_is_skipped_by_markers_on_replay(
     assert values(read_committed(kafka_bootstrap, topic)) == expected(400)
 
 
-def test_non_deterministic_replay_raises(spark, kafka_bootstrap, new_topic, tmp_path):
+def test_non_deterministic_replay_raises(
+    spark, kafka_bootstrap, new_topic, tmp_path, producer_strategy
+):
     topic = new_topic("ks-nondet", partitions=2)
     faults = fault_plan(
         tmp_path, {"id": "d", "step": "driver_before_complete", "epoch": 0, "action": "raise"}
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sid())
+    sink = KafkaSink(kafka_bootstrap, topic, sid(), producer_strategy=producer_strategy)
     try:
         with inject_faults(faults):
             with pytest.raises(InjectedFault):
@@ -81,7 +87,7 @@ def test_non_deterministic_replay_raises(spark, kafka_bootstrap, new_topic, tmp_
 
 
 def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
-    spark, kafka_bootstrap, new_topic, tmp_path
+    spark, kafka_bootstrap, new_topic, tmp_path, producer_strategy
 ):
     topic = new_topic("ks-unal", partitions=2)
     faults = fault_plan(
@@ -104,6 +110,7 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
         mode="unaligned",
         parallelism=2,
         stage_retries=0,
+        producer_strategy=producer_strategy,
     )
     try:
         with inject_faults(faults):
@@ -125,7 +132,7 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
 
 @pytest.mark.parametrize("channel", ["driver", "barrier"])
 def test_aligned_failure_before_the_vote_leaves_nothing_visible(
-    spark, kafka_bootstrap, new_topic, tmp_path, channel
+    spark, kafka_bootstrap, new_topic, tmp_path, channel, producer_strategy
 ):
     topic = new_topic("ks-al", partitions=2)
     faults = fault_plan(
@@ -139,6 +146,7 @@ def test_aligned_failure_before_the_vote_leaves_nothing_visible(
         parallelism=2,
         stage_retries=0,
         vote_channel=channel,
+        producer_strategy=producer_strategy,
     )
     try:
         with inject_faults(faults):
@@ -155,7 +163,7 @@ def test_aligned_failure_before_the_vote_leaves_nothing_visible(
 
 @pytest.mark.parametrize("channel", ["driver", "barrier"])
 def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
-    spark, kafka_bootstrap, new_topic, tmp_path, channel
+    spark, kafka_bootstrap, new_topic, tmp_path, channel, producer_strategy
 ):
     topic = new_topic("ks-retry", partitions=2)
     faults = fault_plan(
@@ -163,7 +171,14 @@ def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
         {"id": "c", "step": "before_commit", "epoch": 0, "partition": 0, "action": "raise"},
     )
     # the default stage_retries (2) re-runs the failed barrier stage within the call
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, vote_channel=channel)
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        parallelism=2,
+        vote_channel=channel,
+        producer_strategy=producer_strategy,
+    )
     try:
         with inject_faults(faults):
             result = sink(rows(spark, 200), 0)  # the first stage fails, the retry finishes it
@@ -177,14 +192,21 @@ def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
 
 
 def test_task_dying_between_decision_and_commit_is_redone(
-    spark, kafka_bootstrap, new_topic, tmp_path
+    spark, kafka_bootstrap, new_topic, tmp_path, producer_strategy
 ):
     topic = new_topic("ks-dec", partitions=2)
     faults = fault_plan(
         tmp_path,
         {"id": "c", "step": "before_commit", "epoch": 0, "partition": 1, "action": "raise"},
     )
-    sink = KafkaSink(kafka_bootstrap, topic, sid(), parallelism=2, stage_retries=0)
+    sink = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sid(),
+        parallelism=2,
+        stage_retries=0,
+        producer_strategy=producer_strategy,
+    )
     try:
         with inject_faults(faults):
             with pytest.raises(Exception, match="injected fault"):
@@ -201,11 +223,18 @@ def test_task_dying_between_decision_and_commit_is_redone(
 
 
 def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_up(
-    spark, kafka_bootstrap, new_topic
+    spark, kafka_bootstrap, new_topic, producer_strategy
 ):
     topic = new_topic("ks-linger", partitions=1)
     sink_id = sid()
-    wide = KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=4)
+    wide = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sink_id,
+        mode="unaligned",
+        parallelism=4,
+        producer_strategy=producer_strategy,
+    )
     try:
         wide(rows(spark, 100), 0)
     finally:
@@ -228,7 +257,14 @@ def test_lingering_transactions_beyond_current_parallelism_are_aborted_at_start_
         zombie.produce(topic, b"zombie", b"z")
         assert zombie.flush(30) == 0
     assert not lso_reaches_high_watermark(kafka_bootstrap, topic)
-    narrow = KafkaSink(kafka_bootstrap, topic, sink_id, mode="unaligned", parallelism=2)
+    narrow = KafkaSink(
+        kafka_bootstrap,
+        topic,
+        sink_id,
+        mode="unaligned",
+        parallelism=2,
+        producer_strategy=producer_strategy,
+    )
     try:
         narrow(rows(spark, 100, start=100), 1)  # recover() aborts every lane of 0..3 first
     finally:

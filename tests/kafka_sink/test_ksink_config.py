@@ -23,6 +23,8 @@ def test_defaults_and_parsing():
     assert make().config.stage_retries == 2
     assert make().config.vote_channel == "driver"
     assert make(stage_retries=0, vote_channel="barrier").config.vote_channel == "barrier"
+    assert make().config.producer_strategy.value == "pooled"
+    assert make(producer_strategy="reference").config.producer_strategy.value == "reference"
 
 
 @pytest.mark.parametrize(
@@ -49,6 +51,8 @@ def test_defaults_and_parsing():
         ({"stage_retries": None}, "stage_retries"),
         ({"vote_channel": "rpc"}, "vote_channel"),
         ({"vote_channel": None}, "vote_channel"),
+        ({"producer_strategy": "fresh"}, "producer_strategy must be one of 'reference', 'pooled'"),
+        ({"producer_strategy": None}, "producer_strategy"),
     ],
 )
 def test_bad_options_raise_typed_error_naming_the_option(over, needle):

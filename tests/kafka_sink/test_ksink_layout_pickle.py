@@ -1,4 +1,5 @@
 import pickle
+from dataclasses import replace
 
 import pytest
 from pyspark.sql.types import (
@@ -23,11 +24,12 @@ from connectors.kafka import (
 )
 from connectors.kafka._sink._input import check_input, data_columns, input_layout
 from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._reuse import ProducerNote, ReuseTicket
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import InputSpec, ReuseTicket, TaskInfo
+from connectors.stage import InputSpec, TaskInfo, TaskStats
 from connectors.stage._task import TaskResult, TaskSpec
 from connectors.stage._votes import VoteTicket
-from txn import EpochPlan, PartitionOutcome, PartitionReport, Vote, VoteKind
+from txn import EpochPlan, Marker, PartitionOutcome, PartitionReport, Vote, VoteKind
 
 HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -116,23 +118,31 @@ def test_input_spec_routes_by_key_and_falls_back_to_the_value():
 
 def test_task_payloads_pickle_round_trip():
     plan = EpochPlan("s", 3, 2, "fp")
+    reuse = ReuseTicket(
+        generation="g",
+        stage_run=1,
+        known=(ProducerNote(partition=0, lane=1, token="t"),),
+        markers=((0, Marker(2, 5, "c")),),
+    )
     spec = TaskSpec(
-        KafkaResource(cfg(), RecordLayout(key=True)),
-        plan,
+        resource=KafkaResource(cfg=cfg(), layout=RecordLayout(key=True)),
+        plan=plan,
         aligned=True,
-        reuse=ReuseTicket("g", 0, 1),
+        tickets=(reuse,),
     )
     assert pickle.loads(pickle.dumps(spec)) == spec
-    bound = spec.resource.for_task(TaskInfo(1, 2, spec.reuse))
+    bound = spec.resource.for_task(TaskInfo(partition=1, task_attempt=2, ticket=reuse))
     assert pickle.loads(pickle.dumps(bound)) == bound
     ticket = VoteTicket("127.0.0.1", 4242, "s", 3, 0, 1, 2, "ab" * 16)
-    with_votes = TaskSpec(spec.resource, plan, aligned=True, reuse=spec.reuse, votes=ticket)
+    with_votes = replace(spec, votes=ticket)
     assert pickle.loads(pickle.dumps(with_votes)) == with_votes
-    placeholders = TaskSpec(spec.resource, plan, aligned=True, reuse=spec.reuse, empty_input=True)
+    placeholders = replace(spec, empty_input=True)
     assert pickle.loads(pickle.dumps(placeholders)).empty_input
     vote = Vote(3, 1, VoteKind.YES, 10, "u1")
     report = PartitionReport(3, 1, PartitionOutcome.COMMITTED, 10, "u1", None, (vote,))
-    result = TaskResult(1, report=report)
+    note = ProducerNote(partition=1, lane=2, token="t", fenced_all=True)
+    stats = TaskStats(partition=1, notes=((0, note),), clients_new=1)
+    result = TaskResult(partition=1, report=report, stats=stats)
     assert pickle.loads(pickle.dumps(result)) == result
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of the per-process client pool and of the reuse rule of write tasks."""
+"""Unit tests of the per-process client pool of the pooled strategy, and of its sink side."""
 
 import os
 import pickle
@@ -8,13 +8,13 @@ import time
 import pytest
 
 from connectors.kafka import KafkaSink
-from connectors.kafka._sink import _pool, _pool_entries
+from connectors.kafka._sink import _pool
 from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._reuse import ReusePolicy, ReuseTicket
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
-from connectors.stage import ReuseTicket, TaskInfo
+from connectors.stage import StageEvent, TaskInfo
 from connectors.stage._task import TaskResult
-from txn import Marker
 
 
 class FakeConsumer:
@@ -27,8 +27,8 @@ class FakeConsumer:
         self.closed = True
 
 
-def entry(producer: object = "producer") -> _pool_entries.PoolEntry:
-    return _pool_entries.PoolEntry(producer, DeliveryErrors(), FakeConsumer(), Marker(3, 10, "c"))  # type: ignore[arg-type]
+def entry(producer: object = "producer") -> _pool.PoolEntry:
+    return _pool.PoolEntry(producer=producer, errors=DeliveryErrors(), consumer=FakeConsumer())  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,7 @@ def test_entries_inherited_through_fork_are_forgotten(monkeypatch):
 def test_discard_closes_the_consumer_and_drops_the_producer():
     e = entry()
     consumer = e.consumer
-    _pool_entries.discard(e)
+    _pool.discard(e)
     assert consumer.closed and e.producer is None and e.consumer is None
 
 
@@ -99,10 +99,12 @@ def cfg(**over):
 
 
 def test_resource_is_unbound_until_its_task_binds_it_and_pickles():
-    res = KafkaResource(cfg(), RecordLayout(key=True))
+    res = KafkaResource(cfg=cfg(), layout=RecordLayout(key=True))
     assert res.task is None
-    bound = res.for_task(TaskInfo(0, 0, ReuseTicket("g", 0, 2)))
-    assert bound.task is not None and not bound.task.may_reuse  # a stage re-run
+    bound = res.for_task(
+        TaskInfo(partition=0, task_attempt=0, ticket=ReuseTicket(generation="g", stage_run=2))
+    )
+    assert bound.task is not None and bound.task.ticket is not None
     assert pickle.loads(pickle.dumps(bound)) == bound
 
 
@@ -115,26 +117,40 @@ def test_pool_key_separates_settings_and_partitions():
 
 
 def test_task_result_with_attempt_pickles():
-    result = TaskResult(1, error=b"x", task_attempt=2)
+    result = TaskResult(partition=1, error=b"x", task_attempt=2)
     assert pickle.loads(pickle.dumps(result)) == result
 
 
-def test_sink_starts_a_new_client_generation_on_demand_and_after_unpickling():
+def policy_of(sink: KafkaSink) -> ReusePolicy:
+    """The sink's back channel (internal state): the pooled strategy's reuse policy."""
+    channel = sink._channels._channels[0]
+    assert isinstance(channel, ReusePolicy)
+    return channel
+
+
+def test_sink_starts_a_new_client_generation_on_events_and_after_unpickling():
     sink = KafkaSink("127.0.0.1:9", "out", "s")
-    first = sink._reuse.generation  # the generation is internal state
-    sink._reuse.renew("test")
-    assert sink._reuse.generation != first
+    first = policy_of(sink).generation
+    sink._channels.event(StageEvent.FAILED_EPOCH)
+    assert policy_of(sink).generation != first
     again = pickle.loads(pickle.dumps(sink))
-    assert again._reuse.generation not in (first, sink._reuse.generation)
+    assert policy_of(again).generation not in (first, policy_of(sink).generation)
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "at-most-once"])
+def test_only_the_pooled_exactly_once_sink_has_a_back_channel(guarantee):
+    assert KafkaSink("127.0.0.1:9", "out", "s", guarantee=guarantee)._channels._channels == (None,)
+    reference = KafkaSink("127.0.0.1:9", "out", "s", producer_strategy="reference")
+    assert reference._channels._channels == (None,)
 
 
 class FakeProducer:
     pass
 
 
-def spare(with_consumer: bool = True) -> _pool_entries.Spare:
+def spare(with_consumer: bool = True) -> _pool.Spare:
     consumer = FakeConsumer() if with_consumer else None
-    return _pool_entries.Spare(FakeProducer(), DeliveryErrors(), consumer)  # type: ignore[arg-type]
+    return _pool.Spare(producer=FakeProducer(), errors=DeliveryErrors(), consumer=consumer)  # type: ignore[arg-type]
 
 
 def wait_for_spares(n: int) -> None:
@@ -163,7 +179,7 @@ def test_spares_are_filled_in_the_background_also_for_keys_with_pooled_clients()
 
 
 def test_spares_are_bounded_and_a_failing_factory_is_skipped():
-    def broken(_with_consumer: bool) -> _pool_entries.Spare:
+    def broken(_with_consumer: bool) -> _pool.Spare:
         raise RuntimeError("broker down")
 
     wanted = {(str(i),): spare for i in range(_pool.MAX_SPARES + 4)}
@@ -181,15 +197,17 @@ def test_spares_inherited_through_fork_are_forgotten(monkeypatch):
     assert _pool.POOL.take_spare(("a",)) is None
 
 
-def prepared(key: tuple[str, ...], generation: str = "g") -> _pool_entries.Preparer:
+def prepared(key: tuple[str, ...], generation: str = "g") -> _pool.Preparer:
     """A preparer that makes an entry named after ``key`` (stands in for init_transactions)."""
 
-    def make(
-        spare: object, consumer: object
-    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
-        made = _pool_entries.PoolEntry("p-" + key[0], DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
+    def make(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
+        made = _pool.PoolEntry(
+            producer="p-" + key[0], errors=DeliveryErrors(), consumer=consumer or FakeConsumer()
+        )  # type: ignore[arg-type]
         made.token, made.generation = "t-" + key[0], generation
-        return made, _pool_entries.Prepared(1, 1, made.token, generation, 4)
+        return made, _pool.Prepared(
+            partition=1, lane=1, token=made.token, generation=generation, serial=4
+        )
 
     return make
 
@@ -240,9 +258,7 @@ def test_a_failed_preparation_gives_the_entry_back_and_a_lease_waits_for_one_in_
     pool.give_back(("a",), old)
     started, go = threading.Event(), threading.Event()
 
-    def failing(
-        spare: object, consumer: object
-    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
+    def failing(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
         assert consumer is old.consumer  # the pooled marker consumer comes along
         started.set()
         go.wait(10)
@@ -258,17 +274,19 @@ def test_a_failed_preparation_gives_the_entry_back_and_a_lease_waits_for_one_in_
 
 def made_by(
     round_name: str, serial: int, gate: threading.Event | None = None, generation: str = "g"
-) -> _pool_entries.Preparer:
+) -> _pool.Preparer:
     """A preparer whose instance is named after its round (waits for ``gate`` first)."""
 
-    def make(
-        spare: object, consumer: object
-    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
+    def make(spare: object, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
         if gate is not None:
             assert gate.wait(10)
-        made = _pool_entries.PoolEntry("p", DeliveryErrors(), consumer or FakeConsumer())  # type: ignore[arg-type]
+        made = _pool.PoolEntry(
+            producer="p", errors=DeliveryErrors(), consumer=consumer or FakeConsumer()
+        )  # type: ignore[arg-type]
         made.token, made.generation, made.serial = round_name, generation, serial
-        return made, _pool_entries.Prepared(1, 1, round_name, generation, serial)
+        return made, _pool.Prepared(
+            partition=1, lane=1, token=round_name, generation=generation, serial=serial
+        )
 
     return make
 
@@ -315,9 +333,7 @@ def test_a_preparation_initializes_a_spare_only_once_it_has_settled():
     wait_for(lambda: pool.spares() == 1)
     called: list[tuple[float, float]] = []
 
-    def make(
-        got: _pool_entries.Spare | None, consumer: object
-    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
+    def make(got: _pool.Spare | None, consumer: object) -> tuple[_pool.PoolEntry, _pool.Prepared]:
         assert got is not None
         called.append((got.created, time.monotonic()))
         return made_by("settled", 4)(got, consumer)

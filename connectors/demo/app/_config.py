@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from connectors.kafka import PRODUCER_STRATEGIES
 from connectors.stage import BAD_RECORD_POLICIES
 
 # Seconds Spark waits for a python worker to connect back; generous on a busy machine.
@@ -81,6 +82,8 @@ class PipelineConfig:
     the table is created from the stream.
     ``on_bad_record``: the policy of every sink of the query (``"fail"``, ``"dead-letter"``
     into its default dead-letter topic or table, or ``"skip"``; docs/bad-records.md).
+    ``producer_strategy``: the Kafka sink's (``"pooled"`` or ``"reference"``;
+    docs/kafka-sink.md, "Producer strategies").
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
     the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``fault_plan``: a
     ``connectors.testing.FaultPlan`` file injected around every batch (``run_query``; the
@@ -91,7 +94,8 @@ class PipelineConfig:
     environment (``EOS_KAFKA_*``). Validated at construction, without network I/O.
 
     Raises:
-        PipelineConfigError: unknown ``source``, ``sink``, write mode, protocol or policy,
+        PipelineConfigError: unknown ``source``, ``sink``, write mode, protocol, policy or
+            producer strategy,
             ``source="kafka"`` without ``input_topic``, a PostgreSQL sink without DSN or
             table, or a ``max_offsets_per_trigger`` that is not positive.
 
@@ -126,6 +130,7 @@ class PipelineConfig:
     postgres_gained_columns: tuple[str, ...] = ()
     postgres_gain_from_batch: int = 0
     on_bad_record: str = "fail"
+    producer_strategy: str = "pooled"
     client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     lake_path: str | None = None
     resume_from_output: bool = False
@@ -138,6 +143,7 @@ class PipelineConfig:
         _one_of("postgres_write_mode", self.postgres_write_mode, POSTGRES_WRITE_MODES)
         _one_of("postgres_protocol", self.postgres_protocol, POSTGRES_PROTOCOLS)
         _one_of("on_bad_record", self.on_bad_record, BAD_RECORD_POLICIES)
+        _one_of("producer_strategy", self.producer_strategy, PRODUCER_STRATEGIES)
         if self.writes_postgres and not (self.postgres_dsn and self.postgres_table):
             msg = f"sink={self.sink!r} needs postgres_dsn and postgres_table: where to write"
             raise PipelineConfigError(msg)

@@ -155,6 +155,7 @@ def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> KafkaSink:
         client_config=dict(cfg.client_config) or None,
         order_by=ORDER_COLUMNS,
         on_bad_record=cfg.on_bad_record,
+        producer_strategy=cfg.producer_strategy,
         **options,
     )
 

@@ -22,6 +22,7 @@ from connectors.kafka._clients import Cluster
 from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
 from connectors.kafka._formats import RecordFormat, parse_formats
 from connectors.kafka._secrets import Settings
+from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES, ProducerStrategy
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
 
@@ -107,6 +108,18 @@ def _client_settings(raw: object) -> Settings:
     )
 
 
+def _strategy(value: object) -> ProducerStrategy:
+    """Validate ``producer_strategy``: a :class:`ProducerStrategy` or its value."""
+    if isinstance(value, ProducerStrategy):
+        return value
+    try:
+        return ProducerStrategy(value)
+    except ValueError:
+        choices = ", ".join(repr(s) for s in PRODUCER_STRATEGIES)
+        msg = f"producer_strategy must be one of {choices}, got {value!r}"
+        raise KafkaSinkConfigError(msg) from None
+
+
 def _require_name(what: str, value: object, max_len: int) -> str:
     if not isinstance(value, str) or not value:
         msg = f"{what} must be a non-empty string, got {value!r}"
@@ -156,6 +169,10 @@ class SinkConfig(StageOptions):
       source coordinates, e.g. the ``kafka-rc`` source's, renamed: ``topic`` and
       ``partition`` are the output's columns). The columns are shipped to the write tasks
       and enter the partitions' checksums (and the fingerprint) only when this is set.
+    * ``producer_strategy``: how write tasks get their producers (``_strategy``):
+      ``"pooled"`` (the default: kept by each Python worker across epochs, reused under
+      the reuse rules, ``_reuse``) or ``"reference"`` (a new producer per task, closed at
+      its end: the simple path, slower);
     * ``producer_lanes``: worker lanes per write partition (exactly-once), one per Python
       worker of a host (``_lanes``; each one more transactional id, beside the shared
       lane's): Spark moves tasks between workers, and each worker keeps a live producer of
@@ -185,6 +202,7 @@ class SinkConfig(StageOptions):
     dead_letter_topic: str | None = None
     dead_letter_source: tuple[str, str, str] | None = None
     commit_offsets_to_group: str | None = None
+    producer_strategy: ProducerStrategy = ProducerStrategy.POOLED
     producer_lanes: int = DEFAULT_PRODUCER_LANES
 
     @classmethod
@@ -229,6 +247,7 @@ class SinkConfig(StageOptions):
         ):
             msg = f"producer_lanes must be an int from 1 to {MAX_PRODUCER_LANES}, got {lanes!r}"
             raise KafkaSinkConfigError(msg)
+        object.__setattr__(self, "producer_strategy", _strategy(self.producer_strategy))
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
             msg = "epoch_log must be a file path, or None for the Kafka epoch log"

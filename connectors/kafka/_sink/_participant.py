@@ -8,8 +8,9 @@ skipping partitions whose marker says they committed (docs/architecture.md).
 Two participants, chosen by the guarantee (``_resource.KafkaResource.open``):
 ``_transactional.TransactionalKafkaParticipant`` (exactly-once) and
 :class:`PlainKafkaParticipant` (at-least-once, at-most-once), both on the shared part here,
-:class:`KafkaParticipant`. Both take their clients from the process's client pool
-(``_pool``) as a lease and release it in ``close``: clean only in state DONE.
+:class:`KafkaParticipant`. Both get their clients from the sink's producer strategy
+(``_strategy``: a new producer per task, or one kept by the worker) and hand them back in
+``close``, telling whether the epoch ended cleanly (``_reuse.ended_cleanly``).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import pyarrow as pa
 from confluent_kafka import Producer
 
 from connectors.kafka import _classify
-from connectors.kafka._sink import _pool, _pool_entries
 from connectors.kafka._sink._bad_records import produce_dead_letters
 from connectors.kafka._sink._config import SinkConfig
-from connectors.kafka._sink._producers import new_producer, plain_pool_key
-from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
-from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo
+from connectors.kafka._sink._reuse import ended_cleanly
+from connectors.kafka._sink._strategy import Clients, TaskProducers
+from connectors.kafka._sink._writer import RecordLayout, RecordWriter
+from connectors.stage import ArrowPartition, DeadLetterContext
 from connectors.stage._retry import step_budget
 from connectors.stage._states import ParticipantState, ParticipantStateMachine
 from txn import EpochPlan, Marker, Participant, RowSummary
@@ -66,8 +67,8 @@ def _failed(start: ParticipantState) -> ParticipantState:
 class KafkaParticipant(Participant[ArrowPartition]):
     """Write partition ``partition`` of one epoch (contract: :class:`txn.Participant`).
 
-    The part both guarantees share: the lease of pooled clients, the states, the writer.
-    ``reused`` and ``why_new`` say whether a pooled producer served (diagnostics).
+    The part both guarantees share: the clients of the producer strategy, the states, the
+    writer. ``reused`` and ``why_new`` say whether a kept producer served (diagnostics).
     """
 
     def __init__(
@@ -77,42 +78,35 @@ class KafkaParticipant(Participant[ArrowPartition]):
         plan: EpochPlan,
         partition: int,
         *,
-        task: TaskInfo | None = None,
-        pool: _pool.ClientPool = _pool.POOL,
+        producers: TaskProducers,
     ) -> None:
         self._cfg = cfg
         self._plan = plan
         self._partition = partition
-        self._task = task
-        self._pool = pool
+        self._producers = producers
         self._states = ParticipantStateMachine(_MOVES, f"partition {partition}")
         self._marker: Marker | None = None
-        self.reused = False
         started = time.perf_counter()
-        self._lease = pool.acquire(self._pool_key())
-        self._clients = self._lease.clients
-        try:
-            with _budget():
-                why = self._open()
-        except BaseException:
-            self._lease.release(clean=False)  # ends the lease: the key may be prepared again
-            raise
+        with _budget():
+            why = self._open()  # raising leaves nothing open
+        self.reused = producers.reused
         self.why_new = "" if self.reused else why
         log.debug(
             "epoch %d partition %d: %s in %.1f ms",
             plan.epoch,
             partition,
-            "pooled producer" if self.reused else f"new producer ({why})",
+            "kept producer" if self.reused else f"new producer ({why})",
             1000 * (time.perf_counter() - started),
         )
         self._writer = RecordWriter(self._live(), self._clients.errors, layout, cfg.topic)
 
-    def _pool_key(self) -> _pool_entries.Key:
-        raise NotImplementedError
+    @property
+    def _clients(self) -> Clients:
+        return self._producers.clients
 
     def _open(self) -> str:
-        """Make the clients ready; return why no pooled producer serves (if none does)."""
-        raise NotImplementedError
+        """Make the clients ready; return why no kept producer serves (if none does)."""
+        return self._producers.open()
 
     def _live(self) -> Producer:
         producer = self._clients.producer
@@ -120,11 +114,6 @@ class KafkaParticipant(Participant[ArrowPartition]):
             msg = f"partition {self._partition}: the producer was dropped after a fatal error"
             raise RuntimeError(msg)
         return producer
-
-    def _reuse(self) -> None:
-        """Serve with the pooled producer (its delivery errors start afresh)."""
-        self._clients.errors.first, self._clients.errors.count = None, 0
-        self.reused = True
 
     # -- the contract --------------------------------------------------------------------
     def committed_marker(self) -> Marker | None:
@@ -198,11 +187,11 @@ class KafkaParticipant(Participant[ArrowPartition]):
         return None
 
     def _clean(self) -> bool:
-        """Whether the epoch ended cleanly: the lease may keep the producer."""
-        clean = self._states.state is _S.DONE and self._clients.errors.first is None
+        """Whether the epoch ended cleanly: the strategy may keep the producer."""
+        clean = ended_cleanly(self._states.state, self._clients.errors.first)
         if not clean:
             log.debug(
-                "epoch %d partition %d: producer not pooled (state %s, delivery error %s)",
+                "epoch %d partition %d: producer not kept (state %s, delivery error %s)",
                 self._plan.epoch,
                 self._partition,
                 self._states.state.value,
@@ -212,25 +201,10 @@ class KafkaParticipant(Participant[ArrowPartition]):
 
 
 class PlainKafkaParticipant(KafkaParticipant):
-    """At-least-once / at-most-once: an idempotent producer, no transaction, no marker.
-
-    Nothing fences such a producer, so any task of the worker may use it after another:
-    one pooled producer per worker and producer settings.
-    """
-
-    def _pool_key(self) -> _pool_entries.Key:
-        return plain_pool_key(self._cfg)
-
-    def _open(self) -> str:
-        if self._lease.pooled_producer:
-            self._reuse()
-            return ""
-        self._clients.errors = DeliveryErrors()
-        self._clients.producer = new_producer(self._cfg, None, self._clients.errors)
-        return "no transactions"
+    """At-least-once / at-most-once: an idempotent producer, no transaction, no marker."""
 
     def close(self) -> None:
-        """Flush what is queued (nothing may be lost silently); pool the producer if clean."""
+        """Flush what is queued (nothing may be lost silently); the producer kept if clean."""
         producer = self._clients.producer
         left = producer.flush(CLOSE_TIMEOUT_S) if producer is not None else 0
-        self._lease.release(clean=left == 0 and self._clean())
+        self._producers.close(clean=left == 0 and self._clean(), committed=False)

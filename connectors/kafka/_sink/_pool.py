@@ -17,8 +17,8 @@ Contract (:class:`ClientPool`; the process's one pool is :data:`POOL`):
 3. the pool is tied to the process that filled it: after a fork it is empty (librdkafka
    handles are not fork-safe; inherited ones are never touched).
 
-Whether an entry's *producer* may be reused for a given epoch is decided by the stage's
-reuse rules (``connectors.stage``'s ``ReuseTicket``), not here.
+The pooled strategy's store (``_pooled``); whether an entry's *producer* may serve a given
+task is decided by the reuse rules (``_reuse``), not here.
 
 Keys name one transactional id, i.e. one partition on one producer lane (``_lanes``).
 
@@ -45,25 +45,18 @@ task reports what serves it).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, Producer
 
 from connectors.kafka._sink._lanes import LaneClaims
-from connectors.kafka._sink._pool_entries import (
-    Key,
-    PoolEntry,
-    Prepared,
-    Preparer,
-    Spare,
-    SpareFactory,
-    discard,
-)
+from connectors.kafka._sink._reuse import newer_instance_kept
+from connectors.kafka._sink._strategy import Clients, close_consumer
 from connectors.kafka._sink._writer import DeliveryErrors
 
 log = logging.getLogger("connectors.kafka.sink.pool")
@@ -87,6 +80,62 @@ PREPARE_DEADLINE_S = 5.0
 SPARE_SETTLE_S = 0.1
 
 
+@dataclass(kw_only=True)
+class PoolEntry(Clients):
+    """The clients of one transactional id in one process, between two tasks.
+
+    ``producer`` is None when only the consumer is kept. ``token`` names the producer
+    instance (minted by its ``init_transactions``; tasks report it, ``_reuse.ProducerNote``).
+    ``generation`` is the driver's client generation the producer was last used under;
+    ``serial`` the ticket under which the driver was last told of it (``_prepare``).
+    """
+
+    token: str = ""
+    generation: str = ""
+    serial: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A prepared, not yet reported instance: what a task reports (``ProducerNote.prepared``)."""
+
+    partition: int
+    lane: int
+    token: str
+    generation: str
+    serial: int
+
+
+@dataclass(kw_only=True)
+class Spare:
+    """A producer (with its delivery callback) and a marker consumer, created, never initialized.
+
+    ``consumer`` is None when the spare was made for an id whose marker consumer is pooled;
+    ``created``: when (``time.monotonic``).
+    """
+
+    producer: Producer
+    errors: DeliveryErrors
+    consumer: Consumer | None
+    created: float = field(default_factory=time.monotonic)
+
+
+# A pool key: one transactional id with its marker group and settings (``_producers``).
+Key = tuple[str, ...]
+# Factory of a spare: ``with_consumer`` False when the id's marker consumer is pooled.
+SpareFactory = Callable[[bool], Spare]
+# Makes a prepared entry of a key from its spare (if any) and the key's pooled marker
+# consumer (if any): initializes the producer; raising drops the preparation.
+Preparer = Callable[["Spare | None", "Consumer | None"], tuple[PoolEntry, Prepared]]
+
+
+def discard(entry: PoolEntry) -> None:
+    """Release ``entry``'s clients (a producer's open transaction is left to the broker)."""
+    close_consumer(entry.consumer)
+    entry.consumer = None
+    entry.producer = None
+
+
 class Lease:
     """The clients of one pool key, held by one participant from acquire to release.
 
@@ -99,7 +148,8 @@ class Lease:
         self._pool = pool
         self.key = key
         self.pooled_producer = pooled is not None and pooled.producer is not None
-        self.clients = pooled if pooled is not None else PoolEntry(None, DeliveryErrors(), None)
+        empty = PoolEntry(producer=None, errors=DeliveryErrors(), consumer=None)
+        self.clients = pooled if pooled is not None else empty
         self._released = False
 
     def take_spare(self) -> Spare | None:
@@ -328,7 +378,9 @@ class ClientPool:
         if entry is None or entry.producer is None:
             return False
         generation, serial = ticket
-        return entry.generation == generation and entry.serial >= serial
+        return newer_instance_kept(
+            entry.generation, entry.serial, generation=generation, serial=serial
+        )
 
     def take_reports(self, generation: str, serial: int) -> list[Prepared]:
         """Remove and return the unreported records of ``generation`` whose entry is pooled.
@@ -371,9 +423,7 @@ class ClientPool:
         for e in entries:
             discard(e)
         for s in spare:
-            if s.consumer is not None:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    s.consumer.close()
+            close_consumer(s.consumer)
 
 
 # The pool of this process: Spark reuses Python workers, so the clients of one epoch's

@@ -6,31 +6,25 @@ wrote, but the first time a worker gets ``p`` it had to run ``init_transactions`
 critical path. After a task that committed, the worker prepares in a background thread
 (``_pool.ClientPool.prepare``) a producer on its own lane ``k`` of every other partition
 ``q`` (and of the partition it wrote, when it wrote it on the shared lane: redos and
-unaligned fresh opens); a later task of the worker reports it (``ClientNote.prepared``,
-reuse rule 6 in ``connectors.stage``'s ``_reuse``), and from the next epoch on it serves
-like any pooled producer the driver knows.
+unaligned fresh opens); a later task of the worker reports it (``ProducerNote.prepared``;
+the driver learns it when ``_reuse.prepared_order_known``), and from the next epoch on it
+serves like any kept producer the driver knows.
 
 Contract of :func:`prepare_lanes` (whom a preparation may fence, and why nobody serving):
 
-1. only after a *commit* of a steady task (the first attempt of the first stage run of the
-   first plan attempt), on a worker lane the worker *claimed* (no other worker of the host
-   uses it; the shared lane, which redos and unaligned fresh opens use, is never
-   claimed), and for ``(q, k)`` where the ticket knows no instance (so no other host's
-   worker of lane ``k`` that the driver saw serve it is fenced) and, checked when its
-   turn in the round comes, the driver was not told of this worker's pooled producer of
-   ``(q, k)`` in the same stage run or a later one (it served, or was reported, there:
-   the driver learns it at the end of the run) and no later round prepared it (a slow
-   round must not replace a newer instance: the driver would drop both, rule 6); a pooled
-   producer the driver was told of earlier but does not know (it dropped the note) is
-   replaced;
-2. in unaligned epochs only partitions the ticket has seen served: the first open of a
-   partition in a generation fences every lane, in no known order against a preparation
-   of the same run (the driver would drop the note, rule 6);
-3. a prepared producer comes warm: marker consumer read once, the output topic's
+1. a round starts only when ``_reuse.may_prepare`` (after a steady task committed, on a
+   worker lane the worker claimed), and prepares ``(q, k)`` only when
+   ``_reuse.may_prepare_lane`` (the ticket knows no instance of it; unaligned: only
+   partitions the driver has seen served); when its turn in the round comes it is
+   skipped if ``_reuse.newer_instance_kept`` (the driver was told of this worker's
+   producer of ``(q, k)`` in the same stage run or a later one, or a later round prepared
+   it). A kept producer the driver was told of earlier but does not know (it dropped the
+   note) is replaced;
+2. a prepared producer comes warm: marker consumer read once, the output topic's
    metadata and the marker group's coordinator looked up (:func:`_warm`: an aborted
    transaction, nothing of it visible);
-4. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged at
-   debug), never the task.
+3. at most ``MAX_PREPARED`` producers per round; a failure drops the preparation (logged
+   at debug), never the task.
 
 The safety argument (a prepared instance never commits an epoch a redo also commits):
 docs/kafka-sink.md, "Why at most one instance commits epoch N of partition p".
@@ -43,13 +37,15 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from connectors.kafka._sink import _pool, _pool_entries
+from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._lanes import Lane
 from connectors.kafka._sink._markers import marker_consumer, read_marker
 from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
+from connectors.kafka._sink._reuse import ProducerNote, ReuseTicket, may_prepare_lane
+from connectors.kafka._sink._strategy import close_consumer
 from connectors.kafka._sink._writer import DeliveryErrors
-from connectors.stage import ReuseTicket, TaskInfo
+from connectors.stage import TaskInfo
 
 log = logging.getLogger("connectors.kafka.sink.prepare")
 
@@ -64,32 +60,28 @@ METADATA_TIMEOUT_S = 10.0
 def prepare_lanes(
     pool: _pool.ClientPool,
     cfg: SinkConfig,
-    task: TaskInfo,
+    task: TaskInfo[object],
+    ticket: ReuseTicket,
     written: tuple[int, int],
     parallelism: int,
     lane: Lane,
 ) -> None:
-    """Prepare this worker's ``lane`` of the sink's ``parallelism`` partitions (see the contract).
+    """Prepare this worker's ``lane`` of the sink's ``parallelism`` partitions (the contract).
 
-    ``written``: the sink's partition the task wrote and the lane it wrote on (the shared
-    lane when it could not use its own: then its own lane of that partition is prepared too).
-    ``task.partition`` may be offset in a composite sink's numbering; notes use that one.
+    Call only when ``_reuse.may_prepare``. ``written``: the sink's partition the task wrote
+    and the lane it wrote on (the shared lane when it could not use its own: then its own
+    lane of that partition is prepared too). ``task.partition`` may be offset in a
+    composite sink's numbering; notes use that one.
     """
     partition, served_on = written
-    ticket = task.reuse
-    if not lane.claimed or not task.may_reuse:
-        return
     offset = task.partition - partition
-    seen = {n.partition for n in ticket.known if not n.prepared}
-    wanted: list[tuple[_pool_entries.Key, _pool_entries.Preparer]] = []
+    wanted: list[tuple[_pool.Key, _pool.Preparer]] = []
     for q in range(parallelism):
-        key = pool_key(cfg, q, lane.index)
         if (q, lane.index) == (partition, served_on):
             continue
-        if ticket.known_token(q + offset, lane.index) is not None:
+        if not may_prepare_lane(ticket, q + offset, lane.index):
             continue
-        if not ticket.gated and q + offset not in seen:  # its first open may fence every lane
-            continue
+        key = pool_key(cfg, q, lane.index)
         wanted.append((key, _preparer(cfg, q, lane.index, q + offset, ticket)))
     if wanted:
         log.debug(
@@ -102,29 +94,36 @@ def prepare_lanes(
     pool.prepare(wanted[:MAX_PREPARED], generation=ticket.generation, serial=ticket.serial)
 
 
-def report_prepared(pool: _pool.ClientPool, task: TaskInfo) -> None:
-    """Add the finished, unreported preparations of the task's generation to its notes."""
-    for rec in pool.take_reports(task.reuse.generation, task.reuse.serial):
+def report_prepared(pool: _pool.ClientPool, task: TaskInfo[object], ticket: ReuseTicket) -> None:
+    """Send the finished, unreported preparations of ``ticket``'s generation as notes."""
+    for rec in pool.take_reports(ticket.generation, ticket.serial):
         log.debug(
             "ticket %d, partition %d: reports partition %d lane %d prepared %s under ticket %d",
-            task.reuse.serial,
+            ticket.serial,
             task.partition,
             rec.partition,
             rec.lane,
             rec.token,
             rec.serial,
         )
-        task.note_prepared(rec.partition, rec.lane, rec.token, rec.serial)
+        note = ProducerNote(
+            partition=rec.partition,
+            lane=rec.lane,
+            token=rec.token,
+            prepared=True,
+            serial=rec.serial,
+        )
+        task.send(note)
 
 
 def _preparer(
     cfg: SinkConfig, partition: int, lane: int, note_partition: int, ticket: ReuseTicket
-) -> _pool_entries.Preparer:
+) -> _pool.Preparer:
     txn_id = cfg.transactional_id(partition, lane)
 
     def make(
-        spare: _pool_entries.Spare | None, pooled: Consumer | None
-    ) -> tuple[_pool_entries.PoolEntry, _pool_entries.Prepared]:
+        spare: _pool.Spare | None, pooled: Consumer | None
+    ) -> tuple[_pool.PoolEntry, _pool.Prepared]:
         errors = spare.errors if spare is not None else DeliveryErrors()
         producer = spare.producer if spare is not None else new_producer(cfg, txn_id, errors)
         extra = spare.consumer if spare is not None else None
@@ -134,7 +133,7 @@ def _preparer(
             consumer, extra = extra, None
         else:
             consumer = marker_consumer(cfg.cluster, cfg.marker_group(partition))
-        _close(extra)  # the spare's, when the pooled consumer serves
+        close_consumer(extra)  # the spare's, when the pooled consumer serves
         try:
             token = init_transactions(producer, txn_id)
             read_marker(consumer, cfg.marker_topic)  # warms the group coordinator
@@ -143,14 +142,24 @@ def _preparer(
         except Exception:
             log.debug("preparing %s failed; the next task opens its own", txn_id, exc_info=True)
             if pooled is None:
-                _close(consumer)
+                close_consumer(consumer)
             raise
-        entry = _pool_entries.PoolEntry(
-            producer, errors, consumer, token, ticket.generation, ticket.serial
+        entry = _pool.PoolEntry(
+            producer=producer,
+            errors=errors,
+            consumer=consumer,
+            token=token,
+            generation=ticket.generation,
+            serial=ticket.serial,
         )
-        return entry, _pool_entries.Prepared(
-            note_partition, lane, token, ticket.generation, ticket.serial
+        prepared = _pool.Prepared(
+            partition=note_partition,
+            lane=lane,
+            token=token,
+            generation=ticket.generation,
+            serial=ticket.serial,
         )
+        return entry, prepared
 
     return make
 
@@ -174,9 +183,3 @@ def _warm(producer: Producer, consumer: Consumer, topic: str) -> None:
             [TopicPartition(topic, 0, 0)], group, METADATA_TIMEOUT_S
         )
     producer.abort_transaction(METADATA_TIMEOUT_S)
-
-
-def _close(consumer: Consumer | None) -> None:
-    if consumer is not None:
-        with contextlib.suppress(KafkaException, RuntimeError):
-            consumer.close()

@@ -1,4 +1,4 @@
-"""The write task's Kafka clients: how they are created, keyed in the pool and fenced."""
+"""The write tasks' Kafka producers: how they are created, fenced, and keyed in the pool."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from connectors.kafka import _clients, _names
 from connectors.kafka._classify import call_with_retry
-from connectors.kafka._sink import _pool, _pool_entries
+from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._markers import marker_consumer
 from connectors.kafka._sink._writer import DeliveryErrors
@@ -84,27 +84,27 @@ def _settings_digest(cfg: SinkConfig, transactional_id: str | None) -> str:
     return hashlib.sha256(repr(doc).encode()).hexdigest()
 
 
-def plain_pool_key(cfg: SinkConfig) -> _pool_entries.Key:
+def plain_pool_key(cfg: SinkConfig) -> _pool.Key:
     """Pool key of the non-transactional producer of a worker: every producer setting."""
     return ("plain", _settings_digest(cfg, None))
 
 
-def pool_key(cfg: SinkConfig, partition: int, lane: int = 0) -> _pool_entries.Key:
+def pool_key(cfg: SinkConfig, partition: int, lane: int = 0) -> _pool.Key:
     """Pool key of a write task's clients: id, marker group and every producer setting."""
     txn_id = cfg.transactional_id(partition, lane)
     return (txn_id, cfg.marker_group(partition), cfg.marker_topic, _settings_digest(cfg, txn_id))
 
 
-def spare_factory(cfg: SinkConfig, partition: int, lane: int) -> _pool_entries.SpareFactory:
+def spare_factory(cfg: SinkConfig, partition: int, lane: int) -> _pool.SpareFactory:
     """Return a factory of partition ``partition``'s spare clients (created, not initialized)."""
 
-    def make(with_consumer: bool) -> _pool_entries.Spare:
+    def make(with_consumer: bool) -> _pool.Spare:
         errors = DeliveryErrors()
         producer = new_producer(cfg, cfg.transactional_id(partition, lane), errors)
         consumer = (
             marker_consumer(cfg.cluster, cfg.marker_group(partition)) if with_consumer else None
         )
-        return _pool_entries.Spare(producer, errors, consumer)
+        return _pool.Spare(producer=producer, errors=errors, consumer=consumer)
 
     return make
 

@@ -6,39 +6,59 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from connectors.kafka._formats import FormatPlan, formatted
+from connectors.kafka._sink import _pool
 from connectors.kafka._sink._bad_records import KafkaClassifier
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._markers import read_markers
 from connectors.kafka._sink._participant import KafkaParticipant, PlainKafkaParticipant
+from connectors.kafka._sink._pooled import PooledPlain, PooledTransactional
 from connectors.kafka._sink._producers import fence, lane_ids
+from connectors.kafka._sink._reference import NewProducerPerTask
+from connectors.kafka._sink._strategy import ProducerStrategy, TaskProducers
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import RecordLayout
 from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo, screened
 from txn import EpochPlan, Marker, Resource
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaResource(Resource[ArrowPartition]):
     """Driver-side, picklable description of the sink's Kafka side.
 
-    ``task``: set in the write task by :meth:`for_task` (client reuse). ``formats``: the
-    epoch's Schema Registry formats (``connectors.kafka._formats``), if any.
+    ``task``: set in the write task by :meth:`for_task` (with the back channel's ticket of
+    the pooled strategy). ``formats``: the epoch's Schema Registry formats
+    (``connectors.kafka._formats``), if any.
     """
 
     cfg: SinkConfig
     layout: RecordLayout
-    task: TaskInfo | None = None
+    task: TaskInfo[object] | None = None
     formats: FormatPlan | None = None
     reads_markers = True  # committed_markers reads the marker topic from the driver
 
-    def for_task(self, task: TaskInfo) -> KafkaResource:
+    def for_task(self, task: TaskInfo[object]) -> KafkaResource:
         """Return this resource bound to the write task ``task``."""
         return replace(self, task=task)
 
+    def producers(
+        self, plan: EpochPlan, partition: int, pool: _pool.ClientPool = _pool.POOL
+    ) -> TaskProducers:
+        """Return the clients of ``partition``'s task under the sink's producer strategy.
+
+        ``pool``: the pooled strategy's pool (this process's; tests play workers with more).
+        """
+        cfg = self.cfg
+        if cfg.producer_strategy is ProducerStrategy.REFERENCE:
+            return NewProducerPerTask(cfg, partition, self.task)
+        if cfg.transactional:
+            return PooledTransactional(cfg, plan, partition, self.task, pool)
+        return PooledPlain(cfg, self.task, pool)
+
     def open(self, plan: EpochPlan, partition: int) -> KafkaParticipant:
-        """Create or reuse the task's clients (the participant of the guarantee)."""
+        """Open the participant of the guarantee with the strategy's clients."""
         kind = TransactionalKafkaParticipant if self.cfg.transactional else PlainKafkaParticipant
-        participant = kind(self.cfg, self.layout, plan, partition, task=self.task)
+        producers = self.producers(plan, partition)
+        participant = kind(self.cfg, self.layout, plan, partition, producers=producers)
         if not self.cfg.screens_records:
             return formatted(participant, self.formats)  # type: ignore[no-any-return]
         # The classifier encodes the formatted columns itself (a misfit is a bad record).

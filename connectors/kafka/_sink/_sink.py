@@ -19,6 +19,8 @@ from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from connectors.kafka._sink._resource import KafkaResource
+from connectors.kafka._sink._reuse import ReusePolicy
+from connectors.kafka._sink._strategy import ProducerStrategy
 from connectors.stage import InputSpec, SinkConnector, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
@@ -65,8 +67,15 @@ class KafkaConnector(SinkConnector):
         """
         layout, formats = self.formats.resolve(spec)
         if formats is None:
-            return KafkaResource(self.cfg, layout)
-        return KafkaResource(for_tasks(self.cfg), layout, formats=formats)
+            return KafkaResource(cfg=self.cfg, layout=layout)
+        return KafkaResource(cfg=for_tasks(self.cfg), layout=layout, formats=formats)
+
+    def back_channel(self) -> ReusePolicy | None:
+        """Return the pooled strategy's reuse policy (exactly-once), else None: nothing to decide."""
+        cfg = self.cfg
+        if cfg.transactional and cfg.producer_strategy is ProducerStrategy.POOLED:
+            return ReusePolicy()
+        return None
 
     def open_epoch_log(self) -> EpochLog:
         """Open the file log if ``epoch_log`` is set, else the Kafka epoch log."""
@@ -151,11 +160,11 @@ class KafkaSink(TransactionalSink):
 
     ``options`` are the fields of :class:`~connectors.kafka.SinkConfig` (guarantee, mode,
     parallelism, epoch_log, transaction_timeout_ms, client_config, producer_config,
-    changelog, order_by, ...), validated here without network I/O
+    producer_strategy, changelog, order_by, ...), validated here without network I/O
     (:class:`KafkaSinkConfigError` names a bad one). One call ``sink(df, batch_id)`` runs
     epoch ``batch_id`` through the generic stage
     (:class:`connectors.stage.TransactionalSink`); the protocol: docs/architecture.md,
-    the Kafka specifics (transactions, markers, producer reuse): docs/kafka-sink.md.
+    the Kafka specifics (transactions, markers, producer strategies): docs/kafka-sink.md.
     """
 
     def __init__(

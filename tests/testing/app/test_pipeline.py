@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pickle
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from connectors.demo.app import EpochLine, PipelineConfig, write_chunks
 from connectors.verify import Record, json_identity, make_input_value
@@ -55,8 +57,6 @@ def test_write_chunks_keeps_input_order_and_file_age_order(tmp_path: Path) -> No
 
 
 def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
-    import pytest
-
     from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig(
@@ -92,8 +92,6 @@ PG = {"postgres_dsn": "host=db dbname=app", "postgres_table": "t"}
 
 
 def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
-    import pytest
-
     from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig(
@@ -171,6 +169,23 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
     assert isinstance(both, CompositeSink)
     assert both.sink_id == "s3"
     assert both.connector.sink_id == member_ids("s3")[0]  # the Kafka member comes first
+
+
+@pytest.mark.parametrize("sink", ["kafka", "kafka+postgres"])
+def test_the_producer_strategy_reaches_the_kafka_sink_and_a_bad_one_is_refused(sink) -> None:
+    from connectors.demo.app import PipelineConfigError, build_sink
+    from connectors.kafka import KafkaSink
+
+    pg = PG if sink != "kafka" else {}
+    cfg = PipelineConfig("h:1", "/in", "/ck", "out", "s", sink=sink, **pg)  # type: ignore[arg-type]
+    assert cfg.producer_strategy == "pooled"
+    built = build_sink(replace(cfg, producer_strategy="reference"))
+    kafka = built.connector
+    config = built.config if isinstance(built, KafkaSink) else kafka.options  # type: ignore[attr-defined]
+    assert config.producer_strategy.value == "reference"
+    assert PipelineConfig.from_json(replace(cfg, producer_strategy="reference").to_json())
+    with pytest.raises(PipelineConfigError, match="producer_strategy must be one of"):
+        replace(cfg, producer_strategy="fresh")
 
 
 def test_changelog_op_rule() -> None:
