@@ -116,7 +116,10 @@ MODEL_LONG_TESTS := integration_tests/model/test_ordinary_use.py::test_ordinary_
 model-long: $(STAMP)
 	$(PY) -m pytest -q --model-long $(MODEL_LONG_TESTS)
 
+# The longer duplicates of scenarios make test covers (tests marked soak, run with --soak:
+# the e2e chaos tests under the reference producer strategy), then the randomized soak run.
 soak: $(STAMP)
+	$(PY) -m pytest -q --soak -m soak integration_tests
 	$(PY) -m integration_tests.support.soak
 
 clean:

@@ -18,11 +18,15 @@ OPT_IN_RUNS = {
         "--model-long",
         "long run of the model-based test: select it with --model-long (make model-long)",
     ),
+    "soak": (
+        "--soak",
+        "a longer duplicate of a scenario make test covers: select it with --soak (make soak)",
+    ),
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Declare ``--fuzz`` and ``--model-long``."""
+    """Declare ``--fuzz``, ``--model-long`` and ``--soak``."""
     parser.addoption(
         "--fuzz",
         action="store_true",
@@ -34,6 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="run the long run of the model-based test of ordinary use (tests marked model_long)",
+    )
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="run the longer duplicates of scenarios make test covers (tests marked soak)",
     )
 
 

@@ -61,6 +61,7 @@ class EpochExecution:
     recorder: EpochRecorder
     spark: Spark  # the SparkContext, or the Spark Connect session (``_slots``)
     vote_server: Callable[[Spark], VoteServer | None]
+    sink_id: str  # the stage's: the one a test's fault plan may be scoped to (``_hooks``)
 
     def __call__(self, plan: EpochPlan) -> list[PartitionReport]:
         """Route, then run the write stage of ``plan``; one report per partition."""
@@ -76,7 +77,7 @@ class EpochExecution:
         return self._run_with_retries(jobs, votes)
 
     def _route(self, plan: EpochPlan, aligned: bool) -> list[Job]:
-        hooks = _hooks.installed()  # a test's fault plan, if one is installed
+        hooks = _hooks.installed(self.sink_id)  # a test's fault plan, if one is installed
         jobs: list[Job] = []
         for index, (connector, frame, input_spec) in enumerate(
             zip(self.connectors, self.frames, self.input_specs, strict=True)

@@ -6,9 +6,11 @@ of names, whose values (``"after_open"``, ``"mid_write"``, ``"driver_after_plan"
 fault plan file uses. No option of a sink carries hooks: in production none is installed
 and the stage calls nothing.
 
-The seam is process-wide: :func:`install` sets the hooks of this process (tests do it
-through ``connectors.testing.inject_faults``; nothing else calls it) and the stage reads
-them with :func:`installed`:
+The seam is process-wide, scoped by sink id: :func:`install` sets the hooks of this
+process for one sink id, or for every sink (tests do it through
+``connectors.testing.inject_faults``; nothing else calls it), and the stage reads the ones
+of its own sink id with :func:`installed`. Several queries in one application (each with
+its own sink id) can so run with a fault plan each, none firing in another's epochs:
 
 * on the driver, at each ``txn.CoordinatorStep`` of an epoch (the process that runs the
   ``foreachBatch`` call: the application's driver, or a Spark Connect server's
@@ -44,27 +46,29 @@ class StepHooks(Protocol):
         """Return ``(rows, callback)`` to call ``callback`` once ``rows`` rows were written."""
 
 
-_installed: StepHooks | None = None
+# The installed hooks by sink id; the key None holds the ones for every sink.
+_installed: dict[str | None, StepHooks] = {}
 
 
-def install(hooks: StepHooks | None) -> StepHooks | None:
-    """Make ``hooks`` this process's step hooks (None: none); return the ones it replaces.
+def install(hooks: StepHooks | None, *, sink_id: str | None = None) -> StepHooks | None:
+    """Make ``hooks`` the step hooks of ``sink_id`` (None: of every sink); return the old ones.
 
-    Testing only (``connectors.testing.inject_faults``). Not thread-local: every sink of
-    the process sees them from the next epoch step on.
+    ``hooks`` None removes them. Testing only (``connectors.testing.inject_faults``). Not
+    thread-local: the sinks concerned see them from their next epoch step on.
 
     Raises:
         TypeError: ``hooks`` does not implement :class:`StepHooks`.
 
     """
-    global _installed  # the seam is one process-wide value by design
     if hooks is not None and not isinstance(hooks, StepHooks):
         msg = f"step hooks must implement connectors.stage.StepHooks, got {type(hooks).__name__}"
         raise TypeError(msg)
-    previous, _installed = _installed, hooks
+    previous = _installed.pop(sink_id, None)
+    if hooks is not None:
+        _installed[sink_id] = hooks
     return previous
 
 
-def installed() -> StepHooks | None:
-    """Return this process's step hooks (None in production)."""
-    return _installed
+def installed(sink_id: str) -> StepHooks | None:
+    """Return the step hooks of sink ``sink_id``: its own, else every sink's (None in production)."""
+    return _installed.get(sink_id, _installed.get(None))

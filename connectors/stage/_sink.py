@@ -202,6 +202,7 @@ class TransactionalSink(SinkLifecycle):
             recorder=recorder,
             spark=spark,
             vote_server=self._vote_server,
+            sink_id=self._sink_id,
         )
         return coordinator.run_epoch(epoch, parallelism, execute, input_offsets=batch)
 
@@ -293,7 +294,7 @@ class TransactionalSink(SinkLifecycle):
         )
 
     def _driver_hook(self, step: CoordinatorStep, epoch: int) -> None:
-        faults = _hooks.installed()  # a test's fault plan, if one is installed
+        faults = _hooks.installed(self._sink_id)  # a test's fault plan, if one is installed
         if faults is not None:
             faults.fire(step, epoch)
 

@@ -247,17 +247,19 @@ class FaultPlan:
 
 
 @contextlib.contextmanager
-def inject_faults(plan: FaultPlan) -> Iterator[FaultPlan]:
+def inject_faults(plan: FaultPlan, *, sink_id: str | None = None) -> Iterator[FaultPlan]:
     """Install ``plan`` as this process's fault hooks for the block (module docstring).
 
-    The hooks installed before are back when the block ends, however it ends; the write
-    tasks an epoch started inside the block keep the plan they were given.
+    ``sink_id``: only the sink (or composite sink) of that id runs into the plan; None:
+    every sink of the process. The hooks installed before for the same scope are back when
+    the block ends, however it ends; the write tasks an epoch started inside the block keep
+    the plan they were given.
     """
-    previous = _hooks.install(plan)
+    previous = _hooks.install(plan, sink_id=sink_id)
     try:
         yield plan
     finally:
-        _hooks.install(previous)
+        _hooks.install(previous, sink_id=sink_id)
 
 
 def act(fault: Fault) -> None:

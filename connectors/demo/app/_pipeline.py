@@ -189,7 +189,7 @@ def _faults(cfg: PipelineConfig) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
     from connectors.testing.faults import FaultPlan, inject_faults
 
-    return inject_faults(FaultPlan(cfg.fault_plan))
+    return inject_faults(FaultPlan(cfg.fault_plan), sink_id=cfg.sink_id)
 
 
 def _lake_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> TransactionalSink:
