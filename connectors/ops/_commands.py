@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster
 from connectors.ops import _kafka, _parser
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._lakehouse import LakeCheck, verify_lake

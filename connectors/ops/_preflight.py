@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, _names
-from connectors.kafka._acls import required_acls
-from connectors.kafka._admin import admin_client, broker_config, existing_topics
-from connectors.kafka._clients import Cluster
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, _client
+from connectors.kafka._client import (
+    Cluster,
+    admin_client,
+    broker_config,
+    existing_topics,
+    required_acls,
+)
 from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.ops._result import OK, PROBLEM, Result
 
@@ -48,9 +52,9 @@ def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
     }
     if sink_id is not None:
         data["names"] = {
-            "transactional_ids": _names.lane_ids(sink_id, range(parallelism), lanes),
-            "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
-            "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
+            "transactional_ids": _client.lane_ids(sink_id, range(parallelism), lanes),
+            "marker_groups": [_client.marker_group(sink_id, p) for p in range(parallelism)],
+            "epoch_log_coordinator_id": _client.coordinator_id(sink_id),
         }
         acls = required_acls(
             sink_id,

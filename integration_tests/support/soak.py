@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from connectors.demo.app import AppProcess, EpochLine, PipelineConfig, chunk_input
-from connectors.kafka import _clients
+from connectors.kafka._client import _clients
 from connectors.stage import DRIVER_STEPS, TASK_STEPS
 from connectors.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
 

@@ -11,8 +11,8 @@ from connectors.kafka import (
     ProducerFencedError,
     classify,
 )
-from connectors.kafka import _classify as classify_mod
-from connectors.kafka._classify import call_with_retry, raise_if_denied, to_write_error
+from connectors.kafka._client import _classify as classify_mod
+from connectors.kafka._client import call_with_retry, raise_if_denied, to_write_error
 from txn import can_retry_stage
 
 

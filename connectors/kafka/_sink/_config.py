@@ -16,12 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.kafka import _names
-from connectors.kafka._client_config import librdkafka_settings
-from connectors.kafka._clients import Cluster
+from connectors.kafka import _client
+from connectors.kafka._client import Cluster, Settings, librdkafka_settings
 from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
 from connectors.kafka._formats import RecordFormat, parse_formats
-from connectors.kafka._secrets import Settings
 from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES, ProducerStrategy
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
@@ -189,8 +187,8 @@ class SinkConfig(StageOptions):
     topic: str | None
     sink_id: str
     epoch_log: str | None = None
-    epoch_log_topic: str = _names.DEFAULT_EPOCH_LOG_TOPIC
-    marker_topic: str = _names.DEFAULT_MARKER_TOPIC
+    epoch_log_topic: str = _client.DEFAULT_EPOCH_LOG_TOPIC
+    marker_topic: str = _client.DEFAULT_MARKER_TOPIC
     create_topics: bool = False
     transaction_timeout_ms: int = 60_000
     client_config: Settings = Settings()
@@ -335,7 +333,7 @@ class SinkConfig(StageOptions):
                 "are committed inside the output's Kafka transaction"
             )
             raise KafkaSinkConfigError(msg)
-        if group.startswith(_names.marker_group(self.sink_id, 0)[:-1]):
+        if group.startswith(_client.marker_group(self.sink_id, 0)[:-1]):
             msg = (
                 f"commit_offsets_to_group {group!r} is a marker group of sink {self.sink_id!r}; "
                 "use a group id of its own (no active members)"
@@ -379,11 +377,11 @@ class SinkConfig(StageOptions):
 
     def transactional_id(self, partition: int, lane: int = 0) -> str:
         """Transactional id of write partition ``partition`` on producer lane ``lane``."""
-        return _names.transactional_id(self.sink_id, partition, lane)
+        return _client.transactional_id(self.sink_id, partition, lane)
 
     def marker_group(self, partition: int) -> str:
         """Consumer group whose committed offset is the marker of ``partition``."""
-        return _names.marker_group(self.sink_id, partition)
+        return _client.marker_group(self.sink_id, partition)
 
     def fingerprint(self) -> str:
         """Digest of the options that decide where rows land and how they are checked."""

@@ -36,19 +36,21 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
-from connectors.kafka import _clients, _names
-from connectors.kafka._admin import admin_client, ensure_topics
-from connectors.kafka._classify import (
+from connectors.kafka import _client
+from connectors.kafka._client import (
     PARTITION_EOF,
+    ClientConfig,
+    admin_client,
     broker_restart,
     call_with_retry,
     classify,
+    cluster_of,
+    ensure_topics,
     kafka_error_of,
     raise_if_denied,
     retry_over_restart,
     with_delivery_cause,
 )
-from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.kafka._errors import KafkaEpochLogFencedError
 from txn import (
     DEFAULT_RETAIN_EPOCHS,
@@ -94,7 +96,7 @@ class KafkaEpochLog(EpochLog):
         bootstrap_servers: str,
         sink_id: str,
         *,
-        topic: str = _names.DEFAULT_EPOCH_LOG_TOPIC,
+        topic: str = _client.DEFAULT_EPOCH_LOG_TOPIC,
         retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
         create_topic: bool = True,
         client_config: ClientConfig = None,
@@ -154,7 +156,7 @@ class KafkaEpochLog(EpochLog):
 
     def _read_messages(self) -> dict[str, tuple[int, bytes]]:
         """Latest value per key of this sink (tombstoned keys removed), with its offset."""
-        consumer = _clients.consumer(
+        consumer = _client.consumer(
             self._cluster,
             {
                 "group.id": f"{self._sink_id}.epoch-log-reader.{uuid.uuid4().hex[:8]}",
@@ -209,10 +211,10 @@ class KafkaEpochLog(EpochLog):
     def _acquire(self) -> Producer:
         if self._producer is not None:
             return self._producer
-        producer = _clients.producer(
+        producer = _client.producer(
             self._cluster,
             {
-                "transactional.id": _names.coordinator_id(self._sink_id),
+                "transactional.id": _client.coordinator_id(self._sink_id),
                 "transaction.timeout.ms": str(LOG_TXN_TIMEOUT_MS),
                 "enable.idempotence": "true",
                 "acks": "all",

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from connectors.kafka._admin import (
+from connectors.kafka._client import (
     TOPIC_METADATA_WAIT_S,
     broker_config,
+    connect_admin,
     ensure_topics,
     existing_topics,
     wait_for_topic,
 )
-from connectors.kafka._connect import connect_admin
 from connectors.kafka._errors import PreflightError, TopicMissingError
 from connectors.kafka._formats import SinkFormats, for_tasks
 from connectors.kafka._sink import _input

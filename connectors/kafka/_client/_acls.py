@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from connectors.kafka import _names
+from connectors.kafka._client import _names
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
-from connectors.kafka import _clients
-from connectors.kafka._classify import raise_if_denied
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import _clients
+from connectors.kafka._client._classify import raise_if_denied
+from connectors.kafka._client._clients import Cluster
 from connectors.kafka._errors import BrokerUnavailableError, PreflightError
 
 # Seconds for one admin request (metadata, create topics, describe configs).
@@ -35,7 +35,7 @@ def admin_client(cluster: Cluster) -> AdminClient:
 
     """
     # _connect imports the source package, which imports this module: import at call time.
-    from connectors.kafka._connect import connect_admin
+    from connectors.kafka._client._connect import connect_admin
 
     return connect_admin(cluster)
 
