@@ -268,6 +268,7 @@ def check_cluster(args: argparse.Namespace, cluster: Cluster | None) -> Result:
         epoch_log_topic=args.epoch_log_topic,
         marker_topic=args.marker_topic,
         producer_lanes=args.producer_lanes,
+        strict=args.strict,
     )
     return preflight(cluster, plan)
 

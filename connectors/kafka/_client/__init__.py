@@ -28,6 +28,11 @@ What it promises them:
 * **Admin.** Topics (:func:`existing_topics`, :func:`wait_for_topic`,
   :func:`ensure_topics`), a broker setting (:func:`broker_config`), the ACLs a sink's
   principal needs (:func:`required_acls`).
+* **Durability.** :class:`StateTopicDurability`: the replication and
+  ``min.insync.replicas`` of the topics the kit creates for its state;
+  :class:`DurabilityRules`: the settings exactly-once needs of an output topic and the
+  transaction state log, checked by the sink's preflight and ``eos preflight``
+  (:class:`DurabilityFinding` warnings, or a ``PreflightError`` when strict).
 * **Names.** What a sink owns on the cluster, derived from its ``sink_id`` once
   (:func:`transactional_id`, :func:`lane_ids`, :func:`marker_group`,
   :func:`coordinator_id`) and the default topics.
@@ -77,6 +82,11 @@ from connectors.kafka._client._clients import (
     unconnected_consumer,
 )
 from connectors.kafka._client._connect import CONNECT_WAIT_S, connect_admin
+from connectors.kafka._client._durability import (
+    DurabilityFinding,
+    DurabilityRules,
+    StateTopicDurability,
+)
 from connectors.kafka._client._names import (
     DEFAULT_EPOCH_LOG_TOPIC,
     DEFAULT_MARKER_TOPIC,
@@ -101,7 +111,10 @@ __all__ = [
     "UNKNOWN_TOPIC",
     "ClientConfig",
     "Cluster",
+    "DurabilityFinding",
+    "DurabilityRules",
     "Settings",
+    "StateTopicDurability",
     "access_error",
     "admin_client",
     "broker_config",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.kafka import _client
-from connectors.kafka._client import Cluster, Settings, librdkafka_settings
+from connectors.kafka._client import Cluster, Settings, StateTopicDurability, librdkafka_settings
 from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
 from connectors.kafka._formats import RecordFormat, parse_formats
 from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES, ProducerStrategy
@@ -148,6 +148,13 @@ class SinkConfig(StageOptions):
       log in ``epoch_log_topic`` (compacted, created if missing);
     * ``marker_topic``: the one-partition topic the idempotency markers commit offsets to;
     * ``create_topics``: create a missing output topic at preflight;
+    * ``state_topic_replication`` / ``state_topic_min_insync_replicas``: the replication
+      and topic config ``min.insync.replicas`` the sink creates its epoch-log and marker
+      topics with (None: ``min(3, brokers)`` and ``min(2, replication)``);
+    * ``strict_cluster_checks``: the preflight's durability findings on the output topic
+      and the transaction state log (replication below 3, ``min.insync.replicas`` below 2,
+      unclean leader election on; exactly-once only) raise ``PreflightError`` instead of
+      being logged as warnings (docs/deploying.md, section 9);
     * ``transaction_timeout_ms``: the producers' transaction timeout (at most the
       broker's ``transaction.max.timeout.ms``, checked at preflight);
     * ``producer_config``: producer-only librdkafka settings (strings, numbers, bools)
@@ -190,6 +197,9 @@ class SinkConfig(StageOptions):
     epoch_log_topic: str = _client.DEFAULT_EPOCH_LOG_TOPIC
     marker_topic: str = _client.DEFAULT_MARKER_TOPIC
     create_topics: bool = False
+    state_topic_replication: int | None = None
+    state_topic_min_insync_replicas: int | None = None
+    strict_cluster_checks: bool = False
     transaction_timeout_ms: int = 60_000
     client_config: Settings = Settings()
     producer_config: Settings = Settings()
@@ -257,6 +267,8 @@ class SinkConfig(StageOptions):
             self, "producer_config", _producer_settings(self.producer_config, shared)
         )
         object.__setattr__(self, "create_topics", bool(self.create_topics))
+        object.__setattr__(self, "strict_cluster_checks", bool(self.strict_cluster_checks))
+        _ = self.state_topics  # validates the two values (KafkaSinkConfigError)
         object.__setattr__(self, "changelog", bool(self.changelog))
         formats = parse_formats(self.key_format, self.value_format, self.schema_registry)
         for name, value in zip(
@@ -313,6 +325,13 @@ class SinkConfig(StageOptions):
             msg = f"dead_letter_topic {topic!r} must differ from the sink's other topics"
             raise KafkaSinkConfigError(msg)
         return topic
+
+    @property
+    def state_topics(self) -> StateTopicDurability:
+        """Replication and min ISR of the epoch-log and marker topics the sink creates."""
+        return StateTopicDurability(
+            self.state_topic_replication, self.state_topic_min_insync_replicas
+        )
 
     @property
     def message_max_bytes(self) -> int:

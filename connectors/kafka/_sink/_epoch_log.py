@@ -40,6 +40,7 @@ from connectors.kafka import _client
 from connectors.kafka._client import (
     PARTITION_EOF,
     ClientConfig,
+    StateTopicDurability,
     admin_client,
     broker_restart,
     call_with_retry,
@@ -88,7 +89,9 @@ class KafkaEpochLog(EpochLog):
 
     ``client_config``: the librdkafka settings the sink's clients share (its
     ``client_config`` option: security, ``client.id``, ...); validated here (no network
-    I/O), :class:`ClientConfigError` names a bad one.
+    I/O), :class:`ClientConfigError` names a bad one. ``durability``: the replication
+    and ``min.insync.replicas`` the topic is created with if missing (default: the kit's,
+    :class:`~connectors.kafka._client.StateTopicDurability`).
     """
 
     def __init__(
@@ -100,12 +103,14 @@ class KafkaEpochLog(EpochLog):
         retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
         create_topic: bool = True,
         client_config: ClientConfig = None,
+        durability: StateTopicDurability | None = None,
     ) -> None:
         self._cluster = cluster_of(bootstrap_servers, client_config)
         self._sink_id = sink_id
         self._topic = topic
         self._retain = retain_epochs
         self._create_topic = create_topic
+        self._durability = durability or StateTopicDurability()
         self._producer: Producer | None = None
         self._history: EpochHistory | None = None
         self._attempts: dict[int, int] = {}
@@ -135,7 +140,13 @@ class KafkaEpochLog(EpochLog):
             admin_client(self._cluster)
             self._contacted = True
         if self._create_topic:
-            ensure_topics(self._cluster, [self._topic], partitions=1, compacted=True)
+            ensure_topics(
+                self._cluster,
+                [self._topic],
+                partitions=1,
+                compacted=True,
+                durability=self._durability,
+            )
         values = self._read_messages()
         floor: dict[str, Any] = {}
         records: list[LogRecord] = []
