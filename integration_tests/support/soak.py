@@ -145,7 +145,7 @@ def _soak(
     inp, out, sink_id = f"soak-in-{suffix}", f"soak-out-{suffix}", f"soak-{suffix}"
     admin = _clients.admin(_clients.Cluster(bootstrap))
     for name, parts in ((inp, 2), (out, 3)):
-        admin.create_topics([NewTopic(name, parts, 1)])[name].result(timeout=ADMIN_TIMEOUT_S)
+        admin.create_topics([NewTopic(name, parts, -1)])[name].result(timeout=ADMIN_TIMEOUT_S)
     with _progress(console) as prog:
         task = prog.add_task("producing input", total=args.records)
         produce_input(
