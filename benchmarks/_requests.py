@@ -87,7 +87,7 @@ def with_protocol_log(conf: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """Return ``conf`` plus ``debug=protocol`` and a role-naming ``client.id``.
 
     A ``logger`` is removed: the kit's clients route librdkafka's lines to a Python logger
-    (``connectors.kafka._clients``), which sees them only when the client is polled and
+    (``connectors.kafka._client._clients``), which sees them only when the client is polled and
     rate-limits repeated lines; the count needs every line on stderr, synchronously.
     """
     out = dict(conf)

@@ -228,14 +228,16 @@ def new_topic(kafka_admin: ClosableAdmin) -> Iterator[Callable[..., str]]:
 def topics_on(admin: ClosableAdmin) -> Iterator[Callable[..., str]]:
     """``make(prefix, partitions=1, config=None)``: a new topic through ``admin``, listed and led.
 
-    The topics made are deleted (best effort) when the block ends.
+    The topics made are deleted (best effort) when the block ends. Their replication is the
+    broker's ``default.replication.factor`` (-1): 1 on one broker, 3 on the three-broker
+    compose file, whose ``min.insync.replicas`` 2 refuses acks=all writes to one replica.
     """
     created: list[str] = []
 
     def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+            [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})],
             request_timeout=ADMIN_REQUEST_TIMEOUT_S,
         )
         futures[name].result(timeout=ADMIN_REQUEST_TIMEOUT_S)

@@ -11,6 +11,8 @@ Layers (an importer's layer must be >= the imported module's layer):
    ``connectors.ops`` (the CLI).
 
 Connectors never import ``minikafka``: they talk to any Kafka through a bootstrap address.
+The Kafka client layer (``connectors.kafka._client``) is imported through its ``__init__``
+(the stated interface), never its modules, by everything outside it.
 No two modules of the kit import each other, around any loop, at module level or inside a
 function (a local import only hides a circle until run time).
 """
@@ -210,3 +212,49 @@ def test_the_circle_check_sees_a_circle_hidden_in_a_function() -> None:
     assert import_edges("pkg", "from pkg._x import thing\nimport pkg\n", "pkg", modules) == {
         "pkg._x"
     }
+
+
+# -- the Kafka client layer: one package, imported through its interface -------------------
+CLIENT_LAYER = "connectors.kafka._client"
+
+
+def test_the_kafka_client_layer_is_imported_through_its_interface_only() -> None:
+    """Outside ``connectors.kafka._client`` the kit imports the package, never its modules.
+
+    The package's ``__init__`` lists the interface and states its contract; what is not
+    there (a module's helpers and constants) may change without telling ops, verify, the
+    demo, the sink or the source.
+    """
+    found = dict(all_modules())
+    modules = frozenset(found)
+    assert any(m.startswith(CLIENT_LAYER + "._") for m in modules), "the client layer moved"
+    offenders = [
+        f"{m} imports {edge}"
+        for m, path in found.items()
+        if m != CLIENT_LAYER and not m.startswith(CLIENT_LAYER + ".")
+        for edge in sorted(
+            import_edges(
+                m,
+                path.read_text(),
+                m if path.name == "__init__.py" else m.rpartition(".")[0],
+                modules,
+            )
+        )
+        if edge.startswith(CLIENT_LAYER + ".")
+    ]
+    assert not offenders, (
+        f"import {CLIENT_LAYER} (its __init__ is the interface), not its modules:\n"
+        + "\n".join(offenders)
+    )
+
+
+def test_the_client_layer_check_sees_a_module_import() -> None:
+    modules = frozenset({CLIENT_LAYER, CLIENT_LAYER + "._clients", "connectors.ops._x"})
+    through_package = f"from {CLIENT_LAYER} import _clients\n"
+    direct = f"from {CLIENT_LAYER}._clients import Cluster\n"
+    interface = f"from {CLIENT_LAYER} import Cluster\n"
+    for source in (through_package, direct):
+        assert import_edges("connectors.ops._x", source, "connectors.ops", modules) == {
+            CLIENT_LAYER + "._clients"
+        }
+    assert import_edges("connectors.ops._x", interface, "connectors.ops", modules) == {CLIENT_LAYER}

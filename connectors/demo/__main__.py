@@ -62,9 +62,7 @@ from connectors.demo.app import (
     create_table,
 )
 from connectors.kafka import MINIMUM_SPARK, ClientConfigError, SparkVersionError
-from connectors.kafka._admin import admin_client
-from connectors.kafka._client_config import cluster_of
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster, admin_client, cluster_of
 from connectors.kafka._source import require_source_api, spark_has_source_api
 from connectors.ops._properties import PropertiesError, librdkafka_names, load_properties
 from connectors.verify import produce_input

@@ -27,8 +27,12 @@ Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
 from typing import TYPE_CHECKING
 
 from connectors.kafka import _source
-from connectors.kafka._classify import classify
-from connectors.kafka._client_config import kafka_options
+from connectors.kafka._client import (
+    DEFAULT_EPOCH_LOG_TOPIC,
+    DEFAULT_MARKER_TOPIC,
+    classify,
+    kafka_options,
+)
 from connectors.kafka._errors import (
     BrokerUnavailableError,
     ClientConfigError,
@@ -58,7 +62,6 @@ from connectors.kafka._formats import (
     decode_json_schema,
     decode_protobuf,
 )
-from connectors.kafka._names import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
 from connectors.kafka._resume import resume_offsets
 from connectors.kafka._sink._config import DEFAULT_PRODUCER_CONFIG, SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog

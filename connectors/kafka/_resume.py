@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 
-from connectors.kafka._admin import admin_client, existing_topics
-from connectors.kafka._client_config import ClientConfig, cluster_of
+from connectors.kafka._client import ClientConfig, admin_client, cluster_of, existing_topics
 from connectors.stage import ResumePoint, TransactionalSink, starting_offsets
 
 

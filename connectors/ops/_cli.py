@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from connectors.kafka import ClientConfigError, KafkaAuthenticationError, PreflightError
-from connectors.kafka._clients import Cluster
-from connectors.kafka._connect import connect_admin
+from connectors.kafka._client import Cluster, connect_admin
 from connectors.lakehouse import LakehouseError
 from connectors.ops import _parser, _postgres
 from connectors.ops._commands import COMMANDS

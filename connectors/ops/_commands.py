@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster
 from connectors.ops import _kafka, _parser
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._lakehouse import LakeCheck, verify_lake
@@ -268,6 +268,7 @@ def check_cluster(args: argparse.Namespace, cluster: Cluster | None) -> Result:
         epoch_log_topic=args.epoch_log_topic,
         marker_topic=args.marker_topic,
         producer_lanes=args.producer_lanes,
+        strict=args.strict,
     )
     return preflight(cluster, plan)
 

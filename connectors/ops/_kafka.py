@@ -18,11 +18,9 @@ from connectors.kafka import (
     DEFAULT_MARKER_TOPIC,
     KafkaEpochLog,
     KafkaSink,
-    _names,
     read_markers,
 )
-from connectors.kafka._admin import admin_client, existing_topics
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster, admin_client, existing_topics, lane_ids
 from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._writer import RecordLayout
@@ -86,7 +84,7 @@ class KafkaAdmin:
         shared lane).
         """
         del history  # an open transaction is aborted whatever its epoch
-        ids = _names.lane_ids(sink_id, range(width), self.lanes)
+        ids = lane_ids(sink_id, range(width), self.lanes)
         if not dry_run and width:
             sink = KafkaSink(
                 self.cluster.bootstrap_servers,

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from connectors.kafka._client_config import ClientConfig
+from connectors.kafka._client import ClientConfig
 from connectors.lakehouse import TableFormat, TableResource, VoteRecord, delta_table, iceberg_table
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._result import Result, checked

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster
 from connectors.ops._result import OK, PROBLEM, Result, in_doubt_problems
 from connectors.ops._target import LogRef
 from connectors.stage import committed_point, starting_offsets

@@ -118,6 +118,12 @@ def build() -> argparse.ArgumentParser:
     s.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
     s.add_argument("--epoch-log-topic", default=DEFAULT_EPOCH_LOG_TOPIC)
     s.add_argument("--marker-topic", default=DEFAULT_MARKER_TOPIC)
+    s.add_argument(
+        "--strict",
+        action="store_true",
+        help="durability warnings (replication, min.insync.replicas, unclean leader "
+        "election, the transaction state log) are problems: exit 1",
+    )
     s = command("verify", "check exactly-once output against its input (docs/testing.md)")
     _verify_options(s)
     return p

@@ -27,7 +27,7 @@ from connectors.verify import IdentityFn, check_table
 from txn import EpochHistory, EpochLog, EpochState
 
 if TYPE_CHECKING:
-    from connectors.kafka._clients import Cluster
+    from connectors.kafka._client import Cluster
     from connectors.postgres import Gid, PostgresSinkConfig
     from connectors.verify import HistoryLike
     from connectors.verify._table import OpFn

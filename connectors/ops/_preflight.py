@@ -5,10 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, _names
-from connectors.kafka._acls import required_acls
-from connectors.kafka._admin import admin_client, broker_config, existing_topics
-from connectors.kafka._clients import Cluster
+from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC, _client
+from connectors.kafka._client import (
+    Cluster,
+    DurabilityRules,
+    admin_client,
+    broker_config,
+    existing_topics,
+    required_acls,
+)
 from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.ops._result import OK, PROBLEM, Result
 
@@ -24,13 +29,19 @@ class SinkPlan:
     epoch_log_topic: str = DEFAULT_EPOCH_LOG_TOPIC
     marker_topic: str = DEFAULT_MARKER_TOPIC
     producer_lanes: int = DEFAULT_PRODUCER_LANES
+    strict: bool = False
 
 
 def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
-    """``eos preflight``: reachable, topics, timeouts, the names and ACLs a sink will use."""
+    """``eos preflight``: reachable, topics, timeouts, durability, the names and ACLs of a sink.
+
+    Durability (``DurabilityRules``, on the existing topics and the transaction state log):
+    each finding is a line of ``warnings``, and a problem (exit 1) with ``plan.strict``.
+    """
     topics, sink_id, parallelism = plan.topics, plan.sink_id, plan.parallelism
     transaction_timeout_ms, lanes = plan.transaction_timeout_ms, plan.producer_lanes
-    present = existing_topics(admin_client(cluster))
+    admin = admin_client(cluster)
+    present = existing_topics(admin)
     missing = [t for t in topics if t not in present]
     raw = broker_config(cluster, "transaction.max.timeout.ms")
     limit = None if raw is None else int(raw)
@@ -40,17 +51,21 @@ def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
             f"transaction_timeout_ms={transaction_timeout_ms} exceeds the broker's "
             f"transaction.max.timeout.ms={limit}"
         )
+    warnings = [f.line() for f in DurabilityRules().check(admin, set(topics) & set(present))]
+    if plan.strict:
+        problems += warnings
     data: dict[str, Any] = {
         "broker": "reachable",
+        "warnings": warnings,
         "topics": {t: t in present for t in topics},
         "transaction_timeout_ms": transaction_timeout_ms,
         "transaction_max_timeout_ms": limit,
     }
     if sink_id is not None:
         data["names"] = {
-            "transactional_ids": _names.lane_ids(sink_id, range(parallelism), lanes),
-            "marker_groups": [_names.marker_group(sink_id, p) for p in range(parallelism)],
-            "epoch_log_coordinator_id": _names.coordinator_id(sink_id),
+            "transactional_ids": _client.lane_ids(sink_id, range(parallelism), lanes),
+            "marker_groups": [_client.marker_group(sink_id, p) for p in range(parallelism)],
+            "epoch_log_coordinator_id": _client.coordinator_id(sink_id),
         }
         acls = required_acls(
             sink_id,

@@ -26,9 +26,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from connectors.kafka import _clients
-from connectors.kafka._client_config import cluster_of
-from connectors.kafka._clients import Cluster
+from connectors.kafka import _client
+from connectors.kafka._client import Cluster, cluster_of
 
 ENV_PREFIX = "EOS_KAFKA_"
 # How errors name where eos's client settings come from.
@@ -210,8 +209,8 @@ def command_cluster(
     if command_config:
         settings.update(load_properties(command_config))
     settings = librdkafka_names(settings)
-    address = bootstrap or settings.get(_clients.BOOTSTRAP)
-    settings.pop(_clients.BOOTSTRAP, None)
+    address = bootstrap or settings.get(_client.BOOTSTRAP)
+    settings.pop(_client.BOOTSTRAP, None)
     if not address:
         msg = "--bootstrap-servers (or $KAFKA_BOOTSTRAP_SERVERS) is required"
         raise PropertiesError(msg)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from connectors.kafka import _secrets
+from connectors.kafka import _client
 from txn import EpochHistory
 
 OK, PROBLEM, USAGE, UNAVAILABLE, REFUSED = 0, 1, 2, 3, 4
@@ -37,7 +37,7 @@ def failed(exc: Exception, code: int, hint: str = "") -> Result:
     A Kafka setting a library's message quotes is scrubbed here; a DSN's password by the
     CLI, for every result.
     """
-    text = _secrets.scrub(str(exc)) + hint
+    text = _client.scrub(str(exc)) + hint
     return Result({"error": f"{type(exc).__name__}: {text}"}, code, [text])
 
 

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster
 from connectors.ops import _lakehouse
 from connectors.ops._errors import UsageError
 from connectors.ops._kafka import KafkaAdmin, KafkaLog

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
-from connectors.kafka._client_config import ClientConfig, cluster_of
+from connectors.kafka._client import ClientConfig, cluster_of
 from connectors.verify._analysis import Anomaly, CheckReport, analyze
 from connectors.verify._epochs import (
     HistoryLike,

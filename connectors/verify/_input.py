@@ -13,9 +13,8 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from connectors.kafka import _clients
-from connectors.kafka._admin import admin_client
-from connectors.kafka._client_config import ClientConfig, cluster_of
+from connectors.kafka import _client
+from connectors.kafka._client import ClientConfig, admin_client, cluster_of
 from connectors.verify._records import make_input_value
 
 # Seconds to wait for every input record to be acknowledged.
@@ -60,7 +59,7 @@ def produce_input(
 
     cluster = cluster_of(bootstrap, client_config)
     admin_client(cluster)  # first contact: a wrong address or credentials fail fast, typed
-    producer = _clients.producer(
+    producer = _client.producer(
         cluster,
         {
             "enable.idempotence": True,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from connectors.kafka._client_config import ClientConfig
+from connectors.kafka._client import ClientConfig
 from connectors.lakehouse import TableFormat, TableResource
 from connectors.verify._analysis import Anomaly, AnomalyKind
 from connectors.verify._epochs import HistoryLike, check_epoch_log, open_history

@@ -27,9 +27,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from connectors.kafka import _clients
-from connectors.kafka._admin import admin_client
-from connectors.kafka._client_config import ClientConfig, cluster_of
+from connectors.kafka import _client
+from connectors.kafka._client import ClientConfig, admin_client, cluster_of
 from connectors.verify._errors import ReadTimeoutError, RecordFormatError
 
 # Seconds to wait for topic metadata and ListOffsets answers on a busy shared machine.
@@ -146,7 +145,7 @@ def read_topic(
         if ends is not None
         else end_offsets(bootstrap, topic, isolation, client_config=cluster.config)
     )
-    consumer = _clients.consumer(
+    consumer = _client.consumer(
         cluster,
         {
             "group.id": f"eos-verify-{uuid.uuid4().hex}",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from connectors.kafka._client_config import ClientConfig
+from connectors.kafka._client import ClientConfig
 from connectors.verify._analysis import Anomaly
 from connectors.verify._epochs import (
     HistoryLike,

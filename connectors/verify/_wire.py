@@ -22,8 +22,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from connectors.kafka._admin import admin_client
-from connectors.kafka._client_config import ClientConfig, cluster_of
+from connectors.kafka._client import ClientConfig, admin_client, cluster_of
 from connectors.verify._errors import WireError
 from connectors.verify._wire_auth import open_broker, recv_exact
 

@@ -32,8 +32,7 @@ import tempfile
 from collections.abc import Mapping
 
 from connectors.kafka import KafkaAuthenticationError
-from connectors.kafka._classify import fix_authentication
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster, fix_authentication
 from connectors.verify._errors import WireError
 
 _API_SASL_HANDSHAKE = 17

@@ -188,7 +188,7 @@ def topic_maker(bootstrap: str, settings: dict[str, str] | None = None) -> Calla
 
     def make_topic(prefix: str, partitions: int = 1) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+        admin.create_topics([NewTopic(name, partitions, -1)])[name].result(timeout=30)
         wait_until_listed(admin, name, partitions)
         return name
 

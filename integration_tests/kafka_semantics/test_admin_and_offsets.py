@@ -172,7 +172,7 @@ def test_create_topic_with_configs_and_refuse_an_existing_name(kafka_bootstrap: 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     topic = f"created-{uuid.uuid4().hex[:10]}"
     configs = {"cleanup.policy": "compact", "retention.ms": "3600000"}
-    assert _create(admin, NewTopic(topic, 3, 1, config=configs)) is None
+    assert _create(admin, NewTopic(topic, 3, -1, config=configs)) is None
     wait_until(lambda: _listed(admin).get(topic) == 3, "the new topic in the full listing")
     leaders = admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics[topic].partitions.values()
     assert all(p.leader >= 0 for p in leaders)
@@ -185,7 +185,7 @@ def test_create_topic_with_configs_and_refuse_an_existing_name(kafka_bootstrap: 
         assert entries[key].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, entries[key]
     assert end_offsets(admin, topic, 2) == (0, 0)
 
-    err = _create(admin, NewTopic(topic, 3, 1))
+    err = _create(admin, NewTopic(topic, 3, -1))
     assert err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS, err
     admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S)[topic].result(
         timeout=CLIENT_TIMEOUT_S
@@ -204,7 +204,7 @@ def test_deleted_topic_leaves_the_metadata_and_never_comes_back_with_data(
     """
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # see the test above
     topic = f"deleted-{uuid.uuid4().hex[:10]}"
-    assert _create(admin, NewTopic(topic, 2, 1)) is None
+    assert _create(admin, NewTopic(topic, 2, -1)) is None
     wait_until(lambda: _listed(admin).get(topic) == 2, "the new topic in the full listing")
     produce_values(plain_producer(kafka_bootstrap), topic, ["old-0", "old-1"])
 
@@ -221,7 +221,7 @@ def test_deleted_topic_leaves_the_metadata_and_never_comes_back_with_data(
     errors: list[KafkaError | None] = []
 
     def recreated() -> bool:
-        errors.append(_create(admin, NewTopic(topic, 1, 1)))
+        errors.append(_create(admin, NewTopic(topic, 1, -1)))
         return errors[-1] is None
 
     wait_until(recreated, f"the name to be free again (last error {errors[-1:]})")

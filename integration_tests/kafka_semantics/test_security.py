@@ -83,7 +83,7 @@ def secure_topic(listener: SecureKafka) -> Iterator[str]:
     """A new one-partition topic on the listener, created over it (and deleted after)."""
     admin = AdminClient(listener.client_config())
     name = f"secure-{uuid.uuid4().hex[:10]}"
-    futures = admin.create_topics([NewTopic(name, 1, 1)], request_timeout=CLIENT_TIMEOUT_S)
+    futures = admin.create_topics([NewTopic(name, 1, -1)], request_timeout=CLIENT_TIMEOUT_S)
     futures[name].result(timeout=CLIENT_TIMEOUT_S)
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     while name not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics:

@@ -86,7 +86,7 @@ def test_a_missing_topic_is_refused_after_the_propagation_time_and_accepted_once
     assert time.monotonic() - first_use >= PROPAGATION_MS / 1000
     assert reports and {r.code() for r in reports} == {KafkaError.UNKNOWN_TOPIC_OR_PART}
     futures = kafka_admin.create_topics(
-        [NewTopic(topic_name, 1, 1)], request_timeout=ADMIN_REQUEST_TIMEOUT_S
+        [NewTopic(topic_name, 1, -1)], request_timeout=ADMIN_REQUEST_TIMEOUT_S
     )
     futures[topic_name].result(timeout=ADMIN_REQUEST_TIMEOUT_S)
     wait_for_topic(kafka_admin, topic_name, 1)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from connectors.kafka import KafkaAuthenticationError, KafkaEpochLog, KafkaSink, read_markers
-from connectors.kafka._connect import CONNECT_WAIT_S
+from connectors.kafka._client import CONNECT_WAIT_S
 from connectors.ops import main as eos
 from connectors.verify import (
     check_exactly_once,

@@ -21,10 +21,9 @@ from connectors.kafka import (
     KafkaAuthenticationError,
     KafkaConnectError,
     KafkaSink,
-    _connect,
     register,
 )
-from connectors.kafka._connect import CONNECT_WAIT_S
+from connectors.kafka._client import CONNECT_WAIT_S, _connect
 from connectors.kafka._source._cluster import ClusterView
 from connectors.kafka._source._options import SourceOptions
 

@@ -25,8 +25,8 @@ from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 from pyspark.sql import types as T  # noqa: N812
 
 from connectors.kafka import KafkaSink, decode_avro, register
+from connectors.kafka._client import Settings
 from connectors.kafka._formats._registry import driver_client
-from connectors.kafka._secrets import Settings
 from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import (
     RecordIdentity,

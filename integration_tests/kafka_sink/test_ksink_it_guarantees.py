@@ -351,7 +351,7 @@ def test_topic_that_appears_during_the_metadata_wait_is_found(spark, kafka_boots
 
     def create_later() -> None:
         time.sleep(2.0)
-        kafka_admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+        kafka_admin.create_topics([NewTopic(name, 1, -1)])[name].result(timeout=30)
 
     creator = threading.Thread(target=create_later)
     creator.start()

@@ -282,7 +282,7 @@ def test_query_restarted_while_the_broker_loads_its_topics(spark, tmp_path):
         bootstrap = broker.bootstrap_servers
         time.sleep(load_delay_ms / 1000 + 0.5)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("out", 2, 1)])["out"].result(timeout=30)
+        admin.create_topics([NewTopic("out", 2, -1)])["out"].result(timeout=30)
         stage_files(source, files=1)
         log = str(tmp_path / "epochs.log")
         with KafkaSink(bootstrap, "out", "reload", epoch_log=log) as first:

@@ -29,8 +29,8 @@ from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.demo.app import SOURCE_KAFKA, AppProcess, PipelineConfig
-from connectors.kafka import KafkaEpochLog, KafkaSink, RecordTooLargeError, _clients, _names
-from connectors.kafka._client_config import cluster_of
+from connectors.kafka import KafkaEpochLog, KafkaSink, RecordTooLargeError
+from connectors.kafka._client import _clients, _names, cluster_of
 from connectors.kafka._source import spark_has_source_api
 from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import produce_input, read_topic

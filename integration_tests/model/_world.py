@@ -121,7 +121,7 @@ class World:
         if self.kind.kafka:
             self.topic = f"{self.name}-out"
             admin = AdminClient({"bootstrap.servers": self.servers.bootstrap})
-            admin.create_topics([NewTopic(self.topic, 2, 1)])[self.topic].result(ADMIN_TIMEOUT_S)
+            admin.create_topics([NewTopic(self.topic, 2, -1)])[self.topic].result(ADMIN_TIMEOUT_S)
             wait_for_topic(admin, self.topic, 2)
         if self.kind.protocol is not None:
             with self._pg() as conn:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.kafka import DEFAULT_MARKER_TOPIC, KafkaEpochLog
 from connectors.ops import main
@@ -95,7 +96,7 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
     ]
     assert ok["names"]["marker_groups"] == ["s1.marker.0", "s1.marker.1"]
     acls = {(a["resource_type"], a["pattern_type"], a["name"]): a["operations"] for a in ok["acls"]}
-    assert acls[("TOPIC", "LITERAL", topic)] == ["WRITE", "DESCRIBE"]
+    assert acls[("TOPIC", "LITERAL", topic)] == ["WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"]
     assert acls[("TRANSACTIONAL_ID", "PREFIXED", "s1")] == ["WRITE", "DESCRIBE"]
     assert acls[("GROUP", "PREFIXED", "s1.")] == ["READ", "DESCRIBE"]
     assert ("TOPIC", "LITERAL", DEFAULT_MARKER_TOPIC) in acls
@@ -113,6 +114,36 @@ def test_preflight_reports_missing_topics_and_the_names_a_sink_uses(
         capsys=capsys,
     )
     assert code == 1 and len(bad["problems"]) == 2
+
+
+def test_preflight_warns_about_a_weak_topic_and_strict_makes_it_a_problem(
+    kafka_bootstrap, new_topic, capsys
+):
+    weak = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    topic = new_topic("eos-weak", 1, config=weak)  # replication 1
+    code, report = eos(kafka_bootstrap, "preflight", "--topic", topic, capsys=capsys)
+    about_topic = [w for w in report["warnings"] if w.startswith(f"topic {topic!r}: ")]
+    assert code == 0 and len(about_topic) == 3, report["warnings"]
+    assert report["problems"] == []
+    code, strict = eos(kafka_bootstrap, "preflight", "--topic", topic, "--strict", capsys=capsys)
+    assert code == 1 and strict["problems"] == strict["warnings"] == report["warnings"]
+
+
+def test_preflight_of_a_strong_topic_on_three_brokers_warns_of_nothing(kafka_cluster, capsys):
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    topic = f"eos-strong-{uuid.uuid4().hex[:8]}"
+    config = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+    new = NewTopic(topic, num_partitions=1, replication_factor=3, config=config)
+    admin.create_topics([new])[topic].result(timeout=TXN_TIMEOUT_S)
+    try:
+        code, report = eos(
+            kafka_cluster.bootstrap, "preflight", "--topic", topic, "--strict", capsys=capsys
+        )
+    finally:
+        admin.delete_topics([topic])[topic].result(timeout=TXN_TIMEOUT_S)
+    # a real cluster's own transaction state log settings may be weak: only the topic is ours
+    assert not [w for w in report["warnings"] if w.startswith(f"topic {topic!r}")]
+    assert code == (1 if report["warnings"] else 0)
 
 
 def test_verify_passes_an_exact_copy_and_fails_a_duplicate(kafka_bootstrap, new_topic, capsys):

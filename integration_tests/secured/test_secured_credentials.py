@@ -27,7 +27,7 @@ from connectors.kafka import (
     KafkaSink,
     kafka_options,
 )
-from connectors.kafka._connect import CONNECT_WAIT_S
+from connectors.kafka._client import CONNECT_WAIT_S
 from connectors.verify import end_offsets
 from integration_tests.support.secure_kafka import SecureKafka
 

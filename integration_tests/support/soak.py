@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from connectors.demo.app import AppProcess, EpochLine, PipelineConfig, chunk_input
-from connectors.kafka import _clients
+from connectors.kafka._client import _clients
 from connectors.stage import DRIVER_STEPS, TASK_STEPS
 from connectors.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
 
@@ -145,7 +145,7 @@ def _soak(
     inp, out, sink_id = f"soak-in-{suffix}", f"soak-out-{suffix}", f"soak-{suffix}"
     admin = _clients.admin(_clients.Cluster(bootstrap))
     for name, parts in ((inp, 2), (out, 3)):
-        admin.create_topics([NewTopic(name, parts, 1)])[name].result(timeout=ADMIN_TIMEOUT_S)
+        admin.create_topics([NewTopic(name, parts, -1)])[name].result(timeout=ADMIN_TIMEOUT_S)
     with _progress(console) as prog:
         task = prog.add_task("producing input", total=args.records)
         produce_input(

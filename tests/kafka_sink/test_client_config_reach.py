@@ -2,7 +2,7 @@
 
 Unit test of the wiring past the first contact (integration_tests/kafka_sink/
 test_ksink_it_client_config.py proves the first contacts on a real broker): the client
-classes of ``connectors.kafka._clients`` are replaced by a recorder that raises
+classes of ``connectors.kafka._client._clients`` are replaced by a recorder that raises
 :class:`Built` with the settings a client would have been built with (a client without an
 address, validation's parser, is built for real), and each internal construction path of
 the kit is run until it builds one.
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from connectors.kafka import KafkaEpochLog, KafkaSink, _clients
+from connectors.kafka import KafkaEpochLog, KafkaSink
+from connectors.kafka._client import _clients
 from connectors.kafka._sink import _producers
 from connectors.kafka._sink._markers import marker_consumer
 from connectors.kafka._sink._writer import DeliveryErrors

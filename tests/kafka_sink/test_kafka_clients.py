@@ -1,4 +1,4 @@
-"""The one Kafka client factory (``connectors.kafka._clients``): used everywhere, logs routed.
+"""The one Kafka client factory (``connectors.kafka._client._clients``): used everywhere, logs routed.
 
 Unit tests: an AST scan of ``connectors/`` for clients built outside the factory, the
 rate limit of librdkafka's lines, and a real client (no broker listening, so librdkafka
@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from connectors.kafka import _clients, _secrets
-from connectors.kafka._secrets import Settings
+from connectors.kafka._client import Settings, _clients, _secrets
 
 ROOT = Path(__file__).resolve().parents[2]
-FACTORY = ROOT / "connectors" / "kafka" / "_clients.py"
+FACTORY = ROOT / "connectors" / "kafka" / "_client" / "_clients.py"
 CLIENT_CLASSES = frozenset(
     {
         "Producer",
@@ -74,7 +73,7 @@ def test_every_kafka_client_in_connectors_is_built_by_the_factory() -> None:
         for line, name in constructions(ast.parse(path.read_text(), str(path))):
             offenders.append(f"{path.relative_to(ROOT)}:{line}: {name}(...)")
     assert not offenders, (
-        "build Kafka clients with connectors.kafka._clients (producer/consumer/admin), "
+        "build Kafka clients with connectors.kafka._client._clients (producer/consumer/admin), "
         "which routes librdkafka's logs and adds the kit's shared settings:\n"
         + "\n".join(offenders)
     )
@@ -133,7 +132,7 @@ def test_librdkafka_lines_reach_the_python_logger_not_stderr() -> None:
     # A real producer towards a port nobody listens on: librdkafka logs "Connect ... failed".
     script = textwrap.dedent("""
         import logging, sys
-        from connectors.kafka import _clients
+        from connectors.kafka._client import _clients
         seen = []
         class Keep(logging.Handler):
             def emit(self, r): seen.append(r.getMessage())
@@ -217,7 +216,7 @@ def test_only_the_factory_writes_the_address_setting_name() -> None:
         if _clients.BOOTSTRAP in line
     ]
     assert not offenders, (
-        f"{_clients.BOOTSTRAP!r} written outside connectors/kafka/_clients.py (build clients "
+        f"{_clients.BOOTSTRAP!r} written outside connectors/kafka/_client/_clients.py (build clients "
         "from a _clients.Cluster; name the option with _clients.BOOTSTRAP):\n"
         + "\n".join(offenders)
     )

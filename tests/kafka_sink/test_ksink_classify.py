@@ -11,8 +11,8 @@ from connectors.kafka import (
     ProducerFencedError,
     classify,
 )
-from connectors.kafka import _classify as classify_mod
-from connectors.kafka._classify import call_with_retry, raise_if_denied, to_write_error
+from connectors.kafka._client import _classify as classify_mod
+from connectors.kafka._client import call_with_retry, raise_if_denied, to_write_error
 from txn import can_retry_stage
 
 
@@ -37,6 +37,12 @@ def err(code, *, fatal=False, retriable=False, abort=False):
         (err(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), ErrorAction.RETRY),
         (err(KafkaError.CONCURRENT_TRANSACTIONS), ErrorAction.RETRY),
         (err(KafkaError.MSG_SIZE_TOO_LARGE), ErrorAction.ABORT),
+        # too few in-sync replicas (brokers away): transient, retried within the bound...
+        (err(KafkaError.NOT_ENOUGH_REPLICAS), ErrorAction.RETRY),
+        (err(KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND), ErrorAction.RETRY),
+        # ...and a transaction it failed is aborted (then begun again, see broker_restart)
+        (err(KafkaError.NOT_ENOUGH_REPLICAS, abort=True), ErrorAction.ABORT),
+        (err(KafkaError.NOT_ENOUGH_REPLICAS, fatal=True), ErrorAction.FATAL),
         # authentication and authorization: retrying cannot help until the user acts
         (err(KafkaError.TOPIC_AUTHORIZATION_FAILED), ErrorAction.FATAL),
         (err(KafkaError.TOPIC_AUTHORIZATION_FAILED, retriable=True), ErrorAction.FATAL),
@@ -136,6 +142,9 @@ def test_call_with_retry_keeps_retrying_for_the_restart_window(monkeypatch):
         (err(KafkaError.NOT_LEADER_FOR_PARTITION, abort=True), True),
         (err(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), True),
         (err(KafkaError._MSG_TIMED_OUT, abort=True), True),
+        (err(KafkaError.NOT_ENOUGH_REPLICAS, abort=True), True),
+        (err(KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, abort=True), True),
+        (err(KafkaError.NOT_ENOUGH_REPLICAS, fatal=True), False),
         (err(KafkaError.MSG_SIZE_TOO_LARGE, abort=True), False),
         (err(KafkaError.TOPIC_AUTHORIZATION_FAILED), False),
         (err(KafkaError._FENCED), False),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from connectors.kafka import _classify
+from connectors.kafka._client import _classify
 from connectors.kafka._errors import KafkaAuthorizationError, KafkaEpochLogFencedError, MarkerError
 from connectors.kafka._sink import _markers
 from connectors.kafka._sink._epoch_log import KafkaEpochLog

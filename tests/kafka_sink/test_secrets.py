@@ -1,4 +1,4 @@
-"""The one owner of redaction (``connectors.kafka._secrets``): which settings are secret, and
+"""The one owner of redaction (``connectors.kafka._client._secrets``): which settings are secret, and
 how their values are hidden from reprs and from a library's words."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from connectors.kafka import _secrets
-from connectors.kafka._secrets import REDACTED, Settings, is_secret, redact, scrub
+from connectors.kafka._client import _secrets
+from connectors.kafka._client._secrets import REDACTED, Settings, is_secret, redact, scrub
 
 
 @pytest.mark.parametrize(

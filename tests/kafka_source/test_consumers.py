@@ -29,7 +29,7 @@ class Logs:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.current = FakeLog(dict.fromkeys(range(DATA), "data"), lso=DATA)
-        monkeypatch.setattr(_fetch._clients, "consumer", self.new)
+        monkeypatch.setattr(_fetch._client, "consumer", self.new)
         monkeypatch.setattr(_fetch, "POLL_INTERVAL_S", 0.0)
 
     def new(self, _cluster: Any, conf: dict[str, Any]) -> FakeConsumer:

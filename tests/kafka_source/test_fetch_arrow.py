@@ -70,7 +70,7 @@ def test_build_batch_columns() -> None:
 def read_with(
     log: FakeLog, rng: OffsetRange, monkeypatch: pytest.MonkeyPatch, **extra: str
 ) -> list[dict[str, Any]]:
-    monkeypatch.setattr(_fetch._clients, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
+    monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     monkeypatch.setattr(_fetch, "POLL_INTERVAL_S", 0.0)
     batches = list(_fetch.read_range(options(**extra), rng))
     kept = [c for c in log.consumers if not c.closed]  # each kept idle for the next range
@@ -134,7 +134,7 @@ def test_stall_raises_timeout_instead_of_waiting_forever(monkeypatch: pytest.Mon
 def test_large_range_yields_several_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     n = _fetch.ARROW_BATCH_ROWS * 2 + 7
     log = FakeLog({i: "data" for i in range(n)}, lso=n)
-    monkeypatch.setattr(_fetch._clients, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
+    monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     batches = list(_fetch.read_range(options(), OffsetRange("t", 0, 0, n)))
     assert len(batches) == 3
     assert all(b.num_rows <= _fetch.ARROW_BATCH_ROWS for b in batches)

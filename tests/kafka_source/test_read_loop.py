@@ -31,7 +31,7 @@ def options(**extra: str) -> SourceOptions:
 def read(
     log: FakeLog, rng: OffsetRange, monkeypatch: pytest.MonkeyPatch, **extra: str
 ) -> list[int]:
-    monkeypatch.setattr(_fetch._clients, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
+    monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     batches = list(_fetch.read_range(options(**extra), rng))
     return pa.concat_arrays([b.column("offset") for b in batches]).to_pylist() if batches else []
 
@@ -53,14 +53,14 @@ def test_a_poll_never_asks_for_more_than_the_range_can_hold(
 
 def test_one_poll_makes_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({i: "data" for i in range(30)}, lso=30)
-    monkeypatch.setattr(_fetch._clients, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
+    monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     batches = list(_fetch.read_range(options(), OffsetRange("t", 0, 0, 30)))
     assert [b.num_rows for b in batches] == [30]
 
 
 def test_gc_is_paused_during_a_poll_only_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({i: "data" for i in range(5)}, lso=5)
-    monkeypatch.setattr(_fetch._clients, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
+    monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     assert gc.isenabled()
     batches = _fetch.read_range(options(), OffsetRange("t", 0, 0, 5))
     next(batches)
@@ -105,7 +105,7 @@ def eof(offset: int) -> FakeMessage:
 
 def scripted(polls: list[list[FakeMessage]], rng: OffsetRange, mp: pytest.MonkeyPatch) -> Any:
     _consumers.close_idle()  # a script is one new consumer (its assign() moves nothing)
-    mp.setattr(_fetch._clients, "consumer", lambda _cluster, _conf: ScriptedConsumer(polls))
+    mp.setattr(_fetch._client, "consumer", lambda _cluster, _conf: ScriptedConsumer(polls))
     mp.setattr(_fetch, "POLL_INTERVAL_S", 0.0)
     opts = options(**{"kafkaConsumer.pollTimeoutMs": "200"})  # a wrong script fails fast
     return [r["offset"] for b in _fetch.read_range(opts, rng) for r in b.to_pylist()]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster
 from connectors.ops import _cli
 from connectors.ops._commands import COMMANDS
 from connectors.ops._properties import (

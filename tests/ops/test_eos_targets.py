@@ -10,7 +10,7 @@ import argparse
 
 import pytest
 
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import Cluster
 from connectors.ops import _parser
 from connectors.ops._errors import UsageError
 from connectors.ops._kafka import KafkaAdmin, KafkaLog

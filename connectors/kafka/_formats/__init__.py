@@ -19,6 +19,7 @@ import copy as _copy
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from connectors.kafka._client import Settings
 from connectors.kafka._errors import KafkaSinkConfigError
 from connectors.kafka._formats._config import RecordFormat, registry_settings
 from connectors.kafka._formats._decode import decode_avro, decode_json_schema, decode_protobuf
@@ -30,7 +31,6 @@ from connectors.kafka._formats._errors import (
 )
 from connectors.kafka._formats._participant import formatted
 from connectors.kafka._formats._plan import ColumnRequest, FormatPlan, Resolver, request
-from connectors.kafka._secrets import Settings
 from connectors.stage import InputSpec
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Validated at construction of the sink, without network I/O: a missing extra rais
 :class:`~connectors._extras.MissingExtraError` naming it; a bad option
 :class:`~connectors.kafka.KafkaSinkConfigError` naming it. The registry settings are the
 ``SchemaRegistryClient`` configuration (``url``, ``basic.auth.user.info``, ``ssl.*``, ...)
-held as :class:`~connectors.kafka._secrets.Settings`, so the credentials never show in a
+held as :class:`~connectors.kafka._client._secrets.Settings`, so the credentials never show in a
 repr, a log line or an error.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors._extras import require
+from connectors.kafka._client import Settings, scrub
 from connectors.kafka._errors import KafkaSinkConfigError
-from connectors.kafka._secrets import Settings, scrub
 
 EXTRA = "schema-registry"
 AVRO, PROTOBUF, JSON_SCHEMA = "avro", "protobuf", "json-schema"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from connectors.kafka._client import scrub
 from connectors.kafka._errors import KafkaInputSchemaError
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA, PROTOBUF, registry_settings
 from connectors.kafka._formats._errors import RecordFormatError, SchemaResolutionError
@@ -32,7 +33,6 @@ from connectors.kafka._formats._read_types import (
 )
 from connectors.kafka._formats._registry import PinnedRegistry, call, driver_client
 from connectors.kafka._formats._schemas import spark_type_of_avro
-from connectors.kafka._secrets import scrub
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

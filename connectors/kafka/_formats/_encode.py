@@ -23,11 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors.kafka._client import scrub
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA
 from connectors.kafka._formats._errors import RecordFormatError, SchemaResolutionError
 from connectors.kafka._formats._plan import ColumnPlan, FormatPlan, _strategy, context
 from connectors.kafka._formats._registry import PinnedRegistry
-from connectors.kafka._secrets import scrub
 
 # Characters of a serializer's complaint kept in a RecordFormatError (it may quote data).
 _MAX_REASON = 300

@@ -19,11 +19,11 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from connectors.kafka._client import Settings
 from connectors.kafka._errors import KafkaInputSchemaError
 from connectors.kafka._formats import _schemas
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA, PROTOBUF, RecordFormat
 from connectors.kafka._formats._registry import RecordingRegistry, Registered, call, driver_client
-from connectors.kafka._secrets import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from connectors.kafka._client import Settings, scrub
 from connectors.kafka._formats._config import client_settings, confluent_registry
 from connectors.kafka._formats._errors import (
     SchemaRegistryUnavailableError,
     SchemaResolutionError,
 )
-from connectors.kafka._secrets import Settings, scrub
 
 # Seconds the driver keeps retrying a registry that does not answer (a registry restart
 # takes a few seconds; beyond this the epoch fails before it is logged and Spark replays it).

@@ -16,12 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.kafka import _names
-from connectors.kafka._client_config import librdkafka_settings
-from connectors.kafka._clients import Cluster
+from connectors.kafka import _client
+from connectors.kafka._client import Cluster, Settings, StateTopicDurability, librdkafka_settings
 from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
 from connectors.kafka._formats import RecordFormat, parse_formats
-from connectors.kafka._secrets import Settings
 from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES, ProducerStrategy
 from connectors.stage import StageOptions, build_config
 from txn import Guarantee
@@ -150,6 +148,13 @@ class SinkConfig(StageOptions):
       log in ``epoch_log_topic`` (compacted, created if missing);
     * ``marker_topic``: the one-partition topic the idempotency markers commit offsets to;
     * ``create_topics``: create a missing output topic at preflight;
+    * ``state_topic_replication`` / ``state_topic_min_insync_replicas``: the replication
+      and topic config ``min.insync.replicas`` the sink creates its epoch-log and marker
+      topics with (None: ``min(3, brokers)`` and ``min(2, replication)``);
+    * ``strict_cluster_checks``: the preflight's durability findings on the output topic
+      and the transaction state log (replication below 3, ``min.insync.replicas`` below 2,
+      unclean leader election on; exactly-once only) raise ``PreflightError`` instead of
+      being logged as warnings (docs/deploying.md, section 9);
     * ``transaction_timeout_ms``: the producers' transaction timeout (at most the
       broker's ``transaction.max.timeout.ms``, checked at preflight);
     * ``producer_config``: producer-only librdkafka settings (strings, numbers, bools)
@@ -189,9 +194,12 @@ class SinkConfig(StageOptions):
     topic: str | None
     sink_id: str
     epoch_log: str | None = None
-    epoch_log_topic: str = _names.DEFAULT_EPOCH_LOG_TOPIC
-    marker_topic: str = _names.DEFAULT_MARKER_TOPIC
+    epoch_log_topic: str = _client.DEFAULT_EPOCH_LOG_TOPIC
+    marker_topic: str = _client.DEFAULT_MARKER_TOPIC
     create_topics: bool = False
+    state_topic_replication: int | None = None
+    state_topic_min_insync_replicas: int | None = None
+    strict_cluster_checks: bool = False
     transaction_timeout_ms: int = 60_000
     client_config: Settings = Settings()
     producer_config: Settings = Settings()
@@ -259,6 +267,8 @@ class SinkConfig(StageOptions):
             self, "producer_config", _producer_settings(self.producer_config, shared)
         )
         object.__setattr__(self, "create_topics", bool(self.create_topics))
+        object.__setattr__(self, "strict_cluster_checks", bool(self.strict_cluster_checks))
+        _ = self.state_topics  # validates the two values (KafkaSinkConfigError)
         object.__setattr__(self, "changelog", bool(self.changelog))
         formats = parse_formats(self.key_format, self.value_format, self.schema_registry)
         for name, value in zip(
@@ -317,6 +327,13 @@ class SinkConfig(StageOptions):
         return topic
 
     @property
+    def state_topics(self) -> StateTopicDurability:
+        """Replication and min ISR of the epoch-log and marker topics the sink creates."""
+        return StateTopicDurability(
+            self.state_topic_replication, self.state_topic_min_insync_replicas
+        )
+
+    @property
     def message_max_bytes(self) -> int:
         """The producers' ``message.max.bytes``: larger records are bad records."""
         raw = self.producer_config.get("message.max.bytes") or self.client_config.get(
@@ -335,7 +352,7 @@ class SinkConfig(StageOptions):
                 "are committed inside the output's Kafka transaction"
             )
             raise KafkaSinkConfigError(msg)
-        if group.startswith(_names.marker_group(self.sink_id, 0)[:-1]):
+        if group.startswith(_client.marker_group(self.sink_id, 0)[:-1]):
             msg = (
                 f"commit_offsets_to_group {group!r} is a marker group of sink {self.sink_id!r}; "
                 "use a group id of its own (no active members)"
@@ -379,11 +396,11 @@ class SinkConfig(StageOptions):
 
     def transactional_id(self, partition: int, lane: int = 0) -> str:
         """Transactional id of write partition ``partition`` on producer lane ``lane``."""
-        return _names.transactional_id(self.sink_id, partition, lane)
+        return _client.transactional_id(self.sink_id, partition, lane)
 
     def marker_group(self, partition: int) -> str:
         """Consumer group whose committed offset is the marker of ``partition``."""
-        return _names.marker_group(self.sink_id, partition)
+        return _client.marker_group(self.sink_id, partition)
 
     def fingerprint(self) -> str:
         """Digest of the options that decide where rows land and how they are checked."""

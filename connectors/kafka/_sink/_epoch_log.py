@@ -36,19 +36,22 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
-from connectors.kafka import _clients, _names
-from connectors.kafka._admin import admin_client, ensure_topics
-from connectors.kafka._classify import (
+from connectors.kafka import _client
+from connectors.kafka._client import (
     PARTITION_EOF,
+    ClientConfig,
+    StateTopicDurability,
+    admin_client,
     broker_restart,
     call_with_retry,
     classify,
+    cluster_of,
+    ensure_topics,
     kafka_error_of,
     raise_if_denied,
     retry_over_restart,
     with_delivery_cause,
 )
-from connectors.kafka._client_config import ClientConfig, cluster_of
 from connectors.kafka._errors import KafkaEpochLogFencedError
 from txn import (
     DEFAULT_RETAIN_EPOCHS,
@@ -86,7 +89,9 @@ class KafkaEpochLog(EpochLog):
 
     ``client_config``: the librdkafka settings the sink's clients share (its
     ``client_config`` option: security, ``client.id``, ...); validated here (no network
-    I/O), :class:`ClientConfigError` names a bad one.
+    I/O), :class:`ClientConfigError` names a bad one. ``durability``: the replication
+    and ``min.insync.replicas`` the topic is created with if missing (default: the kit's,
+    :class:`~connectors.kafka._client.StateTopicDurability`).
     """
 
     def __init__(
@@ -94,16 +99,18 @@ class KafkaEpochLog(EpochLog):
         bootstrap_servers: str,
         sink_id: str,
         *,
-        topic: str = _names.DEFAULT_EPOCH_LOG_TOPIC,
+        topic: str = _client.DEFAULT_EPOCH_LOG_TOPIC,
         retain_epochs: int = DEFAULT_RETAIN_EPOCHS,
         create_topic: bool = True,
         client_config: ClientConfig = None,
+        durability: StateTopicDurability | None = None,
     ) -> None:
         self._cluster = cluster_of(bootstrap_servers, client_config)
         self._sink_id = sink_id
         self._topic = topic
         self._retain = retain_epochs
         self._create_topic = create_topic
+        self._durability = durability or StateTopicDurability()
         self._producer: Producer | None = None
         self._history: EpochHistory | None = None
         self._attempts: dict[int, int] = {}
@@ -133,7 +140,13 @@ class KafkaEpochLog(EpochLog):
             admin_client(self._cluster)
             self._contacted = True
         if self._create_topic:
-            ensure_topics(self._cluster, [self._topic], partitions=1, compacted=True)
+            ensure_topics(
+                self._cluster,
+                [self._topic],
+                partitions=1,
+                compacted=True,
+                durability=self._durability,
+            )
         values = self._read_messages()
         floor: dict[str, Any] = {}
         records: list[LogRecord] = []
@@ -154,7 +167,7 @@ class KafkaEpochLog(EpochLog):
 
     def _read_messages(self) -> dict[str, tuple[int, bytes]]:
         """Latest value per key of this sink (tombstoned keys removed), with its offset."""
-        consumer = _clients.consumer(
+        consumer = _client.consumer(
             self._cluster,
             {
                 "group.id": f"{self._sink_id}.epoch-log-reader.{uuid.uuid4().hex[:8]}",
@@ -209,10 +222,10 @@ class KafkaEpochLog(EpochLog):
     def _acquire(self) -> Producer:
         if self._producer is not None:
             return self._producer
-        producer = _clients.producer(
+        producer = _client.producer(
             self._cluster,
             {
-                "transactional.id": _names.coordinator_id(self._sink_id),
+                "transactional.id": _client.coordinator_id(self._sink_id),
                 "transaction.timeout.ms": str(LOG_TXN_TIMEOUT_MS),
                 "enable.idempotence": "true",
                 "acks": "all",

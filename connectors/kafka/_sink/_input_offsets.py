@@ -26,7 +26,7 @@ import threading
 
 from confluent_kafka import TopicPartition
 
-from connectors.kafka import _clients
+from connectors.kafka import _client
 from connectors.stage import NotKafkaInputError
 from txn import EpochPlan
 
@@ -47,7 +47,7 @@ def group_metadata(group: str) -> bytes:
         cached = _metadata.get(group)
     if cached is not None:
         return cached
-    consumer = _clients.unconnected_consumer({"group.id": group, "log_level": 0})
+    consumer = _client.unconnected_consumer({"group.id": group, "log_level": 0})
     try:
         built: bytes = consumer.consumer_group_metadata()
     finally:

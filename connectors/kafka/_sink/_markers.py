@@ -20,11 +20,16 @@ import json
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from connectors.kafka import _clients, _names
-from connectors.kafka._admin import admin_client
-from connectors.kafka._classify import broker_restart, call_with_retry, raise_if_denied
-from connectors.kafka._client_config import ClientConfig, cluster_of
-from connectors.kafka._clients import Cluster
+from connectors.kafka import _client
+from connectors.kafka._client import (
+    ClientConfig,
+    Cluster,
+    admin_client,
+    broker_restart,
+    call_with_retry,
+    cluster_of,
+    raise_if_denied,
+)
 from connectors.kafka._errors import MarkerError
 from txn import Marker
 
@@ -70,7 +75,7 @@ def decode_marker(offset: int, metadata: str | None) -> Marker | None:
 
 def marker_consumer(cluster: Cluster, group: str) -> Consumer:
     """Return a consumer of ``group`` on ``cluster`` that reads only committed (stable) offsets."""
-    return _clients.consumer(
+    return _client.consumer(
         cluster,
         {
             "group.id": group,
@@ -104,7 +109,7 @@ def read_markers(
     sink_id: str,
     parallelism: int,
     *,
-    marker_topic: str = _names.DEFAULT_MARKER_TOPIC,
+    marker_topic: str = _client.DEFAULT_MARKER_TOPIC,
     client_config: ClientConfig = None,
 ) -> dict[int, Marker | None]:
     """Marker of every write partition ``0 .. parallelism-1`` of sink ``sink_id``.
@@ -123,7 +128,7 @@ def read_markers(
     admin_client(cluster)  # first contact: a wrong address or credentials fail fast, typed
     out: dict[int, Marker | None] = {}
     for p in range(parallelism):
-        consumer = marker_consumer(cluster, _names.marker_group(sink_id, p))
+        consumer = marker_consumer(cluster, _client.marker_group(sink_id, p))
         try:
             out[p] = read_marker(consumer, marker_topic)
         finally:

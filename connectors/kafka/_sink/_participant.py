@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from confluent_kafka import Producer
 
-from connectors.kafka import _classify
+from connectors.kafka import _client
 from connectors.kafka._sink._bad_records import produce_dead_letters
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._reuse import ended_cleanly
@@ -56,7 +56,7 @@ _TXN_OPEN = frozenset({_S.IN_TXN, _S.WRITTEN, _S.PRE_COMMITTED})
 
 def _budget() -> contextlib.AbstractContextManager[None]:
     """One time budget for the retried Kafka calls of one epoch step (a broker restart)."""
-    return step_budget(_classify.BROKER_RESTART_WAIT_S)
+    return step_budget(_client.BROKER_RESTART_WAIT_S)
 
 
 def _failed(start: ParticipantState) -> ParticipantState:

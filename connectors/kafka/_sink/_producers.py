@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 
-from connectors.kafka import _clients, _names
-from connectors.kafka._classify import call_with_retry
+from connectors.kafka import _client
+from connectors.kafka._client import call_with_retry
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._markers import marker_consumer
@@ -29,7 +29,7 @@ def new_producer(cfg: SinkConfig, transactional_id: str | None, errors: Delivery
     settings: dict[str, object] = dict(cfg.producer_settings(transactional_id))
     settings["on_delivery"] = errors
     settings["delivery.report.only.error"] = True
-    return _clients.producer(cfg.cluster, settings)
+    return _client.producer(cfg.cluster, settings)
 
 
 def init_transactions(producer: Producer, transactional_id: str) -> str:
@@ -66,11 +66,11 @@ def fence(cfg: SinkConfig, transactional_ids: list[str]) -> None:
 
 
 def lane_ids(cfg: SinkConfig, partitions: Iterable[int]) -> list[str]:
-    """Every transactional id of the write partitions ``partitions`` (``_names.lane_ids``).
+    """Every transactional id of the write partitions ``partitions`` (``_client.lane_ids``).
 
     Recovery fences them all, so also every id an older version used after an upgrade.
     """
-    return _names.lane_ids(cfg.sink_id, partitions, cfg.producer_lanes)
+    return _client.lane_ids(cfg.sink_id, partitions, cfg.producer_lanes)
 
 
 def _settings_digest(cfg: SinkConfig, transactional_id: str | None) -> str:

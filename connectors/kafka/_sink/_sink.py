@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from connectors.kafka._admin import (
+from connectors.kafka._client import (
     TOPIC_METADATA_WAIT_S,
+    DurabilityRules,
     broker_config,
+    connect_admin,
     ensure_topics,
     existing_topics,
     wait_for_topic,
 )
-from connectors.kafka._connect import connect_admin
 from connectors.kafka._errors import PreflightError, TopicMissingError
 from connectors.kafka._formats import SinkFormats, for_tasks
 from connectors.kafka._sink import _input
@@ -91,14 +92,19 @@ class KafkaConnector(SinkConnector):
             sink_id,
             topic=self.cfg.epoch_log_topic,
             client_config=self.cfg.client_config,
+            durability=self.cfg.state_topics,
         )
 
     def preflight(self) -> None:
         """Check the cluster (network I/O; runs lazily on the first write).
 
         1. the broker answers; 2. the output topic exists (created when
-        ``create_topics=True``); the marker topic is created if missing (exactly-once);
-        3. ``transaction_timeout_ms`` is at most the broker's ``transaction.max.timeout.ms``.
+        ``create_topics=True``); the marker topic is created if missing (exactly-once,
+        with ``state_topics``' replication and min ISR);
+        3. ``transaction_timeout_ms`` is at most the broker's ``transaction.max.timeout.ms``;
+        4. exactly-once: the output topic and the transaction state log satisfy
+        ``DurabilityRules`` (each finding a warning, or ``PreflightError`` with
+        ``strict_cluster_checks=True``).
         The dead-letter topic is created if missing (``on_bad_record="dead-letter"``).
 
         A topic missing from the metadata is looked for again for
@@ -132,8 +138,12 @@ class KafkaConnector(SinkConnector):
         if cfg.dead_letter_topic is not None:
             ensure_topics(cfg.cluster, [cfg.dead_letter_topic])
         if cfg.transactional:
-            ensure_topics(cfg.cluster, [cfg.marker_topic])
+            ensure_topics(cfg.cluster, [cfg.marker_topic], durability=cfg.state_topics)
             self._check_timeout_limit()
+            findings = DurabilityRules().check(admin, [] if cfg.topic is None else [cfg.topic])
+            DurabilityRules.enforce(
+                findings, strict=cfg.strict_cluster_checks, option="strict_cluster_checks"
+            )
 
     def _check_timeout_limit(self) -> None:
         cfg = self.cfg

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from connectors.kafka._classify import call_with_retry, classify, to_write_error
+from connectors.kafka._client import call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets
 from connectors.kafka._sink._markers import encode_marker, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant

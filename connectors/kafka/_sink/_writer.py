@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.kafka._classify import (
+from connectors.kafka._client import (
     BROKER_RESTART_WAIT_S,
     FATAL,
     TIMED_OUT,

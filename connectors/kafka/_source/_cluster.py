@@ -44,9 +44,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from connectors.kafka import _connect
-from connectors.kafka._admin import TOPIC_METADATA_WAIT_S
-from connectors.kafka._classify import access_error, kafka_error_of
+from connectors.kafka import _client
+from connectors.kafka._client import TOPIC_METADATA_WAIT_S, access_error, kafka_error_of
 
 from ._errors import KafkaSourceFatalError, KafkaUnavailableError, SourceOptionError
 from ._metadata import MetadataView, is_transient, read_metadata
@@ -170,7 +169,7 @@ class ClusterView:
     def _client(self) -> Any:
         if self._admin is None:
             try:
-                self._admin = _connect.connect_admin(self._options.consumer_cluster(admin=True))
+                self._admin = _client.connect_admin(self._options.consumer_cluster(admin=True))
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
                 raise SourceOptionError(msg) from exc

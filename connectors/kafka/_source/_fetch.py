@@ -42,8 +42,8 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from connectors.kafka import _clients
-from connectors.kafka._classify import PARTITION_EOF, access_error, classify
+from connectors.kafka import _client
+from connectors.kafka._client import PARTITION_EOF, access_error, classify
 from txn import ErrorAction
 
 from . import _consumers
@@ -274,7 +274,7 @@ def _new_consumer(options: SourceOptions) -> Any:
     if options.kafka_config.get(_QUEUE_BACKOFF) is None:
         conf[_QUEUE_BACKOFF] = str(FETCH_QUEUE_BACKOFF_MS)
     try:
-        return _clients.consumer(options.consumer_cluster(), conf)
+        return _client.consumer(options.consumer_cluster(), conf)
     except KafkaException as exc:
         err = exc.args[0]
         if isinstance(err, KafkaError) and err.code() == _INVALID_ARG:

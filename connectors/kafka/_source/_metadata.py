@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka._classify import classify, kafka_error_of
+from connectors.kafka._client import classify, kafka_error_of
 from txn import ErrorAction
 
 from ._errors import KafkaSourceFatalError

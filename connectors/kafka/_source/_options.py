@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from connectors.kafka import _clients
-from connectors.kafka._clients import Cluster
-from connectors.kafka._secrets import Settings
+from connectors.kafka import _client
+from connectors.kafka._client import Cluster, Settings
 
 from ._bounds import OffsetBound, ending_bound, starting_bound
 from ._errors import SourceOptionError
@@ -42,7 +41,7 @@ SPARK_FETCH_RETRY_INTERVAL_MS = 10
 
 _KAFKA_PREFIX = "kafka."
 # The option that holds the cluster's address (Spark's name: the prefix and librdkafka's).
-BOOTSTRAP_OPTION = _KAFKA_PREFIX + _clients.BOOTSTRAP
+BOOTSTRAP_OPTION = _KAFKA_PREFIX + _client.BOOTSTRAP
 # How errors name the settings every client of the source gets (security, client.id, ...).
 CLIENT_OPTIONS = "the 'kafka.*' options"
 # Settings of consumers only, dropped from the driver's AdminClient (prefixes).
@@ -181,7 +180,7 @@ class SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         kafka_config = _kafka_passthrough(opts)
         _reject_unknown(opts)
-        bootstrap = kafka_config.pop(_clients.BOOTSTRAP, "").strip()
+        bootstrap = kafka_config.pop(_client.BOOTSTRAP, "").strip()
         if not bootstrap:
             msg = f"option {BOOTSTRAP_OPTION!r} is required (e.g. 'host1:9092,host2:9092')"
             raise SourceOptionError(msg)

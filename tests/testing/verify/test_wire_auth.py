@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from connectors.kafka import KafkaAuthenticationError
-from connectors.kafka._clients import Cluster
-from connectors.kafka._secrets import Settings
+from connectors.kafka._client import Cluster, Settings
 from connectors.verify import WireError, _wire_auth
 from connectors.verify._wire_auth import Scram, open_broker, tls_context
 

@@ -3,8 +3,9 @@
 Every Kafka failure maps to exactly one of three actions, :class:`txn.ErrorAction` (never
 by matching message text, only by error code and librdkafka's flags):
 
-1. ``RETRY``: transient (``retriable()``, timeouts, a coordinator moving); repeat the
-   same call within a bound (``connectors.stage``'s retry engine), then escalate to ``ABORT``.
+1. ``RETRY``: transient (``retriable()``, timeouts, a coordinator moving, too few
+   in-sync replicas while brokers are away); repeat the same call within a bound
+   (``connectors.stage``'s retry engine), then escalate to ``ABORT``.
 2. ``ABORT``: the transaction cannot be committed (``txn_requires_abort()``, a
    rejected record, anything unknown and not retriable); abort it, fail the epoch and
    let Spark retry it (the retry redoes or skips by marker).
@@ -100,6 +101,14 @@ AUTHORIZATION_ACLS = {
 AUTHORIZATION_CODES = frozenset(AUTHORIZATION_ACLS)
 # Codes of a connection that could not be made (wrong host or port, nothing listening).
 CONNECTION_CODES = frozenset({RESOLVE, TRANSPORT, ALL_BROKERS_DOWN})
+# Codes of acks=all writes while fewer replicas are in sync than the topic's
+# min.insync.replicas (brokers away): transient like a moving leader, so treated as a
+# restart code (RETRY when a call fails with one, and a transaction that failed with one is
+# aborted and begun again within the bound); the write was not acknowledged, and the
+# idempotent producer's sequence numbers keep its retry from duplicating it.
+REPLICATION_SHORTFALL_CODES = frozenset(
+    {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+)
 # Codes a broker restart produces while the broker is away or reloads its topics and
 # coordinators: a transaction that failed with one of them (librdkafka then requires an
 # abort) can be begun again once the broker is back; see ``retry_transaction``.
@@ -123,6 +132,7 @@ RESTART_CODES = frozenset(
         # abort bumps the producer epoch, after which the sequence starts afresh.
         KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
         KafkaError.UNKNOWN_PRODUCER_ID,
+        *REPLICATION_SHORTFALL_CODES,
     }
 )
 # Delivery errors of records purged because their transaction failed (not a cause).
@@ -152,6 +162,7 @@ _TRANSIENT_CODES = frozenset(
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         KafkaError.CONCURRENT_TRANSACTIONS,
         KafkaError.UNSTABLE_OFFSET_COMMIT,
+        *REPLICATION_SHORTFALL_CODES,
     }
 )
 

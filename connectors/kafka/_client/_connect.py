@@ -23,9 +23,13 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka import _clients, _secrets
-from connectors.kafka._classify import AUTHENTICATION_CODES, CONNECTION_CODES, fix_authentication
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import _clients, _secrets
+from connectors.kafka._client._classify import (
+    AUTHENTICATION_CODES,
+    CONNECTION_CODES,
+    fix_authentication,
+)
+from connectors.kafka._client._clients import Cluster
 from connectors.kafka._errors import KafkaAuthenticationError, KafkaConnectError
 
 # Seconds the first contact may take before the cluster is reported unreachable: a wrong

@@ -21,10 +21,10 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from connectors.kafka import _clients, _secrets
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import _clients, _secrets
+from connectors.kafka._client._clients import Cluster
+from connectors.kafka._client._secrets import Settings
 from connectors.kafka._errors import ClientConfigError
-from connectors.kafka._secrets import Settings
 
 # A user's ``client_config`` as the kit's functions take it (None: no shared settings).
 ClientConfig = Mapping[str, object] | Settings | None

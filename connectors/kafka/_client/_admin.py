@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
-from connectors.kafka import _clients
-from connectors.kafka._classify import raise_if_denied
-from connectors.kafka._clients import Cluster
+from connectors.kafka._client import _clients
+from connectors.kafka._client._classify import raise_if_denied
+from connectors.kafka._client._clients import Cluster
+from connectors.kafka._client._durability import WANTED_REPLICATION, StateTopicDurability
 from connectors.kafka._errors import BrokerUnavailableError, PreflightError
 
 # Seconds for one admin request (metadata, create topics, describe configs).
@@ -35,7 +36,7 @@ def admin_client(cluster: Cluster) -> AdminClient:
 
     """
     # _connect imports the source package, which imports this module: import at call time.
-    from connectors.kafka._connect import connect_admin
+    from connectors.kafka._client._connect import connect_admin
 
     return connect_admin(cluster)
 
@@ -82,9 +83,19 @@ def broker_count(admin: AdminClient) -> int:
 
 
 def ensure_topics(
-    cluster: Cluster, names: Iterable[str], *, partitions: int = 1, compacted: bool = False
+    cluster: Cluster,
+    names: Iterable[str],
+    *,
+    partitions: int = 1,
+    compacted: bool = False,
+    durability: StateTopicDurability | None = None,
 ) -> None:
     """Create each topic of ``names`` that does not exist yet (already existing is fine).
+
+    With ``durability`` (the kit's state topics) the replication and topic config
+    ``min.insync.replicas`` it settles on for the cluster's broker count; without (an
+    output or dead-letter topic) ``min(3, brokers)`` replicas and the broker's default
+    ``min.insync.replicas``.
 
     Raises:
         KafkaAuthorizationError: an ACL refused the creation (the message names it).
@@ -95,8 +106,13 @@ def ensure_topics(
     missing = sorted(set(names) - set(existing_topics(admin)))
     if not missing:
         return
-    replication = min(3, broker_count(admin))
+    brokers = broker_count(admin)
     config = {"cleanup.policy": "compact"} if compacted else {}
+    if durability is None:
+        replication = min(WANTED_REPLICATION, brokers)
+    else:
+        replication, min_isr = durability.settle(brokers)
+        config["min.insync.replicas"] = str(min_isr)
     futures = admin.create_topics(
         [
             NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config)

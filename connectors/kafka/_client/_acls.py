@@ -5,7 +5,8 @@ one classifier names the relevant one when a call is refused (``_classify``). Ea
 is Kafka's resource type, pattern type (``LITERAL`` or ``PREFIXED``), resource name and
 operations, with why the kit needs it:
 
-1. the output topics: WRITE, DESCRIBE (the write tasks' transactional producers);
+1. the output topics: WRITE, DESCRIBE (the write tasks' transactional producers),
+   DESCRIBE_CONFIGS (the preflight checks their durability settings, ``_durability``);
 2. the epoch-log topic: READ, WRITE, DESCRIBE (the coordinator appends and re-reads it);
 3. the marker topic: READ, DESCRIBE (markers are offsets committed to it, and read back);
 4. the consumer groups ``{sink_id}.``: READ, DESCRIBE (PREFIXED: the marker groups
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from connectors.kafka import _names
+from connectors.kafka._client import _names
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,13 @@ def required_acls(
 ) -> list[Acl]:
     """Return the ACLs sink ``sink_id`` needs to write ``topics`` (module doc)."""
     acls = [
-        Acl("TOPIC", "LITERAL", t, ("WRITE", "DESCRIBE"), "the write tasks' producers")
+        Acl(
+            "TOPIC",
+            "LITERAL",
+            t,
+            ("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"),
+            "the write tasks' producers; the preflight checks the topic's durability settings",
+        )
         for t in dict.fromkeys(topics)
     ]
     acls += [

@@ -25,7 +25,7 @@ What the factory adds to the caller's librdkafka settings (:func:`_settings`):
 
 :func:`connect_admin` also waits, bounded, until the cluster answers and turns a wrong
 address, a refused connection or a failed authentication into a typed error naming the
-address and the option to fix (``connectors.kafka._connect``).
+address and the option to fix (``connectors.kafka._client._connect``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka import _secrets
-from connectors.kafka._secrets import Settings
+from connectors.kafka._client import _secrets
+from connectors.kafka._client._secrets import Settings
 
 # librdkafka's name of the address setting: written here only (the unit test scans for
 # it); sinks take it as ``bootstrap_servers``, the source as the ``kafka.``-prefixed name.
