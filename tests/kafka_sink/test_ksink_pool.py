@@ -313,6 +313,19 @@ def test_a_slow_round_never_replaces_an_instance_a_later_round_prepared_and_repo
     assert [r.token for r in pool.take_reports("g", 10)] == ["round4", "round4"]  # "a", "c"
 
 
+def test_wait_rounds_returns_once_every_started_round_has_ended():
+    pool = _pool.ClientPool()
+    assert pool.wait_rounds(0)  # none started
+    gate = threading.Event()
+    pool.prepare([(("a",), made_by("r1", 1, gate))], generation="g", serial=1)
+    pool.prepare([(("b",), made_by("r2", 2))], generation="g", serial=2)
+    wait_for(lambda: pool.token_of(("b",)) == "r2")
+    assert not pool.wait_rounds(0)  # the gated round still runs
+    gate.set()
+    assert pool.wait_rounds(10)
+    assert pool.token_of(("a",)) == "r1"  # ended means prepared: nothing left to wait for
+
+
 def test_a_round_replaces_only_a_pooled_producer_of_an_older_ticket_or_generation():
     pool = _pool.ClientPool()
     pool.prepare([(("b",), made_by("round6", 6))], generation="g", serial=6)
