@@ -63,9 +63,18 @@ class Broker:
         self._waiters: list[asyncio.Future[None]] = []
 
     def topics_loaded(self, node: int) -> bool:
-        """Return False while ``topic_load_delay_ms`` after the node's start has not passed."""
+        """Return False while ``topic_load_delay_ms`` after the node's start has not passed.
+
+        True from an ``end-loading`` operation on the node until its next start.
+        """
+        if node in self.nodes.loading_ended:
+            return True
         elapsed_ms = (self.clock.monotonic_s() - self.nodes.started_s[node]) * 1000.0
         return elapsed_ms >= self.config.topic_load_delay_ms
+
+    def end_loading(self, node: int) -> None:
+        """End ``node``'s topic loading now (the ``end-loading`` operation), until its next start."""
+        self.nodes.loading_ended.add(node)
 
     def open(self) -> None:
         """Replay durable state (see the module docstring)."""

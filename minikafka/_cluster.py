@@ -115,6 +115,7 @@ class Nodes:
         self.stopped: set[int] = set()
         self.fenced: set[int] = set()
         self.started_s: dict[int, float] = dict.fromkeys(node_ids, clock.monotonic_s())
+        self.loading_ended: set[int] = set()  # loading ended early (end-loading), until a start
 
     def listed(self, node: int) -> bool:
         """Whether Metadata lists the node (it runs, or its stop is not detected yet)."""
@@ -141,6 +142,7 @@ class Nodes:
         """Record that ``node`` runs (again) from now."""
         self.stopped.discard(node)
         self.fenced.discard(node)
+        self.loading_ended.discard(node)
         self.started_s[node] = self._clock.monotonic_s()
 
 

@@ -30,7 +30,7 @@ from ._cluster import COORDINATOR_KINDS
 from ._errors import MiniKafkaError
 
 log = logging.getLogger("minikafka.control")
-ACTIONS = ("stop", "start", "move-leader", "move-coordinator", "status")
+ACTIONS = ("stop", "start", "move-leader", "move-coordinator", "end-loading", "status")
 # Seconds a control client waits for the broker's answer (a stop or start of a node
 # closes or opens a listener: well under a second on an idle machine).
 CONTROL_TIMEOUT_S = 30.0
@@ -50,8 +50,10 @@ class NodeOp:
     """One node fault or query.
 
     Attributes:
-        action: "stop", "start", "move-leader", "move-coordinator" or "status".
-        node: the node stopped or started, or the new leader (not for "status").
+        action: "stop", "start", "move-leader", "move-coordinator", "end-loading" or
+            "status".
+        node: the node stopped, started or done loading, or the new leader (not for
+            "status").
         clean: for "stop": move leaderships away first (Kafka's controlled shutdown)
             instead of a hard stop (connections reset, port refuses, leaderships stay
             until the failure is detected after ``node_failure_detection_ms``).
@@ -153,6 +155,14 @@ class NodeFaults(ABC):
         )
         self._run_node_op(op)
 
+    def end_loading(self, node: int) -> None:
+        """End ``node``'s topic loading now, as if ``topic_load_delay_ms`` had passed.
+
+        Until the node's next start; a node not loading stays as it is. For tests that wait
+        for the end of loading as an event rather than for a time.
+        """
+        self._run_node_op(NodeOp(action="end-loading", node=node))
+
     def node_status(self) -> dict[int, str]:
         """Each node's state: "running", "stopped" (not yet detected) or "down"."""
         answer = self._run_node_op(NodeOp(action="status"))
@@ -231,6 +241,9 @@ def control_main(argv: list[str]) -> int:
     coord.add_argument("node", type=int)
     coord.add_argument(
         "--load-ms", type=int, default=-1, help="COORDINATOR_LOAD_IN_PROGRESS for this long"
+    )
+    sub.add_parser("end-loading", help="end a node's topic loading now").add_argument(
+        "node", type=int
     )
     sub.add_parser("status", help="print each node's state")
     args = vars(p.parse_args(argv))

@@ -166,6 +166,8 @@ class KafkaServer:
             raise NodeOpError(msg)
         if op.action == "stop":
             await self._stop_node(listener, clean=op.clean)
+        elif op.action == "end-loading":
+            self.broker.end_loading(op.node)
         elif op.action == "start":
             await self._start_node(listener)
         else:

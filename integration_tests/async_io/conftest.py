@@ -3,9 +3,10 @@
 Behaviour is chosen per request by query parameters, so tests sharing the server do
 not interfere (each test uses its own ``ns``):
 
-    GET /enrich?ns=N&key=K[&delay_ms=D][&fail_first=F][&fail=1][&fail_once=1]
+    GET /enrich?ns=N&key=K[&delay_ms=D][&fail_first=F][&fail=1][&fail_once=1][&hold=1]
 
-sleeps D ms, answers 503 for the first F hits of (N, K), 500 always when ``fail=1``,
+with ``hold=1`` never answers (the request hangs until the server stops, so the client's
+timeout is certain to fire), else sleeps D ms, answers 503 for the first F hits of (N, K), 500 always when ``fail=1``,
 500 only for the first hit of (N, K) when ``fail_once=1`` (a non-retriable failure
 that a replay gets past), else 200 with JSON
 ``{"key": K, "score": 3*K+1, "hit": <hits of (N, K) so far>}``.
@@ -29,6 +30,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+# Seconds a held request waits before giving up: only bounds a server thread that nobody
+# cancels; the server stopping ends every hold first.
+HOLD_BOUND_S = 120.0
+
 
 @dataclass
 class ServiceState:
@@ -36,6 +41,7 @@ class ServiceState:
     hits: Counter[tuple[str, int]] = field(default_factory=Counter)
     in_flight: Counter[str] = field(default_factory=Counter)
     peak: Counter[str] = field(default_factory=Counter)
+    stopped: threading.Event = field(default_factory=threading.Event)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -57,6 +63,9 @@ class _Handler(BaseHTTPRequestHandler):
             state.in_flight[ns] += 1
             state.peak[ns] = max(state.peak[ns], state.in_flight[ns])
         try:
+            if query.get("hold") == "1":
+                state.stopped.wait(HOLD_BOUND_S)
+                return
             time.sleep(float(query.get("delay_ms", "0")) / 1000.0)
         finally:
             with state.lock:
@@ -105,5 +114,6 @@ def http_service() -> Iterator[Service]:
     try:
         yield Service(server.server_address[1], server.state)
     finally:
+        server.state.stopped.set()
         server.shutdown()
         server.server_close()

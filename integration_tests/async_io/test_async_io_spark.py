@@ -39,9 +39,10 @@ class ServiceError(Exception):
     """Any other non-200 answer."""
 
 
-# Seconds a request may take in the timeout tests: far above a fast request's time on a
-# loaded machine (0.5 s let fast requests time out in CI), below the slow ones' 3 s.
-TIMEOUT_S = 2.0
+# Seconds a request may take in the timeout tests. Only the rows that hang can reach it:
+# the others return without suspending, and an asyncio timeout fires only at a suspension
+# point, so the value sets how long the tests wait, never which rows time out.
+TIMEOUT_S = 0.5
 
 
 def enricher(
@@ -142,20 +143,41 @@ def test_permanent_failure_fails_the_job_naming_the_row(
     assert http_service.state.hits[(ns, 87)] == 1
 
 
+def hang_on_threes(port: int, ns: str) -> Any:
+    """Rows ``k % 10 == 3`` send a request the service never answers; the others answer
+    at once, without suspending (so no load can make them time out)."""
+
+    async def enrich(row: dict[str, Any]) -> dict[str, Any]:
+        key = row["id"]
+        if key % 10 == 3:
+            status, body = await get_json(port, f"/enrich?ns={ns}&key={key}&hold=1")
+            return {"score": status, "hit": body}  # never reached: the service holds it
+        return {"score": 3 * key + 1, "hit": 1}
+
+    return enrich
+
+
 def test_timeouts_drop_rows_and_count_them(spark: SparkSession, http_service: Any) -> None:
     ns = uuid.uuid4().hex
     df = spark.range(0, 200, numPartitions=2)
     metrics = MetricsAccumulator(spark)
     cfg = AsyncConfig(capacity=20, timeout_s=TIMEOUT_S, on_timeout=OnTimeout.DROP)
-    fn = enricher(http_service.port, ns, delay_of=lambda k: 3000 if k % 10 == 3 else 0)
+    fn = hang_on_threes(http_service.port, ns)
     rows = async_map(df, fn, output_schema=ENRICHMENT, config=cfg, metrics=metrics).collect()
-    assert [r.id for r in rows] == [k for k in range(200) if k % 10 != 3]
+    assert [(r.id, r.score) for r in rows] == [(k, 3 * k + 1) for k in range(200) if k % 10 != 3]
     m = metrics.value
     assert (m.timeouts, m.dropped, m.rows_out) == (20, 20, 180)
 
 
-async def slow_threes(row: dict[str, Any]) -> dict[str, Any]:
-    await asyncio.sleep(3.0 if row["id"] % 10 == 3 else 0.0)
+# Seconds a hanging row's request waits if its timeout never fires: bounds the hang of a
+# broken timeout (the test then fails on the counts), far beyond TIMEOUT_S.
+HANG_S = 120.0
+
+
+async def hang_on_threes_locally(row: dict[str, Any]) -> dict[str, Any]:
+    """Rows ``k % 10 == 3`` hang; the others return at once, without suspending."""
+    if row["id"] % 10 == 3:
+        await asyncio.sleep(HANG_S)
     return {"score": row["id"], "hit": 1}
 
 
@@ -169,7 +191,8 @@ def test_observed_metrics_without_accumulators(spark: SparkSession) -> None:
     df = spark.range(0, 90, numPartitions=3).where("id < 60")  # partition 3: no rows
     metrics = MetricsObservation()
     cfg = AsyncConfig(capacity=20, timeout_s=TIMEOUT_S, on_timeout=OnTimeout.DROP)
-    out = async_map(df, slow_threes, output_schema=ENRICHMENT, config=cfg, metrics=metrics)
+    fn = hang_on_threes_locally
+    out = async_map(df, fn, output_schema=ENRICHMENT, config=cfg, metrics=metrics)
     assert out.columns == ["id", "score", "hit"]
     assert out.schema["id"].nullable is False
     rows = out.collect()
@@ -183,7 +206,9 @@ def test_observed_metrics_without_accumulators(spark: SparkSession) -> None:
 def test_observed_metrics_refuse_a_streaming_dataframe(spark: SparkSession) -> None:
     stream = spark.readStream.format("rate").load()
     with pytest.raises(AsyncConfigError, match="foreachBatch"):
-        async_map(stream, slow_threes, output_schema=ENRICHMENT, metrics=MetricsObservation())
+        async_map(
+            stream, hang_on_threes_locally, output_schema=ENRICHMENT, metrics=MetricsObservation()
+        )
 
 
 def test_batch_mode_sends_one_request_per_chunk(spark: SparkSession, http_service: Any) -> None:

@@ -145,6 +145,34 @@ def python_workers(spark: Any, tasks: int = 16) -> int:
     return len({row.pid for row in df.collect()})
 
 
+# Seconds a worker waits for its preparation rounds to end: bounds a hang only (a round
+# starts no producer after _pool.PREPARE_DEADLINE_S and each takes a few round trips).
+PREPARATIONS_TIMEOUT_S = 120.0
+
+
+def _rounds_ended(batches: Any) -> Any:
+    import os
+
+    import pyarrow as pa
+
+    ended = _pool.POOL.wait_rounds(PREPARATIONS_TIMEOUT_S)
+    for batch in batches:
+        yield pa.RecordBatch.from_pydict(
+            {"pid": [os.getpid()] * batch.num_rows, "ended": [ended] * batch.num_rows}
+        )
+
+
+def preparations_ended(spark: Any, workers: int, tasks: int = 16) -> None:
+    """Return once every Python worker's preparation rounds (``_pool.ClientPool.prepare``)
+    have ended: ``tasks`` one-row tasks reach every worker, as in :func:`python_workers`."""
+    df = spark.range(tasks, numPartitions=tasks).mapInArrow(
+        _rounds_ended, "pid long, ended boolean"
+    )
+    answers = {(row.pid, row.ended) for row in df.collect()}
+    assert all(ended for _, ended in answers), answers
+    assert len({pid for pid, _ in answers}) >= workers, answers  # every worker answered
+
+
 def expected(n: int, start: int = 0) -> Counter[bytes]:
     """The values :func:`rows` writes, as a multiset."""
     return Counter(f"v{i}".encode() for i in range(start, start + n))

@@ -173,10 +173,14 @@ def test_a_short_job_pushes_each_epoch_and_the_sources_lag_per_topic(
         ).start()
         try:
             query = rc_query(spark, kafka_bootstrap, source_topic, sink, str(tmp_path / "ck"), 30)
-            query.awaitTermination(QUERY_TIMEOUT_S)
+            assert query.awaitTermination(QUERY_TIMEOUT_S), "the query never drained its topic"
+            assert query.exception() is None
+            # The final push must carry the last batch's view: wait for that event (listener
+            # events arrive asynchronously, after the batch), failing clearly if it never does.
             deadline = time.monotonic() + LISTENER_TIMEOUT_S
-            while len(listener.views()) < 3 and time.monotonic() < deadline:
-                time.sleep(0.2)  # listener events arrive asynchronously
+            while 2 not in {v.batch_id for v in listener.views()}:
+                assert time.monotonic() < deadline, f"views so far: {listener.views()}"
+                time.sleep(0.2)
             during = gateway.wait_for(1)  # at least one epoch's push came before the stop
         finally:
             spark.streams.removeListener(listener)

@@ -35,6 +35,11 @@ from txn import (
 pytestmark = pytest.mark.spark
 
 
+def last_epoch(sink):
+    """The metrics of the sink's latest call (failed calls are kept too)."""
+    return sink.metrics()[-1]
+
+
 def fault_plan(tmp_path, *faults):
     path = tmp_path / f"faults-{uuid.uuid4().hex[:6]}.json"
     path.write_text(json.dumps(list(faults)))
@@ -55,10 +60,12 @@ def test_in_doubt_epoch_is_skipped_by_markers_on_replay(
         with inject_faults(faults):
             with pytest.raises(InjectedFault):
                 sink(rows(spark, 400), 0)  # every partition committed; completion not logged
+            assert faults.has_fired("d")
             assert not sink.epoch_log_history().is_committed(0)
             result = sink(rows(spark, 400), 0)  # the replay
             assert {r.outcome for r in result.reports} == {PartitionOutcome.ALREADY_COMMITTED}
             assert result.plan is not None and result.plan.attempt == 1
+            assert last_epoch(sink).stage_runs == 1  # the stage ran again, to find markers
             assert sink.epoch_log_history().is_committed(0)
     finally:
         sink.close()
@@ -77,6 +84,7 @@ def test_non_deterministic_replay_raises(
         with inject_faults(faults):
             with pytest.raises(InjectedFault):
                 sink(rows(spark, 100), 0)
+            assert faults.has_fired("d")
             changed = rows(spark, 100).selectExpr("key", "concat(value, '!') AS value")
             with pytest.raises(NonDeterministicReplayError, match="deterministic"):
                 sink(changed, 0)
@@ -116,6 +124,7 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
         with inject_faults(faults):
             with pytest.raises(Exception, match="injected fault"):
                 sink(rows(spark, 600), 0)
+            assert faults.has_fired("m")
             partial = read_committed(kafka_bootstrap, topic)
             assert 0 < len(partial) < 600  # partition 0 committed on its own (unaligned)
             result = sink(rows(spark, 600), 0)
@@ -124,6 +133,8 @@ def test_unaligned_failure_keeps_committed_parts_and_redoes_the_rest(
                 0: PartitionOutcome.ALREADY_COMMITTED,
                 1: PartitionOutcome.COMMITTED,
             }
+            redo = last_epoch(sink)
+            assert (redo.plan_attempt, redo.stage_runs, redo.partitions_redone) == (1, 1, 1)
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(600)
@@ -152,9 +163,12 @@ def test_aligned_failure_before_the_vote_leaves_nothing_visible(
         with inject_faults(faults):
             with pytest.raises(Exception, match="injected fault"):
                 sink(rows(spark, 300), 0)
+            assert faults.has_fired("p")
             assert read_committed(kafka_bootstrap, topic) == []
             result = sink(rows(spark, 300), 0)
             assert {r.outcome for r in result.reports} == {PartitionOutcome.COMMITTED}
+            redo = last_epoch(sink)
+            assert (redo.plan_attempt, redo.stage_runs, redo.partitions_redone) == (1, 1, 2)
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(300)
@@ -185,6 +199,8 @@ def test_stage_retries_redo_a_failed_aligned_stage_within_the_call(
             assert faults.has_fired("c"), "the first stage never failed: nothing was retried"
             assert result.committed
             assert result.reports[0].outcome is PartitionOutcome.COMMITTED
+            metrics = last_epoch(sink)  # one call: the failed stage run and its re-run
+            assert (metrics.stage_runs, metrics.aborted_attempts) == (2, 1)
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(200)
@@ -211,11 +227,13 @@ def test_task_dying_between_decision_and_commit_is_redone(
         with inject_faults(faults):
             with pytest.raises(Exception, match="injected fault"):
                 sink(rows(spark, 300), 0)
+            assert faults.has_fired("c")
             # partition 1's pre-committed transaction is still open: the replay's
             # init_transactions aborts it and redoes the partition.
             result = sink(rows(spark, 300), 0)
             outcomes = {r.partition: r.outcome for r in result.reports}
             assert outcomes[1] is PartitionOutcome.COMMITTED
+            assert last_epoch(sink).plan_attempt == 1  # the epoch's plan was run again
     finally:
         sink.close()
     assert values(read_committed(kafka_bootstrap, topic)) == expected(300)

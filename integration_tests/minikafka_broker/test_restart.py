@@ -126,13 +126,29 @@ def test_embedded_restart_with_and_without_data_dir(tmp_path):
         assert topic not in admin_md.topics  # memory-only state is gone after a restart
 
 
-def _wait_for_topic(admin, name: str) -> float:
-    """Seconds until ``name`` shows in the full topic listing."""
-    started = time.monotonic()
-    while name not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics:
-        assert time.monotonic() - started < 60, f"topic {name} never showed"
+# Milliseconds a started broker "loads" its topics in the tests below: longer than any
+# test, so loading ends only when the test says so (end_loading), never by the clock.
+LOAD_DELAY_MS = 600_000
+# Seconds a listing may take to show a topic once loading has ended: bounds a hang only.
+LOADED_TIMEOUT_S = 60.0
+
+
+def _wait_for_loaded(admin, name: str) -> None:
+    """Wait until ``name`` shows in the full topic listing, without an error."""
+    deadline = time.monotonic() + LOADED_TIMEOUT_S
+    while True:
+        md = admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics.get(name)
+        if md is not None and md.error is None:
+            return
+        assert time.monotonic() < deadline, f"topic {name} never showed"
         time.sleep(0.1)
-    return time.monotonic() - started
+
+
+def _loading_broker(tmp_path, *args: str) -> BrokerProcess:
+    """A broker that "loads" its topics for LOAD_DELAY_MS after each start."""
+    return BrokerProcess(
+        data_dir=tmp_path / "data", extra_args=["--topic-load-delay-ms", str(LOAD_DELAY_MS), *args]
+    )
 
 
 def test_topic_load_delay_hides_topics_after_a_restart(tmp_path):
@@ -140,15 +156,16 @@ def test_topic_load_delay_hides_topics_after_a_restart(tmp_path):
     # it has loaded its topics (the sink's preflight must wait, not call them missing).
     from confluent_kafka.admin import AdminClient
 
-    with BrokerProcess(
-        data_dir=tmp_path / "data", extra_args=["--topic-load-delay-ms", "2000"]
-    ) as broker:
-        time.sleep(2.5)
+    with _loading_broker(tmp_path) as broker:
+        [node] = broker.node_status()
+        broker.end_loading(node)  # the first start's loading: over now
         topic = make_topic(broker.bootstrap_servers)
-        broker.restart()
+        broker.restart()  # loads again, until end_loading
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         assert topic not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics
-        assert 0.5 < _wait_for_topic(admin, topic) < 10
+        assert topic not in admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics  # still loading
+        broker.end_loading(node)
+        _wait_for_loaded(admin, topic)
 
 
 @pytest.mark.parametrize("mode", ["errors", "empty"])
@@ -158,9 +175,9 @@ def test_topic_load_modes_answer_with_errors_or_nothing(tmp_path, mode):
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 
-    args = ["--topic-load-delay-ms", "2000", "--topic-load-mode", mode]
-    with BrokerProcess(data_dir=tmp_path / "data", extra_args=args) as broker:
-        time.sleep(2.5)
+    with _loading_broker(tmp_path, "--topic-load-mode", mode) as broker:
+        [node] = broker.node_status()
+        broker.end_loading(node)
         topic = make_topic(broker.bootstrap_servers)
         broker.restart()
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
@@ -170,15 +187,5 @@ def test_topic_load_modes_answer_with_errors_or_nothing(tmp_path, mode):
             assert listed[topic].partitions == {}
         else:
             assert listed == {}
-        assert 0.5 < _wait_for_loaded(admin, topic) < 10
-
-
-def _wait_for_loaded(admin, name: str) -> float:
-    """Seconds until ``name`` is listed without an error."""
-    started = time.monotonic()
-    while True:
-        md = admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics.get(name)
-        if md is not None and md.error is None:
-            return time.monotonic() - started
-        assert time.monotonic() - started < 60, f"topic {name} never loaded"
-        time.sleep(0.1)
+        broker.end_loading(node)
+        _wait_for_loaded(admin, topic)

@@ -52,6 +52,12 @@ POLL_INTERVAL_S = 0.5
 # Seconds the server gets to exit after SIGTERM before its process group is SIGKILLed.
 STOP_GRACE_S = 15.0
 DRIVER_MEMORY = "1g"
+# Seconds the server waits for a Python process it starts (a streaming ``foreachBatch``
+# function's) to connect back and take its function (Spark's
+# spark.python.authenticate.socketTimeout, 15 s by default). That process imports pyspark
+# and the sink's connector and opens a Connect session first: over 15 s on a loaded 2-core
+# machine, and the query then fails with a timeout instead of the error a test expects.
+PYTHON_CONNECT_BACK_TIMEOUT_S = 180
 
 
 def connect_server_url() -> str | None:
@@ -97,6 +103,7 @@ class ConnectServer:
             "spark.ui.enabled": "false",
             "spark.pyspark.python": self.python,
             "spark.pyspark.driver.python": self.python,
+            "spark.python.authenticate.socketTimeout": f"{PYTHON_CONNECT_BACK_TIMEOUT_S}s",
             **self.conf,
         }
         args = [

@@ -297,16 +297,33 @@ def test_a_slow_round_never_replaces_an_instance_a_later_round_prepared_and_repo
     # then the slow round re-initialized that key, fencing the instance the driver knew.
     pool = _pool.ClientPool()
     gate = threading.Event()
-    slow = [(("a",), made_by("round4", 4, gate)), (("b",), made_by("round4", 4))]
+    slow = [
+        (("a",), made_by("round4", 4, gate)),
+        (("b",), made_by("round4", 4)),
+        (("c",), made_by("round4", 4)),  # a round takes its keys in order: "c" after "b"
+    ]
     pool.prepare(slow, generation="g", serial=4)
     pool.prepare([(("b",), made_by("round6", 6))], generation="g", serial=6)
     wait_for(lambda: pool.token_of(("b",)) == "round6")
     assert [r.token for r in pool.take_reports("g", 8)] == ["round6"]  # the driver learns it
     gate.set()
-    wait_for(lambda: pool.token_of(("a",)) == "round4")
-    time.sleep(0.2)  # the slow round had its turn at "b"
+    wait_for(lambda: pool.token_of(("c",)) == "round4")  # so the slow round got past "b"
+    assert pool.token_of(("a",)) == "round4"
     assert pool.token_of(("b",)) == "round6"
-    assert [r.token for r in pool.take_reports("g", 10)] == ["round4"]  # "a" only
+    assert [r.token for r in pool.take_reports("g", 10)] == ["round4", "round4"]  # "a", "c"
+
+
+def test_wait_rounds_returns_once_every_started_round_has_ended():
+    pool = _pool.ClientPool()
+    assert pool.wait_rounds(0)  # none started
+    gate = threading.Event()
+    pool.prepare([(("a",), made_by("r1", 1, gate))], generation="g", serial=1)
+    pool.prepare([(("b",), made_by("r2", 2))], generation="g", serial=2)
+    wait_for(lambda: pool.token_of(("b",)) == "r2")
+    assert not pool.wait_rounds(0)  # the gated round still runs
+    gate.set()
+    assert pool.wait_rounds(10)
+    assert pool.token_of(("a",)) == "r1"  # ended means prepared: nothing left to wait for
 
 
 def test_a_round_replaces_only_a_pooled_producer_of_an_older_ticket_or_generation():

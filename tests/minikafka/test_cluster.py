@@ -252,6 +252,18 @@ def test_cluster_settings_are_validated(kwargs):
         BrokerConfig(**kwargs)
 
 
+def test_end_loading_ends_a_nodes_topic_loading_until_its_next_start():
+    broker, clock = _broker(topic_load_delay_ms=60_000)
+    assert not broker.topics_loaded(0) and not broker.topics_loaded(1)
+    broker.end_loading(0)
+    assert broker.topics_loaded(0) and not broker.topics_loaded(1)  # that node only
+    clock.advance(1_000)
+    broker.nodes.mark_started(0)  # started again: loads again for the whole delay
+    assert not broker.topics_loaded(0)
+    clock.advance(60_000)
+    assert broker.topics_loaded(0) and broker.topics_loaded(1)
+
+
 def test_node_op_round_trips_through_json_and_pickle():
     op = NodeOp(action="move-coordinator", node=2, coordinator="transaction", key="tx", load_ms=5)
     assert NodeOp.from_json(op.to_json()) == op
@@ -263,6 +275,7 @@ def test_node_op_round_trips_through_json_and_pickle():
     [
         ('{"action": "explode", "node": 1}', "unknown node operation"),
         ('{"action": "stop"}', "needs a node id"),
+        ('{"action": "end-loading"}', "needs a node id"),
         ('{"action": "move-leader", "node": 1}', "needs a topic"),
         ('{"action": "move-coordinator", "node": 1, "coordinator": "x"}', "coordinator"),
         ('{"action": "stop", "node": 1, "force": true}', "fields of"),

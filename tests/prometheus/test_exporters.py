@@ -5,11 +5,14 @@ integration_tests/support/pushgateway.py)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from prometheus_client.exposition import default_handler
 from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.prometheus import (
@@ -95,9 +98,11 @@ def gateway() -> Iterator[RecordingGateway]:
 
 def test_push_after_each_epoch_and_once_more_at_stop(gateway: RecordingGateway) -> None:
     collector = PrometheusCollector()
+    before_start = set(threading.enumerate())
     pusher = PushGatewayExporter(
         collector, gateway.url, job="backfill", grouping_key={"sink_id": "orders"}
     ).start()
+    [push_thread] = set(threading.enumerate()) - before_start  # the exporter's background push
     collector.record(epoch(0))
     pushes = gateway.wait_for(1)
     assert (pushes[0].method, pushes[0].path) == ("PUT", "/metrics/job/backfill/sink_id/orders")
@@ -111,17 +116,22 @@ def test_push_after_each_epoch_and_once_more_at_stop(gateway: RecordingGateway) 
     pusher.stop()
     assert len(gateway.pushes) == before + 1  # the final push, synchronous
     assert committed(gateway.pushes[-1].body) == 2
-    collector.record(epoch(2))  # stopped: no more pushes
-    time.sleep(0.3)
+    # Stopped: the background thread has ended and record() itself never pushes, so an
+    # epoch recorded now can reach the gateway by no path.
+    assert not push_thread.is_alive()
+    collector.record(epoch(2))
     assert len(gateway.pushes) == before + 1
 
 
 def test_push_on_stop_pushes_only_at_stop(gateway: RecordingGateway) -> None:
     collector = PrometheusCollector()
+    before_start = set(threading.enumerate())
     with PushGatewayExporter(collector, gateway.url, job="short", push_on="stop"):
+        # No background thread was started (the only pusher besides stop()), and record()
+        # never pushes, so nothing can reach the gateway before the block ends.
+        assert set(threading.enumerate()) <= before_start
         for b in range(3):
             collector.record(epoch(b))
-        time.sleep(0.3)
         assert gateway.pushes == []
     assert len(gateway.pushes) == 1
     assert gateway.pushes[0].path == "/metrics/job/short"
@@ -150,11 +160,18 @@ def test_an_unreachable_gateway_fails_after_the_retries_without_its_credentials(
         port = s.getsockname()[1]
     collector = PrometheusCollector()
     secret = f"http://etl:hunter2@127.0.0.1:{port}/prefix"
-    pusher = PushGatewayExporter(collector, secret, job="j", push_on="stop", timeout_s=2)
-    started = time.monotonic()
+    attempts: list[str] = []
+
+    def counting_handler(url: str, *args: Any, **kwargs: Any) -> Callable[[], None]:
+        attempts.append(url)  # one call per attempt, before it connects
+        return default_handler(url, *args, **kwargs)
+
+    pusher = PushGatewayExporter(
+        collector, secret, job="j", push_on="stop", timeout_s=2, handler=counting_handler
+    )
     with pytest.raises(MetricsPushError) as info:
         pusher.stop()
-    assert time.monotonic() - started >= 0.5 * (PUSH_ATTEMPTS - 1)  # waited between attempts
+    assert len(attempts) == PUSH_ATTEMPTS  # a refused connection is retried, boundedly
     assert "hunter2" not in str(info.value) and "etl" not in str(info.value)
     assert f"http://127.0.0.1:{port}" in str(info.value)
 

@@ -12,7 +12,12 @@ from integration_tests.support.spark_cluster import (
     cluster_master_url,
     spark_home,
 )
-from integration_tests.support.spark_connect import SERVER_CLASS, ConnectServer, connect_server_url
+from integration_tests.support.spark_connect import (
+    PYTHON_CONNECT_BACK_TIMEOUT_S,
+    SERVER_CLASS,
+    ConnectServer,
+    connect_server_url,
+)
 
 
 def test_spark_home_is_the_pyspark_package() -> None:
@@ -52,5 +57,8 @@ def test_connect_command_runs_the_server_on_loopback(tmp_path: Path) -> None:
     assert cmd[cmd.index("--master") + 1] == "spark://127.0.0.1:7077"
     assert "spark.connect.grpc.binding.address=127.0.0.1" in cmd
     assert "spark.executor.memory=512m" in cmd
+    # foreachBatch's Python process gets far more than Spark's 15 s to connect back
+    timeout = f"spark.python.authenticate.socketTimeout={PYTHON_CONNECT_BACK_TIMEOUT_S}s"
+    assert timeout in cmd and PYTHON_CONNECT_BACK_TIMEOUT_S >= 60
     with pytest.raises(ClusterStartError):
         server.url  # noqa: B018 - not started

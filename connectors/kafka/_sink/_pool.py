@@ -192,6 +192,7 @@ class ClientPool:
         self._preparing: dict[Key, threading.Event] = {}
         self._prepared: dict[Key, Prepared] = {}
         self._leased: dict[Key, int] = {}  # keys with a lease open (a count: tests nest)
+        self._rounds: list[threading.Thread] = []  # preparation rounds started, not yet joined
         self._owner_pid = os.getpid()
 
     def _check_pid(self) -> None:
@@ -324,12 +325,28 @@ class ClientPool:
         was. None starts after ``PREPARE_DEADLINE_S``.
         """
         if wanted:
-            threading.Thread(
+            round_ = threading.Thread(
                 target=self._prepare,
                 args=(list(wanted), (generation, serial), os.getpid()),
                 name="kafka-sink-prepare",
                 daemon=True,
-            ).start()
+            )
+            with self._lock:
+                self._rounds = [r for r in self._rounds if r.is_alive()] + [round_]
+            round_.start()
+
+    def wait_rounds(self, timeout_s: float) -> bool:
+        """Wait until every preparation round started so far has ended; False on timeout.
+
+        For tests that must not race a round (the event "this worker's preparations are
+        done"); production code never waits for an optimization.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            rounds = list(self._rounds)
+        for round_ in rounds:
+            round_.join(max(0.0, deadline - time.monotonic()))
+        return not any(r.is_alive() for r in rounds)
 
     def _prepare(
         self, jobs: list[tuple[Key, Preparer]], ticket: tuple[str, int], owner: int
