@@ -7,6 +7,7 @@ broker and through Spark is in integration_tests/kafka_source/test_consumer_reus
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -17,6 +18,10 @@ from connectors.kafka._source._errors import DataLossError
 from ._fakes import FakeConsumer, FakeLog
 
 DATA = 20
+
+
+# Seconds a test waits for the consumers a read closed (closes run on a thread of their own).
+CLOSE_WAIT_S = 30.0
 
 
 def options(**extra: str) -> SourceOptions:
@@ -63,6 +68,7 @@ def test_a_range_starting_elsewhere_gets_a_new_consumer(logs: Logs) -> None:
     assert read(OffsetRange("t", 0, 4, 8)) == [4, 5, 6, 7]  # a replayed or split range
     assert read(OffsetRange("t", 0, 12, 14)) == [12, 13]  # a gap: offsets 8-11 skipped
     first, second, third = logs.current.consumers
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)
     assert first.closed and second.closed and not third.closed
     assert [c.assigned for c in logs.current.consumers] == [[0], [4], [12]]
 
@@ -97,6 +103,7 @@ def test_a_failed_read_closes_its_consumer(logs: Logs) -> None:
         read(OffsetRange("t", 0, 0, 5))
     assert read(OffsetRange("t", 0, 3, 5)) == [3, 4]
     first, second = logs.current.consumers
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)
     assert first.closed and not second.closed
 
 
@@ -104,6 +111,7 @@ def test_an_abandoned_read_closes_its_consumer(logs: Logs) -> None:
     batches = _fetch.read_range(options(), OffsetRange("t", 0, 0, 20))
     next(batches)
     batches.close()  # Spark stopped reading (a limit, a cancelled task)
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)
     (consumer,) = logs.current.consumers
     assert consumer.closed
 
@@ -113,6 +121,7 @@ def test_a_consumer_moved_while_idle_is_replaced(logs: Logs) -> None:
     (moved,) = logs.current.consumers
     moved.pos = 2  # its position is not the one it was put back with
     assert read(OffsetRange("t", 0, 5, 8)) == [5, 6, 7]
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)
     assert moved.closed and len(logs.current.consumers) == 2
 
 
@@ -123,6 +132,7 @@ def test_capacity_bounds_the_idle_consumers_least_recently_used_first(logs: Logs
     logs.current = FakeLog(dict.fromkeys(range(DATA), "data"), lso=DATA)
     read(OffsetRange("t", 1, 0, 5), opts)
     (evicted,), (kept,) = first.consumers, logs.current.consumers
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)
     assert evicted.closed and not kept.closed
     assert _consumers.stats().idle == 1
 
@@ -131,6 +141,7 @@ def test_capacity_zero_is_one_consumer_per_read(logs: Logs) -> None:
     opts = options(**{"kafkaConsumer.cache.capacity": "0"})
     for start in (0, 5, 10):
         assert read(OffsetRange("t", 0, start, start + 5), opts) == list(range(start, start + 5))
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)
     assert [c.closed for c in logs.current.consumers] == [True, True, True]
     assert _consumers.stats().idle == 0
 
@@ -151,3 +162,17 @@ def test_a_forked_child_sets_the_parents_consumers_aside(
     assert len(logs.current.consumers) == 2
     assert not parents.closed  # a parent's librdkafka handle is never touched in a child
     assert _consumers.stats() == _consumers.ConsumerStats(created=1, reused=0, idle=1)
+
+
+def test_a_close_that_never_ends_does_not_hold_up_the_read(logs: Logs) -> None:
+    """An evicted consumer whose close hangs (its cluster gone) never blocks the task."""
+    opts = options(**{"kafkaConsumer.cache.capacity": "1"})
+    read(OffsetRange("t", 0, 0, 5), opts)
+    (stuck,) = logs.current.consumers
+    release = threading.Event()
+    stuck.close = release.wait  # type: ignore[method-assign]
+    logs.current = FakeLog(dict.fromkeys(range(DATA), "data"), lso=DATA)
+    assert read(OffsetRange("t", 1, 0, 5), opts) == list(range(5))  # evicts the stuck one
+    assert not _consumers.wait_for_closes(0.2)  # still closing, and the read returned
+    release.set()
+    assert _consumers.wait_for_closes(CLOSE_WAIT_S)

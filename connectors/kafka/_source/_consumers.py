@@ -26,7 +26,12 @@ cache keeps the consumer of a completed range for the next range of the same par
    before it delivers again, more than a new consumer on a local broker: measured);
 4. at most ``kafkaConsumer.cache.capacity`` idle consumers stay, the least recently used
    closed first, and none idle longer than :data:`IDLE_TIMEOUT_S`; capacity ``0`` is the
-   reference path: a consumer per read task, closed at its end, as before the cache.
+   reference path: a consumer per read task, closed at its end, as before the cache;
+5. a read task never waits for a consumer to close: every close runs on a daemon thread of
+   its own. librdkafka's close of a consumer whose cluster went away while it sat idle
+   can spin without end (seen: ``rd_kafka_consumer_close`` busy for ten minutes after the
+   broker behind its address was replaced), and the task that happened to evict it would
+   hang with it. At exit :func:`close_idle` waits at most :data:`EXIT_CLOSE_WAIT_S`.
 
 :func:`stats` counts the consumers created and reused in this process (benchmarks, tests).
 """
@@ -48,13 +53,24 @@ from confluent_kafka import TopicPartition
 from ._options import SourceOptions
 from ._ranges import OffsetRange
 
-__all__ = ["ConsumerStats", "Lease", "close_idle", "lease", "position_of", "stats"]
+__all__ = [
+    "ConsumerStats",
+    "Lease",
+    "close_idle",
+    "lease",
+    "position_of",
+    "stats",
+    "wait_for_closes",
+]
 
 _log = logging.getLogger(__name__)
 
 Key = tuple[Any, ...]
 
 IDLE_TIMEOUT_S = 300.0
+# Seconds the process's exit waits for its idle consumers to close (item 5): a clean close
+# takes milliseconds; one that cannot finish must not keep a Python worker from exiting.
+EXIT_CLOSE_WAIT_S = 5.0
 """Seconds an idle consumer is kept at most (Spark's consumer cache timeout, 5 minutes): a
 partition no longer read stops holding its connections and fetched records."""
 
@@ -159,12 +175,14 @@ class _Cache:
         expired = [key for key, idle in self._idle.items() if idle.since < old]
         return [self._idle.pop(key) for key in expired]
 
-    def close_idle(self) -> None:
+    def close_idle(self, wait_s: float | None = None) -> None:
         with self._lock:
             self._after_fork()
             idle = list(self._idle.values())
             self._idle.clear()
         _close_all(idle)
+        if wait_s is not None:
+            wait_for_closes(wait_s)
 
     def stats(self) -> ConsumerStats:
         with self._lock:
@@ -200,12 +218,16 @@ def stats() -> ConsumerStats:
     return _CACHE.stats()
 
 
-def close_idle() -> None:
-    """Close every idle consumer of this process (at exit; between benchmark phases)."""
-    _CACHE.close_idle()
+def close_idle(wait_s: float | None = None) -> None:
+    """Close every idle consumer of this process (at exit; between benchmark phases).
+
+    The close runs on a thread of its own (module docstring, item 5); ``wait_s``: wait for
+    it at most that long (None: do not wait).
+    """
+    _CACHE.close_idle(wait_s)
 
 
-atexit.register(close_idle)
+atexit.register(close_idle, EXIT_CLOSE_WAIT_S)
 
 
 def position_of(consumer: Any, rng: OffsetRange) -> int | None:
@@ -217,12 +239,49 @@ def position_of(consumer: Any, rng: OffsetRange) -> int | None:
     return int(tp.offset) if tp.offset >= 0 else None
 
 
-def _close_all(idle: list[_Idle]) -> None:
-    for entry in idle:
-        _close(entry.consumer)
+def _close_all(idle: list[_Idle]) -> threading.Thread:
+    """Close the consumers of ``idle`` on a daemon thread (item 5); return it, started."""
+    return _close_in_background([entry.consumer for entry in idle])
 
 
 def _close(consumer: Any) -> None:
+    """Close ``consumer`` on a daemon thread (item 5)."""
+    _close_in_background([consumer])
+
+
+# The close threads started and not yet seen ended (item 5).
+_CLOSERS: list[threading.Thread] = []
+_CLOSERS_LOCK = threading.Lock()
+
+
+def _close_in_background(consumers: list[Any]) -> threading.Thread:
+    closer = threading.Thread(
+        target=_close_now, args=(consumers,), name="kafka-rc-consumer-close", daemon=True
+    )
+    if consumers:
+        with _CLOSERS_LOCK:
+            _CLOSERS[:] = [t for t in _CLOSERS if t.is_alive()]
+            _CLOSERS.append(closer)
+        closer.start()
+    return closer
+
+
+def wait_for_closes(wait_s: float) -> bool:
+    """Wait at most ``wait_s`` for every close started so far to end; True if they all did."""
+    deadline = time.monotonic() + wait_s
+    with _CLOSERS_LOCK:
+        closers = list(_CLOSERS)
+    for closer in closers:
+        closer.join(max(0.0, deadline - time.monotonic()))
+    return not any(closer.is_alive() for closer in closers)
+
+
+def _close_now(consumers: list[Any]) -> None:
+    for consumer in consumers:
+        _close_one(consumer)
+
+
+def _close_one(consumer: Any) -> None:
     try:
         consumer.close()
     except Exception as exc:  # noqa: BLE001 - closing a consumer that failed already
