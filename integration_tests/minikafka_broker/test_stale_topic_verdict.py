@@ -19,6 +19,8 @@ the test is short; the mechanism is the same.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +30,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from connectors.kafka._client import stale_topic_verdict
+from connectors.kafka._sink._epoch_log import KafkaEpochLog
 from minikafka import BrokerConfig, EmbeddedKafka
+from txn import EpochCompletion, EpochPlan
 
 from .conftest import CLIENT_TIMEOUT_S
 
@@ -42,6 +47,9 @@ LOAD_DELAY_MS = 600_000
 REACH_TIMEOUT_S = 60.0
 POLL_S = 0.05
 PROBE_FLUSH_S = 10.0
+# Seconds the epoch log's append may take once the broker is back (its retries: at most the
+# kit's BROKER_RESTART_WAIT_S, 60 s, from the first failure).
+APPEND_TIMEOUT_S = 120.0
 
 
 def _client_conf(bootstrap: str) -> dict[str, object]:
@@ -138,3 +146,68 @@ def _restart(kafka: EmbeddedKafka, config: BrokerConfig) -> None:
 def _leader_known(admin: AdminClient, topic: str) -> bool:
     md = admin.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics.get(topic)
     return md is not None and md.error is None and md.partitions[0].leader >= 0
+
+
+class _RetryWarnings(logging.Handler):
+    """The errors of the kit's "retrying (attempt N)" warnings, as they are logged."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.errors.extend(a for a in args if isinstance(a, BaseException))
+
+
+def test_the_epoch_log_rides_through_a_stale_verdict(flapping):
+    """Issue 38: the epoch log's producer refused its topic after a restart; now it is replaced.
+
+    The append runs while the broker flaps and goes on once the broker is back: the
+    failed attempt that carried the stale verdict gets a new producer, which sees the topic
+    at once. Before the fix the old producer kept refusing until the retry bound
+    (``BROKER_RESTART_WAIT_S``) and the append failed with ``EpochLogError``.
+    """
+    kafka = flapping
+    topic = f"log-{uuid.uuid4().hex[:8]}"
+    sink_id = f"stale-{uuid.uuid4().hex[:8]}"
+    log = KafkaEpochLog(
+        kafka.bootstrap_servers,
+        sink_id,
+        topic=topic,
+        client_config={"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)},
+    )
+    log.append(EpochPlan(sink_id, 0, 2, "fp"))
+    known_since = time.monotonic()
+    _wait(lambda: time.monotonic() - known_since > PROPAGATION_MS / 1000, "an aged producer")
+    warnings = _RetryWarnings()
+    logging.getLogger("connectors").addHandler(warnings)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            log.append_all(
+                [EpochCompletion(sink_id, 0, committed=True), EpochPlan(sink_id, 1, 2, "fp")]
+            )
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    try:
+        _restart(kafka, BrokerConfig(topic_load_delay_ms=LOAD_DELAY_MS, topic_load_mode="flap"))
+        writer = threading.Thread(target=append, daemon=True)
+        writer.start()
+        _wait(
+            lambda: any(stale_topic_verdict(e) for e in warnings.errors),
+            "an append attempt refused with an Unknown-topic verdict",
+        )
+        _restart(kafka, BrokerConfig())
+        _wait(lambda: _leader_known(admin, topic), "the restarted broker listing the topic again")
+        writer.join(APPEND_TIMEOUT_S)
+    finally:
+        logging.getLogger("connectors").removeHandler(warnings)
+    assert not writer.is_alive(), "the append did not end"
+    assert errors == []
+    history = KafkaEpochLog(kafka.bootstrap_servers, sink_id, topic=topic).load()
+    assert history.entry(0) is not None and history.entry(1) is not None
+    log.close()

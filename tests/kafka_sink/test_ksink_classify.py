@@ -12,7 +12,12 @@ from connectors.kafka import (
     classify,
 )
 from connectors.kafka._client import _classify as classify_mod
-from connectors.kafka._client import call_with_retry, raise_if_denied, to_write_error
+from connectors.kafka._client import (
+    call_with_retry,
+    raise_if_denied,
+    stale_topic_verdict,
+    to_write_error,
+)
 from txn import can_retry_stage
 
 
@@ -257,3 +262,20 @@ def test_a_fatal_error_raised_out_of_flush_between_delivery_callbacks_stays_fata
         wrapped = exc
     assert classify(wrapped) is ErrorAction.FATAL
     assert classify(SystemError("no Kafka error in its context")) is ErrorAction.ABORT
+
+
+@pytest.mark.parametrize(
+    ("code", "stale"),
+    [
+        (KafkaError._UNKNOWN_TOPIC, True),
+        (KafkaError._UNKNOWN_PARTITION, True),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, True),
+        (KafkaError.NOT_LEADER_FOR_PARTITION, False),
+        (KafkaError._TIMED_OUT, False),
+    ],
+)
+def test_stale_topic_verdict_names_the_unknown_topic_codes(code, stale):
+    """Issue 38: the codes after which a long-lived client is replaced, raised or delivered."""
+    assert stale_topic_verdict(KafkaException(KafkaError(code))) is stale
+    assert stale_topic_verdict(KafkaError(code)) is stale
+    assert stale_topic_verdict(RuntimeError("Unknown topic")) is False  # codes, not text

@@ -103,21 +103,33 @@ def reload_error(code: int) -> KafkaError:
 
 
 def test_an_append_is_written_again_after_the_broker_reloaded_its_topics() -> None:
-    producer = TxnProducer(
-        [reload_error(KafkaError._UNKNOWN_TOPIC), reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)]
-    )
+    producer = TxnProducer([reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)] * 2)
     write(producer)
     assert producer.calls == ["begin", "commit", "abort"] * 2 + ["begin", "commit"]
     assert producer.committed == [[(KEY, encode_record(PLAN))]]
+
+
+def test_an_unknown_topic_gets_a_new_producer_for_the_next_attempt() -> None:
+    # Issue 38: the old producer may keep a stale "no such topic" verdict for minutes.
+    stale = TxnProducer([reload_error(KafkaError._UNKNOWN_TOPIC)])
+    fresh = TxnProducer([reload_error(KafkaError.NOT_LEADER_FOR_PARTITION)])
+    log = OwnedLog([stale, fresh])
+    log.append(PLAN)
+    assert log.takeovers == 2
+    assert stale.calls == ["begin", "commit", "abort"] and stale.committed == []
+    assert fresh.calls == ["begin", "commit", "abort", "begin", "commit"]  # kept: not stale
+    assert fresh.committed == [[(KEY, encode_record(PLAN))]]
 
 
 def test_an_append_whose_record_failed_delivery_is_classified_by_the_delivery_error() -> None:
     # Seen against a restarted broker: "1 message(s) failed delivery", _INCONSISTENT.
     inconsistent = KafkaError(INCONSISTENT, "1 message(s) failed delivery", txn_requires_abort=True)
     producer = TxnProducer([inconsistent], delivery=[KafkaError._UNKNOWN_TOPIC])
-    write(producer)
-    assert producer.calls == ["begin", "commit", "abort", "begin", "commit"]
-    assert producer.committed == [[(KEY, encode_record(PLAN))]]
+    fresh = TxnProducer([])
+    OwnedLog([producer, fresh]).append(PLAN)  # an Unknown-topic cause: a new producer
+    assert producer.calls == ["begin", "commit", "abort"]
+    assert fresh.calls == ["begin", "commit"]
+    assert fresh.committed == [[(KEY, encode_record(PLAN))]]
     # Records purged by the failed transaction are a consequence: the commit's error counts.
     sequence = KafkaError(
         KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "skipped sequence numbers", txn_requires_abort=True
@@ -156,10 +168,11 @@ def test_an_append_that_cannot_succeed_fails_at_once() -> None:
 
 def test_an_outage_longer_than_the_bound_fails_the_append(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_classify, "BROKER_RESTART_WAIT_S", 0.2)
-    producer = TxnProducer([reload_error(KafkaError._UNKNOWN_TOPIC)] * 100_000)
+    producers = [TxnProducer([reload_error(KafkaError._UNKNOWN_TOPIC)]) for _ in range(1000)]
+    log = OwnedLog(producers)
     with pytest.raises(EpochLogError, match="_UNKNOWN_TOPIC"):
-        write(producer)
-    assert producer.committed == [] and producer.calls.count("commit") >= 2
+        log.append(PLAN)
+    assert log.takeovers >= 2 and not any(p.committed for p in producers)
 
 
 def test_a_fenced_append_is_not_retried() -> None:

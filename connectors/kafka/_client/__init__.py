@@ -65,6 +65,7 @@ from connectors.kafka._client._classify import (
     kafka_error_of,
     raise_if_denied,
     retry_over_restart,
+    stale_topic_verdict,
     to_write_error,
     with_delivery_cause,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "required_acls",
     "retry_over_restart",
     "scrub",
+    "stale_topic_verdict",
     "to_write_error",
     "transactional_id",
     "unconnected_consumer",

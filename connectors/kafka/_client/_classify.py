@@ -109,6 +109,11 @@ CONNECTION_CODES = frozenset({RESOLVE, TRANSPORT, ALL_BROKERS_DOWN})
 REPLICATION_SHORTFALL_CODES = frozenset(
     {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 )
+# Codes of a client's "this topic does not exist" verdict (issue 38): after a broker
+# restart a long-lived librdkafka client can keep it for minutes while the broker has the
+# topic again (docs/kafka-semantics.md, "A stale Unknown-topic verdict"); a new client
+# instance does not carry it. See ``stale_topic_verdict``.
+STALE_TOPIC_CODES = frozenset({UNKNOWN_TOPIC, UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
 # Codes a broker restart produces while the broker is away or reloads its topics and
 # coordinators: a transaction that failed with one of them (librdkafka then requires an
 # abort) can be begun again once the broker is back; see ``retry_transaction``.
@@ -314,6 +319,16 @@ def broker_restart(exc: KafkaError | BaseException) -> bool:
     if classify(exc) is ErrorAction.FATAL:
         return False
     return classify(exc) is ErrorAction.RETRY or code_of(exc) in RESTART_CODES
+
+
+def stale_topic_verdict(exc: KafkaError | BaseException) -> bool:
+    """Return whether ``exc`` may be a client's stale Unknown-topic verdict (issue 38).
+
+    A long-lived client that failed so is replaced by a new instance before it tries
+    again (same settings, same transactional id): the new one asks the brokers afresh,
+    where the old one would refuse the topic until ``topic.metadata.refresh.interval.ms``.
+    """
+    return code_of(exc) in STALE_TOPIC_CODES
 
 
 def with_delivery_cause(exc: BaseException, failed: list[KafkaError]) -> BaseException:

@@ -50,6 +50,7 @@ from connectors.kafka._client import (
     kafka_error_of,
     raise_if_denied,
     retry_over_restart,
+    stale_topic_verdict,
     with_delivery_cause,
 )
 from connectors.kafka._errors import KafkaEpochLogFencedError
@@ -220,8 +221,21 @@ class KafkaEpochLog(EpochLog):
 
     # -- writing -----------------------------------------------------------------------
     def _acquire(self) -> Producer:
+        """Return the log's producer: a new one (taking the log over) if it has none.
+
+        The history is read again only if it was dropped too (the producer lost track of
+        the log); a producer replaced for a stale topic verdict keeps it (``_write``).
+        """
         if self._producer is not None:
             return self._producer
+        producer = self._new_producer()
+        if self._history is None:
+            self._history = self._read()
+        self._producer = producer
+        return producer
+
+    def _new_producer(self) -> Producer:
+        """Return a new producer of the log's transactional id, its transactions initialized."""
         producer = _client.producer(
             self._cluster,
             {
@@ -240,8 +254,6 @@ class KafkaEpochLog(EpochLog):
             raise_if_denied(exc, f"taking over epoch log {self._topic}")
             msg = f"cannot take over epoch log {self._topic} for sink {self._sink_id!r}: {exc}"
             raise EpochLogError(msg) from exc
-        self._history = self._read()
-        self._producer = producer
         return producer
 
     def _key(self, record: LogRecord, attempt: int) -> str:
@@ -262,8 +274,10 @@ class KafkaEpochLog(EpochLog):
         aborted and written again for up to ``BROKER_RESTART_WAIT_S``
         (``_classify.retry_over_restart``). When the abort itself fails, the producer is
         dropped and the next attempt takes the log over again (``init_transactions``,
-        re-read) before it validates and writes the records again. A record the history
-        refuses raises :class:`~txn.IllegalTransitionError` as every epoch log does (nothing
+        re-read) before it validates and writes the records again. A failure that may be
+        the producer's stale Unknown-topic verdict (``stale_topic_verdict``: the broker
+        has the topic again, a new producer sees it at once) gets a new producer, without
+        reading the log again. A record the history refuses raises :class:`~txn.IllegalTransitionError` as every epoch log does (nothing
         is written).
         """
         self._check_open()
@@ -336,8 +350,13 @@ class KafkaEpochLog(EpochLog):
                 "epoch log commit", lambda: producer.commit_transaction(LOG_TXN_TIMEOUT_S)
             )
         except Exception as exc:
+            cause = with_delivery_cause(exc, failed)
             self._abort(producer, exc)
-            raise with_delivery_cause(exc, failed) from exc
+            if stale_topic_verdict(cause):
+                # The topic may be there again while this producer still refuses it: the
+                # next attempt writes with a new instance (issue 38); the history stands.
+                self._producer = None
+            raise cause from exc
 
     def _abort(self, producer: Producer, exc: Exception) -> None:
         """Abort the failed transaction (fenced: raise typed; abort failed: drop the producer)."""
