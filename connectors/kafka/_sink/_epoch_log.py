@@ -252,6 +252,8 @@ class KafkaEpochLog(EpochLog):
             )
         except Exception as exc:
             raise_if_denied(exc, f"taking over epoch log {self._topic}")
+            if broker_restart(exc):
+                raise  # the append's retries ride it out (``retry_over_restart``)
             msg = f"cannot take over epoch log {self._topic} for sink {self._sink_id!r}: {exc}"
             raise EpochLogError(msg) from exc
         return producer
