@@ -33,7 +33,7 @@ from integration_tests.support.pushgateway import recording_gateway
 pytestmark = pytest.mark.spark
 
 # Seconds to wait for Spark's listener events, which arrive after the batch.
-LISTENER_TIMEOUT_S = 60.0
+LISTENER_TIMEOUT_S = 180.0
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -44,6 +44,10 @@ POLL_S = 0.2
 _ALARM = re.compile(
     r"\b(WARN|ERROR|WARNING|CRITICAL)\b|^%[0-4]\||^\s+at [\w$.]+\(|Traceback \(most recent"
 )
+# Not about the query: the sink's start-up warning about the cluster's durability settings
+# (docs/deploying.md, section 9), given on a one-broker test cluster and not on a cluster
+# with replication 3 and min ISR 2.
+_CLUSTER_SETTING = re.compile(r"WARNING connectors\.kafka: .* is weaker than exactly-once needs")
 
 
 def _record(spark: Any, df: Any, checkpoint: Path) -> list[InputOffsets | None]:
@@ -152,7 +156,11 @@ def test_the_driver_log_of_a_multi_batch_query_has_no_warning(
     # libraries) come before it, and ``query.stop()`` interrupting the batch then running
     # (a planned recovery: the sink redoes or aborts it) after it.
     during = log[log.index(_offsets_app.STARTED) : log.index(_offsets_app.STOPPING)]
-    alarms = [line for line in during.splitlines() if _ALARM.search(line)]
+    alarms = [
+        line
+        for line in during.splitlines()
+        if _ALARM.search(line) and not _CLUSTER_SETTING.search(line)
+    ]
     assert alarms == [], "\n".join(alarms[:20])
     epoch_log = KafkaEpochLog(kafka_bootstrap, sink_id, create_topic=False)
     try:
