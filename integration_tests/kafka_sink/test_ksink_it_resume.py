@@ -101,7 +101,9 @@ def test_a_changed_query_resumes_exactly_after_the_output(
         query = _run(
             rc_spark, kafka_bootstrap, inp, first, tmp_path / "ck-a", startingOffsets="earliest"
         )
-    assert (query.exception() is None) == (doubt == "none") == (not plan.has_fired("f"))
+    error = query.exception()  # in the message: Spark's own failures show what they were
+    assert (error is None) == (doubt == "none"), f"{doubt}: {error}"
+    assert plan.has_fired("f") == (doubt != "none"), f"{doubt}: {error}"
     first.close()
     history = _history(kafka_bootstrap, sink_id)
     plan0 = history.plan(0)
@@ -156,7 +158,7 @@ def test_a_resumed_query_that_starts_elsewhere_is_refused_before_writing(
     query = _run(
         rc_spark, kafka_bootstrap, inp, first, tmp_path / "ck-a", startingOffsets="earliest"
     )
-    assert query.exception() is None
+    assert query.exception() is None, query.exception()
     first.close()
     before = _history(kafka_bootstrap, sink_id)
 
