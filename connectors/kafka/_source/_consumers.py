@@ -239,9 +239,9 @@ def position_of(consumer: Any, rng: OffsetRange) -> int | None:
     return int(tp.offset) if tp.offset >= 0 else None
 
 
-def _close_all(idle: list[_Idle]) -> threading.Thread:
-    """Close the consumers of ``idle`` on a daemon thread (item 5); return it, started."""
-    return _close_in_background([entry.consumer for entry in idle])
+def _close_all(idle: list[_Idle]) -> None:
+    """Close the consumers of ``idle`` on a daemon thread (item 5)."""
+    _close_in_background([entry.consumer for entry in idle])
 
 
 def _close(consumer: Any) -> None:
@@ -254,16 +254,16 @@ _CLOSERS: list[threading.Thread] = []
 _CLOSERS_LOCK = threading.Lock()
 
 
-def _close_in_background(consumers: list[Any]) -> threading.Thread:
+def _close_in_background(consumers: list[Any]) -> None:
+    if not consumers:
+        return
     closer = threading.Thread(
         target=_close_now, args=(consumers,), name="kafka-rc-consumer-close", daemon=True
     )
-    if consumers:
-        with _CLOSERS_LOCK:
-            _CLOSERS[:] = [t for t in _CLOSERS if t.is_alive()]
-            _CLOSERS.append(closer)
-        closer.start()
-    return closer
+    with _CLOSERS_LOCK:
+        _CLOSERS[:] = [t for t in _CLOSERS if t.is_alive()]
+        _CLOSERS.append(closer)
+    closer.start()
 
 
 def wait_for_closes(wait_s: float) -> bool:
