@@ -47,8 +47,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark import cloudpickle
 
 from benchmarks import _cpu
-from connectors.kafka import DEFAULT_PRODUCER_CONFIG
-from connectors.stage import DEFAULT_VOTE_CHANNEL
+from connectors.kafka._sink._config import DEFAULT_PRODUCER_CONFIG
+from connectors.stage._options import DEFAULT_VOTE_CHANNEL
 
 # The partition functions below travel to the Spark workers by value, like user code.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

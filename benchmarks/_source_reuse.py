@@ -33,8 +33,7 @@ from typing import Any
 
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._table import print_table
-from connectors.kafka import OffsetRange, SourceOptions
-from connectors.kafka._source import _consumers
+from connectors.kafka._source import OffsetRange, SourceOptions, _consumers
 from connectors.kafka._source._fetch import read_range
 
 BEFORE = "one consumer per read (capacity 0)"
@@ -83,7 +82,10 @@ def task_batches(bootstrap: str, topic: str, variant: str, rows: int, batches: i
     before = _consumers.stats().created
     for i in range(batches):
         got = sum(
-            b.num_rows for b in read_range(options, OffsetRange(topic, 0, i * rows, (i + 1) * rows))
+            b.num_rows
+            for b in read_range(
+                options, OffsetRange(topic=topic, partition=0, start=i * rows, end=(i + 1) * rows)
+            )
         )
         if got != rows:
             raise RuntimeError(f"{variant}: batch {i} read {got} rows, expected {rows}")

@@ -38,7 +38,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
-from connectors.async_io import AsyncConfig, AsyncFunction, MetricsAccumulator, async_map
+from connectors.async_io import AsyncConfig, AsyncFunction, async_map
+from connectors.async_io._spark import MetricsAccumulator
 
 # Partition functions below travel to the Spark workers by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -46,7 +46,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def _plan(epoch: int, topic: str, partitions: int) -> EpochPlan:
     ends = {(topic, p): 1000 * epoch + p for p in range(partitions)}
-    return EpochPlan("bench", epoch, 1, "f", input=InputOffsets.of({}, ends))
+    return EpochPlan(
+        sink_id="bench",
+        epoch=epoch,
+        parallelism=1,
+        fingerprint="f",
+        input=InputOffsets.of({}, ends),
+    )
 
 
 def kafka_ms(bootstrap: str, partitions: int, rounds: int) -> dict[str, float]:

@@ -42,18 +42,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from benchmarks._pg import server
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
-from connectors.postgres import (
-    BulkWriter,
-    PostgresEpochLog,
-    PostgresSinkConfig,
-    check_input,
-    describe_table,
-    prepare_resource,
-)
+from connectors.postgres import PostgresEpochLog, PostgresSinkConfig
 from connectors.postgres._control import ensure_control_tables, load_table_name, qualified
-from connectors.postgres._writer import ensure_load_table
-from connectors.stage import HASH_COLUMN, ArrowPartition
-from txn import Coordinator, InProcessExecutor
+from connectors.postgres._resource import prepare_resource
+from connectors.postgres._schema import check_input, describe_table
+from connectors.postgres._writer import BulkWriter, ensure_load_table
+from connectors.stage import ArrowPartition
+from connectors.stage._rows import HASH_COLUMN
+from txn import Coordinator
+from txn._executor import InProcessExecutor
 
 RESULTS = Path(__file__).parent / "results"
 BATCH_ROWS = 10_000  # rows per Arrow batch, like a Spark Arrow batch

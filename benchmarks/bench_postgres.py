@@ -59,7 +59,7 @@ from benchmarks._plot import bar_plot
 from benchmarks._spark import MASTER, bench_session
 from benchmarks._table import print_table
 from benchmarks._targets import MIN_PG_X_EXECUTEMANY, as_dicts, at_least, print_targets
-from connectors.postgres import parse_gid
+from connectors.postgres._twophase import parse_gid
 
 # The partition function below travels to the Spark workers by value, like user code.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -51,9 +51,9 @@ from benchmarks._broker import broker
 from benchmarks._job import INPUT_PARTITIONS, EpochTime, Writers, run_interleaved
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._table import print_table
-from connectors.stage import HASH_COLUMN
 from connectors.stage import _sink as _stage_sink
 from connectors.stage._input import ROUTE_COLUMN
+from connectors.stage._rows import HASH_COLUMN
 
 RESULTS = Path(__file__).parent / "results"
 REFERENCE = "eos-aligned"

@@ -93,7 +93,7 @@ from benchmarks._targets import (
     setup_target,
     x_arrow_drop_format,
 )
-from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
+from connectors.stage._options import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_ROWS = (10_000, 200_000)

@@ -61,7 +61,8 @@ from benchmarks._memory_source import MemoryRows
 from benchmarks._plot import bar_plot
 from benchmarks._table import print_table
 from benchmarks._targets import as_dicts, at_least
-from connectors.kafka import OffsetRange, SourceOptions, register
+from connectors.kafka import register
+from connectors.kafka._source import OffsetRange, SourceOptions
 from connectors.kafka._source._fetch import ARROW_BATCH_ROWS, FETCH_QUEUE_BACKOFF_MS, read_range
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -170,7 +171,10 @@ def ceiling(bootstrap: str, topic: str, records: int) -> int:
 
 def source_task(bootstrap: str, topic: str, records: int) -> int:
     options = SourceOptions.from_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
-    return sum(b.num_rows for b in read_range(options, OffsetRange(topic, 0, 0, records)))
+    return sum(
+        b.num_rows
+        for b in read_range(options, OffsetRange(topic=topic, partition=0, start=0, end=records))
+    )
 
 
 def make_spark() -> Any:

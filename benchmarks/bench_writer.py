@@ -42,7 +42,7 @@ from connectors.kafka import KafkaSink
 from connectors.kafka._sink import _writer
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._producers import INIT_TIMEOUT_S, new_producer
-from connectors.stage import HASH_COLUMN
+from connectors.stage._rows import HASH_COLUMN
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"

@@ -47,7 +47,7 @@ from benchmarks._broker import broker
 from benchmarks._job import ALL_VARIANTS, SINK_VARIANTS, EpochTime, Writers, run_interleaved
 from benchmarks._spark_rest import JobMetrics, jobs_in_windows
 from benchmarks._table import print_table
-from connectors.stage import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
+from connectors.stage._options import DEFAULT_VOTE_CHANNEL, VOTE_CHANNELS
 
 RESULTS = Path(__file__).parent / "results"
 TOP_FUNCTIONS = 15

@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["arrow_schema"]
-
 
 def arrow_schema(schema: StructType, *, timezone: str, large_types: bool = False) -> pa.Schema:
     """Return the Arrow schema of ``schema``'s rows as Spark's Arrow batches carry them.

@@ -9,42 +9,26 @@ replication), fault hooks for chaos tests, and per-API request counters for benc
 See docs/minikafka.md.
 """
 
-from ._config import MAX_REQUEST_BYTES, BrokerConfig
-from ._control import NodeOp, NodeOpError, node_control
+from minikafka._faults import ApiKey
+
+from ._config import BrokerConfig
+from ._control import NodeOp, node_control
 from ._embedded import EmbeddedKafka
-from ._errors import (
-    BrokerConfigError,
-    BrokerStartError,
-    CorruptBatchError,
-    KafkaProtocolError,
-    MiniKafkaError,
-    ProtocolError,
-    StorageError,
-)
-from ._faults import ApiKey, Faults
+from ._errors import BrokerConfigError, BrokerStartError, MiniKafkaError
 from ._process import BrokerProcess
 from ._security import SASL_MECHANISMS, SECURITY_PROTOCOLS, ListenerSecurity
-from ._stats import request_counts
 
 __all__ = [
-    "MAX_REQUEST_BYTES",
     "ApiKey",
     "BrokerConfig",
     "BrokerConfigError",
     "BrokerProcess",
     "BrokerStartError",
-    "CorruptBatchError",
     "EmbeddedKafka",
-    "Faults",
-    "KafkaProtocolError",
     "ListenerSecurity",
     "MiniKafkaError",
     "NodeOp",
-    "NodeOpError",
-    "ProtocolError",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
-    "StorageError",
     "node_control",
-    "request_counts",
 ]

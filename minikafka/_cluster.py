@@ -91,7 +91,7 @@ def assign_replicas(
     return tuple(replicas)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Leadership:
     """Replicas, leader and leader epoch of one partition (Kafka's PartitionRegistration)."""
 
@@ -150,7 +150,9 @@ def new_leadership(
     replicas: tuple[int, ...], nodes: Nodes, *, coordinates: bool = False
 ) -> Leadership:
     """Leadership of a partition just created on ``replicas``."""
-    return Leadership(replicas, nodes.first_leader(replicas), coordinates=coordinates)
+    return Leadership(
+        replicas=replicas, leader=nodes.first_leader(replicas), coordinates=coordinates
+    )
 
 
 class Cluster:

@@ -23,7 +23,7 @@ INTERNAL_REPLICATION = 3
 INTERNAL_MIN_ISR = 2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
     """Settings of one minikafka broker.
 

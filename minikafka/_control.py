@@ -38,7 +38,7 @@ CONTROL_TIMEOUT_S = 30.0
 MAX_CONTROL_LINE = 64 * 1024
 
 
-class NodeOpError(MiniKafkaError, ValueError):
+class NodeOpError(MiniKafkaError):
     """A node operation names something that does not exist or cannot be done now."""
 
 

@@ -14,7 +14,7 @@ class MiniKafkaError(Exception):
     """Base class of every minikafka error."""
 
 
-class BrokerConfigError(MiniKafkaError, ValueError):
+class BrokerConfigError(MiniKafkaError):
     """A broker setting is invalid; the message names the setting and the fix."""
 
 
@@ -23,18 +23,19 @@ class ProtocolError(MiniKafkaError):
 
 
 class KafkaProtocolError(MiniKafkaError):
-    """A request was understood but must be answered with a Kafka error code."""
+    """A request was understood but must be answered with a Kafka error code.
+
+    ``error_code`` is the code; ``corrupt_message`` is a record batch that failed its
+    header or CRC32C check. Both arguments are the exception's ``args``, so it pickles by
+    the default protocol.
+    """
 
     def __init__(self, error_code: ErrorCode, message: str = "") -> None:
-        super().__init__(message or error_code.name)
+        super().__init__(error_code, message)
         self.error_code = error_code
 
-
-class CorruptBatchError(KafkaProtocolError):
-    """A record batch failed its header or CRC32C check."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.corrupt_message, message)
+    def __str__(self) -> str:
+        return str(self.args[1]) or self.error_code.name
 
 
 class StorageError(MiniKafkaError):

@@ -64,7 +64,7 @@ def resolve_api(api: ApiKey | str | int) -> ApiKey:
     for member in ApiKey:
         if member.name.replace("_", "") == norm:
             return member
-    msg = f"unknown API {api!r}; use a minikafka.ApiKey member or one of its names"
+    msg = f"unknown API {api!r}; use a minikafka._faults.ApiKey member or one of its names"
     raise ValueError(msg)
 
 

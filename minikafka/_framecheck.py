@@ -8,7 +8,7 @@ sections of flexible versions, without building any object.
 
 Contract: :func:`check_frame` returns when every length fits the frame and no non-nullable
 array, string or byte field is null (Kafka refuses both), and raises
-:class:`~minikafka.ProtocolError` otherwise. It checks sizes and nulls only; kio still
+:class:`~minikafka._errors.ProtocolError` otherwise. It checks sizes and nulls only; kio still
 validates the rest (and may still refuse the frame).
 """
 
@@ -50,7 +50,7 @@ _I32 = struct.Struct(">i")
 _HEADER_FIXED = 8
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Field:
     kind: str  # "fixed", "sized", "entity", "entities", "primitives"
     size: int  # fixed size, or non-flexible length-prefix width
@@ -136,22 +136,44 @@ def _plan(cls: Any, flexible: bool) -> _Plan:
         if isinstance(fc, EntityTupleField | EntityField):
             nested = _plan(fc.type_, flexible)
             kind = "entities" if isinstance(fc, EntityTupleField) else "entity"
-            out.append(_Field(kind, 4, "", nested, f.name, is_optional(f)))
+            out.append(
+                _Field(
+                    kind=kind, size=4, ktype="", nested=nested, name=f.name, nullable=is_optional(f)
+                )
+            )
             min_size += (1 if flexible else 4) if kind == "entities" else nested.min_size
             continue
         ktype = get_schema_field_type(f)
         if isinstance(fc, PrimitiveTupleField):
-            out.append(_Field("primitives", 4, ktype, None, f.name, is_optional(f)))
+            out.append(
+                _Field(
+                    kind="primitives",
+                    size=4,
+                    ktype=ktype,
+                    nested=None,
+                    name=f.name,
+                    nullable=is_optional(f),
+                )
+            )
             min_size += 1 if flexible else 4
         elif ktype in _FIXED:
             size = _FIXED[ktype]
             if out and out[-1].kind == "fixed":  # one step for a run of fixed-size fields
                 size += out.pop().size
-            out.append(_Field("fixed", size, "", None))
+            out.append(_Field(kind="fixed", size=size, ktype="", nested=None))
             min_size += _FIXED[ktype]
         else:
             width = _SIZED[ktype]
-            out.append(_Field("sized", width, ktype, None, f.name, is_optional(f)))
+            out.append(
+                _Field(
+                    kind="sized",
+                    size=width,
+                    ktype=ktype,
+                    nested=None,
+                    name=f.name,
+                    nullable=is_optional(f),
+                )
+            )
             min_size += 1 if flexible else width
     return _Plan(tuple(out), max(min_size, 1))
 

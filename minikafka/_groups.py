@@ -43,7 +43,7 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GroupMember:
     """One member of a consumer group."""
 
@@ -60,7 +60,7 @@ class GroupMember:
     sync_future: asyncio.Future[dict[str, Any]] | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Group:
     """Membership of one group id."""
 
@@ -76,7 +76,7 @@ class Group:
     earliest_completion: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSummary:
     """A ListGroups / DescribeGroups view of one group."""
 
@@ -98,7 +98,7 @@ class GroupCoordinator:
     def _member_group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
         if g is None:
-            g = Group(group_id, state_ms=self._clock.wall_ms())
+            g = Group(group_id=group_id, state_ms=self._clock.wall_ms())
             self.groups[group_id] = g
         return g
 
@@ -165,10 +165,15 @@ class GroupCoordinator:
         """State of one group; ``Dead`` when it has neither members nor offsets."""
         g = self.groups.get(group_id)
         if g is not None:
-            return GroupSummary(group_id, g.state, g.protocol_type, g.protocol_name or "")
+            return GroupSummary(
+                group_id=group_id,
+                state=g.state,
+                protocol_type=g.protocol_type,
+                protocol_name=g.protocol_name or "",
+            )
         if self._offsets.has_group(group_id):
-            return GroupSummary(group_id, EMPTY, "", "")
-        return GroupSummary(group_id, DEAD, "", "")
+            return GroupSummary(group_id=group_id, state=EMPTY, protocol_type="", protocol_name="")
+        return GroupSummary(group_id=group_id, state=DEAD, protocol_type="", protocol_name="")
 
     def list_groups(self) -> list[GroupSummary]:
         """Every group with members or offsets."""
@@ -209,14 +214,14 @@ class GroupCoordinator:
         member = g.members.get(member_id)
         if member is None:
             member = GroupMember(
-                member_id,
-                req["instance_id"],
-                req["client_id"],
-                req["client_host"],
-                session,
-                req["rebalance_timeout_ms"],
-                req["protocols"],
-                self._clock.monotonic_s(),
+                member_id=member_id,
+                instance_id=req["instance_id"],
+                client_id=req["client_id"],
+                client_host=req["client_host"],
+                session_timeout_ms=session,
+                rebalance_timeout_ms=req["rebalance_timeout_ms"],
+                protocols=req["protocols"],
+                last_heartbeat=self._clock.monotonic_s(),
             )
             g.members[member_id] = member
         else:

@@ -29,7 +29,7 @@ from typing import BinaryIO
 import crc32c
 from kio.schema.errors import ErrorCode
 
-from ._errors import CorruptBatchError, KafkaProtocolError
+from ._errors import KafkaProtocolError
 from ._records import (
     CONTROL_COMMIT,
     BatchHeader,
@@ -334,7 +334,9 @@ class PartitionLog:
         while pos < len(data):
             try:
                 hdr = parse_header(data, pos)
-            except CorruptBatchError:
+            except KafkaProtocolError as exc:
+                if exc.error_code is not ErrorCode.corrupt_message:
+                    raise
                 break
             end = pos + hdr.length
             if end > len(data):

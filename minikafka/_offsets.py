@@ -26,7 +26,7 @@ from ._journal import Entry, Journal
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CommittedOffset:
     """One committed (or pending) offset of a group for one partition."""
 
@@ -92,7 +92,11 @@ class OffsetStore:
             commit_ms = row[5] if len(row) > 5 else self._clock.wall_ms()
             expire_ms = row[6] if len(row) > 6 else None
             out[(topic, partition)] = CommittedOffset(
-                offset, metadata, leader_epoch, commit_ms, expire_ms
+                offset=offset,
+                metadata=metadata,
+                leader_epoch=leader_epoch,
+                commit_ms=commit_ms,
+                expire_ms=expire_ms,
             )
         return out
 

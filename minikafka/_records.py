@@ -20,8 +20,9 @@ import struct
 from dataclasses import dataclass
 
 import crc32c
+from kio.schema.errors import ErrorCode
 
-from ._errors import CorruptBatchError
+from ._errors import KafkaProtocolError
 
 HEADER_SIZE = 61
 # Bytes before the CRC-covered region (baseOffset .. crc).
@@ -36,7 +37,7 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BatchHeader:
     """The parsed header fields of one record batch."""
 
@@ -73,24 +74,36 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     """Parse the batch header at ``pos`` without validating the CRC."""
     if len(buf) - pos < HEADER_SIZE:
         msg = f"record batch truncated: {len(buf) - pos} bytes < header"
-        raise CorruptBatchError(msg)
+        raise KafkaProtocolError(ErrorCode.corrupt_message, msg)
     (base, blen, _lep, magic, _crc, attrs, lod, bts, mts, pid, pepoch, bseq, count) = (
         _HEADER.unpack_from(buf, pos)
     )
     if magic != 2:
         msg = f"unsupported record batch magic {magic}; only v2 is accepted"
-        raise CorruptBatchError(msg)
+        raise KafkaProtocolError(ErrorCode.corrupt_message, msg)
     if blen < HEADER_SIZE - _LENGTH_PREFIX:
         msg = f"record batch length {blen} is smaller than its header"
-        raise CorruptBatchError(msg)
-    return BatchHeader(base, blen + _LENGTH_PREFIX, attrs, lod, bts, mts, pid, pepoch, bseq, count)
+        raise KafkaProtocolError(ErrorCode.corrupt_message, msg)
+    return BatchHeader(
+        base_offset=base,
+        length=blen + _LENGTH_PREFIX,
+        attributes=attrs,
+        last_offset_delta=lod,
+        base_timestamp=bts,
+        max_timestamp=mts,
+        producer_id=pid,
+        producer_epoch=pepoch,
+        base_sequence=bseq,
+        record_count=count,
+    )
 
 
 def split_batches(records: bytes, *, check_crc: bool = True) -> list[tuple[BatchHeader, bytes]]:
     """Split a produce request's records field into (header, raw bytes) per batch.
 
     Raises:
-        CorruptBatchError: a batch is truncated, not magic v2, or fails its CRC32C.
+        KafkaProtocolError: ``corrupt_message``, a batch is truncated, not magic v2, or
+            fails its CRC32C.
 
     """
     out: list[tuple[BatchHeader, bytes]] = []
@@ -101,16 +114,16 @@ def split_batches(records: bytes, *, check_crc: bool = True) -> list[tuple[Batch
         hdr = parse_header(records, pos)
         if pos + hdr.length > end:
             msg = "record batch extends past the end of the records field"
-            raise CorruptBatchError(msg)
+            raise KafkaProtocolError(ErrorCode.corrupt_message, msg)
         if hdr.last_offset_delta < 0 or hdr.record_count < 0:
             msg = "record batch has a negative record count"
-            raise CorruptBatchError(msg)
+            raise KafkaProtocolError(ErrorCode.corrupt_message, msg)
         if check_crc:
             (stored,) = struct.unpack_from(">I", records, pos + 17)
             actual = crc32c.crc32c(view[pos + _CRC_START : pos + hdr.length])
             if stored != actual:
                 msg = f"record batch CRC32C mismatch (stored {stored:#x}, computed {actual:#x})"
-                raise CorruptBatchError(msg)
+                raise KafkaProtocolError(ErrorCode.corrupt_message, msg)
         out.append((hdr, bytes(view[pos : pos + hdr.length])))
         pos += hdr.length
     return out

@@ -69,7 +69,7 @@ class SaslState(enum.Enum):
     COMPLETE = "complete"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SaslAnswer:
     """What the server does with a frame the SASL gate consumed."""
 
@@ -222,8 +222,10 @@ class SaslSession:
         try:
             token, _ = self._step(frame)
         except AuthenticationFailed:
-            return SaslAnswer(None, True, None, FAILED_AUTHENTICATION_DELAY_S)
-        return SaslAnswer(len(token).to_bytes(4, "big") + token, close=False, api_key=None)
+            return SaslAnswer(
+                response=None, close=True, api_key=None, delay_s=FAILED_AUTHENTICATION_DELAY_S
+            )
+        return SaslAnswer(response=len(token).to_bytes(4, "big") + token, close=False, api_key=None)
 
     def _step(self, token: bytes) -> tuple[bytes, bool]:
         """One mechanism step; logs and re-raises a failure, marks success complete."""
@@ -256,7 +258,7 @@ class SaslSession:
     ) -> SaslAnswer:
         corr = int(getattr(header, "correlation_id", 0))
         response = encode_response(key, corr, build_response(key, version, data))
-        return SaslAnswer(response, close=close, api_key=key)
+        return SaslAnswer(response=response, close=close, api_key=key)
 
 
 def _check_version(name: str, version: int, versions: tuple[int, int]) -> None:

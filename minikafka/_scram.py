@@ -30,7 +30,7 @@ class AuthenticationFailed(MiniKafkaError):
     """The client's SASL exchange failed; the message is safe to send back and to log."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScramCredential:
     """What the broker stores for one user and one hash (never the password)."""
 
@@ -64,7 +64,12 @@ def derive_credential(
     salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
     salted = salted_password(hash_name, password, salt, iterations)
     stored = hashlib.new(hash_name, client_key(hash_name, salted)).digest()
-    return ScramCredential(salt, iterations, stored, _hmac(hash_name, salted, b"Server Key"))
+    return ScramCredential(
+        salt=salt,
+        iterations=iterations,
+        stored_key=stored,
+        server_key=_hmac(hash_name, salted, b"Server Key"),
+    )
 
 
 def password_matches(hash_name: str, credential: ScramCredential, password: str) -> bool:

@@ -26,7 +26,7 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MIN_SCRAM_ITERATIONS = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ListenerSecurity:
     """Security of a broker's listener.
 

@@ -39,7 +39,7 @@ _INT_CONFIGS = ("retention.ms", "max.message.bytes", "retention.bytes", "segment
 MAX_NEW_PARTITIONS = 10_000
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Topic:
     """One topic: its id, explicit configs, partition logs and their leadership."""
 
@@ -278,7 +278,12 @@ class TopicRegistry:
         self, name: str, topic_id: uuid.UUID, n: int, configs: dict[str, str], replication: int
     ) -> Topic:
         # A data dir written by a larger cluster: replicas capped by today's node count.
-        topic = Topic(name, topic_id, dict(configs), min(replication, len(self.nodes.ids)))
+        topic = Topic(
+            name=name,
+            topic_id=topic_id,
+            configs=dict(configs),
+            replication=min(replication, len(self.nodes.ids)),
+        )
         self.topics[name] = topic
         self._grow(topic, n)
         return topic

@@ -57,7 +57,7 @@ def fenced_code(api: str, version: int) -> ErrorCode:
     return ErrorCode.invalid_producer_epoch
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TxnMeta:
     """Coordinator state of one transactional id."""
 
@@ -92,16 +92,16 @@ class TxnMeta:
     def from_entry(cls, entry: Entry) -> TxnMeta:
         """Inverse of :meth:`to_entry`."""
         return cls(
-            entry["tid"],
-            entry["pid"],
-            entry["epoch"],
-            entry["timeout"],
-            entry["state"],
-            entry["last"],
-            {(t, p) for t, p in entry["parts"]},
-            set(entry["groups"]),
-            entry["start"],
-            entry.get("lpid", -1),
+            tid=entry["tid"],
+            producer_id=entry["pid"],
+            epoch=entry["epoch"],
+            timeout_ms=entry["timeout"],
+            state=entry["state"],
+            last_epoch=entry["last"],
+            partitions={(t, p) for t, p in entry["parts"]},
+            groups=set(entry["groups"]),
+            start_ms=entry["start"],
+            last_producer_id=entry.get("lpid", -1),
         )
 
 
@@ -172,7 +172,9 @@ class TransactionCoordinator:
             return ErrorCode.invalid_transaction_timeout, -1, -1
         meta = self.txns.get(tid)
         if meta is None:
-            meta = TxnMeta(tid, self._new_pid(), NO_EPOCH, timeout_ms)
+            meta = TxnMeta(
+                tid=tid, producer_id=self._new_pid(), epoch=NO_EPOCH, timeout_ms=timeout_ms
+            )
             self.txns[tid] = meta
         expected = (pid, epoch) if pid >= 0 else None
         if expected is not None and not self._known_producer(meta, *expected):

@@ -22,7 +22,7 @@ from typing import Any
 
 import crc32c
 
-from txn._errors import EpochLogCorruptError
+from txn._errors import TxnCode, TxnError
 from txn._model import (
     CommitMode,
     EpochCompletion,
@@ -72,7 +72,7 @@ def seal(body: Mapping[str, Any]) -> bytes:
 
 
 def unseal(data: bytes, *, source: str) -> dict[str, Any]:
-    """Parse one sealed line and verify its checksum; raise EpochLogCorruptError naming source."""
+    """Parse one sealed line and verify its checksum; raise TxnCode.EPOCH_LOG_CORRUPT naming source."""
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -88,11 +88,12 @@ def unseal(data: bytes, *, source: str) -> dict[str, Any]:
     return obj
 
 
-def corrupt_error(source: str, what: str) -> EpochLogCorruptError:
-    return EpochLogCorruptError(
+def corrupt_error(source: str, what: str) -> TxnError:
+    return TxnError(
         f"epoch log {source} is corrupt: {what}. The file was truncated or altered outside "
         "this library; restore it from a backup. Do not delete it while an epoch may be in "
-        "doubt: the log is the only record of commit decisions."
+        "doubt: the log is the only record of commit decisions.",
+        code=TxnCode.EPOCH_LOG_CORRUPT,
     )
 
 
@@ -150,7 +151,7 @@ def decode_record(data: bytes, *, source: str = "<bytes>") -> LogRecord:
             named in the error.
 
     Raises:
-        EpochLogCorruptError: the bytes are truncated, altered or not a record.
+        TxnCode.EPOCH_LOG_CORRUPT: the bytes are truncated, altered or not a record.
 
     """
     body = unseal(data.rstrip(b"\n"), source=source)

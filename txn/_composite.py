@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from txn._errors import ConfigError
+from txn._errors import TxnCode, TxnError
 from txn._model import EpochPlan, Marker, Participant, Resource
 
 
@@ -38,7 +38,7 @@ class CompositeResource(Resource[Any]):
     def __init__(self, members: Sequence[Member]) -> None:
         if not members or any(m.parallelism < 1 for m in members):
             msg = "a composite resource needs members with parallelism >= 1"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         self.members = tuple(members)
         offsets, start = [], 0
         for member in self.members:
@@ -59,7 +59,7 @@ class CompositeResource(Resource[Any]):
                     return index, local
                 break
         msg = f"partition {partition} is outside 0..{self.parallelism - 1}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
 
     def member_plan(self, plan: EpochPlan, index: int) -> EpochPlan:
         """Return the plan member ``index`` sees: the epoch's, with the member's parallelism."""

@@ -6,12 +6,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Generic
 
-from txn._errors import (
-    ConfigError,
-    EpochAbortedError,
-    ParticipantError,
-    PreparedWorkLostError,
-)
+from txn._errors import TxnCode, TxnError
 from txn._history import EpochHistory
 from txn._log import EpochLog
 from txn._model import (
@@ -55,10 +50,10 @@ class Coordinator(Generic[Rows]):
     ) -> None:
         if not isinstance(sink_id, str) or not sink_id:
             msg = f"sink_id must be a non-empty string, got {sink_id!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if log.sink_id != sink_id:
             msg = f"the epoch log belongs to sink {log.sink_id!r}, the coordinator to {sink_id!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         self._log = log
         self._resource = resource
         self._sink_id = sink_id
@@ -109,7 +104,12 @@ class Coordinator(Generic[Rows]):
         lingering = tuple(range(history.max_parallelism()))
         if lingering:
             self._resource.abort_lingering(lingering)
-        return RecoveryReport(tuple(committed), tuple(rolled_back), tuple(waiting), lingering)
+        return RecoveryReport(
+            committed=tuple(committed),
+            rolled_back=tuple(rolled_back),
+            awaiting_replay=tuple(waiting),
+            lingering_partitions=lingering,
+        )
 
     def _finish_in_doubt(self, plan: EpochPlan, history: EpochHistory) -> bool | None:
         """Finish an in-doubt epoch of a coordinator-completable resource.
@@ -129,15 +129,16 @@ class Coordinator(Generic[Rows]):
         """Partitions of ``plan`` whose prepared work the coordinator completes."""
         try:
             return tuple(p for p in range(plan.parallelism) if self._resource.completes(p))
-        except ConfigError:  # a composite whose split of partitions changed
-            self._check_pinned(plan)
+        except TxnError as exc:  # a composite whose split of partitions changed
+            if exc.code is TxnCode.CONFIG:
+                self._check_pinned(plan)
             raise
 
     def _deliver(self, plan: EpochPlan, *, commit: bool) -> tuple[int, ...]:
         """Commit or roll back every completable partition; return those whose work was lost.
 
         A commit that meets neither the prepared work nor a marker of the epoch
-        (:class:`PreparedWorkLostError`) does not stop the others: the commit decision
+        (``TxnCode.PREPARED_WORK_LOST``) does not stop the others: the commit decision
         holds, and the replay redoes the returned partitions under a redo plan.
         """
         lost: list[int] = []
@@ -145,7 +146,9 @@ class Coordinator(Generic[Rows]):
             if commit:
                 try:
                     self._resource.commit_prepared(plan, partition)
-                except PreparedWorkLostError:
+                except TxnError as exc:
+                    if exc.code is not TxnCode.PREPARED_WORK_LOST:
+                        raise
                     lost.append(partition)
             else:
                 self._resource.rollback_prepared(plan, partition)
@@ -173,10 +176,10 @@ class Coordinator(Generic[Rows]):
         epoch's input (carried by the plan, committed with it); a retry keeps its plan's.
 
         Raises:
-            ConfigError: ``epoch`` or ``parallelism`` is invalid.
-            PlanMismatchError: an in-doubt epoch meets another sink configuration, or
+            TxnCode.CONFIG: ``epoch`` or ``parallelism`` is invalid.
+            TxnCode.PLAN_MISMATCH: an in-doubt epoch meets another sink configuration, or
                 other input offsets (the replay is not the batch that was planned).
-            EpochAbortedError: the epoch did not commit; retry (replay) it.
+            TxnCode.EPOCH_ABORTED: the epoch did not commit; retry (replay) it.
             Exception: anything ``execute`` raises; the epoch stays in doubt.
 
         """
@@ -185,7 +188,7 @@ class Coordinator(Generic[Rows]):
         # Step 1 (load the history): a committed epoch is skipped.
         history = self._log.load()
         if history.is_committed(epoch):
-            return EpochResult(epoch, history.plan(epoch), skipped=True, committed=True)
+            return EpochResult(epoch=epoch, plan=history.plan(epoch), skipped=True, committed=True)
         # The epoch before lost its deferred completion in a crash: settled by its markers.
         settled = settle_previous(history, self._resource, epoch)
         if settled is not None:
@@ -195,7 +198,7 @@ class Coordinator(Generic[Rows]):
         previous = history.plan(epoch)
         if previous is not None and history.state(epoch).in_doubt:
             if self._resolve_in_doubt(previous, history):
-                return EpochResult(epoch, previous, skipped=True, committed=True)
+                return EpochResult(epoch=epoch, plan=previous, skipped=True, committed=True)
             history = self._log.load()
         fingerprint = self._resource.fingerprint
         plan = next_plan(self._settings, epoch, parallelism, history, input_offsets, fingerprint)
@@ -280,7 +283,7 @@ class Coordinator(Generic[Rows]):
                 f"{[(r.epoch, r.partition) for r in reports]}, want one per partition "
                 f"0..{plan.parallelism - 1}; the execute callable is broken"
             )
-            raise ParticipantError(msg)
+            raise TxnError(msg, code=TxnCode.PARTICIPANT)
         return reports
 
     def _run_at_most_once(self, plan: EpochPlan, execute: Execute) -> EpochResult:
@@ -291,7 +294,9 @@ class Coordinator(Generic[Rows]):
         for report in reports:
             if report.outcome is PartitionOutcome.PREPARED:
                 self._resource.commit_prepared(plan, report.partition)
-        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+        return EpochResult(
+            epoch=plan.epoch, plan=plan, skipped=False, committed=True, reports=reports
+        )
 
     def _complete_two_phase(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
@@ -304,7 +309,9 @@ class Coordinator(Generic[Rows]):
     ) -> EpochResult:
         """Log the decision, deliver it to the completable partitions, log the completion."""
         reason = "" if commit else blame(reports)
-        self._log.append(EpochDecision(self._sink_id, plan.epoch, commit=commit, reason=reason))
+        self._log.append(
+            EpochDecision(sink_id=self._sink_id, epoch=plan.epoch, commit=commit, reason=reason)
+        )
         self._hook(CoordinatorStep.DECISION_LOGGED, plan.epoch)
         lost = self._deliver(plan, commit=commit)
         if lost:
@@ -313,8 +320,10 @@ class Coordinator(Generic[Rows]):
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
         if not commit:
             msg = f"epoch {plan.epoch} was rolled back ({reason}); replay it to retry"
-            raise EpochAbortedError(msg)
-        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+            raise TxnError(msg, code=TxnCode.EPOCH_ABORTED)
+        return EpochResult(
+            epoch=plan.epoch, plan=plan, skipped=False, committed=True, reports=reports
+        )
 
     def _complete_mixed(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...], completable: tuple[int, ...]
@@ -333,7 +342,7 @@ class Coordinator(Generic[Rows]):
                 "prepared partitions were rolled back, it stays in doubt and the replay redoes "
                 "the missing partitions"
             )
-            raise EpochAbortedError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_ABORTED)
         return self._decide(plan, reports, commit=True)
 
     def _complete_redo(self, plan: EpochPlan, reports: tuple[PartitionReport, ...]) -> EpochResult:
@@ -345,7 +354,9 @@ class Coordinator(Generic[Rows]):
             raise lost_error(plan, tuple(sorted({*lost, *(r.partition for r in failed)})), why)
         self._log.append(EpochCompletion(self._sink_id, plan.epoch, committed=True))
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
-        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+        return EpochResult(
+            epoch=plan.epoch, plan=plan, skipped=False, committed=True, reports=reports
+        )
 
     def _complete_in_task(
         self, plan: EpochPlan, reports: tuple[PartitionReport, ...]
@@ -355,11 +366,13 @@ class Coordinator(Generic[Rows]):
                 f"epoch {plan.epoch} did not commit on every partition ({blame(reports)}); it "
                 "stays in doubt and the replay redoes the missing partitions"
             )
-            raise EpochAbortedError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_ABORTED)
         completion = EpochCompletion(self._sink_id, plan.epoch, committed=True)
         if plan.guarantee is Guarantee.EXACTLY_ONCE and self._resource.reads_markers:
             self._log.append_deferred(completion)  # "Deferred completion": with the next plan
         else:
             self._log.append(completion)
         self._hook(CoordinatorStep.COMPLETED, plan.epoch)
-        return EpochResult(plan.epoch, plan, skipped=False, committed=True, reports=reports)
+        return EpochResult(
+            epoch=plan.epoch, plan=plan, skipped=False, committed=True, reports=reports
+        )

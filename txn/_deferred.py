@@ -55,7 +55,7 @@ class DeferredCompletionLog(EpochLog):
 
     def append_deferred(self, completion: EpochCompletion) -> None:
         """Rule 1: validate ``completion`` and hold it (a completion held before is written)."""
-        self.load().with_record(completion)  # IllegalTransitionError: nothing changes
+        self.load().with_record(completion)  # TxnCode.ILLEGAL_TRANSITION: nothing changes
         if self._pending is not None:
             self.flush()
         self._pending = completion

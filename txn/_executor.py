@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Generic
 
-from txn._errors import ParticipantError
+from txn._errors import TxnCode, TxnError
 from txn._model import (
     GATHER_TIMEOUT_S,
     CommitMode,
@@ -24,7 +24,7 @@ VoteHook = Callable[[Vote, int], None]
 class InProcessExecutor(Generic[Rows]):
     """``execute`` implementation for :meth:`~txn.Coordinator.run_epoch` using threads.
 
-    1. one thread per partition runs :func:`~txn.run_partition` with
+    1. one thread per partition runs :func:`~txn._task.run_partition` with
        ``rows_for(plan, partition)``;
     2. aligned mode: votes are gathered through a :class:`threading.Barrier` of
        ``plan.parallelism`` parties (the in-process twin of Spark's barrier ``allGather``);
@@ -120,7 +120,7 @@ class _Run(Generic[Rows]):
             if crash is not None:  # the "driver" died: the task dies too, without cleanup
                 raise type(crash)(*crash.args) from None
             msg = f"epoch {self.plan.epoch}: another partition failed before voting"
-            raise ParticipantError(msg) from None
+            raise TxnError(msg, code=TxnCode.PARTICIPANT) from None
         with self.lock:
             self.passed.add(vote.partition)
             return [self.votes[p] for p in sorted(self.votes)]

@@ -30,12 +30,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from txn._errors import IllegalTransitionError
+from txn._errors import TxnCode, TxnError
 from txn._model import EpochCompletion, EpochDecision, EpochPlan, LogRecord, QueryBinding
 from txn._state import EpochState
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochEntry:
     """Everything the log says about one epoch's latest attempt."""
 
@@ -45,9 +45,11 @@ class EpochEntry:
     completion: EpochCompletion | None = None
 
 
-def _illegal(record: LogRecord, why: str) -> IllegalTransitionError:
+def _illegal(record: LogRecord, why: str) -> TxnError:
     kind = type(record).__name__
-    return IllegalTransitionError(f"cannot log {kind} of epoch {record.epoch}: {why}")
+    return TxnError(
+        f"cannot log {kind} of epoch {record.epoch}: {why}", code=TxnCode.ILLEGAL_TRANSITION
+    )
 
 
 class EpochHistory:
@@ -90,7 +92,7 @@ class EpochHistory:
         committed_through: int | None = None,
         parallelism_floor: int = 0,
     ) -> EpochHistory:
-        """Fold ``records`` (oldest first), validating each; raise IllegalTransitionError."""
+        """Fold ``records`` (oldest first), validating each; raise TxnCode.ILLEGAL_TRANSITION."""
         history = cls(
             sink_id, committed_through=committed_through, parallelism_floor=parallelism_floor
         )
@@ -258,7 +260,7 @@ class EpochHistory:
 
 
 def _check_binding(history: EpochHistory, binding: QueryBinding) -> None:
-    """Rule 5 of the module docstring; raise IllegalTransitionError."""
+    """Rule 5 of the module docstring; raise TxnCode.ILLEGAL_TRANSITION."""
     if binding.sink_id != history.sink_id:
         raise _illegal(
             binding, f"the binding belongs to sink {binding.sink_id!r}, not {history.sink_id!r}"
@@ -298,7 +300,7 @@ def _check_binding(history: EpochHistory, binding: QueryBinding) -> None:
 
 
 def check_next_record(history: EpochHistory, record: LogRecord) -> EpochState:
-    """Return the state ``record`` moves its epoch to, or raise IllegalTransitionError.
+    """Return the state ``record`` moves its epoch to, or raise TxnCode.ILLEGAL_TRANSITION.
 
     Pure: neither argument is modified. See the module docstring for the rules. A query
     binding is checked by :meth:`EpochHistory.with_record` (it moves no epoch).

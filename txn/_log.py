@@ -20,7 +20,7 @@ from typing import TypeVar
 import crc32c
 
 from txn._codec import FORMAT_VERSION, corrupt_error, encode_record, record_from_body, seal, unseal
-from txn._errors import ConfigError, EpochLogError, EpochLogLockedError
+from txn._errors import TxnCode, TxnError
 from txn._history import EpochHistory
 from txn._model import EpochCompletion, LogRecord
 
@@ -37,14 +37,14 @@ class EpochLog(abc.ABC):
     Contract:
 
     1. ``append(record)`` validates ``record`` against the folded history
-       (:func:`~txn.check_next_record`; an illegal record raises
-       :class:`~txn.IllegalTransitionError` and is not written) and returns only once the
-       record is durable; on an I/O failure it raises :class:`~txn.EpochLogError` and the
+       (:func:`~txn._history.check_next_record`; an illegal record raises
+       :class:`txn.TxnCode.ILLEGAL_TRANSITION` and is not written) and returns only once the
+       record is durable; on an I/O failure it raises :class:`txn.TxnCode.EPOCH_LOG` and the
        record is either fully durable or absent.
     2. ``load()`` returns the folded :class:`~txn.EpochHistory` of everything durable.
-    3. ``close()`` releases the log (locks, clients); further calls raise EpochLogError.
+    3. ``close()`` releases the log (locks, clients); further calls raise TxnCode.EPOCH_LOG.
 
-    Implementations reuse :func:`~txn.encode_record` / :func:`~txn.decode_record` for the
+    Implementations reuse :func:`~txn._codec.encode_record` / :func:`~txn._codec.decode_record` for the
     bytes and :meth:`EpochHistory.from_records` / :meth:`EpochHistory.with_record` for the
     folding and validation.
     """
@@ -71,7 +71,7 @@ class EpochLog(abc.ABC):
     def append_deferred(self, completion: EpochCompletion) -> None:
         """Append ``completion`` no later than the next append, :meth:`flush` or :meth:`close`.
 
-        This default appends it at once. :class:`~txn.DeferredCompletionLog` holds it
+        This default appends it at once. :class:`~txn._deferred.DeferredCompletionLog` holds it
         and writes it in the same durable step as the next record (docs/architecture.md,
         section 2, "Deferred completion").
         """
@@ -118,16 +118,16 @@ class FileEpochLog(EpochLog):
     Protocol of one ``append``:
 
     1. read and verify the whole file; its ``generation`` must still be ours (else another
-       coordinator took over: :class:`~txn.EpochLogLockedError`);
+       coordinator took over: :class:`txn.TxnCode.EPOCH_LOG_LOCKED`);
     2. fold and validate the new record, compact old committed epochs;
     3. write the new content to ``<name>.tmp``, flush, ``fsync``;
     4. ``rename`` it over the log (atomic), then ``fsync`` the directory.
 
     A kill at any instant leaves either the old or the new file, never a mix, so a torn or
     altered file can only come from outside and is always reported
-    (:class:`~txn.EpochLogCorruptError` naming the file). An exclusive ``flock`` on
+    (:class:`txn.TxnCode.EPOCH_LOG_CORRUPT` naming the file). An exclusive ``flock`` on
     ``<name>.lock`` is held while the log is open, and each open bumps the generation, so a
-    second coordinator is refused (:class:`~txn.EpochLogLockedError`) and a coordinator
+    second coordinator is refused (:class:`txn.TxnCode.EPOCH_LOG_LOCKED`) and a coordinator
     whose lock was broken is fenced at its next append.
     """
 
@@ -147,10 +147,10 @@ class FileEpochLog(EpochLog):
         """
         if not isinstance(sink_id, str) or not sink_id:
             msg = f"sink_id must be a non-empty string, got {sink_id!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if not isinstance(retain_epochs, int) or retain_epochs < 0:
             msg = f"retain_epochs must be an int >= 0, got {retain_epochs!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         self._path = Path(path)
         self._sink_id = sink_id
         self._retain = retain_epochs
@@ -194,7 +194,7 @@ class FileEpochLog(EpochLog):
         self._check_open()
         if self._read_only:
             msg = f"epoch log {self._path} was opened read-only; it cannot be appended to"
-            raise EpochLogError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG)
         history, _ = self._read(check_generation=True)
         for record in records:
             history = history.with_record(record)
@@ -226,7 +226,7 @@ class FileEpochLog(EpochLog):
                     "only one driver may run sink "
                     f"{self._sink_id!r} at a time: stop the other query first"
                 )
-                raise EpochLogLockedError(msg) from None
+                raise TxnError(msg, code=TxnCode.EPOCH_LOG_LOCKED) from None
             raise self._io_error(exc, what="lock") from exc
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -235,12 +235,13 @@ class FileEpochLog(EpochLog):
     def _check_open(self) -> None:
         if self._lock_fd is None and not self._read_only:
             msg = f"epoch log {self._path} is closed; open a new FileEpochLog"
-            raise EpochLogError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG)
 
-    def _io_error(self, exc: OSError, *, what: str) -> EpochLogError:
-        return EpochLogError(
+    def _io_error(self, exc: OSError, *, what: str) -> TxnError:
+        return TxnError(
             f"cannot {what} epoch log {self._path}: {exc}; check the path, permissions and "
-            "free space (the last durable state is intact)"
+            "free space (the last durable state is intact)",
+            code=TxnCode.EPOCH_LOG,
         )
 
     # -- file format -------------------------------------------------------------------
@@ -265,7 +266,7 @@ class FileEpochLog(EpochLog):
                 f"epoch log {self._path} was taken over by another coordinator (generation "
                 f"{generation}, ours {self._generation}); this coordinator is fenced: stop it"
             )
-            raise EpochLogLockedError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG_LOCKED)
         records = [
             record_from_body(
                 unseal(line, source=f"{self._path} line {i}"), source=f"{self._path} line {i}"
@@ -296,7 +297,7 @@ class FileEpochLog(EpochLog):
                 f"epoch log {self._path} belongs to sink {header.get('sink_id')!r}, not "
                 f"{self._sink_id!r}; give every sink its own epoch log path"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
 
     def _write(self, history: EpochHistory) -> None:
         header = seal(

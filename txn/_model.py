@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from txn._errors import ConfigError
+from txn._errors import TxnCode, TxnError
 from txn._offsets import InputOffsets
 
 Rows = TypeVar("Rows")
@@ -39,7 +39,7 @@ class Guarantee(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: str | Guarantee) -> Guarantee:
-        """Return the guarantee named by ``value`` or raise :class:`ConfigError`."""
+        """Return the guarantee named by ``value`` or raise :class:`TxnCode.CONFIG`."""
         return _parse_choice(cls, value, "guarantee")
 
 
@@ -59,12 +59,12 @@ class CommitMode(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: str | CommitMode) -> CommitMode:
-        """Return the mode named by ``value`` or raise :class:`ConfigError`."""
+        """Return the mode named by ``value`` or raise :class:`TxnCode.CONFIG`."""
         return _parse_choice(cls, value, "commit mode")
 
 
 def _parse_choice(kind: type[_Choice], value: str | _Choice, what: str) -> _Choice:
-    """Return the member of ``kind`` named by ``value`` or raise :class:`ConfigError`."""
+    """Return the member of ``kind`` named by ``value`` or raise :class:`TxnCode.CONFIG`."""
     if isinstance(value, kind):
         return value
     try:
@@ -72,10 +72,10 @@ def _parse_choice(kind: type[_Choice], value: str | _Choice, what: str) -> _Choi
     except ValueError:
         choices = ", ".join(str(m.value) for m in kind)
         msg = f"unknown {what} {value!r}; use one of: {choices}"
-        raise ConfigError(msg) from None
+        raise TxnError(msg, code=TxnCode.CONFIG) from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochPlan:
     """What the coordinator decided for epoch ``epoch`` before any write task ran.
 
@@ -95,7 +95,7 @@ class EpochPlan:
     input: InputOffsets | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochDecision:
     """The coordinator's commit-or-abort decision, logged before it is delivered."""
 
@@ -166,7 +166,7 @@ class VoteKind(str, enum.Enum):
     ALREADY_COMMITTED = "already-committed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Vote:
     """One write partition's vote for one epoch."""
 
@@ -187,7 +187,7 @@ class PartitionOutcome(str, enum.Enum):
     ABORTED = "aborted"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionReport:
     """Result of one write task for one epoch."""
 
@@ -204,7 +204,7 @@ class Participant(abc.ABC, Generic[Rows]):
     """Task-side handle on one write partition of one sink (for example one producer).
 
     A one-pass writer: the rows of a write task can be read once, so the contract never
-    asks for them twice. Call order, enforced by :func:`txn.run_partition` (the protocol
+    asks for them twice. Call order, enforced by :func:`txn._task.run_partition` (the protocol
     in full: docs/architecture.md, section 2):
 
     1. ``committed_marker()`` once, right after ``Resource.open`` (which fences any older

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from txn._errors import PlanMismatchError
+from txn._errors import TxnCode, TxnError
 
 TopicPartition = tuple[str, int]
 Positions = tuple[tuple[str, int, int], ...]  # (topic, partition, offset), sorted
@@ -141,7 +141,7 @@ def check_same_input(epoch: int, planned: InputOffsets | None, given: InputOffse
     """Refuse a retry of in-doubt ``epoch`` that reads other input than its plan recorded.
 
     Raises:
-        PlanMismatchError: both are known and differ (the replay is another batch).
+        TxnCode.PLAN_MISMATCH: both are known and differ (the replay is another batch).
 
     """
     if given is None or planned is None or given == planned:
@@ -151,4 +151,4 @@ def check_same_input(epoch: int, planned: InputOffsets | None, given: InputOffse
         f"replayed batch reads {given.to_body()}: it is not the batch that was planned. "
         "Restart the query that planned it from its own checkpoint"
     )
-    raise PlanMismatchError(msg)
+    raise TxnError(msg, code=TxnCode.PLAN_MISMATCH)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from txn._errors import EpochAbortedError
+from txn._errors import TxnCode, TxnError
 from txn._model import EpochPlan, PartitionOutcome, PartitionReport
 
 # Reports of a partition whose effect is durable, and of one the coordinator may commit.
@@ -13,7 +13,7 @@ DONE = (PartitionOutcome.COMMITTED, PartitionOutcome.ALREADY_COMMITTED)
 READY = (PartitionOutcome.PREPARED, PartitionOutcome.ALREADY_COMMITTED)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochResult:
     """Outcome of :meth:`Coordinator.run_epoch`.
 
@@ -29,7 +29,7 @@ class EpochResult:
     reports: tuple[PartitionReport, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecoveryReport:
     """What :meth:`Coordinator.recover` did."""
 
@@ -39,7 +39,7 @@ class RecoveryReport:
     lingering_partitions: tuple[int, ...] = ()  # partitions whose lingering work was aborted
 
 
-def lost_error(plan: EpochPlan, partitions: tuple[int, ...], why: str = "") -> EpochAbortedError:
+def lost_error(plan: EpochPlan, partitions: tuple[int, ...], why: str = "") -> TxnError:
     """Return the error of a commit decision that lost prepared work did not reach."""
     detail = f" ({why})" if why else ""
     msg = (
@@ -47,7 +47,7 @@ def lost_error(plan: EpochPlan, partitions: tuple[int, ...], why: str = "") -> E
         f"committed (their prepared work was lost, or its redo failed{detail}); the decision "
         "stays logged and the replay of the epoch redoes them (replay it: restart the query)"
     )
-    return EpochAbortedError(msg)
+    return TxnError(msg, code=TxnCode.EPOCH_ABORTED)
 
 
 def blame(reports: Sequence[PartitionReport]) -> str:

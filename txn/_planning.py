@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from txn._errors import ConfigError, PlanMismatchError
+from txn._errors import TxnCode, TxnError
 from txn._history import EpochHistory
 from txn._model import CommitMode, EpochPlan, Guarantee
 from txn._offsets import InputOffsets, check_same_input
@@ -27,14 +27,14 @@ class PlanSettings:
 
 
 def check_pinned(previous: EpochPlan, settings: PlanSettings, fingerprint: str) -> None:
-    """Raise :class:`PlanMismatchError` if ``previous`` cannot be retried as it was planned."""
+    """Raise :class:`TxnCode.PLAN_MISMATCH` if ``previous`` cannot be retried as it was planned."""
     if previous.fingerprint != fingerprint:
         msg = (
             f"the sink configuration changed while epoch {previous.epoch} was in doubt "
             f"(planned fingerprint {previous.fingerprint}, now {fingerprint}); restore the "
             "previous sink configuration until that epoch has committed, then change it"
         )
-        raise PlanMismatchError(msg)
+        raise TxnError(msg, code=TxnCode.PLAN_MISMATCH)
     if (previous.guarantee, previous.mode) != (settings.guarantee, settings.mode):
         msg = (
             f"epoch {previous.epoch} is in doubt with guarantee {previous.guarantee.value} "
@@ -42,7 +42,7 @@ def check_pinned(previous: EpochPlan, settings: PlanSettings, fingerprint: str) 
             f"{settings.guarantee.value} / {settings.mode.value}; keep the old settings until "
             "that epoch has committed"
         )
-        raise PlanMismatchError(msg)
+        raise TxnError(msg, code=TxnCode.PLAN_MISMATCH)
 
 
 def next_plan(
@@ -61,19 +61,19 @@ def next_plan(
         return dataclasses.replace(previous, attempt=previous.attempt + 1)
     # A new epoch, or an aborted one: nothing of it is visible, so it is planned freely.
     return EpochPlan(
-        settings.sink_id,
-        epoch,
-        parallelism,
-        fingerprint(),
-        settings.guarantee,
-        settings.mode,
+        sink_id=settings.sink_id,
+        epoch=epoch,
+        parallelism=parallelism,
+        fingerprint=fingerprint(),
+        guarantee=settings.guarantee,
+        mode=settings.mode,
         attempt=0 if previous is None else previous.attempt + 1,
         input=input_offsets,
     )
 
 
 def check_int(name: str, value: int, minimum: int) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is an int >= ``minimum``."""
+    """Raise :class:`TxnCode.CONFIG` unless ``value`` is an int >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         msg = f"{name} must be an int >= {minimum}, got {value!r}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)

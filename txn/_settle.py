@@ -10,7 +10,7 @@ fences every lingering transaction), each epoch still in doubt is:
    logged);
 2. aborted (``EpochCompletion(committed=False)``), when no partition's marker shows it:
    nothing of it is visible, and the new query takes the epoch over;
-3. refused (:class:`EpochUnresolvedError`) otherwise: it is partly visible, and only the
+3. refused (:class:`TxnCode.EPOCH_UNRESOLVED`) otherwise: it is partly visible, and only the
    replay of the same batch by the query that planned it can complete it.
 
 :func:`settle_previous` is the same query's rule for a deferred completion lost in a crash
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from txn._errors import EpochUnresolvedError
+from txn._errors import TxnCode, TxnError
 from txn._history import EpochHistory
 from txn._log import EpochLog
 from txn._model import EpochCompletion, EpochPlan, Guarantee, Marker, Resource
@@ -43,7 +43,7 @@ def settle_in_doubt(log: EpochLog, resource: Resource[Any]) -> Settlement:
     """Settle every epoch in doubt (module docstring); call after ``Coordinator.recover``.
 
     Raises:
-        EpochUnresolvedError: an epoch is partly committed, its decision lost prepared
+        TxnCode.EPOCH_UNRESOLVED: an epoch is partly committed, its decision lost prepared
             work, or the resource cannot read its markers from the driver.
 
     """
@@ -57,7 +57,7 @@ def settle_in_doubt(log: EpochLog, resource: Resource[Any]) -> Settlement:
                 "that did not reach every partition; restart the query that planned it from "
                 "its checkpoint so its replay completes the epoch, then change the query"
             )
-            raise EpochUnresolvedError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_UNRESOLVED)
         done = _committed_partitions(resource, plan)
         if len(done) == plan.parallelism:
             log.append(EpochCompletion(plan.sink_id, plan.epoch, committed=True))
@@ -73,7 +73,7 @@ def settle_in_doubt(log: EpochLog, resource: Resource[Any]) -> Settlement:
                 "that planned it can complete it (the replay of the same batch). Restart that "
                 "query from its checkpoint until the epoch commits, then change the query"
             )
-            raise EpochUnresolvedError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_UNRESOLVED)
     return Settlement(tuple(committed), tuple(aborted))
 
 
@@ -89,7 +89,7 @@ def settle_previous(
     it; then it is completed, never redone. None when the rule does not apply.
 
     Raises:
-        EpochUnresolvedError: some marker does not cover ``epoch - 1`` (the call for it did
+        TxnCode.EPOCH_UNRESOLVED: some marker does not cover ``epoch - 1`` (the call for it did
             not return, or the output or its markers were changed outside the sink).
 
     """
@@ -116,7 +116,7 @@ def settle_previous(
         f"{epoch} was written; replay epoch {previous.epoch} (restart the query from a "
         "checkpoint that has not committed it) or repair the output"
     )
-    raise EpochUnresolvedError(msg)
+    raise TxnError(msg, code=TxnCode.EPOCH_UNRESOLVED)
 
 
 def deferred_completion(
@@ -151,7 +151,7 @@ def _committed_partitions(resource: Resource[Any], plan: EpochPlan) -> tuple[int
             f"epoch {plan.epoch} of sink {plan.sink_id!r} is in doubt and {exc}; restart the "
             "query that planned it from its checkpoint until the epoch commits"
         )
-        raise EpochUnresolvedError(msg) from None
+        raise TxnError(msg, code=TxnCode.EPOCH_UNRESOLVED) from None
     return _covered(plan, markers)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 
-from txn._errors import IllegalTransitionError
+from txn._errors import TxnCode, TxnError
 
 
 class EpochState(str, enum.Enum):
@@ -53,7 +53,7 @@ class EpochState(str, enum.Enum):
         return to in _TRANSITIONS[self]
 
     def transition(self, to: EpochState, *, epoch: int | None = None) -> EpochState:
-        """Return ``to`` if the move is legal, else raise :class:`IllegalTransitionError`.
+        """Return ``to`` if the move is legal, else raise :class:`TxnCode.ILLEGAL_TRANSITION`.
 
         Args:
             to: the requested next state.
@@ -68,7 +68,7 @@ class EpochState(str, enum.Enum):
             f"illegal transition of {where}: {self.value} -> {to.value} (legal next states: "
             f"{legal}); a protocol step ran out of order or two coordinators share one log"
         )
-        raise IllegalTransitionError(msg)
+        raise TxnError(msg, code=TxnCode.ILLEGAL_TRANSITION)
 
 
 _S = EpochState

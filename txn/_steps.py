@@ -12,7 +12,7 @@ import enum
 
 
 class TaskStep(str, enum.Enum):
-    """Steps of the task side (:func:`txn.run_partition`), in protocol order."""
+    """Steps of the task side (:func:`txn._task.run_partition`), in protocol order."""
 
     OPENED = "after_open"  # participant created (older instances fenced), marker not read
     # Inside ``write``, once the fault's ``after_rows`` rows were read: fired by the engine's

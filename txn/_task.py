@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from txn._errors import NonDeterministicReplayError, ParticipantError
+from txn._errors import TxnCode, TxnError
 from txn._model import (
     EpochPlan,
     Marker,
@@ -104,13 +104,20 @@ def _check_replay(marker: Marker, summary: RowSummary, plan: EpochPlan, partitio
         "deterministic (stable source offsets, no random or time-based columns, "
         "deterministic ordering) so a replay rewrites the same rows"
     )
-    raise NonDeterministicReplayError(msg)
+    raise TxnError(msg, code=TxnCode.NON_DETERMINISTIC_REPLAY)
 
 
 def _vote(
     plan: EpochPlan, partition: int, kind: VoteKind, summary: RowSummary, error: str | None = None
 ) -> Vote:
-    return Vote(plan.epoch, partition, kind, summary.rows, summary.checksum, error)
+    return Vote(
+        epoch=plan.epoch,
+        partition=partition,
+        kind=kind,
+        rows=summary.rows,
+        checksum=summary.checksum,
+        error=error,
+    )
 
 
 def _abort_quietly(participant: Participant[Rows]) -> str:
@@ -135,7 +142,7 @@ def _gather(
             f"epoch {plan.epoch} partition {vote.partition}: gathering votes failed ({exc}); "
             "this partition's work was aborted and the epoch stays in doubt for a retry"
         )
-        raise ParticipantError(msg) from exc
+        raise TxnError(msg, code=TxnCode.PARTICIPANT) from exc
     if sorted(v.partition for v in votes) != list(range(plan.parallelism)) or any(
         v.epoch != plan.epoch for v in votes
     ):
@@ -144,7 +151,7 @@ def _gather(
             f"epoch {plan.epoch}: the vote channel returned votes {votes}, not one vote of "
             f"this epoch per partition 0..{plan.parallelism - 1}; the vote channel is broken"
         )
-        raise ParticipantError(msg)
+        raise TxnError(msg, code=TxnCode.PARTICIPANT)
     return votes
 
 
@@ -160,7 +167,13 @@ def _finish(
 ) -> PartitionReport:
     def report(outcome: PartitionOutcome, error: str | None = None) -> PartitionReport:
         return PartitionReport(
-            plan.epoch, vote.partition, outcome, summary.rows, summary.checksum, error, votes
+            epoch=plan.epoch,
+            partition=vote.partition,
+            outcome=outcome,
+            rows=summary.rows,
+            checksum=summary.checksum,
+            error=error,
+            votes=votes,
         )
 
     if vote.kind is VoteKind.ALREADY_COMMITTED:

@@ -27,24 +27,19 @@ from rich.console import Console
 from rich.table import Table
 
 from txn._coordinator import Coordinator
-from txn._errors import EpochAbortedError, ParticipantError
+from txn._errors import TxnCode, TxnError
 from txn._executor import InProcessExecutor
 from txn._log import FileEpochLog
 from txn._model import CommitMode, EpochPlan, Resource
 from txn._steps import CoordinatorStep, TaskStep
-from txn.testing import (
-    CommitInTaskResource,
-    MemoryStore,
-    MemRows,
-    OnePassRows,
-    PreparedResource,
-    SimulatedCrash,
-    partition_rows,
-)
+from txn.testing import CommitInTaskResource, MemoryStore, PreparedResource, SimulatedCrash
+from txn.testing._participants import MemRows, OnePassRows, partition_rows
 
 ROWS_PER_EPOCH = 20
 PARALLELISM = 3
 MAX_RESTARTS_PER_EPOCH = 10  # more restarts than this means recovery does not converge
+# The errors the demo treats as the process dying: a partition that failed or lost its work.
+_CRASH_CODES = frozenset({TxnCode.EPOCH_ABORTED, TxnCode.PARTICIPANT, TxnCode.PREPARED_WORK_LOST})
 
 _COORDINATOR_POINTS = {
     "commit-in-task": [
@@ -70,7 +65,7 @@ def rows_of(epoch: int) -> list[str]:
     return [f"epoch{epoch}-row{i}" for i in range(ROWS_PER_EPOCH)]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Injector:
     """Fires one crash at a chosen point of a chosen epoch."""
 
@@ -105,7 +100,7 @@ class _Injector:
         return f"{who} @ {self.step.value}" if self.fired else "-"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _EpochRow:
     epoch: int
     crash: str
@@ -128,7 +123,9 @@ def _run_kind(kind: str, mode: CommitMode, epochs: int, rng: random.Random) -> l
                 if where == "coordinator"
                 else rng.choice(_TASK_POINTS[kind])
             )
-            injector = _Injector(epoch, where, step, rng.randrange(PARALLELISM))
+            injector = _Injector(
+                epoch=epoch, where=where, step=step, partition=rng.randrange(PARALLELISM)
+            )
             restarts, attempt = 0, 0
             while True:
                 resource: Resource[MemRows] = (
@@ -156,13 +153,19 @@ def _run_kind(kind: str, mode: CommitMode, epochs: int, rng: random.Random) -> l
                     result = coordinator.run_epoch(epoch, PARALLELISM, executor)
                     attempt = result.plan.attempt if result.plan else attempt
                     break
-                except (SimulatedCrash, EpochAbortedError, ParticipantError):
+                except (SimulatedCrash, TxnError) as exc:
+                    if isinstance(exc, TxnError) and exc.code not in _CRASH_CODES:
+                        raise
                     restarts += 1  # the process died; only the log file and the store remain
                     if restarts > MAX_RESTARTS_PER_EPOCH:
                         raise
                 finally:
                     log.close()
-            out.append(_EpochRow(epoch, injector.label(), restarts, attempt + 1))
+            out.append(
+                _EpochRow(
+                    epoch=epoch, crash=injector.label(), restarts=restarts, attempts=attempt + 1
+                )
+            )
         _check(store, out)
     return out
 

@@ -7,44 +7,22 @@ timeout with a chosen outcome, and bounded retries. ``AsyncOperator`` is the sam
 engine without Spark. See docs/async-io.md.
 """
 
-from connectors.async_io._config import (
-    DEFAULT_CAPACITY,
-    DEFAULT_TIMEOUT_S,
-    AsyncConfig,
-    OnTimeout,
-    RetryPolicy,
-)
-from connectors.async_io._errors import (
-    AsyncConfigError,
-    AsyncIOError,
-    EnrichmentResultError,
-    RequestFailedError,
-    RequestTimeoutError,
-    RowError,
-)
+from connectors.async_io._config import AsyncConfig, OnTimeout, RetryPolicy
+from connectors.async_io._errors import AsyncCode, AsyncIOError
 from connectors.async_io._function import AsyncFunction
-from connectors.async_io._metrics import AsyncMetrics, LatencyHistogram
-from connectors.async_io._observe import MetricsObservation
+from connectors.async_io._metrics import AsyncMetrics
 from connectors.async_io._operator import AsyncOperator
 from connectors.async_io._spark import MetricsAccumulator, async_map
 
 __all__ = [
-    "DEFAULT_CAPACITY",
-    "DEFAULT_TIMEOUT_S",
+    "MetricsAccumulator",
     "AsyncConfig",
-    "AsyncConfigError",
     "AsyncFunction",
+    "AsyncCode",
     "AsyncIOError",
     "AsyncMetrics",
     "AsyncOperator",
-    "EnrichmentResultError",
-    "LatencyHistogram",
-    "MetricsAccumulator",
-    "MetricsObservation",
     "OnTimeout",
-    "RequestFailedError",
-    "RequestTimeoutError",
     "RetryPolicy",
-    "RowError",
     "async_map",
 ]

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.async_io._errors import AsyncConfigError
+from connectors.async_io._errors import AsyncIOError
+from txn import TxnCode
 
 # Requests in flight per partition when the caller does not choose: enough to hide a
 # few tens of milliseconds of service latency without flooding a small service.
@@ -28,7 +29,7 @@ MAX_CAPACITY = 10_000
 class OnTimeout(str, enum.Enum):
     """What happens to a row whose request times out.
 
-    FAIL: raise :class:`RequestTimeoutError` and fail the batch (Spark then retries the task).
+    FAIL: raise :class:`AsyncCode.REQUEST_TIMEOUT` and fail the batch (Spark then retries the task).
     DEFAULT: emit the row with ``AsyncConfig.timeout_default`` as its enrichment.
     DROP: leave the row out of the output and count it in ``AsyncMetrics.dropped``.
     """
@@ -40,7 +41,7 @@ class OnTimeout(str, enum.Enum):
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
-        raise AsyncConfigError(message)
+        raise AsyncIOError(message, code=TxnCode.CONFIG)
 
 
 def _positive_finite(value: object, name: str) -> None:
@@ -51,16 +52,16 @@ def _positive_finite(value: object, name: str) -> None:
         or value <= 0
     ):
         msg = f"{name} must be a positive finite number, got {value!r}"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
 
 
 def _positive_int(value: object, name: str, upper: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper:
         msg = f"{name} must be an int in [1, {upper}], got {value!r}"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """Bounded exponential-backoff retries for exceptions the user marks retriable.
 
@@ -105,7 +106,7 @@ class RetryPolicy:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AsyncConfig:
     """How the operator calls the user function.
 
@@ -141,7 +142,7 @@ class AsyncConfig:
         except ValueError:
             choices = ", ".join(repr(o.value) for o in OnTimeout)
             msg = f"on_timeout must be one of {choices}, got {self.on_timeout!r}"
-            raise AsyncConfigError(msg) from None
+            raise AsyncIOError(msg, code=TxnCode.CONFIG) from None
         if self.timeout_default is not None:
             _check(
                 self.on_timeout is OnTimeout.DEFAULT,

@@ -17,7 +17,8 @@ from tenacity import (
 )
 
 from connectors.async_io._config import RetryPolicy
-from connectors.async_io._errors import AsyncConfigError
+from connectors.async_io._errors import AsyncIOError
+from txn import TxnCode
 
 Enrichment = Mapping[str, Any] | None
 AsyncFn = Callable[[Any], Awaitable[Any]]
@@ -49,7 +50,7 @@ class AsyncFunction(abc.ABC):
 
 
 def check_async_callable(fn: object) -> AsyncFn:
-    """Return ``fn`` if awaiting its call is possible, else raise AsyncConfigError."""
+    """Return ``fn`` if awaiting its call is possible, else raise TxnCode.CONFIG."""
     if isinstance(fn, AsyncFunction):
         return fn
     if callable(fn) and (
@@ -60,7 +61,7 @@ def check_async_callable(fn: object) -> AsyncFn:
         f"fn must be an 'async def' function or an AsyncFunction, got {fn!r}; "
         "wrap blocking code with asyncio.to_thread inside an async function"
     )
-    raise AsyncConfigError(msg)
+    raise AsyncIOError(msg, code=TxnCode.CONFIG)
 
 
 class UserFailure(Exception):

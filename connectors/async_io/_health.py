@@ -30,7 +30,7 @@ UNHEALTHY_SHARE = 0.05
 WARN_INTERVAL_S = 30.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BatchHealth:
     """What one input batch's requests went through (counts of requests and rows)."""
 

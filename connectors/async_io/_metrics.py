@@ -29,7 +29,7 @@ def _bucket_upper_ms(bucket: int) -> float:
     return float(_MIN_LATENCY_MS * _BUCKET_RATIO ** (bucket + 1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LatencyHistogram:
     """Immutable latency histogram in milliseconds; ``merge`` adds two of them."""
 
@@ -42,7 +42,9 @@ class LatencyHistogram:
     def from_counts(counts: Mapping[int, int], min_ms: float, max_ms: float) -> LatencyHistogram:
         """Build a histogram from ``{bucket: count}``."""
         items = tuple(sorted((b, c) for b, c in counts.items() if c > 0))
-        return LatencyHistogram(items, sum(c for _, c in items), min_ms, max_ms)
+        return LatencyHistogram(
+            buckets=items, count=sum(c for _, c in items), min_ms=min_ms, max_ms=max_ms
+        )
 
     def merge(self, other: LatencyHistogram) -> LatencyHistogram:
         """Return the histogram of both sample sets."""
@@ -77,7 +79,7 @@ class LatencyHistogram:
         return self.max_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AsyncMetrics:
     """What the operator did; counters add up when metrics of partitions are merged.
 

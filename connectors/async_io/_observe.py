@@ -22,7 +22,7 @@ Contract:
    no metrics row: its numbers are missing from the value;
 4. batch DataFrames only (Spark refuses an ``Observation`` on a streaming DataFrame):
    in a streaming query, call ``async_map`` inside ``foreachBatch``, one observation per
-   batch; :class:`~connectors.async_io.AsyncConfigError` at ``async_map`` otherwise.
+   batch; :class:`txn.TxnCode.CONFIG` at ``async_map`` otherwise.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors.async_io._errors import AsyncConfigError
+from connectors.async_io._errors import AsyncIOError
 from connectors.async_io._metrics import AsyncMetrics
+from txn import TxnCode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -67,7 +68,7 @@ class MetricsObservation:
                 "MetricsObservation works on batch DataFrames only (Spark refuses an "
                 "Observation on a streaming one); call async_map inside foreachBatch"
             )
-            raise AsyncConfigError(msg)
+            raise AsyncIOError(msg, code=TxnCode.CONFIG)
         observed = df.observe(self._observation, F.collect_list(METRICS_COLUMN).alias(_PARTS))
         return observed.where(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
 

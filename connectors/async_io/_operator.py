@@ -12,12 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.async_io._config import AsyncConfig, OnTimeout
-from connectors.async_io._errors import (
-    AsyncConfigError,
-    EnrichmentResultError,
-    RequestFailedError,
-    RequestTimeoutError,
-)
+from connectors.async_io._errors import AsyncCode, AsyncIOError, row_error
 from connectors.async_io._function import (
     AsyncFunction,
     Enrichment,
@@ -29,9 +24,10 @@ from connectors.async_io._function import (
 from connectors.async_io._health import WARNINGS, BatchHealth
 from connectors.async_io._metrics import AsyncMetrics, MetricsRecorder
 from connectors.async_io._queues import OrderedResultQueue, ResultQueue, UnorderedResultQueue
+from txn import TxnCode
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class _Entry:
     """One request: rows ``[first, first + len(rows))`` of the current input batch."""
 
@@ -43,7 +39,7 @@ class _Entry:
     retried: bool = False  # at least one attempt failed and was retried
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class _BatchState:
     """Bookkeeping of the requests of one input batch."""
 
@@ -72,7 +68,7 @@ class AsyncOperator:
 
     Guarantees: at most ``capacity`` calls of ``fn`` are in flight; no result crosses
     the end of its input batch; a failure cancels the batch's other requests and raises
-    a RowError subclass naming ``(partition, row_index)``. Not guaranteed: that ``fn``
+    an :class:`AsyncIOError` naming ``(partition, row_index)``. Not guaranteed: that ``fn``
     is called once per row (retries and Spark task retries call it again).
 
     ``run`` drives its own event loop, so call it from synchronous code (not from inside
@@ -91,7 +87,7 @@ class AsyncOperator:
         self._config = config if config is not None else AsyncConfig()
         if not isinstance(self._config, AsyncConfig):
             msg = f"config must be an AsyncConfig, got {type(self._config).__name__}"
-            raise AsyncConfigError(msg)
+            raise AsyncIOError(msg, code=TxnCode.CONFIG)
         self._schema = check_enrichment_schema(enrichment_schema)
         self._names = frozenset(self._schema.names)
         self._default = self._check_default(self._config.timeout_default)
@@ -129,19 +125,19 @@ class AsyncOperator:
             unknown = sorted(set(default) - self._names)
             if unknown:
                 msg = f"timeout_default has columns {unknown} not in the enrichment schema"
-                raise AsyncConfigError(msg)
+                raise AsyncIOError(msg, code=TxnCode.CONFIG)
         return default
 
     async def _process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         clash = sorted(self._names & set(batch.schema.names))
         if clash:
             msg = f"enrichment columns {clash} already exist in the input; rename them"
-            raise AsyncConfigError(msg)
+            raise AsyncIOError(msg, code=TxnCode.CONFIG)
         self._recorder.rows_in += batch.num_rows
         queue: ResultQueue[_Entry] = (
             OrderedResultQueue() if self._config.ordered else UnorderedResultQueue()
         )
-        state = _BatchState(queue)
+        state = _BatchState(queue=queue)
         try:
             for entry in self._split(batch.to_pylist()):
                 while len(state.tasks) >= self._config.capacity:
@@ -162,7 +158,7 @@ class AsyncOperator:
     def _split(self, rows: list[dict[str, Any]]) -> Iterator[_Entry]:
         size = self._config.batch_size or 1
         for first in range(0, len(rows), size):
-            yield _Entry(first, rows[first : first + size])
+            yield _Entry(first=first, rows=rows[first : first + size])
 
     def _start(self, entry: _Entry, state: _BatchState) -> None:
         task = asyncio.get_running_loop().create_task(self._invoke(entry))
@@ -237,7 +233,7 @@ class AsyncOperator:
                 f"request timed out after {self._config.timeout_s} s "
                 f"({len(entry.rows)} row(s)); on_timeout='fail'"
             )
-            raise RequestTimeoutError(*self._position(entry), detail)
+            raise row_error(AsyncCode.REQUEST_TIMEOUT, *self._position(entry), detail)
         if outcome is OnTimeout.DROP:
             entry.dropped = True
             self._recorder.dropped += len(entry.rows)
@@ -245,17 +241,17 @@ class AsyncOperator:
             entry.values = [self._default] * len(entry.rows)
             self._recorder.defaulted += len(entry.rows)
 
-    def _failed(self, entry: _Entry, failure: UserFailure) -> RequestFailedError:
+    def _failed(self, entry: _Entry, failure: UserFailure) -> AsyncIOError:
         error = failure.error
         detail = f"{type(error).__name__}: {error} (after {failure.attempts} attempt(s))"
-        return RequestFailedError(*self._position(entry), detail)
+        return row_error(AsyncCode.REQUEST_FAILED, *self._position(entry), detail)
 
     def _validated(self, entry: _Entry, result: object) -> list[Enrichment]:
         checked = validate_result(
             result, len(entry.rows), self._config.batch_size is not None, self._names
         )
         if isinstance(checked, str):
-            raise EnrichmentResultError(*self._position(entry), checked)
+            raise row_error(AsyncCode.ENRICHMENT_RESULT, *self._position(entry), checked)
         return checked
 
     def _build(self, batch: pa.RecordBatch, leaving: list[_Entry]) -> pa.RecordBatch:
@@ -289,8 +285,8 @@ class AsyncOperator:
                     ValueError,
                 ) as exc:
                     detail = f"column {f.name!r} ({f.type}) cannot hold {cell!r}: {exc}"
-                    raise EnrichmentResultError(
-                        self._partition, self._rows_seen + pos, detail
+                    raise row_error(
+                        AsyncCode.ENRICHMENT_RESULT, self._partition, self._rows_seen + pos, detail
                     ) from exc
             raise
 
@@ -318,13 +314,13 @@ def check_enrichment_schema(schema: object) -> pa.Schema:
     """Validate the enrichment schema: a non-empty pyarrow Schema with unique names."""
     if not isinstance(schema, pa.Schema):
         msg = f"enrichment schema must be a pyarrow.Schema, got {type(schema).__name__}"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
     if len(schema) == 0:
         msg = "enrichment schema must have at least one column"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
     names = schema.names
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         msg = f"enrichment schema repeats column names {duplicates}"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
     return schema

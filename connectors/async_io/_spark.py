@@ -14,7 +14,7 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from connectors._arrow_schema import arrow_schema
 from connectors.async_io._config import AsyncConfig
-from connectors.async_io._errors import AsyncConfigError
+from connectors.async_io._errors import AsyncIOError
 from connectors.async_io._function import check_async_callable
 from connectors.async_io._metrics import AsyncMetrics
 from connectors.async_io._observe import (
@@ -24,6 +24,7 @@ from connectors.async_io._observe import (
     with_metrics_column,
 )
 from connectors.async_io._operator import AsyncOperator
+from txn import TxnCode
 
 
 class _MetricsParam(AccumulatorParam[AsyncMetrics]):
@@ -55,7 +56,7 @@ class MetricsAccumulator:
         """Create the accumulator on ``spark``'s context.
 
         Raises:
-            AsyncConfigError: a Spark Connect session (no SparkContext, no accumulators).
+            TxnCode.CONFIG: a Spark Connect session (no SparkContext, no accumulators).
 
         """
         try:
@@ -65,7 +66,7 @@ class MetricsAccumulator:
                 "MetricsAccumulator needs Spark accumulators, which a Spark Connect session "
                 "does not have; pass metrics=MetricsObservation() under Spark Connect"
             )
-            raise AsyncConfigError(msg) from exc
+            raise AsyncIOError(msg, code=TxnCode.CONFIG) from exc
         self._accumulator: Accumulator[AsyncMetrics] = sc.accumulator(
             AsyncMetrics(), _MetricsParam()
         )
@@ -85,7 +86,7 @@ class MetricsAccumulator:
         return self._accumulator
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionRunner:
     """The picklable function ``mapInArrow`` runs once per partition.
 
@@ -147,7 +148,7 @@ def async_map(
         mode: input order (ordered) or completion order within each Arrow batch.
 
     Raises:
-        AsyncConfigError: at once, for a bad fn, schema or config (no I/O is done).
+        TxnCode.CONFIG: at once, for a bad fn, schema or config (no I/O is done).
 
     """
     check_async_callable(fn)
@@ -157,24 +158,31 @@ def async_map(
     clash = sorted(f.name for f in enrichment.fields if f.name.lower() in taken)
     if clash:
         msg = f"enrichment columns {clash} already exist in the input; rename them"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
     large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
     arrow = arrow_schema(enrichment, timezone="UTC", large_types=str(large).lower() == "true")
     AsyncOperator(fn, arrow, cfg)  # validates schema, config and timeout_default; no I/O
     nullable = [StructField(f.name, f.dataType, True, f.metadata) for f in enrichment.fields]
     result_schema = StructType([*df.schema.fields, *nullable])
     if not isinstance(metrics, MetricsObservation):
-        runner = PartitionRunner(fn, arrow, cfg, metrics.accumulator if metrics else None)
+        runner = PartitionRunner(
+            fn=fn,
+            enrichment_schema=arrow,
+            config=cfg,
+            accumulator=metrics.accumulator if metrics else None,
+        )
         return df.mapInArrow(runner, result_schema)
     if METRICS_COLUMN in taken or df.isStreaming:
         msg = (
             f"MetricsObservation needs a batch DataFrame without a column {METRICS_COLUMN!r} "
             "(in a streaming query, call async_map inside foreachBatch)"
         )
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
     hidden = StructType([*result_schema.fields, StructField(METRICS_COLUMN, StringType(), True)])
     observed = arrow_schema(hidden, timezone="UTC", large_types=str(large).lower() == "true")
-    runner = PartitionRunner(fn, arrow, cfg, None, observed)
+    runner = PartitionRunner(
+        fn=fn, enrichment_schema=arrow, config=cfg, accumulator=None, observed=observed
+    )
     return metrics.observe(df.mapInArrow(runner, hidden))
 
 
@@ -184,11 +192,11 @@ def _as_struct(schema: StructType | str) -> StructType:
             parsed = _parse_ddl(schema)
         except Exception as exc:  # Spark raises several parse error types
             msg = f"output_schema {schema!r} is not a valid DDL schema: {exc}"
-            raise AsyncConfigError(msg) from exc
+            raise AsyncIOError(msg, code=TxnCode.CONFIG) from exc
         schema = parsed  # type: ignore[assignment]
     if not isinstance(schema, StructType) or not schema.fields:
         msg = f"output_schema must be a non-empty StructType or DDL string, got {schema!r}"
-        raise AsyncConfigError(msg)
+        raise AsyncIOError(msg, code=TxnCode.CONFIG)
     return schema
 
 

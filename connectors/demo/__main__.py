@@ -14,7 +14,7 @@ Steps:
    query reads the input topic with the kit's ``read_committed`` source (``kafka-rc``),
    ``records / epochs`` offsets per micro-batch; with ``--source files`` (the default on
    older PySpark) the input is first written as chunk files, one micro-batch each (see
-   ``connectors.demo.app.chunk_input``);
+   ``connectors.demo.app._chunks.chunk_input``);
 4. run the streaming query as a Spark application (local mode, or on the cluster that
    ``--master spark://host:port`` names) writing through ``KafkaSink``
    (``--sink kafka``, the default), ``PostgresSink`` (``--sink postgres``, with
@@ -46,7 +46,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from connectors.demo._broker import describe_security, start_broker
 from connectors.demo._faults import chaos_faults
 from connectors.demo._verify import verify_outputs
-from connectors.demo.app import (
+from connectors.demo.app import AppProcess, EpochLine, PipelineConfig
+from connectors.demo.app._chunks import chunk_input
+from connectors.demo.app._config import (
     POSTGRES_PROTOCOLS,
     POSTGRES_WRITE_MODES,
     SINK_BOTH,
@@ -55,13 +57,9 @@ from connectors.demo.app import (
     SOURCE_FILES,
     SOURCE_KAFKA,
     SOURCES,
-    AppProcess,
-    EpochLine,
-    PipelineConfig,
-    chunk_input,
-    create_table,
 )
-from connectors.kafka import MINIMUM_SPARK, ClientConfigError, SparkVersionError
+from connectors.demo.app._tables import create_table
+from connectors.kafka import MINIMUM_SPARK, KafkaCode, KafkaConnectorError
 from connectors.kafka._client import Cluster, admin_client, cluster_of
 from connectors.kafka._source import require_source_api, spark_has_source_api
 from connectors.ops._properties import PropertiesError, librdkafka_names, load_properties
@@ -167,7 +165,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     elif args.source == SOURCE_KAFKA:
         try:
             require_source_api()
-        except SparkVersionError as exc:
+        except KafkaConnectorError as exc:
             parser.error(f"--source kafka: {exc}; or use --source files")
     if args.command_config is not None and args.bootstrap_servers is None:
         parser.error("--command-config goes with --bootstrap-servers (its cluster's settings)")
@@ -181,7 +179,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             librdkafka_names(load_properties(args.command_config)) if args.command_config else {}
         )
         cluster_of(args.bootstrap_servers or "", args.client_config)  # refused: usage error
-    except (PropertiesError, ClientConfigError) as exc:
+    except (PropertiesError, KafkaConnectorError) as exc:
+        if isinstance(exc, KafkaConnectorError) and exc.code is not KafkaCode.CLIENT_CONFIG:
+            raise
         parser.error(str(exc))
     return args
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from connectors.demo.app import SINK_BOTH, PipelineConfig, member_ids, record_op
+from connectors.demo.app import PipelineConfig
+from connectors.demo.app._config import SINK_BOTH, member_ids
+from connectors.demo.app._tables import record_op
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
 from connectors.verify import (
     check_exactly_once,

@@ -13,12 +13,12 @@ Sink (``foreachBatch``; built on :mod:`connectors.stage`; docs/kafka-sink.md):
   in the Confluent wire format through a Schema Registry; :func:`decode_avro`,
   :func:`decode_json_schema` and :func:`decode_protobuf` read such a column back (the
   source's ``value``);
-* the error hierarchy rooted at :class:`KafkaSinkError` (a ``txn.TxnError``).
+* the error hierarchy rooted at :class:`KafkaConnectorError` (a ``txn.TxnError``).
 
 Source (format ``kafka-rc``; docs/kafka-source.md): :func:`register`, its options and
-errors rooted at :class:`KafkaSourceError`. The source needs PySpark 4.2 or later, the sink
+errors rooted at :class:`KafkaConnectorError`. The source needs PySpark 4.2 or later, the sink
 3.5 or later: on older PySpark this package imports, :func:`register` raises
-:class:`SparkVersionError` and :class:`KafkaRcDataSource` is imported on first use.
+:class:`KafkaCode.SPARK_VERSION` and :class:`KafkaRcDataSource` is imported on first use.
 
 Both ask one error classifier, :func:`classify` (retry / abort / fatal, ``txn.ErrorAction``).
 Fault injection for tests lives in :mod:`connectors.testing` (``FaultPlan``).
@@ -33,135 +33,38 @@ from connectors.kafka._client import (
     classify,
     kafka_options,
 )
-from connectors.kafka._errors import (
-    BrokerUnavailableError,
-    ClientConfigError,
-    KafkaAuthenticationError,
-    KafkaAuthorizationError,
-    KafkaConnectError,
-    KafkaEpochLogFencedError,
-    KafkaInputError,
-    KafkaInputSchemaError,
-    KafkaRecordError,
-    KafkaSinkConfigError,
-    KafkaSinkError,
-    KafkaWriteError,
-    MarkerError,
-    PreflightError,
-    ProducerFencedError,
-    RecordTooLargeError,
-    TopicMissingError,
-)
-from connectors.kafka._formats import (
-    RecordFormat,
-    RecordFormatError,
-    SchemaRegistryFormatError,
-    SchemaRegistryUnavailableError,
-    SchemaResolutionError,
-    decode_avro,
-    decode_json_schema,
-    decode_protobuf,
-)
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
+from connectors.kafka._formats import RecordFormat, decode_avro, decode_json_schema, decode_protobuf
 from connectors.kafka._resume import resume_offsets
-from connectors.kafka._sink._config import DEFAULT_PRODUCER_CONFIG, SinkConfig
+from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._epoch_log import KafkaEpochLog
-from connectors.kafka._sink._markers import decode_marker, encode_marker, read_markers
+from connectors.kafka._sink._markers import read_markers
 from connectors.kafka._sink._sink import KafkaSink
 from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES
-from connectors.kafka._source import (
-    EARLIEST,
-    LATEST,
-    MINIMUM_SPARK,
-    SOURCE_NAME,
-    DataLossError,
-    KafkaOffsets,
-    KafkaReadTimeoutError,
-    KafkaSourceError,
-    KafkaSourceFatalError,
-    KafkaUnavailableError,
-    OffsetRange,
-    OffsetSpecError,
-    SourceOptionError,
-    SourceOptions,
-    SparkVersionError,
-    register,
-)
-from connectors.stage import (
-    EpochMetrics,
-    InsufficientSlotsError,
-    QueryMismatchError,
-    SinkInUseError,
-    SinkStoppedError,
-    VoteChannelError,
-    VoteRejectedError,
-    VoteTimeoutError,
-)
-from txn import ErrorAction
+from connectors.kafka._source import EARLIEST, LATEST, MINIMUM_SPARK, SOURCE_NAME, register
 
 __all__ = [
     "DEFAULT_EPOCH_LOG_TOPIC",
     "DEFAULT_MARKER_TOPIC",
-    "DEFAULT_PRODUCER_CONFIG",
-    "PRODUCER_STRATEGIES",
     "EARLIEST",
     "LATEST",
     "MINIMUM_SPARK",
+    "PRODUCER_STRATEGIES",
     "SOURCE_NAME",
-    "BrokerUnavailableError",
-    "ClientConfigError",
-    "DataLossError",
-    "EpochMetrics",
-    "ErrorAction",
-    "InsufficientSlotsError",
-    "KafkaAuthenticationError",
-    "KafkaAuthorizationError",
-    "KafkaConnectError",
-    "KafkaEpochLog",
-    "KafkaEpochLogFencedError",
-    "KafkaInputError",
-    "KafkaInputSchemaError",
-    "KafkaOffsets",
-    "KafkaReadTimeoutError",
-    "KafkaRecordError",
-    "KafkaSink",
-    "KafkaSinkConfigError",
-    "KafkaSinkError",
-    "KafkaSourceError",
-    "KafkaSourceFatalError",
-    "KafkaUnavailableError",
-    "KafkaWriteError",
-    "MarkerError",
-    "OffsetRange",
-    "OffsetSpecError",
-    "PreflightError",
-    "ProducerFencedError",
-    "QueryMismatchError",
-    "RecordFormat",
-    "RecordFormatError",
-    "RecordTooLargeError",
-    "SchemaRegistryFormatError",
-    "SchemaRegistryUnavailableError",
-    "SchemaResolutionError",
-    "SinkConfig",
-    "SinkInUseError",
-    "SinkStoppedError",
-    "SourceOptionError",
-    "SourceOptions",
-    "SparkVersionError",
-    "TopicMissingError",
-    "VoteChannelError",
-    "VoteRejectedError",
-    "VoteTimeoutError",
     "classify",
     "decode_avro",
     "decode_json_schema",
     "decode_protobuf",
-    "decode_marker",
-    "encode_marker",
     "kafka_options",
     "read_markers",
-    "resume_offsets",
     "register",
+    "resume_offsets",
+    "KafkaCode",
+    "KafkaConnectorError",
+    "KafkaEpochLog",
+    "KafkaSink",
+    "RecordFormat",
+    "SinkConfig",
 ]
 
 if _source.spark_has_source_api():  # PySpark 4.2 or later (connectors.kafka._source)

@@ -1,169 +1,107 @@
-"""Exception hierarchy of the Kafka sink.
+"""The error of the Kafka connector: sink, source, formats and client layer alike.
 
-Every error names what went wrong and what to do about it, and its class says whether
-re-running the write stage can help (``retry_stage``, see :class:`txn.TxnError`). Errors
-of the protocol come from :mod:`txn` (e.g. ``txn.NonDeterministicReplayError``), errors of
-the generic Spark stage from :mod:`connectors.stage` (the vote channel, slots); the input
-errors here are both a ``connectors.stage`` input error and a :class:`KafkaSinkError`::
+One class, :class:`KafkaConnectorError` (a :class:`txn.TxnError`), with a code per case:
+a :class:`KafkaCode` for what is Kafka's own, and the core's or the stage's code for a case
+they define (a bad option ``txn.TxnCode.CONFIG``, a missing column
+``connectors.stage.StageCode.INPUT_SCHEMA``, the epoch log taken over
+``txn.TxnCode.EPOCH_LOG_LOCKED``). ``kafka_code`` is librdkafka's or the broker's error
+code when Kafka refused a call, ``action`` how the one classifier classified it;
+``address`` and ``setting`` name the bootstrap address tried and the option holding it
+(or the security settings), never a secret.
 
-    KafkaSinkError (txn.TxnError)
-    +-- KafkaSinkConfigError (txn.ConfigError)        a bad option, raised at construction
-    |   +-- ClientConfigError                    a bad client_config (sink, log, checker, eos)
-    +-- PreflightError                           the cluster is unusable at the first write
-    |   +-- BrokerUnavailableError               no broker answered
-    |       +-- KafkaConnectError                first contact failed (``_connect``; also a source error)
-    |           +-- KafkaAuthenticationError     authentication failed (also a KafkaWriteError)
-    |   +-- TopicMissingError                    the output topic is not in fresh metadata
-    +-- KafkaInputError (connectors.stage.InputError)  the DataFrame cannot be written
-    |   +-- KafkaInputSchemaError                a column missing or mistyped (driver)
-    |   +-- KafkaRecordError                     one record cannot be written (task)
-    |       +-- RecordTooLargeError              over the message size limit
-    +-- KafkaWriteError                          Kafka refused a call; ``action`` says why
-    |   +-- ProducerFencedError                  a newer instance of the transactional id
-    |   +-- KafkaAuthorizationError              an ACL refused the call (fatal; names the ACL)
-    |   +-- KafkaAuthenticationError             (also under KafkaConnectError above)
-    +-- MarkerError                              a marker group holds an offset the sink did not write
-    +-- KafkaEpochLogFencedError (txn.EpochLogLockedError)  another coordinator took the log over
+The Kafka cases::
+
+    CLIENT_CONFIG              a bad client_config (sink, log, checker, eos)
+    PREFLIGHT                  the cluster is unusable at the first write
+    BROKER_UNAVAILABLE         no broker answered
+    CONNECT                    first contact failed (sink, source, eos alike)
+    AUTHENTICATION             the cluster refused the credentials or the TLS handshake
+    AUTHORIZATION              an ACL refused the call (fatal; names the ACL)
+    TOPIC_MISSING              the output topic is not in fresh metadata
+    RECORD_TOO_LARGE           a record over the message size limit
+    WRITE                      Kafka refused a call; ``action`` says why
+    PRODUCER_FENCED            a newer instance of the transactional id
+    MARKER                     a marker group holds an offset the sink did not write
+    SCHEMA_REGISTRY_UNAVAILABLE  the registry did not answer on the driver
+    SCHEMA_RESOLUTION          the registry refused the schema, or a subject is not planned
+    RECORD_FORMAT              a row does not fit the writer schema (or a record its format)
+    SOURCE_OPTION              a source option is unknown, malformed or conflicting
+    OFFSET_SPEC                startingOffsets / endingOffsets name missing partitions
+    DATA_LOSS                  offsets the query needs are gone
+    READ_TIMEOUT               reading a planned range made no progress
+    UNAVAILABLE                a retriable error persisted through the bounded retries
+    SOURCE_FATAL               a non-retriable Kafka error; the client was discarded
+    SPARK_VERSION              the installed PySpark is older than the source needs
 """
 
 from __future__ import annotations
 
-from connectors.kafka._source._errors import KafkaUnavailableError
-from connectors.stage import InputError, InputSchemaError, RecordError
-from connectors.stage._errors import rebuild_error
-from txn import ConfigError, EpochLogLockedError, ErrorAction, TxnError
+from typing import ClassVar
+
+from txn import ErrorAction, ErrorCode, TxnCode, TxnError
 
 
-class KafkaSinkError(TxnError):
-    """Base class of every error raised by the Kafka sink."""
+class KafkaCode(ErrorCode):
+    """The cases of the Kafka connector (see the module docstring)."""
+
+    ERROR = ("kafka", True)
+    CLIENT_CONFIG = ("client-config", False)
+    PREFLIGHT = ("preflight", True)
+    BROKER_UNAVAILABLE = ("broker-unavailable", True)
+    CONNECT = ("connect", False)
+    AUTHENTICATION = ("authentication", False)
+    AUTHORIZATION = ("authorization", False)
+    TOPIC_MISSING = ("topic-missing", False)
+    RECORD_TOO_LARGE = ("record-too-large", False)
+    WRITE = ("write", True)
+    PRODUCER_FENCED = ("producer-fenced", True)
+    MARKER = ("marker", False)
+    SCHEMA_REGISTRY_UNAVAILABLE = ("schema-registry-unavailable", True)
+    SCHEMA_RESOLUTION = ("schema-resolution", False)
+    RECORD_FORMAT = ("record-format", False)
+    SOURCE_OPTION = ("source-option", False)
+    OFFSET_SPEC = ("offset-spec", False)
+    DATA_LOSS = ("data-loss", False)
+    READ_TIMEOUT = ("read-timeout", False)
+    UNAVAILABLE = ("unavailable", False)
+    SOURCE_FATAL = ("source-fatal", False)
+    SPARK_VERSION = ("spark-version", False)
 
 
-class KafkaSinkConfigError(KafkaSinkError, ConfigError):
-    """A sink option is invalid (raised at construction, before any network I/O)."""
+# The cases of a call Kafka refused (``kafka_code`` and ``action`` set by the classifier).
+WRITE_CODES = frozenset(
+    {KafkaCode.WRITE, KafkaCode.PRODUCER_FENCED, KafkaCode.AUTHORIZATION, KafkaCode.AUTHENTICATION}
+)
 
 
-class ClientConfigError(KafkaSinkConfigError):
-    """``client_config`` (what every Kafka client of the kit shares) is invalid.
+class KafkaConnectorError(TxnError):
+    """The error of :mod:`connectors.kafka`; see the module docstring for the fields."""
 
-    Raised before any network I/O by the sink, ``KafkaEpochLog``, ``read_markers``, the
-    checker and ``eos``; the message names the setting and what to use instead.
-    """
-
-
-class PreflightError(KafkaSinkError):
-    """The first write found the cluster unusable (topic missing, bad limits)."""
-
-
-class BrokerUnavailableError(PreflightError):
-    """No broker answered within the bounded wait: check the address and the broker."""
-
-
-class TopicMissingError(PreflightError):
-    """The output topic stayed absent from fresh metadata for the bounded wait."""
-
-    retry_stage = False
-
-
-class KafkaInputError(KafkaSinkError, InputError):
-    """The DataFrame handed to the sink cannot be written; the message names the column."""
-
-
-class KafkaInputSchemaError(KafkaInputError, InputSchemaError):
-    """A column is missing or has a type the sink cannot write (detected on the driver)."""
-
-
-class KafkaRecordError(KafkaInputError, RecordError):
-    """One record cannot be written (null where a value is required, unknown op, ...)."""
-
-
-class RecordTooLargeError(KafkaRecordError):
-    """A record exceeds the producer's or the broker's message size limit."""
-
-
-class KafkaWriteError(KafkaSinkError):
-    """Kafka refused a call; ``action`` is how the one classifier classified it."""
-
-    def __init__(self, message: str, *, action: ErrorAction, code: int | None = None) -> None:
-        super().__init__(message)
-        self.action = ErrorAction(action)
-        self.code = code
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (rebuild_error, (type(self), str(self), {"action": self.action, "code": self.code}))
-
-
-class ProducerFencedError(KafkaWriteError):
-    """A newer instance of the same transactional id exists; this producer must stop."""
-
-
-class MarkerError(KafkaSinkError):
-    """A marker group holds an offset this sink did not write (another application uses it)."""
-
-    retry_stage = False
-
-
-class KafkaEpochLogFencedError(KafkaSinkError, EpochLogLockedError):
-    """Another coordinator took over the sink's Kafka epoch log (a second driver runs)."""
-
-
-class KafkaAuthorizationError(KafkaWriteError):
-    """An ACL refused a call (topic, group, transactional id, cluster): grant what it names.
-
-    ``action`` is FATAL: retrying cannot help until the ACL exists; the query stops.
-    """
-
-    retry_stage = False
-
-    def __init__(self, message: str, *, code: int | None = None) -> None:
-        super().__init__(message, action=ErrorAction.FATAL, code=code)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (rebuild_error, (type(self), str(self), {"code": self.code}))
-
-
-class KafkaConnectError(BrokerUnavailableError, KafkaUnavailableError):
-    """The first contact with the cluster failed: wrong address, refused, or no answer.
-
-    Raised by the sink's preflight and by the source alike (it is both a
-    :class:`BrokerUnavailableError` and the source's ``KafkaUnavailableError``);
-    ``address`` is the bootstrap address tried and ``setting`` the option that holds it.
-    """
-
-    retry_stage = False
-
-    def __init__(self, message: str, *, address: str = "", setting: str = "") -> None:
-        super().__init__(message)
-        self.address = address
-        self.setting = setting
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            rebuild_error,
-            (type(self), str(self), {"address": self.address, "setting": self.setting}),
-        )
-
-
-class KafkaAuthenticationError(KafkaConnectError, KafkaWriteError):
-    """Authentication failed (SASL or TLS): fix the security settings the message names.
-
-    Raised at the first contact (the sink's preflight, the source, ``eos``) and by the one
-    classifier for a call that failed so (``action`` FATAL): retrying with the same
-    settings cannot help, so the query stops instead of retrying. ``setting`` names the
-    option holding the security settings (``client_config``, the source's ``kafka.*``
-    options, ``--command-config``); ``code`` is librdkafka's error code.
-    """
-
-    retry_stage = False
+    default_code: ClassVar[ErrorCode] = KafkaCode.ERROR
 
     def __init__(
-        self, message: str, *, address: str = "", setting: str = "", code: int | None = None
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        action: ErrorAction | None = None,
+        column: str | None = None,
+        partition: int | None = None,
+        kafka_code: int | None = None,
+        address: str = "",
+        setting: str = "",
     ) -> None:
-        Exception.__init__(self, message)
+        super().__init__(message, code=code, action=action, column=column, partition=partition)
+        self.kafka_code = kafka_code
         self.address = address
         self.setting = setting
-        self.action = ErrorAction.FATAL
-        self.code = code
 
-    def __reduce__(self) -> tuple[object, ...]:
-        fields = {"address": self.address, "setting": self.setting, "code": self.code}
-        return (rebuild_error, (type(self), str(self), fields))
+
+def config_error(message: str) -> KafkaConnectorError:
+    """Return the error of an invalid option (``TxnCode.CONFIG``), raised at construction."""
+    return KafkaConnectorError(message, code=TxnCode.CONFIG)
+
+
+def client_config_error(message: str) -> KafkaConnectorError:
+    """Return the error of an invalid ``client_config`` (``KafkaCode.CLIENT_CONFIG``)."""
+    return KafkaConnectorError(message, code=KafkaCode.CLIENT_CONFIG)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 
 from connectors.kafka._client import ClientConfig, admin_client, cluster_of, existing_topics
-from connectors.stage import ResumePoint, TransactionalSink, starting_offsets
+from connectors.stage import TransactionalSink
+from connectors.stage._resume import ResumePoint, starting_offsets
 
 
 def resume_offsets(
@@ -28,9 +29,9 @@ def resume_offsets(
     client settings (security).
 
     Raises:
-        txn.EpochUnresolvedError: the last epoch is in doubt and partly committed.
-        NotKafkaInputError: the committed input was not only Kafka.
-        ResumeInputMismatchError: a topic or partition of the output's input is gone.
+        txn.TxnCode.EPOCH_UNRESOLVED: the last epoch is in doubt and partly committed.
+        StageCode.NOT_KAFKA_INPUT: the committed input was not only Kafka.
+        StageCode.RESUME_INPUT_MISMATCH: a topic or partition of the output's input is gone.
 
     """
     point = sink.settle_for_resume()

@@ -17,16 +17,10 @@ Exactly-once append only: upserts and changelogs are not offered (docs/delta-sin
 is not offered").
 """
 
-from connectors.lakehouse._config import (
-    MAX_ROWS_PER_FILE,
-    DeltaSinkConfig,
-    IcebergSinkConfig,
-    TableSinkOptions,
-)
-from connectors.lakehouse._errors import CODES, LakehouseError
+from connectors.lakehouse._config import DeltaSinkConfig, IcebergSinkConfig, TableSinkOptions
+from connectors.lakehouse._errors import LakehouseCode, LakehouseError
 from connectors.lakehouse._sink import DeltaSink, IcebergSink, TableConnector
-from connectors.lakehouse._staging import STAGING_DIR, StagedFile, VoteRecord
-from connectors.lakehouse._table import EpochCommit, TableFormat, TablePartition, TableResource
+from connectors.lakehouse._table import TableFormat
 
 
 def delta_table(uri: str, storage_options: dict[str, str] | None = None) -> TableFormat:
@@ -34,7 +28,9 @@ def delta_table(uri: str, storage_options: dict[str, str] | None = None) -> Tabl
     from connectors.lakehouse._config import is_local, local_path
     from connectors.lakehouse._delta import DeltaFormat
 
-    return DeltaFormat(local_path(uri) if is_local(uri) else uri, storage_options or {})
+    return DeltaFormat(
+        uri=local_path(uri) if is_local(uri) else uri, storage_options=storage_options or {}
+    )
 
 
 def iceberg_table(
@@ -43,26 +39,20 @@ def iceberg_table(
     """Return the Iceberg table ``table`` as the sinks see it (reading it needs ``[iceberg]``)."""
     from connectors.lakehouse._iceberg import IcebergFormat
 
-    return IcebergFormat(catalog, table, catalog_properties or {})
+    return IcebergFormat(
+        catalog_name=catalog, identifier=table, catalog_properties=catalog_properties or {}
+    )
 
 
 __all__ = [
-    "CODES",
-    "MAX_ROWS_PER_FILE",
-    "STAGING_DIR",
+    "LakehouseCode",
     "DeltaSink",
     "DeltaSinkConfig",
-    "EpochCommit",
     "IcebergSink",
     "IcebergSinkConfig",
     "LakehouseError",
-    "StagedFile",
     "TableConnector",
-    "TableFormat",
-    "TablePartition",
-    "TableResource",
     "TableSinkOptions",
-    "VoteRecord",
     "delta_table",
     "iceberg_table",
 ]

@@ -17,7 +17,7 @@ from connectors.lakehouse._config import WRITTEN_OPS
 from connectors.lakehouse._errors import WRITE_FAILED, LakehouseError
 from connectors.lakehouse._staging import StagedFile
 from connectors.lakehouse._table import Announce, FileWriter
-from connectors.stage import RecordError
+from connectors.stage import StageCode, StageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,7 +31,7 @@ def last_changes(rows: pa.Table, keys: tuple[str, ...], op_column: str | None) -
     """Return the last row of each key of ``rows`` (in their order), checked.
 
     Raises:
-        RecordError: a key column holds a null, or an op is not a written one.
+        StageCode.RECORD: a key column holds a null, or an op is not a written one.
 
     """
     import pyarrow as pa
@@ -40,12 +40,12 @@ def last_changes(rows: pa.Table, keys: tuple[str, ...], op_column: str | None) -
     for key in keys:
         if rows[key].null_count:
             msg = f"key column {key!r} holds a null; an upsert finds rows by their key"
-            raise RecordError(msg, column=key)
+            raise StageError(msg, column=key, code=StageCode.RECORD)
     if op_column is not None:
         known = pc.is_in(rows[op_column], value_set=pa.array(WRITTEN_OPS))
         if not pc.all(pc.fill_null(known, False)).as_py():
             msg = f"op column {op_column!r} holds a value other than {list(WRITTEN_OPS)}"
-            raise RecordError(msg, column=op_column)
+            raise StageError(msg, column=op_column, code=StageCode.RECORD)
     numbered = rows.append_column(_POSITION, pa.array(range(rows.num_rows), pa.int64()))
     last = numbered.group_by(list(keys)).aggregate([(_POSITION, "max")])
     positions = last[f"{_POSITION}_max"]
@@ -92,4 +92,8 @@ class ChangeWriter(FileWriter):
         except OSError as exc:
             msg = f"staging the changes {self._name}: {exc}"
             raise LakehouseError(msg, code=WRITE_FAILED) from exc
-        return (StagedFile(self._name, int(size or 0), changes.num_rows, {SCRATCH: True}),)
+        return (
+            StagedFile(
+                path=self._name, size=int(size or 0), rows=changes.num_rows, detail={SCRATCH: True}
+            ),
+        )

@@ -2,7 +2,7 @@
 
 :class:`TableSinkOptions` holds what both sinks share (the stage options come from
 :class:`connectors.stage.StageOptions`); :class:`DeltaSinkConfig` and
-:class:`IcebergSinkConfig` add where the table is. Every failure is a :class:`txn.ConfigError`
+:class:`IcebergSinkConfig` add where the table is. Every failure is a :class:`txn.TxnCode.CONFIG`
 naming the option.
 """
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from connectors.stage import StageOptions, build_config
-from txn import CommitMode, ConfigError, Guarantee
+from connectors.stage import StageOptions
+from connectors.stage._options import build_config
+from txn import CommitMode, Guarantee, TxnCode, TxnError
 
 # Version of the write scheme (staging layout, vote records, commit metadata); part of the
 # fingerprint, so an epoch in doubt is never finished by another scheme.
@@ -44,11 +45,11 @@ def _names(name: str, value: object) -> tuple[str, ...]:
         isinstance(c, str) and _COLUMN.match(c) for c in value
     ):
         msg = f"{name} must be a list of column names, e.g. ['day'], got {value!r}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
     names = tuple(value)
     if len(set(names)) != len(names):
         msg = f"{name} names a column twice: {list(names)}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
     return names
 
 
@@ -59,7 +60,7 @@ def _settings(name: str, value: object) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         msg = f"{name} must be a mapping of strings to strings (never shown in errors or logs)"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
     return dict(value)
 
 
@@ -112,23 +113,23 @@ class TableSinkOptions(StageOptions):
                 "one table commit per epoch that any writer makes carries the epoch, so a weaker "
                 "guarantee would save nothing); drop the option"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if not isinstance(self.sink_id, str) or not _SINK_ID.match(self.sink_id):
             msg = f"sink_id must be 1-64 characters from A-Z a-z 0-9 . _ -, got {self.sink_id!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "partition_by", _names("partition_by", self.partition_by))
         object.__setattr__(self, "create_table", bool(self.create_table))
         object.__setattr__(self, "evolve_schema", bool(self.evolve_schema))
         if self.epoch_log is not None:
             if not isinstance(self.epoch_log, (str, os.PathLike)) or not str(self.epoch_log):
                 msg = f"epoch_log must be a file path, got {self.epoch_log!r}"
-                raise ConfigError(msg)
+                raise TxnError(msg, code=TxnCode.CONFIG)
             object.__setattr__(self, "epoch_log", os.path.abspath(self.epoch_log))
 
     def _check_write_mode(self) -> None:
         if self.write_mode not in WRITE_MODES:
             msg = f"write_mode must be one of {list(WRITE_MODES)}, got {self.write_mode!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         keys = _names("key_columns", self.key_columns)
         object.__setattr__(self, "key_columns", keys)
         if self.keyed != bool(keys):
@@ -137,11 +138,11 @@ class TableSinkOptions(StageOptions):
                 if self.keyed
                 else "key_columns only apply to write_mode='upsert' or 'changelog'"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         for name in (*keys, self.op_column):
             if not isinstance(name, str) or not _IDENTIFIER.match(name):
                 msg = f"key and op columns must be plain identifiers ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
-                raise ConfigError(msg)
+                raise TxnError(msg, code=TxnCode.CONFIG)
 
     @property
     def keyed(self) -> bool:
@@ -175,8 +176,8 @@ class DeltaSinkConfig(TableSinkOptions):
 
     @classmethod
     def build(cls, **options: Any) -> DeltaSinkConfig:
-        """Validate raw options; every failure is a :class:`txn.ConfigError` naming the option."""
-        return build_config(cls, options, ConfigError, "DeltaSink")
+        """Validate raw options; every failure is a :class:`txn.TxnCode.CONFIG` naming the option."""
+        return build_config(cls, options, TxnError, "DeltaSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -185,7 +186,7 @@ class DeltaSinkConfig(TableSinkOptions):
             uri = os.fspath(uri)
         if not isinstance(uri, str) or not uri.strip():
             msg = f"table_uri must be a path or URI of the Delta table, got {uri!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "table_uri", local_path(uri) if is_local(uri) else uri)
         object.__setattr__(
             self, "storage_options", _settings("storage_options", self.storage_options)
@@ -195,7 +196,7 @@ class DeltaSinkConfig(TableSinkOptions):
                 f"the table {self.table_uri!r} is not on the local file system: pass epoch_log= "
                 "(a file path on storage that survives the driver) for the coordinator's log"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
 
     @property
     def epoch_log_path(self) -> str:
@@ -226,17 +227,17 @@ class IcebergSinkConfig(TableSinkOptions):
 
     @classmethod
     def build(cls, **options: Any) -> IcebergSinkConfig:
-        """Validate raw options; every failure is a :class:`txn.ConfigError` naming the option."""
-        return build_config(cls, options, ConfigError, "IcebergSink")
+        """Validate raw options; every failure is a :class:`txn.TxnCode.CONFIG` naming the option."""
+        return build_config(cls, options, TxnError, "IcebergSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.table, str) or "." not in self.table.strip(". "):
             msg = f"table must be a table identifier 'namespace.table', got {self.table!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if not isinstance(self.catalog, str) or not self.catalog:
             msg = f"catalog must be a catalog name, got {self.catalog!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         object.__setattr__(
             self, "catalog_properties", _settings("catalog_properties", self.catalog_properties)
         )
@@ -246,7 +247,7 @@ class IcebergSinkConfig(TableSinkOptions):
                 "merge that reads staged files and commits one snapshot with the epoch; see "
                 "docs/iceberg-sink.md); use write_mode='append', or DeltaSink for upserts"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
 
     def fingerprint(self) -> str:
         """Digest of what decides where rows land and what they do to the table."""

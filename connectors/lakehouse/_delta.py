@@ -18,7 +18,13 @@ from connectors._extras import require
 from connectors.lakehouse._changes import ChangeWriter
 from connectors.lakehouse._config import DeltaSinkConfig, is_local
 from connectors.lakehouse._delta_files import DeltaWriter
-from connectors.lakehouse._errors import COMMIT_FAILED, READ_FAILED, WRITE_FAILED, LakehouseError
+from connectors.lakehouse._errors import (
+    COMMIT_FAILED,
+    READ_FAILED,
+    WRITE_FAILED,
+    LakehouseCode,
+    LakehouseError,
+)
 from connectors.lakehouse._schema import TableLayout
 from connectors.lakehouse._staging import STAGING_DIR, Staging, VoteRecord
 from connectors.lakehouse._table import Announce, EpochCommit, FileWriter, TableDriver, TableFormat
@@ -39,7 +45,7 @@ def deltalake() -> Any:
     return require("deltalake", extra="delta", needed_for="DeltaSink")
 
 
-def _error(code: str, what: str, exc: BaseException) -> LakehouseError:
+def _error(code: LakehouseCode, what: str, exc: BaseException) -> LakehouseError:
     return LakehouseError(f"Delta table: {what}: {exc}", code=code)
 
 
@@ -67,7 +73,7 @@ def _merge_into(
     merger.execute()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeltaFormat(TableFormat):
     """A Delta table: where it is and how its data files are laid out (picklable).
 
@@ -129,7 +135,9 @@ class DeltaFormat(TableFormat):
         version = table.transaction_version(app)
         if version is None:
             return None
-        return self._commit_of(table, app, version) or EpochCommit(app, version, 0, {})
+        return self._commit_of(table, app, version) or EpochCommit(
+            app=app, epoch=version, attempt=0, summaries={}
+        )
 
     @staticmethod
     def _commit_of(table: DeltaTable, app: str, epoch: int) -> EpochCommit | None:
@@ -299,7 +307,7 @@ class DeltaDriver(TableDriver):
     def __init__(self, cfg: DeltaSinkConfig) -> None:
         self.cfg = cfg
         self.name = f"Delta table {cfg.table_uri}"
-        self._fmt = DeltaFormat(cfg.table_uri, cfg.storage_options)
+        self._fmt = DeltaFormat(uri=cfg.table_uri, storage_options=cfg.storage_options)
 
     def describe(self) -> tuple[pa.Schema, tuple[str, ...]] | None:
         return describe(self._fmt)
@@ -314,14 +322,18 @@ class DeltaDriver(TableDriver):
         self, layout: TableLayout | None, partition_by: tuple[str, ...]
     ) -> TableFormat:
         if layout is None:
-            return DeltaFormat(self.cfg.table_uri, self.cfg.storage_options, partition_by)
+            return DeltaFormat(
+                uri=self.cfg.table_uri,
+                storage_options=self.cfg.storage_options,
+                partition_by=partition_by,
+            )
         return DeltaFormat(
-            self.cfg.table_uri,
-            self.cfg.storage_options,
-            partition_by,
-            layout.schema,
-            layout.keys,
-            layout.op_column,
+            uri=self.cfg.table_uri,
+            storage_options=self.cfg.storage_options,
+            partition_by=partition_by,
+            schema=layout.schema,
+            keys=layout.keys,
+            op_column=layout.op_column,
         )
 
     def default_epoch_log(self) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from connectors.lakehouse._config import MAX_ROWS_PER_FILE
-from connectors.lakehouse._errors import WRITE_FAILED, LakehouseError
+from connectors.lakehouse._errors import WRITE_FAILED, LakehouseCode, LakehouseError
 from connectors.lakehouse._staging import StagedFile
 from connectors.lakehouse._table import Announce, FileWriter
 
@@ -152,7 +152,11 @@ class DeltaWriter(FileWriter):
         except OSError as exc:
             raise _error(WRITE_FAILED, f"creating {rel}", exc) from exc
         parts = dict(zip(self._partition_by, values, strict=True))
-        self._open[values] = (writer, StagedFile(rel, detail={"partition": parts}), _FileStats())
+        self._open[values] = (
+            writer,
+            StagedFile(path=rel, detail={"partition": parts}),
+            _FileStats(),
+        )
         return self._open[values]
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -198,7 +202,9 @@ class DeltaWriter(FileWriter):
         except OSError as exc:
             raise _error(WRITE_FAILED, f"closing {staged.path}", exc) from exc
         detail = {**staged.detail, "stats": stats.to_json()}
-        self._done.append(StagedFile(staged.path, int(size or 0), stats.rows, detail))
+        self._done.append(
+            StagedFile(path=staged.path, size=int(size or 0), rows=stats.rows, detail=detail)
+        )
 
     def close(self) -> tuple[StagedFile, ...]:
         """Close every open file; return them all."""
@@ -216,5 +222,5 @@ class DeltaWriter(FileWriter):
         self._open.clear()
 
 
-def _error(code: str, what: str, exc: BaseException) -> LakehouseError:
+def _error(code: LakehouseCode, what: str, exc: BaseException) -> LakehouseError:
     return LakehouseError(f"Delta table: {what}: {exc}", code=code)

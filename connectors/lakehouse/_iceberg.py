@@ -25,12 +25,18 @@ from typing import TYPE_CHECKING, Any
 
 from connectors._extras import require
 from connectors.lakehouse._config import IcebergSinkConfig, is_local, local_path
-from connectors.lakehouse._errors import COMMIT_FAILED, READ_FAILED, WRITE_FAILED, LakehouseError
+from connectors.lakehouse._errors import (
+    COMMIT_FAILED,
+    READ_FAILED,
+    WRITE_FAILED,
+    LakehouseCode,
+    LakehouseError,
+)
 from connectors.lakehouse._schema import TableLayout
 from connectors.lakehouse._staging import StagedFile, Staging, VoteRecord
 from connectors.lakehouse._table import Announce, EpochCommit, FileWriter, TableDriver, TableFormat
 from connectors.stage._retry import RetryBound, retry
-from txn import ConfigError
+from txn import TxnCode, TxnError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,7 +58,7 @@ def pyiceberg() -> Any:
     return module
 
 
-def _error(code: str, what: str, exc: BaseException) -> LakehouseError:
+def _error(code: LakehouseCode, what: str, exc: BaseException) -> LakehouseError:
     return LakehouseError(f"Iceberg table: {what}: {exc}", code=code)
 
 
@@ -72,7 +78,7 @@ def _load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
         raise _error(READ_FAILED, f"loading catalog {name!r}", exc) from exc
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IcebergFormat(TableFormat):
     """An Iceberg table: its catalog and identifier (picklable; each process loads it)."""
 
@@ -134,7 +140,11 @@ class IcebergFormat(TableFormat):
             parent = snapshot.parent_snapshot_id
             snapshot = None if parent is None else table.snapshot_by_id(parent)
         recorded = table.properties.get(EPOCH_PROPERTY + app)
-        return None if recorded is None else EpochCommit(app, int(recorded), 0, {})
+        return (
+            None
+            if recorded is None
+            else EpochCommit(app=app, epoch=int(recorded), attempt=0, summaries={})
+        )
 
     def writer(self, staging: Staging, record: VoteRecord, announce: Announce) -> IcebergWriter:
         """Return a task's writer: pyiceberg's data files, then their manifest in the staging area."""
@@ -282,7 +292,7 @@ class IcebergWriter(FileWriter):
         if data_file.file_path != path:  # pragma: no cover - the same provider names it
             self._announce(data_file.file_path)
         staged = StagedFile(
-            data_file.file_path, data_file.file_size_in_bytes, data_file.record_count
+            path=data_file.file_path, size=data_file.file_size_in_bytes, rows=data_file.record_count
         )
         return staged, data_file
 
@@ -304,7 +314,9 @@ class IcebergWriter(FileWriter):
                 )
                 writer.add_entry(entry)
         size = len(self._table.io.new_input(path))
-        return StagedFile(path, size, 0, {_MANIFEST: True, "spec_id": meta.default_spec_id})
+        return StagedFile(
+            path=path, size=size, rows=0, detail={_MANIFEST: True, "spec_id": meta.default_spec_id}
+        )
 
 
 # -- the driver's side: the table's definition, creating and evolving it -----------------------
@@ -314,7 +326,11 @@ class IcebergDriver(TableDriver):
     def __init__(self, cfg: IcebergSinkConfig) -> None:
         self.cfg = cfg
         self.name = f"Iceberg table {cfg.table}"
-        self.fmt = IcebergFormat(cfg.catalog, cfg.table, cfg.catalog_properties)
+        self.fmt = IcebergFormat(
+            catalog_name=cfg.catalog,
+            identifier=cfg.table,
+            catalog_properties=cfg.catalog_properties,
+        )
 
     def _find(self) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -380,5 +396,5 @@ class IcebergDriver(TableDriver):
                 f"{self.name} is not on the local file system (or does not exist yet): pass "
                 "epoch_log= (a file path on storage that survives the driver)"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         return f"{local_path(location).rstrip('/')}/_eos/{self.cfg.sink_id}.epochlog"

@@ -4,7 +4,7 @@ Rules (the same for Delta Lake and Iceberg):
 
 1. every column of the input is written: the table must have it with the same type (after
    :func:`normalized`: Spark's large strings are strings, every zoned timestamp is a UTC
-   microsecond timestamp), else an :class:`connectors.stage.InputSchemaError` names the
+   microsecond timestamp), else an :class:`connectors.stage.StageCode.INPUT_SCHEMA` names the
    column and the exact change that fixes it;
 2. a column the table lacks is added with ``evolve_schema=True`` (nullable: the table's
    earlier rows hold null), else refused; a column is never dropped or retyped;
@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from connectors.stage import InputSchemaError
+from connectors.stage import StageCode, StageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TableLayout:
     """What the check decided: the written columns (as the files hold them), the added ones."""
 
@@ -89,10 +89,10 @@ def check_layout(
 
     if not arrow.names:
         msg = f"the DataFrame has no columns; {what} needs at least one"
-        raise InputSchemaError(msg)
+        raise StageError(msg, code=StageCode.INPUT_SCHEMA)
     if table is None and not create_table:
         msg = f"{what} does not exist: create it, or pass create_table=True to create it from the stream"
-        raise InputSchemaError(msg)
+        raise StageError(msg, code=StageCode.INPUT_SCHEMA)
     known = {} if table is None else {f.name: f for f in table}
     fields, added = [], []
     if op_column is not None:
@@ -104,7 +104,7 @@ def check_layout(
             msg = (
                 f"the changelog's op column {op_column!r} must be a string column of the DataFrame"
             )
-            raise InputSchemaError(msg, column=op_column)
+            raise StageError(msg, column=op_column, code=StageCode.INPUT_SCHEMA)
     for col in arrow:
         if col.name == op_column:
             continue  # rule 6
@@ -117,14 +117,14 @@ def check_layout(
                 f"column {col.name!r} is {have.type} in {what} and {col.type} in the DataFrame; "
                 f"cast it in the query (to {have.type}): the sink never retypes a column"
             )
-            raise InputSchemaError(msg, column=col.name)
+            raise StageError(msg, column=col.name, code=StageCode.INPUT_SCHEMA)
         if have is None and table is not None:
             if not evolve_schema:
                 msg = (
                     f"column {col.name!r} ({col.type}) is not in {what}; drop it from the "
                     "DataFrame, add it to the table, or pass evolve_schema=True to add it"
                 )
-                raise InputSchemaError(msg, column=col.name)
+                raise StageError(msg, column=col.name, code=StageCode.INPUT_SCHEMA)
             added.append(col.name)
         fields.append(pa.field(col.name, want, nullable=True))
     for name, have in known.items():  # rule 3
@@ -133,23 +133,27 @@ def check_layout(
                 f"column {name!r} of {what} is NOT NULL and the DataFrame does not have it; add "
                 "it to the query (the sink never drops a column)"
             )
-            raise InputSchemaError(msg, column=name)
+            raise StageError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     schema = pa.schema(fields)
     for name in partition_by:
         index = schema.get_field_index(name)
         if index < 0:
             msg = f"partition column {name!r} is not in the DataFrame"
-            raise InputSchemaError(msg, column=name)
+            raise StageError(msg, column=name, code=StageCode.INPUT_SCHEMA)
         if not _partition_type(schema.field(index).type):
             msg = (
                 f"partition column {name!r} is {schema.field(index).type}; partition by an "
                 "integer, string, date or boolean column"
             )
-            raise InputSchemaError(msg, column=name)
+            raise StageError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     for name in keys:  # rule 6
         if schema.get_field_index(name) < 0:
             msg = f"key column {name!r} is not in the DataFrame"
-            raise InputSchemaError(msg, column=name)
+            raise StageError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     return TableLayout(
-        schema, tuple(added), create=table is None, keys=tuple(keys), op_column=op_column
+        schema=schema,
+        added=tuple(added),
+        create=table is None,
+        keys=tuple(keys),
+        op_column=op_column,
     )

@@ -20,7 +20,7 @@ from connectors.lakehouse._config import (
 from connectors.lakehouse._schema import TableLayout, check_layout
 from connectors.lakehouse._table import TableDriver, TableResource
 from connectors.stage import InputSpec, SinkConnector, TransactionalSink
-from txn import ConfigError, EpochLog, FileEpochLog
+from txn import EpochLog, FileEpochLog, TxnCode, TxnError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,7 +100,7 @@ class TableConnector(SinkConnector):
         layout: TableLayout | None = spec.layout if isinstance(spec.layout, TableLayout) else None
         found = self.driver.describe()
         fmt = self.driver.table_format(layout, self._partition_by(found))
-        return TableResource(fmt, self.cfg.sink_id, self.cfg.fingerprint())
+        return TableResource(fmt=fmt, app=self.cfg.sink_id, digest=self.cfg.fingerprint())
 
     def open_epoch_log(self) -> EpochLog:
         """Return the coordinator's log file (``epoch_log``, or beside the table)."""
@@ -136,7 +136,7 @@ class DeltaSink(TransactionalSink):
         cfg = self.connector.options
         if not isinstance(cfg, DeltaSinkConfig):  # pragma: no cover - set in __init__
             msg = "a DeltaSink always holds a DeltaSinkConfig"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         return cfg
 
 
@@ -167,5 +167,5 @@ class IcebergSink(TransactionalSink):
         cfg = self.connector.options
         if not isinstance(cfg, IcebergSinkConfig):  # pragma: no cover - set in __init__
             msg = "an IcebergSink always holds an IcebergSinkConfig"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         return cfg

@@ -36,7 +36,7 @@ _INTENT = "commit.json"
 _TMP = ".tmp-"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StagedFile:
     """One data file a write task wrote: where, how big, and what the table's log needs.
 

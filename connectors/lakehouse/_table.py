@@ -12,7 +12,7 @@ txn core's coordinator-completable one (docs/architecture.md, section 2):
   app transaction ``(sink_id, epoch)``; Iceberg: the snapshot summary), the others find the
   epoch in the table and return: the table holds an epoch entirely or not at all;
 * an epoch the table holds is never committed again (:func:`table_holds`); an epoch whose
-  prepared files are gone is redone (:class:`txn.PreparedWorkLostError`); files of aborted or
+  prepared files are gone is redone (:class:`txn.TxnCode.PREPARED_WORK_LOST`); files of aborted or
   superseded attempts are deleted, never named by the table's log.
 """
 
@@ -28,16 +28,9 @@ from typing import TYPE_CHECKING
 
 from connectors.lakehouse._schema import TableLayout
 from connectors.lakehouse._staging import StagedFile, Staging, VoteRecord, choose
-from connectors.stage import HASH_COLUMN, ArrowPartition
-from txn import (
-    EpochPlan,
-    Marker,
-    Participant,
-    ParticipantError,
-    PreparedWorkLostError,
-    Resource,
-    RowSummary,
-)
+from connectors.stage import ArrowPartition
+from connectors.stage._rows import HASH_COLUMN
+from txn import EpochPlan, Marker, Participant, Resource, RowSummary, TxnCode, TxnError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,7 +47,7 @@ INPUT_KEY = "eos.input"  # the epoch's input end offsets, startingOffsets JSON (
 Announce = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochCommit:
     """What the table's log records for one epoch of one sink (its commit metadata).
 
@@ -168,7 +161,7 @@ def table_holds(last: EpochCommit | None, epoch: int) -> bool:
     return last is not None and last.epoch >= epoch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TableResource(Resource[ArrowPartition]):
     """The driver's description of a table sink, pickled to every write task.
 
@@ -206,7 +199,7 @@ class TableResource(Resource[ArrowPartition]):
         """Deliver the commit decision: the first delivery of an epoch commits all of it.
 
         Raises:
-            PreparedWorkLostError: a partition's vote record or files are missing; the table
+            TxnCode.PREPARED_WORK_LOST: a partition's vote record or files are missing; the table
                 commits an epoch whole, so nothing is committed and the epoch is redone.
 
         """
@@ -224,10 +217,16 @@ class TableResource(Resource[ArrowPartition]):
                 "VACUUM / orphan-file removal with a short retention); the table commits an "
                 "epoch whole, so none of it was committed and the replay writes it again"
             )
-            raise PreparedWorkLostError(msg, partition=partition)
+            raise TxnError(msg, partition=partition, code=TxnCode.PREPARED_WORK_LOST)
         summaries = {p: (r.rows, r.checksum) for p, r in chosen.items()}
         ends = None if plan.input is None else plan.input.end_map()
-        commit = EpochCommit(self.app, plan.epoch, plan.attempt, summaries, ends)
+        commit = EpochCommit(
+            app=self.app,
+            epoch=plan.epoch,
+            attempt=plan.attempt,
+            summaries=summaries,
+            input_end=ends,
+        )
         tokens = frozenset(r.token for r in chosen.values())
         staging.put_intent(plan.epoch, plan.attempt, sorted(tokens))
         self.fmt.commit(commit, [chosen[p] for p in sorted(chosen)])
@@ -308,7 +307,7 @@ class TablePartition(Participant[ArrowPartition]):
         self._begun = True
 
     def _announce(self, path: str) -> None:
-        files = (*self._record.files, StagedFile(path))
+        files = (*self._record.files, StagedFile(path=path))
         self._record = dataclasses.replace(self._record, files=files)
         self._staging.put(self._record)
 
@@ -331,7 +330,7 @@ class TablePartition(Participant[ArrowPartition]):
     def commit(self) -> None:
         """Never called: the coordinator commits the epoch (the resource is completable)."""
         msg = f"partition {self._partition}: a table sink's epoch is committed by the coordinator"
-        raise ParticipantError(msg)
+        raise TxnError(msg, code=TxnCode.PARTICIPANT)
 
     def abort(self) -> None:
         """Delete this attempt's files and vote record. Idempotent; never raises."""

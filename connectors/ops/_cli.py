@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
-from connectors.kafka import ClientConfigError, KafkaAuthenticationError, PreflightError
+from connectors.kafka import KafkaCode, KafkaConnectorError
 from connectors.kafka._client import Cluster, connect_admin
 from connectors.lakehouse import LakehouseError
 from connectors.ops import _parser, _postgres
@@ -31,14 +31,28 @@ from connectors.ops._result import (
 )
 from connectors.ops._target import needs_kafka
 from connectors.verify import IdentityOptionError, RecordFormatError, VerifyError
-from txn import EpochLogError, EpochLogLockedError, TxnError
+from txn import ErrorCode, TxnCode, TxnError, has_code
 
-# The exit code of an error a command raised, by its class: the first match applies.
-_ERROR_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
-    ((UsageError, IdentityOptionError, RecordFormatError, KafkaAuthenticationError), USAGE),
+# The exit code of an error a command raised, by its class or its code: the first match
+# applies.
+_ERROR_CODES: tuple[tuple[tuple[type[BaseException] | ErrorCode, ...], int], ...] = (
+    ((UsageError, IdentityOptionError, RecordFormatError, KafkaCode.AUTHENTICATION), USAGE),
     ((UnknownSinkError,), UNAVAILABLE),
     ((UnreadableLogError,), REFUSED),
-    ((PreflightError, EpochLogError, VerifyError, KafkaException, LakehouseError), UNAVAILABLE),
+    (
+        (
+            KafkaCode.PREFLIGHT,
+            KafkaCode.BROKER_UNAVAILABLE,
+            KafkaCode.CONNECT,
+            KafkaCode.TOPIC_MISSING,
+            TxnCode.EPOCH_LOG,
+            TxnCode.EPOCH_LOG_CORRUPT,
+            VerifyError,
+            KafkaException,
+            LakehouseError,
+        ),
+        UNAVAILABLE,
+    ),
     ((TxnError,), REFUSED),
 )
 # A coordinator holds the log (a running sink): the command never acts beside it.
@@ -53,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         cluster = _cluster(args)
-    except (PropertiesError, ClientConfigError) as exc:
+    except (PropertiesError, KafkaConnectorError) as exc:
+        if isinstance(exc, KafkaConnectorError) and exc.code is not KafkaCode.CLIENT_CONFIG:
+            raise
         print(f"eos: {exc}", file=sys.stderr)
         return USAGE
     try:
@@ -64,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exit_code(exc)
         if code is None:
             raise
-        result = failed(exc, code, _HELD_LOG_HINT if isinstance(exc, EpochLogLockedError) else "")
+        held = has_code(exc, TxnCode.EPOCH_LOG_LOCKED)
+        result = failed(exc, code, _HELD_LOG_HINT if held else "")
     result = _scrub(result, args)
     _render(args, result)
     return result.code
@@ -72,12 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def exit_code(exc: Exception) -> int | None:
     """Return the exit code of ``exc`` (:data:`EXIT_CODES`); None: not an error ``eos`` maps."""
-    if isinstance(exc, EpochLogLockedError):
+    if has_code(exc, TxnCode.EPOCH_LOG_LOCKED):
         return REFUSED
     code = _postgres.exit_code(exc)
     if code is not None:
         return code
-    return next((code for kinds, code in _ERROR_CODES if isinstance(exc, kinds)), None)
+    return next((code for kinds, code in _ERROR_CODES if _matches(exc, kinds)), None)
+
+
+def _matches(exc: Exception, kinds: tuple[type[BaseException] | ErrorCode, ...]) -> bool:
+    return any(
+        has_code(exc, kind) if isinstance(kind, ErrorCode) else isinstance(exc, kind)
+        for kind in kinds
+    )
 
 
 def _cluster(args: argparse.Namespace) -> Cluster | None:
@@ -85,7 +109,7 @@ def _cluster(args: argparse.Namespace) -> Cluster | None:
 
     Raises:
         PropertiesError: no Kafka address where the command needs one, or a bad file.
-        ClientConfigError: a setting librdkafka or the kit refuses.
+        KafkaCode.CLIENT_CONFIG: a setting librdkafka or the kit refuses.
 
     """
     known = bool(

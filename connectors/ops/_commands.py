@@ -37,9 +37,9 @@ from connectors.ops._target import (
     sink_target,
     verify_log,
 )
-from connectors.stage import start_over_offset
+from connectors.stage._binding import start_over_offset
 from connectors.verify import HistoryLike, IdentityOptionError, load_callable, member_history
-from txn import EpochHistory, EpochLogError, IllegalTransitionError, QueryBinding
+from txn import EpochHistory, QueryBinding, TxnCode, TxnError
 
 
 def _per_side(target: Target, data: dict[str, Any], states: list[dict[str, Any]]) -> None:
@@ -169,7 +169,9 @@ def bind_new_query(ref: LogRef, query_id: str | None) -> Result:
         binding = QueryBinding(ref.sink_id, query_id or "", start_over_offset(history))
         try:
             log.append_all([*settled, binding])
-        except IllegalTransitionError as exc:
+        except TxnError as exc:
+            if exc.code is not TxnCode.ILLEGAL_TRANSITION:
+                raise
             return Result({"sink_id": ref.sink_id, "reset": False}, REFUSED, [str(exc)])
     finally:
         log.close()
@@ -178,7 +180,7 @@ def bind_new_query(ref: LogRef, query_id: str | None) -> Result:
             f"the reset of sink {ref.sink_id!r} was appended but reading the log back does "
             "not show the new binding; run eos status before starting a query"
         )
-        raise EpochLogError(msg)
+        raise TxnError(msg, code=TxnCode.EPOCH_LOG)
     return Result(
         {
             "sink_id": ref.sink_id,

@@ -35,13 +35,14 @@ from connectors.verify import (
     end_offsets,
     scan_topic,
 )
-from txn import EpochHistory, EpochLog, FileEpochLog, Marker, deferred_completion
+from txn import EpochHistory, EpochLog, FileEpochLog, Marker
+from txn._settle import deferred_completion
 
 # An --epoch-log value that is a libpq connection string (URI or key=value form), not a path.
 _DSN = re.compile(r"^postgres(ql)?://|(^|\s)(host|dbname|user|port)\s*=")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaAdmin:
     """The Kafka connector's admin interface: sinks' state on one cluster.
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from connectors.kafka._client import ClientConfig
-from connectors.lakehouse import TableFormat, TableResource, VoteRecord, delta_table, iceberg_table
+from connectors.lakehouse import delta_table, iceberg_table
+from connectors.lakehouse._staging import VoteRecord
+from connectors.lakehouse._table import TableFormat, TableResource
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._result import Result, checked
 from connectors.verify import HistoryLike, IdentityFn, check_lake_table
@@ -78,7 +80,7 @@ class LakeAdmin:
     decides_by_log = True
 
     def _resource(self, sink_id: str) -> TableResource:
-        return TableResource(self.table, sink_id, "")
+        return TableResource(fmt=self.table, app=sink_id, digest="")
 
     def _records(self, sink_id: str) -> list[VoteRecord]:
         staging = self.table.staging(sink_id)
@@ -105,7 +107,7 @@ class LakeAdmin:
         width = history.max_parallelism()
         markers: dict[str, Any] = {}
         if last is not None and width:
-            plan = EpochPlan(sink_id, last.epoch, width, "")
+            plan = EpochPlan(sink_id=sink_id, epoch=last.epoch, parallelism=width, fingerprint="")
             markers = {str(p): asdict(m) for p, m in resource.committed_markers(plan).items() if m}
         view = self._view(sink_id, history)
         state = {

@@ -15,7 +15,7 @@ from typing import Any
 from connectors.kafka._client import Cluster
 from connectors.ops._result import OK, PROBLEM, Result, in_doubt_problems
 from connectors.ops._target import LogRef
-from connectors.stage import committed_point, starting_offsets
+from connectors.stage._resume import committed_point, starting_offsets
 from connectors.verify import READ_COMMITTED, end_offsets
 from txn._offsets import offsets_json
 
@@ -30,7 +30,7 @@ def offsets(
     ``in_output``: (epoch, offsets) recorded in the output's own transactions, if any.
     """
     history = log.read_log()
-    point = committed_point(history)  # NotKafkaInputError: nothing Kafka was recorded
+    point = committed_point(history)  # StageCode.NOT_KAFKA_INPUT: nothing Kafka was recorded
     ends: dict[str, dict[int, int]] = {}
     if cluster is not None and cluster.bootstrap_servers:
         for topic in sorted(point.topics()):

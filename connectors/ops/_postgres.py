@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._result import UNAVAILABLE, USAGE, Result, checked
 from connectors.verify import IdentityFn, check_table
-from txn import EpochHistory, EpochLog, EpochState
+from txn import EpochHistory, EpochLog, EpochState, TxnCode, has_code
 
 if TYPE_CHECKING:
     from connectors.kafka._client import Cluster
-    from connectors.postgres import Gid, PostgresSinkConfig
+    from connectors.postgres import PostgresSinkConfig
+    from connectors.postgres._twophase import Gid
     from connectors.verify import HistoryLike
     from connectors.verify._table import OpFn
     from txn import Marker
@@ -174,7 +175,7 @@ class PostgresAdmin:
 
     def prepared(self, sink_id: str) -> list[Gid]:
         """Return the prepared transactions of ``sink_id`` here (``pg_prepared_xacts``)."""
-        from connectors.postgres import list_prepared
+        from connectors.postgres._twophase import list_prepared
 
         with self._connect(sink_id) as conn:
             return list_prepared(conn, sink_id)
@@ -323,15 +324,11 @@ def exit_code(exc: Exception) -> int | None:
     try:
         import psycopg
 
-        from connectors.postgres import (
-            PostgresFatalError,
-            PostgresSinkConfigError,
-            PostgresWriteError,
-        )
+        from connectors.postgres import PostgresCode, PostgresSinkError
     except ImportError:
         return None
-    if isinstance(exc, PostgresSinkConfigError):
+    if isinstance(exc, PostgresSinkError) and exc.code is TxnCode.CONFIG:
         return USAGE
-    if isinstance(exc, (psycopg.Error, PostgresWriteError, PostgresFatalError)):
+    if isinstance(exc, psycopg.Error) or has_code(exc, PostgresCode.WRITE, PostgresCode.FATAL):
         return UNAVAILABLE
     return None

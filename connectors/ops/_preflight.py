@@ -18,7 +18,7 @@ from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.ops._result import OK, PROBLEM, Result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SinkPlan:
     """What ``eos preflight`` checks for a sink not started yet (its options)."""
 

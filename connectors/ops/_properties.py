@@ -202,7 +202,7 @@ def command_cluster(
 
     Raises:
         PropertiesError: a file that cannot be read, a Java-only setting, no address.
-        ClientConfigError: a setting librdkafka or the kit refuses.
+        KafkaCode.CLIENT_CONFIG: a setting librdkafka or the kit refuses.
 
     """
     settings = environment_settings(environ)

@@ -165,7 +165,7 @@ class _Admins:
             raise UsageError(msg)
         if KAFKA not in self._made:
             self._made[KAFKA] = KafkaAdmin(
-                self.cluster,
+                cluster=self.cluster,
                 marker_topic=self.args.marker_topic,
                 epoch_log_topic=self.args.epoch_log_topic,
                 lanes=getattr(self.args, "lanes", KafkaAdmin.lanes),
@@ -206,7 +206,9 @@ class _Admins:
         if kind == POSTGRES:
             return PostgresLog(self.postgres(), sink_id)
         if kind == FILE and self.cluster is None:
-            return KafkaLog(KafkaAdmin(Cluster("")), sink_id, self.args.epoch_log)
+            return KafkaLog(
+                KafkaAdmin(cluster=Cluster(bootstrap_servers="")), sink_id, self.args.epoch_log
+            )
         admin = self.kafka("a Kafka epoch log")
         return KafkaLog(admin, sink_id, self.args.epoch_log if kind == FILE else None)
 

@@ -27,102 +27,22 @@ from connectors._extras import require
 require("psycopg", extra="postgres", needed_for="the PostgreSQL sink (connectors.postgres)")
 
 # The imports below need psycopg, checked above.
-from connectors.postgres._classify import call_with_retry, classify, to_sink_error
-from connectors.postgres._config import (
-    CONNECT_TIMEOUT_S,
-    LOCK_TIMEOUT_MS,
-    STATEMENT_TIMEOUT_MS,
-    CommitProtocol,
-    PostgresSinkConfig,
-    WriteMode,
-)
+from connectors.postgres._classify import classify
+from connectors.postgres._config import CommitProtocol, PostgresSinkConfig, WriteMode
 from connectors.postgres._epoch_log import PostgresEpochLog
-from connectors.postgres._errors import (
-    ConstraintViolationError,
-    EvolutionBlockedError,
-    InvalidValueError,
-    PostgresEpochLogFencedError,
-    PostgresFatalError,
-    PostgresInputError,
-    PostgresInputSchemaError,
-    PostgresPartitionConflictError,
-    PostgresRecordError,
-    PostgresSinkConfigError,
-    PostgresSinkError,
-    PostgresTableNotFoundError,
-    PostgresWriteError,
-    PreparedTransactionLostError,
-    PreparedTransactionsUnavailableError,
-    SchemaEvolutionError,
-    TableChangedError,
-    ValueTooLargeError,
-)
+from connectors.postgres._errors import PostgresCode, PostgresSinkError
 from connectors.postgres._markers import read_markers
-from connectors.postgres._participant import PostgresParticipant
-from connectors.postgres._resource import (
-    LingeringPreparedError,
-    PostgresResource,
-    choose_two_phase,
-    prepare_resource,
-)
-from connectors.postgres._schema import (
-    ColumnInfo,
-    TableInfo,
-    TableLayout,
-    check_input,
-    describe_table,
-)
 from connectors.postgres._sink import PostgresConnector, PostgresSink
-from connectors.postgres._twophase import Gid, list_prepared, max_prepared_transactions, parse_gid
-from connectors.postgres._writer import BulkWriter
-from connectors.stage import SinkInUseError
 
 __all__ = [
-    "CONNECT_TIMEOUT_S",
-    "LOCK_TIMEOUT_MS",
-    "STATEMENT_TIMEOUT_MS",
-    "BulkWriter",
-    "ColumnInfo",
+    "classify",
+    "read_markers",
     "CommitProtocol",
-    "ConstraintViolationError",
-    "EvolutionBlockedError",
-    "Gid",
-    "InvalidValueError",
-    "LingeringPreparedError",
-    "PostgresEpochLog",
-    "PostgresEpochLogFencedError",
-    "PostgresFatalError",
+    "PostgresCode",
     "PostgresConnector",
-    "PostgresInputError",
-    "PostgresInputSchemaError",
-    "PostgresParticipant",
-    "PostgresPartitionConflictError",
-    "PostgresRecordError",
-    "PostgresResource",
+    "PostgresEpochLog",
     "PostgresSink",
     "PostgresSinkConfig",
-    "PostgresSinkConfigError",
     "PostgresSinkError",
-    "PostgresTableNotFoundError",
-    "PostgresWriteError",
-    "PreparedTransactionLostError",
-    "PreparedTransactionsUnavailableError",
-    "SchemaEvolutionError",
-    "SinkInUseError",
-    "TableChangedError",
-    "TableInfo",
-    "TableLayout",
-    "ValueTooLargeError",
     "WriteMode",
-    "call_with_retry",
-    "check_input",
-    "choose_two_phase",
-    "classify",
-    "describe_table",
-    "list_prepared",
-    "max_prepared_transactions",
-    "parse_gid",
-    "prepare_resource",
-    "read_markers",
-    "to_sink_error",
 ]

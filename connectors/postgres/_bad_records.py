@@ -33,17 +33,17 @@ from connectors.postgres._config import WriteMode
 from connectors.postgres._connect import Conn
 from connectors.postgres._control import qualified, run_ddl
 from connectors.postgres._encode import ALL_OPS
+from connectors.postgres._errors import PostgresCode
 from connectors.postgres._schema import TableLayout
 from connectors.postgres._writer import BulkWriter
-from connectors.stage import (
+from connectors.stage import BadRow, DeadLetterContext, StageCode
+from connectors.stage._bad_records import (
     ERROR_CLASS_COLUMN,
     ERROR_MESSAGE_COLUMN,
-    HASH_COLUMN,
-    BadRow,
-    DeadLetterContext,
     bad_batch,
     drop_rows,
 )
+from connectors.stage._rows import HASH_COLUMN
 
 # SQLSTATE classes whose rows are bad records (22: data exception, 23: integrity constraint
 # violation); every other error still fails the epoch.
@@ -92,13 +92,13 @@ class PostgresClassifier:
                     i,
                     BadRow(
                         i,
-                        "PostgresRecordError",
+                        StageCode.RECORD.text,
                         f"op {ops[i]!r} is not one of {', '.join(ALL_OPS)}",
                     ),
                 )
         for key in layout.keys:
             for i in _rows(pc.is_null(batch.column(batch.schema.get_field_index(key)))):
-                found.setdefault(i, BadRow(i, "PostgresRecordError", f"key column {key!r} is null"))
+                found.setdefault(i, BadRow(i, StageCode.RECORD.text, f"key column {key!r} is null"))
         for name, limit in layout.max_chars:
             lengths = pc.utf8_length(batch.column(batch.schema.get_field_index(name)))
             for i in _rows(pc.greater(lengths, limit)):
@@ -106,7 +106,7 @@ class PostgresClassifier:
                     i,
                     BadRow(
                         i,
-                        "ValueTooLargeError",
+                        PostgresCode.VALUE_TOO_LARGE.text,
                         f"column {name!r} holds {lengths[i].as_py()} characters; it allows {limit}",
                     ),
                 )
@@ -140,7 +140,7 @@ def write_isolating(
                 raise
             if hi - lo == 1:
                 error = to_sink_error(exc, where)
-                rejected.append(BadRow(lo, type(error).__name__, _server_message(exc)))
+                rejected.append(BadRow(lo, error.code.text, _server_message(exc)))
                 return
             mid = (lo + hi) // 2
             attempt(lo, mid)

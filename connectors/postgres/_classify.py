@@ -23,14 +23,7 @@ from typing import TypeVar
 
 import psycopg
 
-from connectors.postgres._errors import (
-    ConstraintViolationError,
-    InvalidValueError,
-    PostgresFatalError,
-    PostgresSinkError,
-    PostgresTableNotFoundError,
-    PostgresWriteError,
-)
+from connectors.postgres._errors import WRITE_CODES, PostgresCode, PostgresSinkError
 from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction
 
@@ -64,7 +57,7 @@ _FATAL_CODES = frozenset({"42501"})  # insufficient_privilege
 
 def sqlstate_of(exc: BaseException) -> str | None:
     """Return the SQLSTATE carried by ``exc`` (a psycopg error or a sink error), if any."""
-    if isinstance(exc, PostgresWriteError):
+    if isinstance(exc, PostgresSinkError):
         return exc.sqlstate
     if isinstance(exc, psycopg.Error):
         return exc.sqlstate
@@ -79,7 +72,7 @@ def classify(exc: BaseException) -> ErrorAction:
     ``OperationalError`` or ``InterfaceError`` (closed connection), else ``ABORT``; any
     other exception is an ``ABORT`` (fail the epoch, never continue blindly).
     """
-    if isinstance(exc, PostgresWriteError):
+    if isinstance(exc, PostgresSinkError) and exc.code in WRITE_CODES:
         return exc.action
     if not isinstance(exc, psycopg.Error):
         return ErrorAction.ABORT
@@ -122,31 +115,38 @@ def to_sink_error(exc: BaseException, what: str) -> PostgresSinkError:
     column = exc.diag.column_name if isinstance(exc, psycopg.Error) else None
     text = f"{what} failed ({action.value}, SQLSTATE {code or 'none'}): {_describe(exc)}"
     if code == "42P01":
-        return PostgresTableNotFoundError(f"{text}; create the table or fix table=/schema=")
+        return PostgresSinkError(
+            f"{text}; create the table or fix table=/schema=", code=PostgresCode.TABLE_NOT_FOUND
+        )
     if code is not None and code.startswith("23"):
-        return ConstraintViolationError(
+        return PostgresSinkError(
             f"{text}; the epoch was rolled back, nothing of it is visible. Fix the rows or the "
             "table's constraint, then restart the query",
             action=action,
             sqlstate=code,
             column=column,
+            code=PostgresCode.CONSTRAINT_VIOLATION,
         )
     if code is not None and code.startswith("22"):
-        return InvalidValueError(
+        return PostgresSinkError(
             f"{text}; the epoch was rolled back, nothing of it is visible. Cast or clean the "
             "column in Spark, or widen the table column",
             action=action,
             sqlstate=code,
             column=column,
+            code=PostgresCode.INVALID_VALUE,
         )
     if action is ErrorAction.FATAL:
-        return PostgresFatalError(
+        return PostgresSinkError(
             f"{text}; fix the connection settings, privileges or server, then restart",
             action=action,
             sqlstate=code,
             column=column,
+            code=PostgresCode.FATAL,
         )
-    return PostgresWriteError(text, action=action, sqlstate=code, column=column)
+    return PostgresSinkError(
+        text, action=action, sqlstate=code, column=column, code=PostgresCode.WRITE
+    )
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -164,12 +164,19 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
             RETRY errors (escalated to abort).
 
     """
-    bound = RetryBound(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+    bound = RetryBound(
+        attempts=RETRY_ATTEMPTS,
+        window_s=0.0,
+        wait_min_s=RETRY_WAIT_MIN_S,
+        wait_max_s=RETRY_WAIT_MAX_S,
+    )
     try:
         return retry(fn, bound=bound, retriable=_retriable)
     except psycopg.Error as exc:
         err = to_sink_error(exc, what)
         if classify(exc) is ErrorAction.RETRY:
             msg = f"{err} (still failing after {RETRY_ATTEMPTS} attempts; aborting the epoch)"
-            err = PostgresWriteError(msg, action=ErrorAction.ABORT, sqlstate=exc.sqlstate)
+            err = PostgresSinkError(
+                msg, action=ErrorAction.ABORT, sqlstate=exc.sqlstate, code=PostgresCode.WRITE
+            )
         raise err from exc

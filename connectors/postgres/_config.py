@@ -18,9 +18,10 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from connectors.postgres._errors import PostgresSinkConfigError
-from connectors.stage import StageOptions, build_config
-from txn import Guarantee
+from connectors.postgres._errors import PostgresSinkError
+from connectors.stage import StageOptions
+from connectors.stage._options import build_config
+from txn import Guarantee, TxnCode
 
 # Version of the write scheme (load table, merge, marker layout); part of the fingerprint.
 SCHEME_VERSION = 1
@@ -84,35 +85,35 @@ def _parse_enum(enum_type: type[enum.Enum], what: str, value: object) -> enum.En
     except ValueError:
         choices = ", ".join(str(m.value) for m in enum_type)
         msg = f"{what} must be one of: {choices}; got {value!r}"
-        raise PostgresSinkConfigError(msg) from None
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG) from None
 
 
 def _identifier(what: str, value: object) -> str:
     if not isinstance(value, str) or not value or "\0" in value:
         msg = f"{what} must be a non-empty name, got {value!r}"
-        raise PostgresSinkConfigError(msg)
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG)
     if len(value.encode()) > MAX_IDENTIFIER_BYTES:
         msg = f"{what} {value!r} is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES}-byte name limit"
-        raise PostgresSinkConfigError(msg)
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG)
     return value
 
 
 def _positive_int(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         msg = f"{what} must be a positive int, got {value!r}"
-        raise PostgresSinkConfigError(msg)
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG)
     return value
 
 
 def _check_dsn(dsn: object) -> str:
     if not isinstance(dsn, str):
         msg = f"dsn must be a libpq connection string or URI, got {type(dsn).__name__}"
-        raise PostgresSinkConfigError(msg)
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG)
     try:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         msg = f"dsn is not a valid libpq connection string ({exc}); e.g. 'host=db dbname=app'"
-        raise PostgresSinkConfigError(msg) from None
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG) from None
     return dsn
 
 
@@ -120,13 +121,13 @@ def _check_follow(cfg: PostgresSinkConfig, mode: WriteMode, keys: tuple[str, ...
     for name in ("create_table", "evolve_schema"):
         if not isinstance(getattr(cfg, name), bool):
             msg = f"{name} must be True or False, got {getattr(cfg, name)!r}"
-            raise PostgresSinkConfigError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.CONFIG)
     if cfg.create_table and mode is not WriteMode.APPEND and not keys:
         msg = (
             f"create_table=True with write_mode {mode.value!r} needs key_columns: the primary "
             "key of the table the sink creates, e.g. key_columns=['id']"
         )
-        raise PostgresSinkConfigError(msg)
+        raise PostgresSinkError(msg, code=TxnCode.CONFIG)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,33 +172,33 @@ class PostgresSinkConfig(StageOptions):
 
     @classmethod
     def build(cls, **options: Any) -> PostgresSinkConfig:
-        """Validate raw options and return the config, or raise :class:`PostgresSinkConfigError`."""
-        return build_config(cls, options, PostgresSinkConfigError, "PostgresSink")
+        """Validate raw options and return the config, or raise :class:`TxnCode.CONFIG`."""
+        return build_config(cls, options, PostgresSinkError, "PostgresSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.sink_id, str) or not _SINK_ID.match(self.sink_id):
             msg = f"sink_id must be 1-64 characters from A-Z a-z 0-9 . _ -, got {self.sink_id!r}"
-            raise PostgresSinkConfigError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.CONFIG)
         mode = WriteMode(_parse_enum(WriteMode, "write_mode", self.write_mode))
         if isinstance(self.key_columns, str):
             msg = (
                 "key_columns must be a sequence of column names, e.g. ['id'], got "
                 f"{self.key_columns!r}"
             )
-            raise PostgresSinkConfigError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.CONFIG)
         keys = tuple(_identifier("key column", k) for k in self.key_columns)
         if keys and mode is WriteMode.APPEND:
             msg = "key_columns is only used by write_mode 'upsert' and 'changelog'; remove it"
-            raise PostgresSinkConfigError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.CONFIG)
         if len(set(keys)) != len(keys):
             msg = f"key_columns {list(keys)} names a column twice"
-            raise PostgresSinkConfigError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.CONFIG)
         _check_follow(self, mode, keys)
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
             msg = "epoch_log must be a file path, or None for the epoch log table"
-            raise PostgresSinkConfigError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.CONFIG)
         set_ = object.__setattr__
         set_(self, "dsn", _check_dsn(self.dsn))
         set_(self, "table", _identifier("table", self.table))
@@ -220,7 +221,7 @@ class PostgresSinkConfig(StageOptions):
         if self.on_bad_record != "dead-letter":
             if self.dead_letter_table is not None:
                 msg = "dead_letter_table only applies with on_bad_record='dead-letter'; remove it"
-                raise PostgresSinkConfigError(msg)
+                raise PostgresSinkError(msg, code=TxnCode.CONFIG)
             return None
         name = (
             DEFAULT_DEAD_LETTER_TABLE if self.dead_letter_table is None else self.dead_letter_table

@@ -4,7 +4,7 @@
 :func:`column_type`, the inverse of the input check's rules in :mod:`._types`; the
 ``key_columns`` as primary key); ``evolve_schema=True`` adds the columns the input gained,
 nullable. The sink never drops, renames or retypes a column, nor drops a constraint: a
-difference only such a change resolves raises :class:`SchemaEvolutionError` naming the
+difference only such a change resolves raises :class:`PostgresCode.SCHEMA_EVOLUTION` naming the
 statement a person would run. ``order_by`` columns the table lacks only order the rows
 (as without these options): they are never created.
 
@@ -17,9 +17,9 @@ the epochs in doubt (whose prepared transactions hold locks on the table):
    transaction under the sink's DDL lock, read the table again and create it or add the
    layout's missing columns (``IF NOT EXISTS``: concurrent sinks and replays are
    harmless), commit, then check that the table holds the layout's columns with their
-   types (else :class:`TableChangedError`: someone else's DDL came in between). An ALTER
+   types (else :class:`PostgresCode.TABLE_CHANGED`: someone else's DDL came in between). An ALTER
    that prepared work of the sink would block (a failed epoch the same sink object has
-   not finished yet) is refused at once (:class:`EvolutionBlockedError`).
+   not finished yet) is refused at once (:class:`PostgresCode.EVOLUTION_BLOCKED`).
 
 The layout's digest is part of the epoch plan's fingerprint (``PostgresResource``), so a
 replay of an epoch in doubt is checked to write the same columns (docs/postgres-sink.md,
@@ -38,12 +38,7 @@ from psycopg import sql
 from connectors.postgres._config import MAX_IDENTIFIER_BYTES, PostgresSinkConfig
 from connectors.postgres._connect import Conn
 from connectors.postgres._control import DDL_LOCK_KEY, qualified
-from connectors.postgres._errors import (
-    EvolutionBlockedError,
-    PostgresInputSchemaError,
-    SchemaEvolutionError,
-    TableChangedError,
-)
+from connectors.postgres._errors import PostgresCode, PostgresSinkError
 from connectors.postgres._schema import (
     ColumnInfo,
     TableInfo,
@@ -54,6 +49,7 @@ from connectors.postgres._schema import (
 )
 from connectors.postgres._twophase import list_prepared
 from connectors.postgres._types import check_column_type, spark_name
+from connectors.stage import StageCode
 
 log = logging.getLogger("connectors.postgres")
 
@@ -82,7 +78,7 @@ def column_type(name: str, arrow_type: pa.DataType) -> tuple[str, str]:
     """Return (type as ``format_type`` spells it, base type) of the column made for ``arrow_type``.
 
     Raises:
-        PostgresInputSchemaError: no column type fits (an all-null ``NullType``, a nested
+        StageCode.INPUT_SCHEMA: no column type fits (an all-null ``NullType``, a nested
             or other type without a counterpart), or the name is too long for PostgreSQL.
 
     """
@@ -91,7 +87,7 @@ def column_type(name: str, arrow_type: pa.DataType) -> tuple[str, str]:
             f"column {name!r} cannot be created: PostgreSQL names are at most "
             f"{MAX_IDENTIFIER_BYTES} bytes without NUL; rename it in Spark"
         )
-        raise PostgresInputSchemaError(msg, column=name)
+        raise PostgresSinkError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     if pa.types.is_decimal(arrow_type):
         return f"numeric({arrow_type.precision},{arrow_type.scale})", "numeric"
     if pa.types.is_timestamp(arrow_type):
@@ -111,12 +107,22 @@ def column_type(name: str, arrow_type: pa.DataType) -> tuple[str, str]:
         f"column {name!r} is {spark_name(arrow_type)}, for which the sink creates no "
         f"column: {hint}, or add the column to the table yourself"
     )
-    raise PostgresInputSchemaError(msg, column=name)
+    raise PostgresSinkError(msg, column=name, code=StageCode.INPUT_SCHEMA)
 
 
 def _new_column(field: pa.Field, *, key: bool) -> ColumnInfo:
     type_sql, base = column_type(field.name, field.type)
-    return ColumnInfo(field.name, type_sql, base, "b", key, False, False, False, None)
+    return ColumnInfo(
+        name=field.name,
+        type_sql=type_sql,
+        base_type=base,
+        type_kind="b",
+        not_null=key,
+        has_default=False,
+        generated=False,
+        identity_always=False,
+        max_chars=None,
+    )
 
 
 def planned_table(
@@ -125,12 +131,12 @@ def planned_table(
     """Return ``table`` as the sink's DDL will leave it for input ``fields`` (no I/O).
 
     Without ``create_table`` / ``evolve_schema`` that is ``table`` itself (a missing one
-    raises :class:`PostgresTableNotFoundError`).
+    raises :class:`PostgresCode.TABLE_NOT_FOUND`).
 
     Raises:
-        SchemaEvolutionError: ``evolve_schema`` and the input needs a column's type to
+        PostgresCode.SCHEMA_EVOLUTION: ``evolve_schema`` and the input needs a column's type to
             change, or lacks a NOT NULL column without default.
-        PostgresInputSchemaError: a column to create has no PostgreSQL type (see
+        StageCode.INPUT_SCHEMA: a column to create has no PostgreSQL type (see
             :func:`column_type`).
 
     """
@@ -139,7 +145,13 @@ def planned_table(
             raise table_not_found(cfg.schema, cfg.table)
         keys = cfg.key_columns
         columns = tuple(_new_column(f, key=f.name in keys) for f in fields)
-        return TableInfo(cfg.schema, cfg.table, columns, keys, (frozenset(keys),) if keys else ())
+        return TableInfo(
+            schema=cfg.schema,
+            name=cfg.table,
+            columns=columns,
+            primary_key=keys,
+            unique_keys=(frozenset(keys),) if keys else (),
+        )
     if not cfg.evolve_schema:
         return table
     _refuse_changes(table, fields)
@@ -156,7 +168,9 @@ def _refuse_changes(table: TableInfo, fields: Sequence[pa.Field]) -> None:
             continue  # added, or refused by the input check naming the generated column
         try:
             check_column_type(f.name, f.type, col.base_type, col.type_sql)
-        except PostgresInputSchemaError:
+        except PostgresSinkError as exc:
+            if exc.code is not StageCode.INPUT_SCHEMA:
+                raise
             wanted, _ = column_type(f.name, f.type)
             needed = f"ALTER TABLE {where} ALTER COLUMN {quote_ident(f.name)} TYPE {wanted}"
             msg = (
@@ -164,7 +178,9 @@ def _refuse_changes(table: TableInfo, fields: Sequence[pa.Field]) -> None:
                 f"input is now {spark_name(f.type)}; evolve_schema only adds columns, it never "
                 f"changes a type: cast the column in Spark to fit, or change it yourself ({needed})"
             )
-            raise SchemaEvolutionError(msg, column=f.name, needed=needed) from None
+            raise PostgresSinkError(
+                msg, column=f.name, needed=needed, code=PostgresCode.SCHEMA_EVOLUTION
+            ) from None
     for col in table.columns:
         if col.not_null and not col.has_default and not col.generated and col.name not in names:
             needed = f"ALTER TABLE {where} ALTER COLUMN {quote_ident(col.name)} DROP NOT NULL"
@@ -173,7 +189,9 @@ def _refuse_changes(table: TableInfo, fields: Sequence[pa.Field]) -> None:
                 "default, and the input no longer has it; evolve_schema never drops a column "
                 f"or a constraint: put the column back in the input, or allow nulls ({needed})"
             )
-            raise SchemaEvolutionError(msg, column=col.name, needed=needed)
+            raise PostgresSinkError(
+                msg, column=col.name, needed=needed, code=PostgresCode.SCHEMA_EVOLUTION
+            )
 
 
 def layout_ddl(
@@ -224,7 +242,7 @@ def apply_layout(conn: Conn, cfg: PostgresSinkConfig, layout: TableLayout) -> No
 
 
 def _refuse_if_blocked(conn: Conn, cfg: PostgresSinkConfig) -> None:
-    """Raise :class:`EvolutionBlockedError` if prepared work of the sink would block the ALTER."""
+    """Raise :class:`PostgresCode.EVOLUTION_BLOCKED` if prepared work of the sink would block the ALTER."""
     pending = list_prepared(conn, cfg.sink_id)
     if pending:
         epochs = sorted({g.epoch for g in pending})
@@ -235,7 +253,7 @@ def _refuse_if_blocked(conn: Conn, cfg: PostgresSinkConfig) -> None:
             "(the sink finishes the epoch first), or restart with a new sink object, whose "
             "recovery finishes them before any DDL"
         )
-        raise EvolutionBlockedError(msg)
+        raise PostgresSinkError(msg, code=PostgresCode.EVOLUTION_BLOCKED)
 
 
 def _schema_exists(conn: Conn, schema: str) -> bool:
@@ -244,7 +262,7 @@ def _schema_exists(conn: Conn, schema: str) -> bool:
 
 
 def check_layout(table: TableInfo, layout: TableLayout) -> None:
-    """Raise :class:`TableChangedError` unless ``table`` holds ``layout``'s columns and key."""
+    """Raise :class:`PostgresCode.TABLE_CHANGED` unless ``table`` holds ``layout``'s columns and key."""
     for name, type_sql in layout.columns:
         col = table.column(name)
         if col is None or col.type_sql != type_sql:
@@ -255,10 +273,10 @@ def check_layout(table: TableInfo, layout: TableLayout) -> None:
                 "nothing was logged or written; run the batch again (restart the query) to "
                 "check it against the table as it is now"
             )
-            raise TableChangedError(msg)
+            raise PostgresSinkError(msg, code=PostgresCode.TABLE_CHANGED)
     if layout.keys and frozenset(layout.keys) not in table.unique_keys:
         msg = (
             f"{table.schema}.{table.name} has no unique key on {list(layout.keys)} any more: "
             "the table changed meanwhile (someone else's DDL); nothing was logged or written"
         )
-        raise TableChangedError(msg)
+        raise PostgresSinkError(msg, code=PostgresCode.TABLE_CHANGED)

@@ -3,11 +3,11 @@ r"""Arrow batches to COPY data: checked, filtered and encoded as CSV in vectoriz
 Per batch (no per-row Python):
 
 1. the batch's columns must be the ones checked on the driver (names and Arrow types),
-   else :class:`PostgresInputSchemaError`; the hidden ``_eos_hash`` column is dropped;
+   else :class:`StageCode.INPUT_SCHEMA`; the hidden ``_eos_hash`` column is dropped;
 2. changelog: every ``op`` must be insert / update_before / update_after / delete
-   (else :class:`PostgresRecordError`); ``update_before`` rows are dropped;
+   (else :class:`StageCode.RECORD`); ``update_before`` rows are dropped;
 3. key columns must not be null; varchar(n)/char(n) values must fit
-   (:class:`ValueTooLargeError` naming the column);
+   (:class:`PostgresCode.VALUE_TOO_LARGE` naming the column);
 4. binary columns become ``\\x``-hex text (bytea's input form);
 5. upsert/changelog: a ``_eos_seq`` column numbers the rows in arrival order (the last row
    of a key wins) and the op is appended as ``_eos_op``;
@@ -25,13 +25,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from connectors.postgres._config import WriteMode
-from connectors.postgres._errors import (
-    PostgresInputSchemaError,
-    PostgresRecordError,
-    ValueTooLargeError,
-)
+from connectors.postgres._errors import PostgresCode, PostgresSinkError
 from connectors.postgres._schema import TableLayout
-from connectors.stage import HASH_COLUMN
+from connectors.stage import StageCode
+from connectors.stage._rows import HASH_COLUMN
 
 SEQ_COLUMN = "_eos_seq"
 OP_COLUMN = "_eos_op"
@@ -51,7 +48,7 @@ def _check_columns(batch: pa.RecordBatch, layout: TableLayout) -> pa.RecordBatch
             f"{list(zip(layout.column_names, layout.arrow_types, strict=True))}; the input schema changed "
             "within one epoch"
         )
-        raise PostgresInputSchemaError(msg)
+        raise PostgresSinkError(msg, code=StageCode.INPUT_SCHEMA)
     return batch
 
 
@@ -65,7 +62,7 @@ def _changelog_ops(batch: pa.RecordBatch, layout: TableLayout) -> tuple[pa.Recor
             f"column {layout.op_column!r} holds {sample!r}; a changelog row's op must be one "
             f"of {', '.join(ALL_OPS)}"
         )
-        raise PostgresRecordError(msg, column=layout.op_column)
+        raise PostgresSinkError(msg, column=layout.op_column, code=StageCode.RECORD)
     keep = pc.not_equal(op, "update_before")
     if not pc.all(keep).as_py():
         batch = batch.filter(keep)
@@ -78,7 +75,7 @@ def _check_values(batch: pa.RecordBatch, layout: TableLayout) -> None:
         nulls = batch.column(batch.schema.get_field_index(key)).null_count
         if nulls:
             msg = f"key column {key!r} is null in {nulls} row(s); every row needs its key"
-            raise PostgresRecordError(msg, column=key)
+            raise PostgresSinkError(msg, column=key, code=StageCode.RECORD)
     for name, limit in layout.max_chars:
         column = batch.column(batch.schema.get_field_index(name))
         longest = pc.max(pc.utf8_length(column)).as_py()
@@ -87,7 +84,7 @@ def _check_values(batch: pa.RecordBatch, layout: TableLayout) -> None:
                 f"column {name!r} holds a value of {longest} characters, but the table column "
                 f"allows {limit}; shorten the values in Spark or widen the column"
             )
-            raise ValueTooLargeError(msg, column=name)
+            raise PostgresSinkError(msg, column=name, code=PostgresCode.VALUE_TOO_LARGE)
 
 
 def hex_bytea(column: pa.Array) -> pa.Array:

@@ -2,7 +2,7 @@
 
 Layout (shared by every sink of the database, keyed by sink id):
 
-* ``epoch_log (sink_id, seq, record)``: one :func:`txn.encode_record` line per record
+* ``epoch_log (sink_id, seq, record)``: one :func:`txn._codec.encode_record` line per record
   (checksummed), ``seq`` contiguous from the header's ``first_seq`` to ``next_seq - 1``;
 * ``epoch_log_head (sink_id, header)``: one sealed JSON header per sink:
   ``generation`` (the owner token), ``first_seq``, ``next_seq``, and the facts kept by
@@ -11,8 +11,8 @@ Layout (shared by every sink of the database, keyed by sink id):
 Protocol:
 
 1. opening takes a session-level advisory lock of the sink (``pg_try_advisory_lock``): a
-   second coordinator is refused at once (:class:`PostgresEpochLogFencedError`, a kind of
-   ``txn.EpochLogLockedError``, naming the holder's backend); then, in one transaction,
+   second coordinator is refused at once (:class:`TxnCode.EPOCH_LOG_LOCKED`, a kind of
+   ``txn.TxnCode.EPOCH_LOG_LOCKED``, naming the holder's backend); then, in one transaction,
    it reads and verifies the log and bumps ``generation``;
 2. each ``append`` is one transaction (``synchronous_commit = on``): lock the header row,
    check that ``generation`` is still ours (else another coordinator took over after our
@@ -25,7 +25,7 @@ Protocol:
    coordinator holds it: fenced), and an append whose commit outcome was unknown is
    recognised (the log's last record is the same record) instead of written twice;
 4. anything that does not verify (a header or record checksum, a missing or extra
-   ``seq``, a record of another sink) raises ``txn.EpochLogCorruptError`` naming the table,
+   ``seq``, a record of another sink) raises ``txn.TxnCode.EPOCH_LOG_CORRUPT`` naming the table,
    the sink and the ``seq``: the log holds commit decisions and is never "repaired".
 
 ``read_only=True`` (operators and checkers, like ``FileEpochLog``'s): no lock, no new
@@ -53,22 +53,10 @@ from connectors.postgres._control import (
     ensure_control_tables,
     qualified,
 )
-from connectors.postgres._errors import PostgresEpochLogFencedError, PostgresWriteError
-from txn import (
-    DEFAULT_RETAIN_EPOCHS,
-    FORMAT_VERSION,
-    ConfigError,
-    EpochHistory,
-    EpochLog,
-    EpochLogError,
-    LogRecord,
-    QueryBinding,
-    corrupt_error,
-    encode_record,
-    record_from_body,
-    seal,
-    unseal,
-)
+from connectors.postgres._errors import WRITE_CODES, PostgresSinkError
+from txn import EpochHistory, EpochLog, LogRecord, QueryBinding, TxnCode, TxnError
+from txn._codec import FORMAT_VERSION, corrupt_error, encode_record, record_from_body, seal, unseal
+from txn._log import DEFAULT_RETAIN_EPOCHS
 
 _HEADER_INTS = ("generation", "first_seq", "next_seq", "parallelism_floor")
 T = TypeVar("T")
@@ -91,7 +79,7 @@ class PostgresEpochLog(EpochLog):
             or retain_epochs < 0
         ):
             msg = f"retain_epochs must be an int >= 0, got {retain_epochs!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         self._cfg = cfg
         self._retain = retain_epochs
         self._log = qualified(cfg.control_schema, LOG_TABLE)
@@ -123,24 +111,26 @@ class PostgresEpochLog(EpochLog):
         return self._generation
 
     def _io(self, what: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` with retries; a server error becomes ``txn.EpochLogError``.
+        """Run ``fn`` with retries; a server error becomes ``txn.TxnCode.EPOCH_LOG``.
 
         A fenced coordinator releases the log at once (it must never write again).
         """
         try:
             return call_with_retry(f"{what} {self._where}", fn)
-        except PostgresEpochLogFencedError:
-            self.close()
-            raise
-        except PostgresWriteError as exc:
+        except PostgresSinkError as exc:
+            if exc.code is TxnCode.EPOCH_LOG_LOCKED:
+                self.close()
+                raise
+            if exc.code not in WRITE_CODES:
+                raise
             msg = f"cannot {what} epoch log {self._where}: {exc} (the last durable state is intact)"
-            raise EpochLogError(msg) from exc
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG) from exc
 
     # -- connection and lock -------------------------------------------------------------
     def _connection(self) -> Conn:
         if self._closed:
             msg = f"epoch log {self._where} is closed; open a new PostgresEpochLog"
-            raise EpochLogError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG)
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
@@ -156,7 +146,7 @@ class PostgresEpochLog(EpochLog):
                 f"epoch log {self._where} is held by another coordinator ({holder}); only one "
                 f"driver may run sink {self._cfg.sink_id!r} at a time: stop the other query first"
             )
-            raise PostgresEpochLogFencedError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.EPOCH_LOG_LOCKED)
         self._conn = conn
         return conn
 
@@ -287,7 +277,7 @@ class PostgresEpochLog(EpochLog):
                 f"{header.get('generation')}, ours {self._generation}); this coordinator is "
                 "fenced: stop it"
             )
-            raise PostgresEpochLogFencedError(msg)
+            raise PostgresSinkError(msg, code=TxnCode.EPOCH_LOG_LOCKED)
 
     def load(self) -> EpochHistory:
         """Read, verify and fold the log (fenced if another coordinator took it over)."""
@@ -317,7 +307,7 @@ class PostgresEpochLog(EpochLog):
         """Validate ``record`` and append it durably in one transaction (see module doc)."""
         if self._read_only:
             msg = f"epoch log {self._where} was opened read-only; it cannot be appended to"
-            raise EpochLogError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG)
         attempts = 0
 
         def write() -> None:
@@ -355,7 +345,9 @@ class PostgresEpochLog(EpochLog):
         numbered = [r for _, r in rows if id(r) in held] + [record]
         if [id(r) for r in compacted.records] != [id(r) for r in numbered]:  # pragma: no cover
             msg = f"cannot append {record} to {self._where}: folding reordered the records"
-            raise EpochLogError(msg)  # folding keeps the order and the new record last
+            raise TxnError(
+                msg, code=TxnCode.EPOCH_LOG
+            )  # folding keeps the order and the new record last
         seq = header["next_seq"]
         first = seq - len(kept)
         if dropped:

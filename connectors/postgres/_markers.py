@@ -8,7 +8,7 @@ redo-or-skip rule as the Kafka markers, see docs/architecture.md):
 2. in the data transaction, ``lock_marker`` takes the row lock first (``SELECT ... FOR
    UPDATE``): a second live instance of the partition blocks here, before it writes
    anything, and when it gets the lock it sees the first one's committed epoch and stops
-   (:class:`PostgresPartitionConflictError`);
+   (:class:`PostgresCode.PARTITION_CONFLICT`);
 3. ``write_marker`` updates the row in the same transaction as the data, guarded by
    ``epoch < N``: the marker becomes visible exactly when the data does (local commit, or
    COMMIT PREPARED), so it is the single source of truth for "did p commit N?".
@@ -23,7 +23,7 @@ from psycopg import sql
 
 from connectors.postgres._connect import Conn
 from connectors.postgres._control import MARKER_TABLE, qualified
-from connectors.postgres._errors import PostgresPartitionConflictError
+from connectors.postgres._errors import PostgresCode, PostgresSinkError
 from txn import Marker
 
 NO_EPOCH = -1
@@ -86,14 +86,14 @@ def lock_marker(conn: Conn, control_schema: str, sink_id: str, partition: int, e
             f"sink {sink_id!r} partition {partition}: its marker row is missing (deleted from "
             f"{control_schema}.{MARKER_TABLE} while the sink ran?); the epoch is aborted"
         )
-        raise PostgresPartitionConflictError(msg)
+        raise PostgresSinkError(msg, code=PostgresCode.PARTITION_CONFLICT)
     if row[0] >= epoch:
         msg = (
             f"sink {sink_id!r} partition {partition}: epoch {row[0]} is already committed, so "
             f"epoch {epoch} must not be written again (another instance of this partition "
             "committed it meanwhile); this instance stops"
         )
-        raise PostgresPartitionConflictError(msg)
+        raise PostgresSinkError(msg, code=PostgresCode.PARTITION_CONFLICT)
 
 
 def write_marker(
@@ -112,4 +112,4 @@ def write_marker(
             f"sink {sink_id!r} partition {partition}: the marker already covers epoch "
             f"{marker.epoch}; another instance committed it, this one stops"
         )
-        raise PostgresPartitionConflictError(msg)
+        raise PostgresSinkError(msg, code=PostgresCode.PARTITION_CONFLICT)

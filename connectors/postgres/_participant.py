@@ -15,7 +15,7 @@ is rolled back by the server), takes the lock, and rolls back this partition's p
 transactions (no decision can be pending for them while a task of the sink runs: the
 coordinator finishes every decided epoch before it plans the next attempt). The marker
 row lock (``_markers``) is the second line of defence. The call order is the one of
-:class:`txn.Participant`, enforced by ``txn.run_partition``.
+:class:`txn.Participant`, enforced by ``txn._task.run_partition``.
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ class PostgresParticipant(Participant[ArrowPartition]):
         self._two_phase = two_phase and cfg.transactional
         self._plan = plan
         self._partition = partition
-        self._gid = Gid(cfg.sink_id, plan.epoch, plan.attempt, partition)
+        self._gid = Gid(
+            sink_id=cfg.sink_id, epoch=plan.epoch, attempt=plan.attempt, partition=partition
+        )
         self._load_table: sql.Composed | None = None
         self._rejected: list[pa.RecordBatch] = []
         self._states = ParticipantStateMachine(

@@ -4,14 +4,14 @@
 tables and picks the commit protocol: two-phase when the server allows prepared
 transactions (``max_prepared_transactions`` > 0), else the idempotency table, logging
 which one runs (``commit_protocol`` forces either; forcing two-phase on a server with 0
-slots raises :class:`PreparedTransactionsUnavailableError`).
+slots raises :class:`PostgresCode.TWO_PHASE_UNAVAILABLE`).
 
 :class:`PostgresResource` is a frozen, picklable description shipped to the write tasks;
 its coordinator-side methods finish prepared transactions by gid, idempotently:
 
 * ``commit_prepared``: COMMIT PREPARED; if the gid is gone, the partition's marker must
   cover the epoch (it was committed before, e.g. by an earlier delivery whose reply was
-  lost), else :class:`PreparedTransactionLostError` (never a silent loss: the coordinator
+  lost), else :class:`TxnCode.PREPARED_WORK_LOST` (never a silent loss: the coordinator
   keeps the commit decision and the replay redoes the partition);
 * ``rollback_prepared``: ROLLBACK PREPARED; a missing gid is already rolled back;
 * ``abort_lingering``: terminate live sessions of the listed partitions (zombie tasks of
@@ -34,11 +34,7 @@ from connectors.postgres._classify import call_with_retry
 from connectors.postgres._config import CommitProtocol, PostgresSinkConfig
 from connectors.postgres._connect import connect, driver_connection
 from connectors.postgres._control import ensure_control_tables
-from connectors.postgres._errors import (
-    PostgresSinkError,
-    PreparedTransactionLostError,
-    PreparedTransactionsUnavailableError,
-)
+from connectors.postgres._errors import PostgresCode, PostgresSinkError
 from connectors.postgres._input_offsets import ensure_offsets_table
 from connectors.postgres._participant import (
     PostgresParticipant,
@@ -47,16 +43,11 @@ from connectors.postgres._participant import (
 )
 from connectors.postgres._schema import TableLayout
 from connectors.postgres._twophase import Gid
-from connectors.stage import ArrowPartition, DeadLetterContext, screened
-from txn import EpochPlan, Marker, Participant, Resource
+from connectors.stage import ArrowPartition, DeadLetterContext
+from connectors.stage._bad_records import screened
+from txn import EpochPlan, Marker, Participant, Resource, TxnCode
 
 log = logging.getLogger("connectors.postgres")
-
-
-class LingeringPreparedError(PostgresSinkError):
-    """Idempotency-table mode found prepared transactions left by a two-phase run."""
-
-    retry_stage = False
 
 
 def choose_two_phase(cfg: PostgresSinkConfig, slots: int) -> bool:
@@ -68,7 +59,7 @@ def choose_two_phase(cfg: PostgresSinkConfig, slots: int) -> bool:
                 "max_prepared_transactions = 0; set it above the sink's parallelism and restart "
                 "PostgreSQL, or use commit_protocol='idempotency-table' (or 'auto')"
             )
-            raise PreparedTransactionsUnavailableError(msg)
+            raise PostgresSinkError(msg, code=PostgresCode.TWO_PHASE_UNAVAILABLE)
         return True
     if cfg.commit_protocol is CommitProtocol.IDEMPOTENCY_TABLE:
         return False
@@ -97,10 +88,10 @@ def prepare_resource(cfg: PostgresSinkConfig) -> PostgresResource:
         cfg.commit_protocol.value,
         mode,
     )
-    return PostgresResource(cfg, two_phase)
+    return PostgresResource(cfg=cfg, two_phase=two_phase)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PostgresResource(Resource[ArrowPartition]):
     """Driver-side, picklable description of the sink (see the module docstring)."""
 
@@ -127,7 +118,7 @@ class PostgresResource(Resource[ArrowPartition]):
             msg = "the resource has no layout; build it with with_layout(check_input(...))"
             raise PostgresSinkError(msg)
         participant = PostgresParticipant(self.cfg, self.layout, self.two_phase, plan, partition)
-        context = DeadLetterContext(self.cfg.sink_id, plan.epoch, partition)
+        context = DeadLetterContext(sink_id=self.cfg.sink_id, epoch=plan.epoch, partition=partition)
         return screened(participant, PostgresClassifier(self.layout), self.cfg, context)
 
     def fingerprint(self) -> str:
@@ -135,7 +126,7 @@ class PostgresResource(Resource[ArrowPartition]):
 
         With ``create_table`` / ``evolve_schema`` it covers the layout too (the columns
         written, their types, the key): the plan records it, and a replay of an epoch in
-        doubt that would write other columns is refused (``txn.PlanMismatchError``).
+        doubt that would write other columns is refused (``txn.TxnCode.PLAN_MISMATCH``).
         """
         if self.layout is None or not self.cfg.follows_stream:
             return self.cfg.fingerprint()
@@ -143,7 +134,9 @@ class PostgresResource(Resource[ArrowPartition]):
         return hashlib.sha256(raw).hexdigest()[:16]
 
     def _gid(self, plan: EpochPlan, partition: int) -> Gid:
-        return Gid(self.cfg.sink_id, plan.epoch, plan.attempt, partition)
+        return Gid(
+            sink_id=self.cfg.sink_id, epoch=plan.epoch, attempt=plan.attempt, partition=partition
+        )
 
     def commit_prepared(self, plan: EpochPlan, partition: int) -> None:
         """COMMIT PREPARED the partition's gid; a missing gid must be a committed one."""
@@ -168,7 +161,7 @@ class PostgresResource(Resource[ArrowPartition]):
                     f"marker of the epoch (marker: {marker}); the replay of the epoch redoes "
                     "the partition"
                 )
-                raise PreparedTransactionLostError(msg, partition=partition)
+                raise PostgresSinkError(msg, partition=partition, code=TxnCode.PREPARED_WORK_LOST)
 
         call_with_retry(f"COMMIT PREPARED {gid}", commit)
 
@@ -236,7 +229,7 @@ class PostgresResource(Resource[ArrowPartition]):
                         "run; restart it with commit_protocol='two-phase' (or 'auto' on a server "
                         "with prepared transactions) until they are finished"
                     )
-                    raise LingeringPreparedError(msg)
+                    raise PostgresSinkError(msg, code=PostgresCode.LINGERING_PREPARED)
                 for gid in lingering:
                     _twophase.rollback_prepared(conn, gid)
             except PostgresSinkError:

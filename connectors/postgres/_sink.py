@@ -12,7 +12,7 @@ from connectors.postgres._config import PostgresSinkConfig, WriteMode
 from connectors.postgres._connect import connect, release_driver_connection
 from connectors.postgres._ddl import apply_layout, planned_table
 from connectors.postgres._epoch_log import PostgresEpochLog
-from connectors.postgres._errors import PostgresInputSchemaError, PostgresSinkError
+from connectors.postgres._errors import PostgresSinkError
 from connectors.postgres._resource import PostgresResource, prepare_resource
 from connectors.postgres._schema import (
     TableInfo,
@@ -22,7 +22,7 @@ from connectors.postgres._schema import (
     find_table,
     written_fields,
 )
-from connectors.stage import InputSpec, SinkConnector, TransactionalSink
+from connectors.stage import InputSpec, SinkConnector, StageCode, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class PostgresConnector(SinkConnector):
         for name in self.cfg.order_by:
             if arrow.get_field_index(name) < 0:
                 msg = f"order_by names column {name!r}, which the DataFrame does not have"
-                raise PostgresInputSchemaError(msg, column=name)
+                raise PostgresSinkError(msg, column=name, code=StageCode.INPUT_SCHEMA)
             if found is None or found.column(name) is None:
                 arrow = arrow.remove(arrow.get_field_index(name))
         table = planned_table(found, written_fields(arrow, self.cfg), self.cfg)

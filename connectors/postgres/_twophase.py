@@ -28,7 +28,7 @@ from connectors.postgres._connect import Conn
 GID_PREFIX = "eos"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, kw_only=True)
 class Gid:
     """The parts of one of this kit's transaction ids."""
 
@@ -55,9 +55,12 @@ def parse_gid(text: str) -> Gid | None:
         epoch, attempt, partition = (int(p) for p in parts[2:])
     except ValueError:
         return None
-    if min(epoch, attempt, partition) < 0 or str(Gid(parts[1], epoch, attempt, partition)) != text:
+    if (
+        min(epoch, attempt, partition) < 0
+        or str(Gid(sink_id=parts[1], epoch=epoch, attempt=attempt, partition=partition)) != text
+    ):
         return None
-    return Gid(parts[1], epoch, attempt, partition)
+    return Gid(sink_id=parts[1], epoch=epoch, attempt=attempt, partition=partition)
 
 
 def prepare(conn: Conn, gid: Gid) -> None:

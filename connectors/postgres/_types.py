@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from connectors.postgres._errors import PostgresInputSchemaError
+from connectors.postgres._errors import PostgresSinkError
+from connectors.stage import StageCode
 
 
 def _int_fits(bits: int) -> Callable[[pa.DataType], bool]:
@@ -104,7 +105,7 @@ def _hint(base_type: str, type_sql: str) -> str:
 
 
 def check_column_type(name: str, arrow_type: pa.DataType, base_type: str, type_sql: str) -> None:
-    """Raise :class:`PostgresInputSchemaError` naming ``name`` unless ``arrow_type`` fits the column."""
+    """Raise :class:`StageCode.INPUT_SCHEMA` naming ``name`` unless ``arrow_type`` fits the column."""
     if pa.types.is_null(arrow_type):
         return
     if pa.types.is_nested(arrow_type) or pa.types.is_dictionary(arrow_type):
@@ -112,7 +113,7 @@ def check_column_type(name: str, arrow_type: pa.DataType, base_type: str, type_s
             f"column {name!r} is {spark_name(arrow_type)}, which the sink does not write; "
             "serialize it with to_json() and write it to a json/jsonb column"
         )
-        raise PostgresInputSchemaError(msg, column=name)
+        raise PostgresSinkError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     rule = _RULES.get(base_type)
     # Textual and enum columns take strings; so do types without an Arrow counterpart,
     # which PostgreSQL parses from their text form.
@@ -122,4 +123,4 @@ def check_column_type(name: str, arrow_type: pa.DataType, base_type: str, type_s
             f"column {name!r}: the input is {spark_name(arrow_type)} (Arrow {arrow_type}) but "
             f"the table column is {type_sql}; {_hint(base_type, type_sql)}"
         )
-        raise PostgresInputSchemaError(msg, column=name)
+        raise PostgresSinkError(msg, column=name, code=StageCode.INPUT_SCHEMA)

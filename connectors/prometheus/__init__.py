@@ -13,25 +13,12 @@ from connectors._extras import require
 
 require("prometheus_client", extra="prometheus", needed_for="connectors.prometheus")
 
-from connectors.prometheus._collector import (
-    ASYNC_BUCKETS_S,
-    PrometheusCollector,
-)
+from connectors.prometheus._collector import PrometheusCollector
 from connectors.prometheus._errors import MetricsConfigError, MetricsPushError
-from connectors.prometheus._push import (
-    PUSH_ON,
-    PUSH_TIMEOUT_S,
-    PushGatewayExporter,
-)
-from connectors.prometheus._server import DEFAULT_HOST, MetricsServer
-from connectors.prometheus._totals import DURATION_BUCKETS_S
+from connectors.prometheus._push import PushGatewayExporter
+from connectors.prometheus._server import MetricsServer
 
 __all__ = [
-    "ASYNC_BUCKETS_S",
-    "DEFAULT_HOST",
-    "DURATION_BUCKETS_S",
-    "PUSH_ON",
-    "PUSH_TIMEOUT_S",
     "MetricsConfigError",
     "MetricsPushError",
     "MetricsServer",

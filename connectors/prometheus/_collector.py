@@ -6,7 +6,7 @@ Three inputs, each read through its public value object:
    :class:`~connectors.stage.EpochMetrics` through ``sink.observe_metrics``, added up per
    ``(sink_id, query_id)`` (``_totals``);
 2. a :class:`~connectors.stage.MetricsListener`: each query's latest
-   :class:`~connectors.stage.ProgressView`, for the sources' lag per topic (read at scrape);
+   :class:`~connectors.stage._listener.ProgressView`, for the sources' lag per topic (read at scrape);
 3. async I/O operators: ``name -> callable`` returning an
    :class:`~connectors.async_io.AsyncMetrics` (e.g. ``lambda: acc.value``; read at scrape).
 
@@ -111,7 +111,7 @@ class PrometheusCollector:
         """Add one epoch's metrics (what a watched sink calls), then tell the epoch callbacks."""
         key = (metrics.sink_id, metrics.query_id or "")
         with self._lock:
-            totals = self._totals.setdefault(key, SinkTotals(*key))
+            totals = self._totals.setdefault(key, SinkTotals(sink_id=key[0], query_id=key[1]))
             totals.add(metrics, self._clock())
             callbacks = tuple(self._epoch_callbacks)
         for callback in callbacks:

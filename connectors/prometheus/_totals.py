@@ -50,7 +50,7 @@ class Histogram:
         return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SinkTotals:
     """One sink's counters and gauges for one query (``query_id`` "" when unbound)."""
 

@@ -9,126 +9,37 @@ stage retries, recovery at start-up and slot checks. The Kafka sink
 (``connectors.kafka.KafkaSink``) is built this way. The protocol: docs/architecture.md.
 """
 
-from connectors.stage._backchannel import BackChannel, StageEvent, StageRun
-from connectors.stage._bad_records import (
-    ERROR_CLASS_COLUMN,
-    ERROR_MESSAGE_COLUMN,
-    BadRow,
-    Classifier,
-    DeadLetterContext,
-    bad_batch,
-    drop_rows,
-    screened,
-)
-from connectors.stage._binding import QUERY_ID_PROPERTY, query_id_of, start_over_offset
+from connectors.stage._backchannel import BackChannel, StageEvent
+from connectors.stage._bad_records import BadRow, Classifier, DeadLetterContext
 from connectors.stage._composite import CompositeSink
 from connectors.stage._connector import SimpleConnector, SinkConnector
-from connectors.stage._errors import (
-    BadRecordThresholdError,
-    CheckpointError,
-    InputError,
-    InputSchemaError,
-    InsufficientSlotsError,
-    NotKafkaInputError,
-    QueryMismatchError,
-    RecordError,
-    ResumeError,
-    ResumeInputMismatchError,
-    SinkInUseError,
-    SinkStoppedError,
-    SparkConnectError,
-    StageError,
-    StagePartitioningError,
-    VoteChannelError,
-    VoteRejectedError,
-    VoteTimeoutError,
-)
-from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS, StepHooks
+from connectors.stage._errors import StageCode, StageError
+from connectors.stage._hooks import StepHooks
 from connectors.stage._input import InputSpec
-from connectors.stage._listener import MetricsListener, ProgressView, offsets_lag
-from connectors.stage._metrics import RECENT_EPOCHS, EpochMetrics, TaskStats
-from connectors.stage._options import (
-    BAD_RECORD_POLICIES,
-    DEFAULT_STAGE_RETRIES,
-    DEFAULT_VOTE_CHANNEL,
-    VOTE_CHANNELS,
-    StageOptions,
-    build_config,
-)
-from connectors.stage._resume import (
-    RESUME_FROM_OUTPUT,
-    ResumePoint,
-    committed_point,
-    starting_offsets,
-)
-from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
+from connectors.stage._listener import MetricsListener
+from connectors.stage._metrics import EpochMetrics
+from connectors.stage._options import StageOptions
+from connectors.stage._rows import ArrowPartition
 from connectors.stage._sink import TransactionalSink
-from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
-from connectors.stage._task import TaskBound, TaskInfo
+from connectors.stage._task import TaskInfo
 
 __all__ = [
-    "BAD_RECORD_POLICIES",
-    "DEFAULT_STAGE_RETRIES",
-    "ERROR_CLASS_COLUMN",
-    "ERROR_MESSAGE_COLUMN",
-    "DEFAULT_VOTE_CHANNEL",
-    "DRIVER_STEPS",
-    "HASH_COLUMN",
-    "QUERY_ID_PROPERTY",
-    "RECENT_EPOCHS",
-    "RESUME_FROM_OUTPUT",
-    "TASK_STEPS",
-    "VOTE_CHANNELS",
     "ArrowPartition",
     "BackChannel",
-    "BadRecordThresholdError",
     "BadRow",
     "Classifier",
-    "DeadLetterContext",
-    "CheckpointError",
     "CompositeSink",
+    "DeadLetterContext",
     "EpochMetrics",
-    "InputError",
     "InputSpec",
-    "InputSchemaError",
-    "InsufficientSlotsError",
     "MetricsListener",
-    "NotKafkaInputError",
-    "ProgressView",
-    "QueryMismatchError",
-    "RecordError",
-    "ResumeError",
-    "ResumeInputMismatchError",
-    "ResumePoint",
-    "RowsConsumedError",
     "SimpleConnector",
     "SinkConnector",
-    "SinkInUseError",
-    "SinkStoppedError",
-    "SparkConnectError",
+    "StageCode",
     "StageError",
     "StageEvent",
     "StageOptions",
-    "StageRun",
-    "build_config",
-    "committed_point",
-    "StagePartitioningError",
     "StepHooks",
-    "TaskBound",
     "TaskInfo",
-    "TaskSlots",
-    "TaskStats",
     "TransactionalSink",
-    "VoteChannelError",
-    "VoteRejectedError",
-    "VoteTimeoutError",
-    "offsets_lag",
-    "bad_batch",
-    "drop_rows",
-    "query_id_of",
-    "screened",
-    "start_over_offset",
-    "starting_offsets",
-    "task_slots",
-    "wait_for_task_slots",
 ]

@@ -20,14 +20,14 @@ from ``rejected_records()`` and they are treated the same way.
 The classification is part of the partition's checksum: a partition with bad records
 carries ``+b<count>.<digest>`` after the rows' checksum, the digest summing each bad row's
 content hash weighted by its error class, so a replay of a committed partition that
-classifies otherwise is a :class:`txn.NonDeterministicReplayError`, never a silent
+classifies otherwise is a :class:`txn.TxnCode.NON_DETERMINISTIC_REPLAY`, never a silent
 difference. Rows rejected by a server are not part of it (the server decides them while
 the transaction runs; they are committed with it). The task's row count is the good rows';
 the marker's is the rows the classifier let through (the server's rejections included), so
 that a replay which only compares recounts it.
 
 Circuit breaker: more bad records than ``max_bad_fraction`` of the partition's rows raise
-:class:`~connectors.stage.BadRecordThresholdError` before anything is pre-committed.
+:class:`connectors.stage.StageCode.BAD_RECORD_THRESHOLD` before anything is pre-committed.
 docs/bad-records.md has the user's view.
 """
 
@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from connectors.stage._errors import BadRecordThresholdError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._options import StageOptions
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from txn import Marker, Participant, RowSummary
@@ -63,7 +63,7 @@ _U64 = (1 << 64) - 1
 
 @dataclass(frozen=True)
 class BadRow:
-    """A row of a batch that cannot be written: its index, error class name and message."""
+    """A row of a batch that cannot be written: its index, error code (``code.text``) and message."""
 
     index: int
     error: str
@@ -80,7 +80,7 @@ class Classifier(Protocol):
         """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeadLetterContext:
     """Where bad records came from, recorded with each dead-lettered record."""
 
@@ -248,7 +248,7 @@ class ScreeningParticipant(Participant[ArrowPartition]):
             f"({_classes(error_counts(records))}); fix the input or raise "
             "max_bad_fraction. The epoch was aborted."
         )
-        raise BadRecordThresholdError(msg)
+        raise StageError(msg, code=StageCode.BAD_RECORD_THRESHOLD)
 
     def pre_commit(self, summary: RowSummary) -> None:
         """Pre-commit the wrapped participant with the summary a replay recomputes."""

@@ -10,7 +10,7 @@ writes the sink, as a :class:`txn.QueryBinding`, and batch ``b`` is epoch ``b + 
 2. the first query seen binds the log (offset 0: it adopts the log's epochs), unless the
    batch id is below the last committed epoch, which only another query can produce;
 3. the bound query, or the next query after an operator's reset (query id ""): its offset;
-4. another query: :class:`QueryMismatchError`, unless ``start_over`` is set, which binds
+4. another query: :class:`StageCode.QUERY_MISMATCH`, unless ``start_over`` is set, which binds
    it above every epoch of the log (refused while an epoch is in doubt), or the caller
    passes ``resume`` (``resume="from-output"``, ``_resume``): it settles the log, checks
    the query's first batch and returns the offset to bind.
@@ -25,7 +25,7 @@ when the query starts, before its first batch, and every restart from that check
 reads the same id back. So with ``checkpoint_location`` the sink reads that file (once per
 process, through the batch's session: any file system Spark reads), and checks it against
 the local property where there is one. In the ``foreachBatch`` process of a Connect server
-without ``checkpoint_location`` the sink refuses to write (:class:`SparkConnectError`):
+without ``checkpoint_location`` the sink refuses to write (:class:`StageCode.SPARK_CONNECT`):
 unbound, a new checkpoint would silently skip batches.
 """
 
@@ -37,8 +37,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from connectors.stage._errors import CheckpointError, QueryMismatchError, SparkConnectError
-from txn import EpochHistory, EpochLog, EpochState, IllegalTransitionError, QueryBinding
+from connectors.stage._errors import StageCode, StageError
+from txn import EpochHistory, EpochLog, EpochState, QueryBinding, TxnCode, TxnError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,7 +70,7 @@ def checkpoint_query_id(df: DataFrame, location: str) -> str:
     """Return the query id recorded in checkpoint ``location`` (read through ``df``'s session).
 
     Raises:
-        CheckpointError: no readable ``metadata`` file with an ``id`` there.
+        StageCode.CHECKPOINT: no readable ``metadata`` file with an ``id`` there.
 
     """
     path = f"{location.rstrip('/')}/{CHECKPOINT_METADATA}"
@@ -78,10 +78,14 @@ def checkpoint_query_id(df: DataFrame, location: str) -> str:
         rows = df.sparkSession.read.text(path, wholetext=True).collect()
         doc = json.loads(str(rows[0][0]).splitlines()[0]) if rows else None
     except Exception as exc:
-        raise CheckpointError(_no_metadata(location, f"{type(exc).__name__}: {exc}")) from exc
+        raise StageError(
+            _no_metadata(location, f"{type(exc).__name__}: {exc}"), code=StageCode.CHECKPOINT
+        ) from exc
     query_id = doc.get("id") if isinstance(doc, dict) else None
     if not isinstance(query_id, str) or not query_id:
-        raise CheckpointError(_no_metadata(location, f"no query id in {path}"))
+        raise StageError(
+            _no_metadata(location, f"no query id in {path}"), code=StageCode.CHECKPOINT
+        )
     return query_id
 
 
@@ -107,7 +111,7 @@ class QueryIdentity:
     ``location``: the sink's ``checkpoint_location`` option (None: the property only).
     The checkpoint is read once per process and query; on a classic session, a query id
     that the property gives and the checkpoint does not match is a
-    :class:`CheckpointError` (the option names another query's checkpoint).
+    :class:`StageCode.CHECKPOINT` (the option names another query's checkpoint).
     """
 
     def __init__(self, location: str | None) -> None:
@@ -125,7 +129,7 @@ class QueryIdentity:
                     "committed; pass checkpoint_location=<the query's checkpointLocation> "
                     "to the sink"
                 )
-                raise SparkConnectError(msg)
+                raise StageError(msg, code=StageCode.SPARK_CONNECT)
             return running
         if self._read is None or self._read[0] != running:
             self._read = (running, checkpoint_query_id(df, self._location))
@@ -136,7 +140,7 @@ class QueryIdentity:
                 f"query {running} is writing the sink; give the sink this query's "
                 "checkpointLocation"
             )
-            raise CheckpointError(msg)
+            raise StageError(msg, code=StageCode.CHECKPOINT)
         return recorded
 
 
@@ -204,13 +208,15 @@ class QueryBinder:
     def _bind(self, log: EpochLog, query_id: str, offset: int) -> int:
         try:
             log.append(QueryBinding(self._sink_id, query_id, offset))
-        except IllegalTransitionError as exc:
+        except TxnError as exc:
+            if exc.code is not TxnCode.ILLEGAL_TRANSITION:
+                raise
             msg = (
                 f"sink {self._sink_id!r} cannot start over with query {query_id}: {exc}. Run "
                 "the previous query (its checkpoint) until that epoch has committed, or use a "
                 "new sink_id"
             )
-            raise QueryMismatchError(msg) from exc
+            raise StageError(msg, code=StageCode.QUERY_MISMATCH) from exc
         _log.info(
             "sink %s bound to query %s: its batch b is epoch b + %d",
             self._sink_id,
@@ -219,7 +225,7 @@ class QueryBinder:
         )
         return offset
 
-    def _mismatch(self, history: EpochHistory, query_id: str, batch_id: int) -> QueryMismatchError:
+    def _mismatch(self, history: EpochHistory, query_id: str, batch_id: int) -> StageError:
         binding = history.binding
         owner = binding.query_id if binding is not None else "an earlier query (unrecorded)"
         last = history.last_committed_epoch()
@@ -231,4 +237,4 @@ class QueryBinder:
             f"KafkaSink(..., start_over=True) or `eos reset {self._sink_id} --query {query_id}`; "
             "or give this query a new sink_id"
         )
-        return QueryMismatchError(msg)
+        return StageError(msg, code=StageCode.QUERY_MISMATCH)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.stage._connector import SinkConnector
 from connectors.stage._options import StageOptions
 from connectors.stage._sink import Select, TransactionalSink, _Member
-from txn import ConfigError, EpochLog, FileEpochLog
+from txn import EpochLog, FileEpochLog, TxnCode, TxnError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,7 +38,7 @@ class CompositeSink(TransactionalSink):
     ``sinks``: the member sinks, or ``(sink, select)`` pairs where ``select`` turns the
     micro-batch into that sink's rows: a function ``df -> DataFrame`` (e.g.
     ``lambda df: df.selectExpr("CAST(id AS STRING) AS key", "v AS value")``), or a list
-    of column names, meaning ``df.select(*names)``; anything else is a ``ConfigError`` here,
+    of column names, meaning ``df.select(*names)``; anything else is a ``TxnCode.CONFIG`` here,
     not at the first batch. Only the members' connectors and options are used (their own
     epoch logs are not). ``sink_id``: the composite's own
     id (its epoch log's), different from every member's. ``epoch_log``: a file path, or
@@ -68,7 +68,7 @@ class CompositeSink(TransactionalSink):
         members = [_Member(*_split(s)) for s in sinks]
         if not members:
             msg = "CompositeSink needs at least one member sink"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         opts = StageOptions(**options)
         if opts.screens_records:
             msg = (
@@ -76,7 +76,7 @@ class CompositeSink(TransactionalSink):
                 "classifies its own rows and has its own dead-letter destination): set it on "
                 "the member sinks"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         for member in members:
             theirs = member.connector.options.guarantee
             if theirs is not opts.guarantee:
@@ -84,17 +84,17 @@ class CompositeSink(TransactionalSink):
                     f"member sink {member.connector.sink_id!r} has guarantee {theirs.value}, "
                     f"the composite {opts.guarantee.value}; give them the same guarantee"
                 )
-                raise ConfigError(msg)
+                raise TxnError(msg, code=TxnCode.CONFIG)
             if member.connector.sink_id == sink_id:
                 msg = (
                     f"the composite's sink_id {sink_id!r} is a member's; give the composite "
                     "an id of its own (it names the shared epoch log)"
                 )
-                raise ConfigError(msg)
+                raise TxnError(msg, code=TxnCode.CONFIG)
         path = None if epoch_log is None else os.fspath(epoch_log)
         first = members[0].connector
         if path is None and type(first).epoch_log_for is SinkConnector.epoch_log_for:
-            first.epoch_log_for(sink_id)  # raises the ConfigError that says what to pass
+            first.epoch_log_for(sink_id)  # raises the TxnCode.CONFIG that says what to pass
         self._sink_id = sink_id
         self._options = opts
         self._auto_mode = "mode" not in options
@@ -142,11 +142,11 @@ def _split(
 ) -> tuple[SinkConnector, Select | None]:
     if isinstance(item, tuple) and len(item) != 2:  # a (sink, select) pair
         msg = f"a member of CompositeSink is a sink or a (sink, select) pair, got {item!r}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
     sink, select = item if isinstance(item, tuple) else (item, None)
     if isinstance(sink, CompositeSink) or not isinstance(sink, TransactionalSink):
         msg = f"members of CompositeSink are single sinks (KafkaSink, ...), got {sink!r}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
     return sink.connector, _select(sink.sink_id, select)
 
 
@@ -165,4 +165,4 @@ def _select(sink_id: str, select: object) -> Select | None:
         "lambda df: df.selectExpr(...)) or a non-empty list of column names, got "
         f"{select!r}"
     )
-    raise ConfigError(msg)
+    raise TxnError(msg, code=TxnCode.CONFIG)

@@ -11,7 +11,7 @@ Call order on the driver (per :class:`~connectors.stage.TransactionalSink` call)
 ``before_plan`` (per epoch, after recovery, before the plan is logged), ``transform`` (per
 epoch, before routing), ``close`` (when the sink is closed); ``back_channel`` once per sink
 object. The resource is pickled to the write tasks; if it implements
-:class:`~connectors.stage.TaskBound` it is bound to each task there, with the ticket of the
+:class:`~connectors.stage._task.TaskBound` it is bound to each task there, with the ticket of the
 connector's back channel (``_backchannel``) if it has one.
 """
 
@@ -26,7 +26,7 @@ from connectors.stage._backchannel import BackChannel
 from connectors.stage._input import InputSpec
 from connectors.stage._options import StageOptions
 from connectors.stage._rows import ArrowPartition
-from txn import ConfigError, EpochLog, FileEpochLog, Resource
+from txn import EpochLog, FileEpochLog, Resource, TxnCode, TxnError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,7 +55,7 @@ class SinkConnector(abc.ABC):
 
     @abc.abstractmethod
     def check_input(self, schema: StructType) -> InputSpec:
-        """Check a Spark schema; raise :class:`~connectors.stage.InputSchemaError` naming the column."""
+        """Check a Spark schema; raise :class:`connectors.stage.StageCode.INPUT_SCHEMA` naming the column."""
 
     @abc.abstractmethod
     def resource(self, spec: InputSpec) -> Resource[ArrowPartition]:
@@ -69,20 +69,20 @@ class SinkConnector(abc.ABC):
         """Open an epoch log of this connector's kind for another sink id (a composite sink's).
 
         Raises:
-            ConfigError: the connector keeps no log of its own kind; pass a file path.
+            TxnCode.CONFIG: the connector keeps no log of its own kind; pass a file path.
 
         """
         msg = (
             f"{type(self).__name__} cannot hold the epoch log of sink {sink_id!r}; pass "
             "epoch_log= (a file path) to the composite sink"
         )
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
 
     def check_options(self) -> None:
         """Refuse stage options the connector cannot honour (at construction, no I/O).
 
         Raises:
-            ConfigError: ``on_bad_record`` other than ``"fail"`` on a connector that does not
+            TxnCode.CONFIG: ``on_bad_record`` other than ``"fail"`` on a connector that does not
                 classify records.
 
         """
@@ -92,7 +92,7 @@ class SinkConnector(abc.ABC):
                 f"{self.options.on_bad_record!r} needs a sink that can (KafkaSink, "
                 "PostgresSink): use on_bad_record='fail'"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
 
     def transform(self, df: DataFrame, spec: InputSpec) -> DataFrame:
         """Return ``df`` as the rows to route (e.g. drop changelog ``update_before`` rows)."""

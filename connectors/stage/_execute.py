@@ -29,8 +29,9 @@ from txn import (
     EpochPlan,
     Guarantee,
     PartitionReport,
-    PlanMismatchError,
     Resource,
+    TxnCode,
+    TxnError,
     can_retry_stage,
 )
 
@@ -44,7 +45,7 @@ log = logging.getLogger("connectors.stage")
 
 @dataclass(frozen=True, kw_only=True)
 class EpochExecution:
-    """The write stage of one epoch, run for the coordinator (``txn.Execute``).
+    """The write stage of one epoch, run for the coordinator (``txn._coordinator.Execute``).
 
     ``frames`` / ``input_specs``: each member connector's rows and input spec, in member
     order; ``channels``: the members' back channels (``_backchannel``), told of each run's
@@ -185,4 +186,4 @@ def _check_kept(frame: DataFrame, width: int, plan: EpochPlan) -> None:
             f"but the replayed batch has {actual} input partitions; read it with the same "
             "source settings (e.g. minPartitions) until the epoch has committed"
         )
-        raise PlanMismatchError(msg)
+        raise TxnError(msg, code=TxnCode.PLAN_MISMATCH)

@@ -28,7 +28,7 @@ ROUTE_COLUMN = "_eos_route"
 _ORDER_PREFIX = "_eos_order_"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputSpec:
     """What a connector's schema check decided about the micro-batch's columns.
 

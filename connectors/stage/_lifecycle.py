@@ -15,7 +15,7 @@ same process (a notebook cell run again) registers here before it opens the log
    query, restarted from its checkpoint), closes its log: the new one takes over (the
    previous one would reopen it at its next call, taking it back the same way);
 2. while the previous object's query is still active (or it is inside a call), the new
-   one is refused with :class:`SinkInUseError`, which names the query and what to do.
+   one is refused with :class:`StageCode.SINK_IN_USE`, which names the query and what to do.
 
 Objects are told apart by ``sink_id`` and connector kind (:func:`owner_key`). Sinks in
 other processes are not seen here: their log's lock refuses (or fences) as before.
@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from connectors.stage._connector import SinkConnector
-from connectors.stage._errors import SinkInUseError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._metrics import CountingLog
 from connectors.stage._votes import VoteServer
 
@@ -55,7 +55,7 @@ class LogOwner(Protocol):
         """Close the epoch log for a new object writing ``query_id``; or say why not."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SinkResources:
     """What a sink object holds open on the driver.
 
@@ -156,7 +156,7 @@ def take_over(key: OwnerKey, owner: LogOwner, query_id: str | None) -> None:
     Steps 1-2 of the module docstring.
 
     Raises:
-        SinkInUseError: the previous holder's query still runs (or it is inside a call).
+        StageCode.SINK_IN_USE: the previous holder's query still runs (or it is inside a call).
 
     """
     with _OWNERS_LOCK:
@@ -171,7 +171,7 @@ def take_over(key: OwnerKey, owner: LogOwner, query_id: str | None) -> None:
                     "sink.stop_gracefully(query)), then start this one; or give this query "
                     "another sink_id"
                 )
-                raise SinkInUseError(msg)
+                raise StageError(msg, code=StageCode.SINK_IN_USE)
             _log.info(
                 "sink %s: took the epoch log over from a stopped sink object of this process",
                 owner.sink_id,
@@ -214,7 +214,7 @@ class SinkLifecycle:
 
     def _init_lifecycle(self) -> None:
         connectors = tuple(m.connector for m in self._members)
-        self._res = SinkResources(self._owner_key, connectors)
+        self._res = SinkResources(key=self._owner_key, connectors=connectors)
         self._query = None  # the streaming query of the last batch written
         weakref.finalize(self, self._res.collected)  # release the log, its lock, the clients
 

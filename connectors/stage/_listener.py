@@ -52,7 +52,7 @@ log = logging.getLogger("connectors.stage.progress")
 _OBJECT_REPR = re.compile(r"^(?:[\w$]+\.)*([\w$]+)@[0-9a-f]+$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProgressView:
     """One batch of one query: Spark's progress, the sources' lag, the sinks' metrics."""
 

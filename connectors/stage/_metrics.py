@@ -31,14 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from txn import (
-    EpochCompletion,
-    EpochHistory,
-    EpochLog,
-    EpochResult,
-    LogRecord,
-    PartitionOutcome,
-)
+from txn import EpochCompletion, EpochHistory, EpochLog, EpochResult, LogRecord
+from txn._model import PartitionOutcome
 
 log = logging.getLogger("connectors.stage.metrics")
 
@@ -69,7 +63,7 @@ class TaskStats:
     clients_new: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochMetrics:
     """Everything one ``foreachBatch`` call of a sink did (picklable, JSON-ready)."""
 
@@ -120,7 +114,7 @@ class MemberShare(NamedTuple):
     width: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpochRecorder:
     """Collects one epoch's metrics while the sink runs it (driver side, one call)."""
 
@@ -270,7 +264,7 @@ def _notify(observer: Callable[[EpochMetrics], None], metrics: EpochMetrics) -> 
 class CountingLog(EpochLog):
     """An :class:`txn.EpochLog` that counts the records it made durable.
 
-    Wraps a :class:`txn.DeferredCompletionLog`: a deferred completion counts when it is
+    Wraps a :class:`txn._deferred.DeferredCompletionLog`: a deferred completion counts when it is
     written (with the next record, or by :meth:`flush`).
     """
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from connectors.stage._resume import RESUME_CHOICES
-from txn import CommitMode, ConfigError, Guarantee
+from txn import CommitMode, Guarantee, TxnCode, TxnError
 
 _Config = TypeVar("_Config", bound="StageOptions")
 
@@ -25,7 +25,7 @@ BAD_RECORD_POLICIES = ("fail", "dead-letter", "skip")
 def _positive_int_or_none(name: str, value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         msg = f"{name} must be a positive int or None (Spark's default), got {value!r}"
-        raise ConfigError(msg)
+        raise TxnError(msg, code=TxnCode.CONFIG)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ class StageOptions:
       docs/bad-records.md. A connector that cannot classify records refuses the last two;
     * ``max_bad_fraction``: with ``"dead-letter"`` or ``"skip"``, the largest fraction of a
       write partition's rows that may be bad (None: no limit); beyond it the epoch is
-      aborted with :class:`~connectors.stage.BadRecordThresholdError` (a circuit breaker);
+      aborted with :class:`connectors.stage.StageCode.BAD_RECORD_THRESHOLD` (a circuit breaker);
 
     At-most-once never re-runs any part of an epoch (``stage_retries`` does not apply, and
     a Spark task retry writes nothing): a failed epoch is lost, never duplicated.
@@ -95,18 +95,18 @@ class StageOptions:
         retries = self.stage_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             msg = f"stage_retries must be an int >= 0, got {retries!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if self.vote_channel not in VOTE_CHANNELS:
             msg = (
                 f"vote_channel must be 'driver' (a vote server on the driver; executors "
                 f"connect to it over TCP) or 'barrier' (Spark's allGather, about 1 s slower "
                 f"per epoch), got {self.vote_channel!r}"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         order_by = self.order_by
         if isinstance(order_by, str) or not all(isinstance(c, str) and c for c in order_by):
             msg = f"order_by must be a sequence of column names, e.g. ['offset'], got {order_by!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "order_by", tuple(order_by))
         object.__setattr__(self, "start_over", bool(self.start_over))
         object.__setattr__(self, "keep_partitioning", bool(self.keep_partitioning))
@@ -119,17 +119,17 @@ class StageOptions:
                     "checkpoint_location must be the query's checkpointLocation (a non-empty "
                     f"path or URI) or None, got {location!r}"
                 )
-                raise ConfigError(msg)
+                raise TxnError(msg, code=TxnCode.CONFIG)
             object.__setattr__(self, "checkpoint_location", location)
         if self.resume is not None and self.resume not in RESUME_CHOICES:
             msg = f"resume must be None or one of {list(RESUME_CHOICES)}, got {self.resume!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if self.resume is not None and self.start_over:
             msg = (
                 "resume and start_over exclude each other: resume starts the new query right "
                 "after the committed output, start_over wherever its startingOffsets say"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         self._check_bad_records()
 
     def _check_bad_records(self) -> None:
@@ -138,22 +138,22 @@ class StageOptions:
                 f"on_bad_record must be one of {list(BAD_RECORD_POLICIES)}, got "
                 f"{self.on_bad_record!r}"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         fraction = self.max_bad_fraction
         if fraction is None:
             return
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             msg = f"max_bad_fraction must be a number from 0 to 1 or None, got {fraction!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if not 0.0 <= float(fraction) <= 1.0:
             msg = f"max_bad_fraction must be from 0 to 1 (a fraction of the rows), got {fraction!r}"
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         if self.on_bad_record == "fail":
             msg = (
                 "max_bad_fraction only applies with on_bad_record='dead-letter' or 'skip' "
                 "(with 'fail' the first bad record aborts the epoch); remove it or set the policy"
             )
-            raise ConfigError(msg)
+            raise TxnError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "max_bad_fraction", float(fraction))
 
     @property
@@ -191,24 +191,25 @@ class StageOptions:
 
 
 def build_config(
-    cls: type[_Config], options: dict[str, Any], error: type[ConfigError], sink: str
+    cls: type[_Config], options: dict[str, Any], error: type[TxnError], sink: str
 ) -> _Config:
     """Construct ``cls`` (a sink's config dataclass) from raw options, every failure as ``error``.
 
-    An unknown option, a stage option's :class:`ConfigError` and a missing required option
-    all become ``error`` (the sink's own config error type), naming the sink ``sink``.
+    An unknown option, a stage option's ``TxnCode.CONFIG`` error and a missing required
+    option all become ``error`` (the sink's own error class) with that code, naming the
+    sink ``sink``.
     """
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:
         msg = f"unknown {sink} option(s) {unknown}; the options are: {sorted(known)}"
-        raise error(msg)
+        raise error(msg, code=TxnCode.CONFIG)
     try:
         return cls(**options)
-    except error:
-        raise
-    except ConfigError as exc:  # a stage option: same message, the sink's type
-        raise error(str(exc)) from None
+    except TxnError as exc:  # a stage option: same message, the sink's type
+        if exc.code is not TxnCode.CONFIG or isinstance(exc, error):
+            raise
+        raise error(exc.args[0], code=TxnCode.CONFIG) from None
     except TypeError as exc:  # a required option is missing
         msg = f"{exc}; see {cls.__name__} for the options"
-        raise error(msg) from None
+        raise error(msg, code=TxnCode.CONFIG) from None

@@ -3,8 +3,8 @@
 A sink with ``resume="from-output"`` (docs/operations.md, "Changing a query") binds a new
 query (a new checkpoint) to its epoch log like ``start_over``, but only once:
 
-1. every epoch in doubt is settled (``txn.settle_in_doubt``: committed or aborted by its
-   markers, else :class:`txn.EpochUnresolvedError`);
+1. every epoch in doubt is settled (``txn._settle.settle_in_doubt``: committed or aborted by its
+   markers, else :class:`txn.TxnCode.EPOCH_UNRESOLVED`);
 2. the resume point is the ``end`` of the last committed epoch's input, or the ``start``
    of an aborted last epoch (nothing of it is visible) that the new query takes over;
 3. the new query's first batch must start exactly there on every partition the log
@@ -22,17 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.stage._binding import start_over_offset
-from connectors.stage._errors import NotKafkaInputError, ResumeInputMismatchError
-from txn import (
-    EpochHistory,
-    EpochLog,
-    EpochState,
-    EpochUnresolvedError,
-    InputOffsets,
-    Resource,
-    settle_in_doubt,
-)
+from connectors.stage._errors import StageCode, StageError
+from txn import EpochHistory, EpochLog, EpochState, InputOffsets, Resource, TxnCode, TxnError
 from txn._offsets import Positions, TopicPartition, offsets_json
+from txn._settle import settle_in_doubt
 
 _log = logging.getLogger("connectors.stage.resume")
 
@@ -65,14 +58,14 @@ def resume_point(history: EpochHistory) -> ResumePoint:
     """Return where the input continues (module step 2); settle epochs in doubt first.
 
     Raises:
-        EpochUnresolvedError: an epoch is still in doubt.
-        NotKafkaInputError: no committed epoch recorded Kafka-only input offsets.
+        TxnCode.EPOCH_UNRESOLVED: an epoch is still in doubt.
+        StageCode.NOT_KAFKA_INPUT: no committed epoch recorded Kafka-only input offsets.
 
     """
     doubtful = history.in_doubt()
     if doubtful:
         msg = f"epoch {doubtful[0].epoch} of sink {history.sink_id!r} is in doubt; settle it first"
-        raise EpochUnresolvedError(msg)
+        raise TxnError(msg, code=TxnCode.EPOCH_UNRESOLVED)
     return committed_point(history)
 
 
@@ -80,7 +73,7 @@ def committed_point(history: EpochHistory) -> ResumePoint:
     """Return where the committed output's input ends, ignoring epochs in doubt (read-only).
 
     Raises:
-        NotKafkaInputError: no committed epoch recorded Kafka-only input offsets.
+        StageCode.NOT_KAFKA_INPUT: no committed epoch recorded Kafka-only input offsets.
 
     """
     sink_id = history.sink_id
@@ -98,7 +91,7 @@ def committed_point(history: EpochHistory) -> ResumePoint:
             f"sink {sink_id!r} has no committed epoch whose input is known: nothing to resume "
             "from (start the new query from the old query's startingOffsets)"
         )
-        raise NotKafkaInputError(msg)
+        raise StageError(msg, code=StageCode.NOT_KAFKA_INPUT)
     _require_kafka(sink_id, plan.epoch, plan.input)
     assert plan.input is not None  # noqa: S101 - _require_kafka checked it
     return ResumePoint(sink_id, plan.epoch, plan.input.end)
@@ -120,7 +113,7 @@ def _require_kafka(sink_id: str, epoch: int, offsets: InputOffsets | None) -> No
         f"sink {sink_id!r} cannot resume from its output: its last committed epoch {epoch} {why}. "
         "Resuming needs a query that reads only Kafka (kafka-rc or Spark's kafka source)"
     )
-    raise NotKafkaInputError(msg)
+    raise StageError(msg, code=StageCode.NOT_KAFKA_INPUT)
 
 
 def starting_offsets(
@@ -133,7 +126,7 @@ def starting_offsets(
     beginning (``-2``, earliest): none of their records was written.
 
     Raises:
-        ResumeInputMismatchError: the topics differ, or a known partition is gone.
+        StageCode.RESUME_INPUT_MISMATCH: the topics differ, or a known partition is gone.
 
     """
     positions: dict[TopicPartition, int] = point.as_map()
@@ -143,7 +136,7 @@ def starting_offsets(
     gone = sorted(tp for tp in positions if tp[1] >= partitions[tp[0]])
     if gone:
         msg = f"sink {point.sink_id!r}: partitions {_names(gone)} of the output's input are gone"
-        raise ResumeInputMismatchError(msg)
+        raise StageError(msg, code=StageCode.RESUME_INPUT_MISMATCH)
     out: dict[TopicPartition, int] = dict(positions)
     for topic, count in partitions.items():
         for partition in range(count):
@@ -158,8 +151,8 @@ def check_resumed_batch(point: ResumePoint, batch: InputOffsets | None) -> None:
     """Refuse a new query's first batch that does not start at ``point`` (module step 3).
 
     Raises:
-        NotKafkaInputError: the batch's offsets are unknown or not only Kafka's.
-        ResumeInputMismatchError: other topics, a missing partition, or another start
+        StageCode.NOT_KAFKA_INPUT: the batch's offsets are unknown or not only Kafka's.
+        StageCode.RESUME_INPUT_MISMATCH: other topics, a missing partition, or another start
             (each named with both offsets).
 
     """
@@ -170,7 +163,7 @@ def check_resumed_batch(point: ResumePoint, batch: InputOffsets | None) -> None:
             f"sink {sink!r} resumes from its output, but the new query's input offsets {what} "
             "(resume needs a classic Spark session and a query reading only Kafka)"
         )
-        raise NotKafkaInputError(msg)
+        raise StageError(msg, code=StageCode.NOT_KAFKA_INPUT)
     _check_topics(point, batch.topics())
     starts, ends = batch.start_map(), batch.end_map()
     wrong = []
@@ -185,7 +178,7 @@ def check_resumed_batch(point: ResumePoint, batch: InputOffsets | None) -> None:
             f"query's first batch does not start there: {'; '.join(wrong)}. Start the source "
             "with startingOffsets from connectors.kafka.resume_offsets(sink, ...)"
         )
-        raise ResumeInputMismatchError(msg)
+        raise StageError(msg, code=StageCode.RESUME_INPUT_MISMATCH)
     late = sorted(tp for tp in ends if tp not in point.as_map() and starts.get(tp, 0) > 0)
     if late:
         _log.warning(
@@ -218,7 +211,7 @@ def _check_topics(point: ResumePoint, topics: frozenset[str]) -> None:
             f"output was written from {sorted(known)} (not read now: {missing}; new: {extra}); "
             "resuming needs the same topics (use a new sink_id for another input)"
         )
-        raise ResumeInputMismatchError(msg)
+        raise StageError(msg, code=StageCode.RESUME_INPUT_MISMATCH)
 
 
 def _names(tps: list[TopicPartition]) -> str:

@@ -27,7 +27,7 @@ _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetryBound:
     """How long one call is retried: ``attempts`` at least, and ``window_s`` seconds at least.
 

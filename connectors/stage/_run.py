@@ -8,7 +8,7 @@ import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from connectors.stage._errors import StagePartitioningError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._metrics import TaskStats
 from connectors.stage._task import RESULT_SCHEMA, TaskResult, TaskSpec, write_task
 from txn import PartitionReport
@@ -35,7 +35,7 @@ def run_write_stage(
 
     Raises:
         txn.TxnError: an error a re-run cannot fix, re-raised typed from the task.
-        StagePartitioningError: Spark ran another number of tasks than planned.
+        StageCode.STAGE_PARTITIONING: Spark ran another number of tasks than planned.
 
     """
     rows = _collect(df, spec)
@@ -62,7 +62,7 @@ def run_write_stage(
             f"{spec.task_count} partitions; Spark changed the partitioning (disable "
             "spark.sql.adaptive coalescing for this query) and the epoch stays in doubt"
         )
-        raise StagePartitioningError(msg)
+        raise StageError(msg, code=StageCode.STAGE_PARTITIONING)
     return reports, stats
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.stage._errors import InsufficientSlotsError, SparkConnectError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._options import StageOptions
 from connectors.stage._slots import may_grow, task_slots, wait_for_task_slots
 from txn import CommitMode, EpochHistory, EpochPlan
@@ -59,7 +59,7 @@ class EpochShape:
 
     widths: tuple[int, ...]
     options: StageOptions
-    refusal: InsufficientSlotsError | None = None
+    refusal: StageError | None = None
 
     def check(self) -> None:
         """Raise :attr:`refusal`, if any."""
@@ -87,8 +87,8 @@ def usable_slots(sc: Any, wanted: int) -> int:
     """
     try:
         slots = task_slots(sc)
-    except SparkConnectError:
-        if sc is None:
+    except StageError as exc:
+        if sc is None or exc.code is not StageCode.SPARK_CONNECT:
             raise
         return wanted
     if slots.total < wanted and may_grow(slots, sc):
@@ -187,7 +187,7 @@ def shape_epoch(
 
 def slot_error(
     options: StageOptions, widths: Sequence[Width], computed: Sequence[int], slots: int
-) -> InsufficientSlotsError:
+) -> StageError:
     """Return the error saying which member to change, and by how much, to fit ``slots``."""
     total = sum(computed)
     excess = total - slots
@@ -216,4 +216,4 @@ def slot_error(
         "use mode='unaligned' (an epoch in doubt keeps the split and mode it was planned "
         "with until it has committed)"
     )
-    return InsufficientSlotsError(msg)
+    return StageError(msg, code=StageCode.INSUFFICIENT_SLOTS)

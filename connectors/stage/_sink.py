@@ -13,7 +13,7 @@ from connectors.stage import _hooks
 from connectors.stage._backchannel import BackChannels, StageEvent
 from connectors.stage._binding import QueryBinder, QueryIdentity
 from connectors.stage._connector import SinkConnector
-from connectors.stage._errors import SinkStoppedError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._execute import EpochExecution
 from connectors.stage._input import InputSpec
 from connectors.stage._lifecycle import RunningQuery, SinkLifecycle, take_over
@@ -28,15 +28,15 @@ from txn import (
     CompositeResource,
     Coordinator,
     CoordinatorStep,
-    DeferredCompletionLog,
     EpochHistory,
     EpochLog,
     EpochResult,
     Guarantee,
-    Member,
     Resource,
-    settle_in_doubt,
 )
+from txn._composite import Member
+from txn._deferred import DeferredCompletionLog
+from txn._settle import settle_in_doubt
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -125,7 +125,7 @@ class TransactionalSink(SinkLifecycle):
         """Write micro-batch ``batch_id`` of ``df`` (docs/architecture.md, section 9, steps 1-5).
 
         Raises:
-            SinkStoppedError: :meth:`stop_gracefully` was called; nothing of the batch is
+            StageCode.SINK_STOPPED: :meth:`stop_gracefully` was called; nothing of the batch is
                 written and Spark replays it on the next start.
 
         """
@@ -141,7 +141,7 @@ class TransactionalSink(SinkLifecycle):
             query_id = self._identity.of(df, connect=_spark_context(df) is None)
             if query_id is not None:
                 self._query = RunningQuery(query_id, df.sparkSession)
-            recorder = EpochRecorder(self._sink_id, batch_id, query_id)
+            recorder = EpochRecorder(sink_id=self._sink_id, batch_id=batch_id, query_id=query_id)
             appends_before = self._open_log().appends  # step 2 opens the log on the first call
             try:
                 result = self._write_locked(frames, input_specs, query_id, batch_id, recorder)
@@ -159,7 +159,7 @@ class TransactionalSink(SinkLifecycle):
                 f"sink {self._sink_id!r} is stopping; batch {batch_id} was not "
                 "written and is replayed when the query starts again"
             )
-            raise SinkStoppedError(msg)
+            raise StageError(msg, code=StageCode.SINK_STOPPED)
 
     def _write_locked(
         self,
@@ -278,7 +278,7 @@ class TransactionalSink(SinkLifecycle):
     def _open_log(self) -> CountingLog:
         if self._res.log is None:
             query_id = self._query.query_id if self._query is not None else None
-            take_over(self._owner_key, self, query_id)  # SinkInUseError: its query runs
+            take_over(self._owner_key, self, query_id)  # StageCode.SINK_IN_USE: its query runs
             # One log write per epoch: the completion goes with the next plan (txn._deferred).
             self._res.log = CountingLog(DeferredCompletionLog(self._log_factory()))
         return self._res.log
@@ -334,14 +334,14 @@ class TransactionalSink(SinkLifecycle):
         return self._book.observe(observer)
 
     def request_stop(self) -> None:
-        """Accept no new epoch: a later call raises :class:`SinkStoppedError`, writing nothing."""
+        """Accept no new epoch: a later call raises :class:`StageCode.SINK_STOPPED`, writing nothing."""
         self._stopping.set()
 
     def stop_gracefully(self, query: StreamingQuery, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Stop ``query`` once the epoch in flight (if any) has committed.
 
         1. no new epoch starts (:meth:`request_stop`); a batch Spark starts meanwhile fails
-           with :class:`SinkStoppedError` before writing anything and is replayed on the
+           with :class:`StageCode.SINK_STOPPED` before writing anything and is replayed on the
            next start;
         2. wait up to ``timeout_s`` for the epoch in flight to finish;
         3. ``query.stop()``, then :meth:`close` (the log's lock is released; if the epoch
@@ -364,8 +364,8 @@ class TransactionalSink(SinkLifecycle):
     def settle_for_resume(self) -> ResumePoint:
         """Settle the log for a new query; return where its input continues (``_resume``).
 
-        Raises ``txn.EpochUnresolvedError`` (an epoch in doubt is partly committed; for a
-        composite sink: in doubt at all) or ``NotKafkaInputError``.
+        Raises ``txn.TxnCode.EPOCH_UNRESOLVED`` (an epoch in doubt is partly committed; for a
+        composite sink: in doubt at all) or ``StageCode.NOT_KAFKA_INPUT``.
         """
         with self._lock:
             log = self._open_log()

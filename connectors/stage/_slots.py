@@ -21,13 +21,13 @@ Contract:
   the server's configuration, read through the session (:func:`conf_task_slots`):
   ``local[N]`` (and ``local-cluster[W,C,M]``) exactly; a cluster from
   ``spark.executor.instances`` x ``spark.executor.cores`` (static allocation only) or
-  ``spark.cores.max``; otherwise :class:`~connectors.stage.SparkConnectError`. ``running``
+  ``spark.cores.max``; otherwise :class:`connectors.stage.StageCode.SPARK_CONNECT`. ``running``
   is 0 there (not known), and nothing is waited for (the configuration does not change).
   :func:`check_slots` then leaves an unknown count to Spark's own barrier check;
   :func:`default_parallelism` needs it (or ``spark.default.parallelism``).
 * :func:`check_slots` is the aligned mode's check: it waits for executors only while none
   has registered yet (an application starting), then refuses with
-  :class:`~connectors.stage.InsufficientSlotsError` before any job runs.
+  :class:`connectors.stage.StageCode.INSUFFICIENT_SLOTS` before any job runs.
 * If the JVM method is missing (another Spark version), the count falls back to the
   ``local[N]`` master string or, on a cluster, to the executors the status tracker lists
   times ``spark.executor.cores`` (``source`` says which).
@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from connectors.stage._errors import InsufficientSlotsError, SparkConnectError
+from connectors.stage._errors import StageCode, StageError
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -74,7 +74,7 @@ _NO_CONTEXT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskSlots:
     """Task slots of the application right now.
 
@@ -119,19 +119,23 @@ def conf_task_slots(conf: Mapping[str, str]) -> TaskSlots | None:
     cpus = max(1, _int(conf.get("spark.task.cpus")) or 1)
     local = local_master_slots(master, cpus)
     if local is not None:
-        return TaskSlots(local, 0, 0, SOURCE_CONF)
+        return TaskSlots(total=local, running=0, executors=0, source=SOURCE_CONF)
     cluster = _LOCAL_CLUSTER.match(master)
     if cluster is not None:
         workers, per_worker = int(cluster.group(1)), int(cluster.group(2))
-        return TaskSlots(workers * (per_worker // cpus), 0, workers, SOURCE_CONF)
+        return TaskSlots(
+            total=workers * (per_worker // cpus), running=0, executors=workers, source=SOURCE_CONF
+        )
     instances = _int(conf.get("spark.executor.instances"))
     cores = _int(conf.get("spark.executor.cores"))
     dynamic = conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
     if instances and cores and not dynamic:
-        return TaskSlots(instances * (cores // cpus), 0, instances, SOURCE_CONF)
+        return TaskSlots(
+            total=instances * (cores // cpus), running=0, executors=instances, source=SOURCE_CONF
+        )
     cores_max = _int(conf.get("spark.cores.max"))
     if cores_max:
-        return TaskSlots(cores_max // cpus, 0, 0, SOURCE_CONF)
+        return TaskSlots(total=cores_max // cpus, running=0, executors=0, source=SOURCE_CONF)
     return None
 
 
@@ -151,7 +155,7 @@ def session_conf(spark: Any) -> dict[str, str]:
             f"the Spark Connect server's configuration cannot be read ({type(exc).__name__}: "
             f"{str(exc)[:300]}), so its task slots are unknown; {_CONNECT_HINT}"
         )
-        raise SparkConnectError(msg) from exc
+        raise StageError(msg, code=StageCode.SPARK_CONNECT) from exc
 
 
 def _connect_slots(spark: Any) -> TaskSlots:
@@ -163,7 +167,7 @@ def _connect_slots(spark: Any) -> TaskSlots:
             f"the Spark Connect server's configuration (spark.master={master}) does not "
             f"say how many task slots it has; {_CONNECT_HINT}"
         )
-        raise SparkConnectError(msg)
+        raise StageError(msg, code=StageCode.SPARK_CONNECT)
     return slots
 
 
@@ -175,7 +179,7 @@ def default_parallelism(spark: Spark) -> int:
     default in local mode).
 
     Raises:
-        SparkConnectError: under Connect, when the configuration says neither.
+        StageCode.SPARK_CONNECT: under Connect, when the configuration says neither.
 
     """
     sc = _context_or_none(spark)
@@ -192,8 +196,8 @@ def _context_or_none(spark: Spark | None) -> SparkContext | None:
     """Return the SparkContext of ``spark``; None for a Spark Connect session."""
     try:
         return spark_context_of(spark)
-    except SparkConnectError:
-        if spark is None:
+    except StageError as exc:
+        if spark is None or exc.code is not StageCode.SPARK_CONNECT:
             raise
         return None
 
@@ -204,24 +208,24 @@ def spark_context_of(spark: Spark | None) -> SparkContext:
     None stands for the SparkContext a Spark Connect session lacks (as the stage passes it).
 
     Raises:
-        SparkConnectError: a Spark Connect session (no SparkContext on the client).
+        StageCode.SPARK_CONNECT: a Spark Connect session (no SparkContext on the client).
 
     """
     if spark is None:
-        raise SparkConnectError(_NO_CONTEXT)
+        raise StageError(_NO_CONTEXT, code=StageCode.SPARK_CONNECT)
     if hasattr(spark, "statusTracker"):  # a SparkContext (told by its duck type)
         return cast("SparkContext", spark)
     try:
         return spark.sparkContext
     except (AttributeError, NotImplementedError) as exc:  # Spark Connect: PySpark*Error
-        raise SparkConnectError(_NO_CONTEXT) from exc
+        raise StageError(_NO_CONTEXT, code=StageCode.SPARK_CONNECT) from exc
 
 
 def task_slots(spark: Spark) -> TaskSlots:
     """Count the task slots of ``spark`` (a SparkSession or SparkContext) right now.
 
     Raises:
-        SparkConnectError: a Spark Connect session whose configuration does not tell.
+        StageCode.SPARK_CONNECT: a Spark Connect session whose configuration does not tell.
 
     """
     sc = _context_or_none(spark)
@@ -238,13 +242,21 @@ def task_slots(spark: Spark) -> TaskSlots:
     try:
         profile = jvm_sc.resourceProfileManager().defaultResourceProfile()
         return TaskSlots(
-            int(jvm_sc.maxNumConcurrentTasks(profile)), running, executors, SOURCE_SCHEDULER
+            total=int(jvm_sc.maxNumConcurrentTasks(profile)),
+            running=running,
+            executors=executors,
+            source=SOURCE_SCHEDULER,
         )
     except Exception:  # noqa: BLE001 - py4j raises Py4JError subtypes for a missing method
         if local is not None:
-            return TaskSlots(local, running, 0, SOURCE_LOCAL_MASTER)
+            return TaskSlots(total=local, running=running, executors=0, source=SOURCE_LOCAL_MASTER)
         cores = int(conf.get("spark.executor.cores", "1"))
-        return TaskSlots(executors * (cores // cpus), running, executors, SOURCE_EXECUTORS)
+        return TaskSlots(
+            total=executors * (cores // cpus),
+            running=running,
+            executors=executors,
+            source=SOURCE_EXECUTORS,
+        )
 
 
 def wait_for_task_slots(
@@ -283,7 +295,7 @@ def may_grow(slots: TaskSlots, spark: Spark) -> bool:
 
 
 def check_slots(spark: Spark | None, parallelism: int) -> None:
-    """Raise :class:`InsufficientSlotsError` unless ``parallelism`` tasks fit at once.
+    """Raise :class:`StageCode.INSUFFICIENT_SLOTS` unless ``parallelism`` tasks fit at once.
 
     While no executor has registered yet (an application starting on a cluster), waits up
     to ``SLOTS_WAIT_TIMEOUT_S`` for the first ones; otherwise (and always in local mode,
@@ -292,10 +304,12 @@ def check_slots(spark: Spark | None, parallelism: int) -> None:
     barrier stage that does not fit fails its job: the epoch aborts, nothing visible).
     """
     if spark is None:
-        raise SparkConnectError(_NO_CONTEXT)
+        raise StageError(_NO_CONTEXT, code=StageCode.SPARK_CONNECT)
     try:
         slots = task_slots(spark)
-    except SparkConnectError as exc:
+    except StageError as exc:
+        if exc.code is not StageCode.SPARK_CONNECT:
+            raise
         _log.warning("aligned mode: task slots not checked (%s)", exc)
         return
     if slots.total < parallelism and may_grow(slots, spark):
@@ -308,4 +322,4 @@ def check_slots(spark: Spark | None, parallelism: int) -> None:
             "parallelism it was planned with: give the cluster enough slots until it has "
             "committed)"
         )
-        raise InsufficientSlotsError(msg)
+        raise StageError(msg, code=StageCode.INSUFFICIENT_SLOTS)

@@ -61,7 +61,7 @@ class ParticipantStateMachine:
             legal = ", ".join(sorted(s.value for s in self._moves[self.state])) or "none"
             msg = (
                 f"{self._where}: call out of order, {self.state.value} -> {to.value} (legal: "
-                f"{legal}); txn.run_partition calls the participant in contract order"
+                f"{legal}); txn._task.run_partition calls the participant in contract order"
             )
             raise self._error(msg)
 

@@ -3,7 +3,7 @@
 One Spark task per write partition runs :func:`write_task` over its rows (``mapInArrow``,
 ``barrier=True`` in aligned mode). It binds the connector's resource to the task
 (:class:`TaskInfo`), gathers aligned votes through the channel of the spec, runs
-:func:`txn.run_partition`, and returns one row: a pickled :class:`TaskResult`.
+:func:`txn._task.run_partition`, and returns one row: a pickled :class:`TaskResult`.
 Errors a re-run cannot fix (``retry_stage`` False, e.g. bad input) travel back inside the
 result, typed, instead of failing the task (Spark would retry it in vain).
 """
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from connectors.stage import _hooks
 from connectors.stage._backchannel import require_frozen
-from connectors.stage._errors import VoteChannelError
+from connectors.stage._errors import VOTE_CODES, StageCode, StageError
 from connectors.stage._metrics import TaskStats
 from connectors.stage._rows import ArrowPartition
 from connectors.stage._votes import (
@@ -36,15 +36,15 @@ from txn import (
     CompositeResource,
     EpochPlan,
     Guarantee,
-    Member,
-    PartitionOutcome,
     PartitionReport,
     Resource,
     TaskStep,
     Vote,
     can_retry_stage,
-    run_partition,
 )
+from txn._composite import Member
+from txn._model import PartitionOutcome
+from txn._task import run_partition
 
 if TYPE_CHECKING:
     from pyspark import BarrierTaskContext, TaskContext
@@ -173,7 +173,7 @@ def _driver_gather(
                 f"it {expected} write partitions; Spark changed the partitioning "
                 "(disable spark.sql.adaptive coalescing for this query)"
             )
-            raise VoteChannelError(msg)
+            raise StageError(msg, code=StageCode.VOTE_CHANNEL)
         return gather_votes(ticket, vote)
 
     return gather
@@ -217,7 +217,9 @@ def _may_write(spec: TaskSpec, ctx: TaskContext, partition: int, task_attempt: i
         return task_attempt == 0
     try:
         return claim_partition(spec.claims, partition, int(ctx.taskAttemptId()))
-    except VoteChannelError as exc:  # cannot prove ownership: writing could duplicate
+    except StageError as exc:  # cannot prove ownership: writing could duplicate
+        if exc.code not in VOTE_CODES:
+            raise
         log.error(
             "epoch %d partition %d not written (at-most-once claim failed: %s)",
             spec.plan.epoch,
@@ -275,9 +277,9 @@ def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
     clock = _Clock(spec.hooks)
     if not _may_write(spec, ctx, partition, task_attempt):
         report = PartitionReport(
-            spec.plan.epoch,
-            partition,
-            PartitionOutcome.ABORTED,
+            epoch=spec.plan.epoch,
+            partition=partition,
+            outcome=PartitionOutcome.ABORTED,
             error="at-most-once: an earlier attempt owned this partition; not written again",
         )
         stats = TaskStats(partition=partition, task_attempt=task_attempt, claimed=False)

@@ -21,7 +21,7 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 CLIENT_IDENTITY = "eos-test-client"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TlsFiles:
     """Paths of the PEM files :func:`make_tls_files` wrote.
 

@@ -62,8 +62,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from connectors.stage import DRIVER_STEPS, TASK_STEPS, _hooks
-from txn import ConfigError, TaskStep, TxnError
+from connectors.stage import _hooks
+from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS
+from txn import ErrorCode, TaskStep, TxnCode, TxnError
 
 ACTIONS = frozenset({"kill", "raise", "sleep", "await", "kill_app"})
 # Actions that take ``seconds``: how long to sleep, or the longest wait of ``await``.
@@ -74,15 +75,17 @@ AWAIT_POLL_S = 0.05
 KILL_APP_ENV = "EOS_FAULT_APP_IN_OWN_SESSION"
 
 
-class FaultPlanError(ConfigError):
+class FaultPlanError(TxnError):
     """A fault plan file is unreadable or holds an invalid fault; the message says which."""
+
+    default_code: ClassVar[ErrorCode] = TxnCode.CONFIG
 
 
 class InjectedFault(TxnError):
     """Raised by a fault with action "raise" (testing only)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fault:
     """One entry of a fault plan file."""
 

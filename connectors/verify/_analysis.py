@@ -51,7 +51,7 @@ class AnomalyKind(str, enum.Enum):
 TOPIC_KINDS = tuple(k for k in AnomalyKind if k is not AnomalyKind.STALE_ROW)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Anomaly:
     """One violation, with the record and position it concerns when there is one."""
 
@@ -82,7 +82,7 @@ class _Counted:
         return tuple(a for a in self.examples if a.kind is kind)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckReport(_Counted):
     """Outcome of one exactly-once check; ``ok`` is true iff no anomaly was found."""
 
@@ -172,8 +172,8 @@ def _check_views(
         if other is None or (other.key, other.value) != (rec.key, rec.value):
             found.add(
                 Anomaly(
-                    AnomalyKind.VIEW_MISMATCH,
-                    "read_committed shows a record the read_uncommitted view does not have "
+                    kind=AnomalyKind.VIEW_MISMATCH,
+                    detail="read_committed shows a record the read_uncommitted view does not have "
                     "at that position",
                     partition=rec.partition,
                     offset=rec.offset,
@@ -206,8 +206,8 @@ def _check_raw_log(
             if span is not None:
                 found.add(
                     Anomaly(
-                        AnomalyKind.ABORTED_READ,
-                        f"read_committed returned a record of producer {span.producer_id} "
+                        kind=AnomalyKind.ABORTED_READ,
+                        detail=f"read_committed returned a record of producer {span.producer_id} "
                         f"epoch {span.producer_epoch} whose transaction is "
                         f"{'aborted' if span in scan.aborted else 'open'} in the log",
                         partition=pid,
@@ -221,8 +221,8 @@ def _check_raw_log(
             for offset in missing:
                 found.add(
                     Anomaly(
-                        AnomalyKind.HIDDEN_COMMITTED,
-                        "the log holds committed data here that read_committed did not return",
+                        kind=AnomalyKind.HIDDEN_COMMITTED,
+                        detail="the log holds committed data here that read_committed did not return",
                         partition=pid,
                         offset=offset,
                     )
@@ -236,8 +236,8 @@ def _check_open(
         for span in scan.open:
             found.add(
                 Anomaly(
-                    AnomalyKind.OPEN_TRANSACTION,
-                    f"producer {span.producer_id} epoch {span.producer_epoch} has a transaction "
+                    kind=AnomalyKind.OPEN_TRANSACTION,
+                    detail=f"producer {span.producer_id} epoch {span.producer_epoch} has a transaction "
                     f"with no commit/abort marker (offsets {span.first}..{span.last})",
                     partition=pid,
                     offset=span.first,
@@ -247,8 +247,8 @@ def _check_open(
         if lso != scan.high_watermark or scan.last_stable_offset != scan.high_watermark:
             found.add(
                 Anomaly(
-                    AnomalyKind.OPEN_TRANSACTION,
-                    f"last stable offset {lso} (fetch: {scan.last_stable_offset}) is below the "
+                    kind=AnomalyKind.OPEN_TRANSACTION,
+                    detail=f"last stable offset {lso} (fetch: {scan.last_stable_offset}) is below the "
                     f"high watermark {scan.high_watermark}: a transaction is still open",
                     partition=pid,
                 )
@@ -270,8 +270,8 @@ def _check_exactly_once(
         if ident.id not in copies:
             found.add(
                 Anomaly(
-                    AnomalyKind.LOST,
-                    "input record missing from the committed output",
+                    kind=AnomalyKind.LOST,
+                    detail="input record missing from the committed output",
                     record_id=ident.id,
                 )
             )
@@ -280,8 +280,8 @@ def _check_exactly_once(
         if rid not in expected:
             found.add(
                 Anomaly(
-                    AnomalyKind.UNKNOWN,
-                    "output record id not in the input",
+                    kind=AnomalyKind.UNKNOWN,
+                    detail="output record id not in the input",
                     record_id=rid,
                     partition=recs[0].partition,
                     offset=recs[0].offset,
@@ -305,16 +305,16 @@ def _duplicate(rid: str, recs: Sequence[Record], indexes: Mapping[int, _SpanInde
     where = ", ".join(f"p{r.partition}@{r.offset}" for r in recs)
     if zombie:
         return Anomaly(
-            AnomalyKind.ZOMBIE_COMMIT,
-            f"{len(recs)} committed copies ({where}) written by different producer "
+            kind=AnomalyKind.ZOMBIE_COMMIT,
+            detail=f"{len(recs)} committed copies ({where}) written by different producer "
             "epochs of one transactional id: a fenced attempt committed",
             record_id=rid,
             partition=recs[-1].partition,
             offset=recs[-1].offset,
         )
     return Anomaly(
-        AnomalyKind.DUPLICATE,
-        f"{len(recs)} committed copies ({where})",
+        kind=AnomalyKind.DUPLICATE,
+        detail=f"{len(recs)} committed copies ({where})",
         record_id=rid,
         partition=recs[-1].partition,
         offset=recs[-1].offset,
@@ -351,8 +351,8 @@ def _check_order(
         if prev is not None and pos < prev[0]:
             found.add(
                 Anomaly(
-                    AnomalyKind.REORDERED,
-                    f"key {ident.key!r}: record {ident.id} follows record {prev[1]} in the output "
+                    kind=AnomalyKind.REORDERED,
+                    detail=f"key {ident.key!r}: record {ident.id} follows record {prev[1]} in the output "
                     "but precedes it in the input",
                     record_id=ident.id,
                     partition=rec.partition,

@@ -88,7 +88,7 @@ def check_exactly_once(
 
     """
     say = progress or (lambda _step: None)
-    shared = cluster_of(bootstrap, client_config).config  # ClientConfigError before any I/O
+    shared = cluster_of(bootstrap, client_config).config  # KafkaCode.CLIENT_CONFIG before any I/O
     say("end offsets")
     committed_ends = end_offsets(bootstrap, output_topic, READ_COMMITTED, client_config=shared)
     say("reading input (read_committed)")

@@ -68,8 +68,8 @@ def check_epoch_log(
                 continue
             found.append(
                 Anomaly(
-                    AnomalyKind.IN_DOUBT_EPOCH,
-                    f"epoch {plan.epoch} is planned (parallelism "
+                    kind=AnomalyKind.IN_DOUBT_EPOCH,
+                    detail=f"epoch {plan.epoch} is planned (parallelism "
                     f"{plan.parallelism}) but never completed",
                 )
             )
@@ -125,7 +125,7 @@ def deferred_epoch(history: HistoryLike, markers: Mapping[int, MarkerLike | None
 
 
 def _mismatch(partition: int, detail: str) -> Anomaly:
-    return Anomaly(AnomalyKind.EPOCH_LOG_MISMATCH, detail, partition=partition)
+    return Anomaly(kind=AnomalyKind.EPOCH_LOG_MISMATCH, detail=detail, partition=partition)
 
 
 @dataclass(frozen=True)

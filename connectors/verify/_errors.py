@@ -15,9 +15,9 @@ class WireError(VerifyError):
     """The broker sent a fetch response the raw batch scanner cannot decode."""
 
 
-class RecordFormatError(VerifyError, ValueError):
+class RecordFormatError(VerifyError):
     """A record does not carry the id/key/seq fields the checker needs; says which record."""
 
 
-class IdentityOptionError(VerifyError, ValueError):
+class IdentityOptionError(VerifyError):
     """An identity option is malformed: a bad field path, or an import path naming nothing."""

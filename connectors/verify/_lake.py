@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from connectors.kafka._client import ClientConfig
-from connectors.lakehouse import TableFormat, TableResource
+from connectors.lakehouse._table import TableFormat, TableResource
 from connectors.verify._analysis import Anomaly, AnomalyKind
 from connectors.verify._epochs import HistoryLike, check_epoch_log, open_history
 from connectors.verify._records import IdentityFn, Record, json_identity, read_topic
@@ -88,8 +88,8 @@ def check_lake_table(
     left = [r for e in staging.epochs() for r in staging.records(e)]
     extra = [
         Anomaly(
-            AnomalyKind.OPEN_TRANSACTION,
-            f"vote record of epoch {r.epoch} attempt {r.attempt} partition {r.partition} "
+            kind=AnomalyKind.OPEN_TRANSACTION,
+            detail=f"vote record of epoch {r.epoch} attempt {r.attempt} partition {r.partition} "
             f"({'prepared' if r.prepared else 'writing'}, {len(r.files)} files) is left in "
             "the staging area",
         )
@@ -97,10 +97,12 @@ def check_lake_table(
     ]
     say("epoch log and the table's epochs")
     history = open_history(epoch_log, sink_id, _no_log)
-    resource = TableResource(table, sink_id, "")
+    resource = TableResource(fmt=table, app=sink_id, digest="")
     last = resource.last_commit()
     width = history.max_parallelism()
-    plan = EpochPlan(sink_id, 0, width, "")  # only the width is read: every partition's marker
+    plan = EpochPlan(
+        sink_id=sink_id, epoch=0, parallelism=width, fingerprint=""
+    )  # only the width is read: every partition's marker
     markers = {} if last is None or not width else dict(resource.committed_markers(plan))
     extra += check_epoch_log(history, markers, allow_in_doubt=allow_in_doubt)
     committed = history.last_committed_epoch()

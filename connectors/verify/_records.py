@@ -47,7 +47,7 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Record:
     """One Kafka record at a position of a topic."""
 
@@ -197,7 +197,15 @@ def _drain(
             offset = msg_.offset()
             if partition is None or offset is None or offset >= targets[partition]:
                 continue
-            out.append(Record(topic, partition, offset, msg_.key(), msg_.value()))
+            out.append(
+                Record(
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    key=msg_.key(),
+                    value=msg_.value(),
+                )
+            )
         positions = _positions(consumer, topic, pending)
         pending = {p for p in pending if positions[p] < targets[p]}
         remaining = sum(targets[p] - max(positions[p], 0) for p in pending)

@@ -54,7 +54,7 @@ class TableRow:
     key: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TableReport(_Counted):
     """Outcome of one table check; ``ok`` is true iff no anomaly was found."""
 
@@ -106,8 +106,8 @@ def analyze_table(
     for gid in prepared:
         found.add(
             Anomaly(
-                AnomalyKind.OPEN_TRANSACTION,
-                f"prepared transaction {gid} of the sink is left in pg_prepared_xacts",
+                kind=AnomalyKind.OPEN_TRANSACTION,
+                detail=f"prepared transaction {gid} of the sink is left in pg_prepared_xacts",
             )
         )
     if write_mode == APPEND:
@@ -139,12 +139,24 @@ def _check_append(
     for row in rows:
         copies[row.id] += 1
     for rid in sorted(expected - copies.keys(), key=_natural):
-        found.add(Anomaly(AnomalyKind.LOST, "input record missing from the table", record_id=rid))
+        found.add(
+            Anomaly(
+                kind=AnomalyKind.LOST, detail="input record missing from the table", record_id=rid
+            )
+        )
     for rid, n in sorted(copies.items(), key=lambda item: _natural(item[0])):
         if rid not in expected:
-            found.add(Anomaly(AnomalyKind.UNKNOWN, "table row id not in the input", record_id=rid))
+            found.add(
+                Anomaly(
+                    kind=AnomalyKind.UNKNOWN, detail="table row id not in the input", record_id=rid
+                )
+            )
         if n > 1:
-            found.add(Anomaly(AnomalyKind.DUPLICATE, f"{n} rows of this record", record_id=rid))
+            found.add(
+                Anomaly(
+                    kind=AnomalyKind.DUPLICATE, detail=f"{n} rows of this record", record_id=rid
+                )
+            )
     return len(expected)
 
 
@@ -169,8 +181,8 @@ def _check_keyed(
         if not deleted and key not in by_key:
             found.add(
                 Anomaly(
-                    AnomalyKind.LOST,
-                    f"key {key!r} is missing from the table; its last input record is this one",
+                    kind=AnomalyKind.LOST,
+                    detail=f"key {key!r} is missing from the table; its last input record is this one",
                     record_id=rid,
                 )
             )
@@ -178,29 +190,33 @@ def _check_keyed(
         if len(kept) > 1:
             found.add(
                 Anomaly(
-                    AnomalyKind.DUPLICATE, f"{len(kept)} rows of key {key!r}", record_id=kept[-1].id
+                    kind=AnomalyKind.DUPLICATE,
+                    detail=f"{len(kept)} rows of key {key!r}",
+                    record_id=kept[-1].id,
                 )
             )
         want = last.get(key)
         if want is None:
             found.add(
                 Anomaly(
-                    AnomalyKind.UNKNOWN, f"key {key!r} is not in the input", record_id=kept[0].id
+                    kind=AnomalyKind.UNKNOWN,
+                    detail=f"key {key!r} is not in the input",
+                    record_id=kept[0].id,
                 )
             )
         elif want[3]:
             found.add(
                 Anomaly(
-                    AnomalyKind.STALE_ROW,
-                    f"key {key!r} was deleted by record {want[2]} but the table still holds it",
+                    kind=AnomalyKind.STALE_ROW,
+                    detail=f"key {key!r} was deleted by record {want[2]} but the table still holds it",
                     record_id=kept[0].id,
                 )
             )
         elif any(row.id != want[2] for row in kept):
             found.add(
                 Anomaly(
-                    AnomalyKind.STALE_ROW,
-                    f"key {key!r} holds record {kept[0].id}, its last change is {want[2]}",
+                    kind=AnomalyKind.STALE_ROW,
+                    detail=f"key {key!r} holds record {kept[0].id}, its last change is {want[2]}",
                     record_id=kept[0].id,
                 )
             )

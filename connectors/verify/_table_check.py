@@ -91,7 +91,8 @@ def check_table(
     import psycopg
     from psycopg import sql
 
-    from connectors.postgres import list_prepared, read_markers
+    from connectors.postgres import read_markers
+    from connectors.postgres._twophase import list_prepared
 
     say = progress or (lambda _step: None)
     if inputs is None:

@@ -44,7 +44,7 @@ _CONTROL_ABORT = 0
 _CONTROL_COMMIT = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchSpan:
     """Offsets ``first..last`` (inclusive) of one data batch and the producer that wrote it."""
 
@@ -55,7 +55,7 @@ class BatchSpan:
     transactional: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionScan:
     """What the raw log of one partition says about its transactions."""
 
@@ -70,7 +70,7 @@ class PartitionScan:
     abort_markers: int = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _ScanState:
     open_by_pid: dict[int, list[BatchSpan]] = field(default_factory=dict)
     committed: list[BatchSpan] = field(default_factory=list)
@@ -159,7 +159,11 @@ def _consume_batches(data: bytes, state: _ScanState, offset: int) -> int:
         last = base + last_delta
         if last >= offset:
             span = BatchSpan(
-                base, last, producer_id, producer_epoch, bool(attrs & _ATTR_TRANSACTIONAL)
+                first=base,
+                last=last,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                transactional=bool(attrs & _ATTR_TRANSACTIONAL),
             )
             if attrs & _ATTR_CONTROL:
                 _settle(state, producer_id, _control_type(data[pos + _BATCH_HEADER.size : end]))

@@ -15,7 +15,7 @@ does for every other client of the kit, from the same librdkafka settings:
 
 Not spoken (a :class:`WireError` says so, naming the setting): GSSAPI (Kerberos) and
 OAUTHBEARER, PKCS#12 keystores (``ssl.keystore.location``). A refused authentication is
-:class:`connectors.kafka.KafkaAuthenticationError`, as for the kit's other clients.
+:class:`connectors.kafka.KafkaCode.AUTHENTICATION`, as for the kit's other clients.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import struct
 import tempfile
 from collections.abc import Mapping
 
-from connectors.kafka import KafkaAuthenticationError
+from connectors.kafka import KafkaCode, KafkaConnectorError
 from connectors.kafka._client import Cluster, fix_authentication
 from connectors.verify._errors import WireError
 
@@ -52,7 +52,7 @@ def open_broker(host: str, port: int, cluster: Cluster, timeout_s: float) -> soc
 
     Raises:
         WireError: a setting the raw scan does not speak, or a malformed broker answer.
-        KafkaAuthenticationError: the broker refused the credentials.
+        KafkaCode.AUTHENTICATION: the broker refused the credentials.
 
     """
     protocol = cluster.security_protocol
@@ -173,8 +173,11 @@ def _refused(cluster: Cluster, broker: str, why: str) -> None:
         f"authentication failed: the broker {broker} refused the checker's raw scan "
         f"({why}); {fix_authentication(cluster.config_option)}"
     )
-    raise KafkaAuthenticationError(
-        msg, address=cluster.bootstrap_servers, setting=cluster.config_option
+    raise KafkaConnectorError(
+        msg,
+        address=cluster.bootstrap_servers,
+        setting=cluster.config_option,
+        code=KafkaCode.AUTHENTICATION,
     )
 
 

@@ -155,7 +155,7 @@ def test_failure_mid_batch_then_replay_is_exactly_once(
         first.awaitTermination(RUN_TIMEOUT_S)
     assert not first.isActive, "first run did not stop"
     error = str(failed.value)
-    assert "RequestFailedError" in error and f"HTTP 500 for key {FAILING_ID}" in error, error
+    assert "[request-failed]" in error and f"HTTP 500 for key {FAILING_ID}" in error, error
     assert http_service.state.hits[(ns, FAILING_ID)] == 1
     # epoch 0 committed, nothing of the failed epoch 1 is visible
     assert sorted(

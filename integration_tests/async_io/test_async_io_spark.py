@@ -13,16 +13,11 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from connectors.async_io import (
-    AsyncConfig,
-    AsyncConfigError,
-    MetricsAccumulator,
-    MetricsObservation,
-    OnTimeout,
-    RetryPolicy,
-    async_map,
-)
+from connectors.async_io import AsyncConfig, AsyncIOError, OnTimeout, RetryPolicy, async_map
+from connectors.async_io._observe import MetricsObservation
+from connectors.async_io._spark import MetricsAccumulator
 from integration_tests.async_io._http import get_json
+from txn import TxnCode
 
 # Test helpers defined here travel to the Python workers by value (this module is not
 # importable there).
@@ -138,7 +133,7 @@ def test_permanent_failure_fails_the_job_naming_the_row(
     with pytest.raises(Exception) as info:  # Spark wraps worker errors in PythonException
         out.collect()
     text = str(info.value)
-    assert "RequestFailedError: partition 1, row 37" in text
+    assert "AsyncIOError: [request-failed] partition 1, row 37" in text
     assert "ServiceError: HTTP 500 for key 87 (after 1 attempt(s))" in text
     assert http_service.state.hits[(ns, 87)] == 1
 
@@ -205,7 +200,9 @@ def test_observed_metrics_without_accumulators(spark: SparkSession) -> None:
 
 def test_observed_metrics_refuse_a_streaming_dataframe(spark: SparkSession) -> None:
     stream = spark.readStream.format("rate").load()
-    with pytest.raises(AsyncConfigError, match="foreachBatch"):
+    with pytest.raises(
+        AsyncIOError, match="foreachBatch", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         async_map(
             stream, hang_on_threes_locally, output_schema=ENRICHMENT, metrics=MetricsObservation()
         )
@@ -236,11 +233,13 @@ def test_bad_arguments_fail_at_construction(spark: SparkSession) -> None:
     async def fn(row: dict[str, Any]) -> None:
         return None
 
-    with pytest.raises(AsyncConfigError, match="already exist"):
+    with pytest.raises(
+        AsyncIOError, match="already exist", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         async_map(df, fn, output_schema="ID long")
-    with pytest.raises(AsyncConfigError, match="DDL"):
+    with pytest.raises(AsyncIOError, match="DDL", check=lambda e: e.code is TxnCode.CONFIG):
         async_map(df, fn, output_schema="score nonsense_type")
-    with pytest.raises(AsyncConfigError, match="async def"):
+    with pytest.raises(AsyncIOError, match="async def", check=lambda e: e.code is TxnCode.CONFIG):
         async_map(df, lambda row: row, output_schema="score long")
 
 

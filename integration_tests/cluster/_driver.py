@@ -33,7 +33,8 @@ ANSWER_TIMEOUT_S = 120.0
 
 
 def _write(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
-    from connectors.demo.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
+    from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
+    from connectors.demo.app._config import ORDER_COLUMNS
     from connectors.kafka import KafkaSink
     from connectors.verify import read_committed_topic
 

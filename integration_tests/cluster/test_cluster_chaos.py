@@ -38,7 +38,8 @@ from typing import Any
 
 import pytest
 
-from connectors.demo.app import AppProcess, member_ids
+from connectors.demo.app import AppProcess
+from connectors.demo.app._config import member_ids
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
 from connectors.verify import load_history, member_history
 from integration_tests.cluster._apps import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from connectors.stage import InsufficientSlotsError
+from connectors.stage import StageCode, StageError
 from connectors.stage import _slots as slots_module
 from connectors.stage._slots import SOURCE_SCHEDULER, task_slots, wait_for_task_slots
 
@@ -30,7 +30,9 @@ def test_local_mode_refuses_at_once_without_waiting_for_executors(
         raise AssertionError("check_slots waited for executors in local mode")
 
     monkeypatch.setattr(slots_module, "wait_for_task_slots", no_wait)
-    with pytest.raises(InsufficientSlotsError, match="only 2 task slot"):
+    with pytest.raises(
+        StageError, match="only 2 task slot", check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS
+    ):
         slots_module.check_slots(spark, 3)
     slots_module.check_slots(spark, 2)
 

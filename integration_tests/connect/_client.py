@@ -43,7 +43,8 @@ def _pipeline(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from connectors.demo.app import ORDER_COLUMNS, SPARK_SCHEMA_DDL
+    from connectors.demo.app._chunks import SPARK_SCHEMA_DDL
+    from connectors.demo.app._config import ORDER_COLUMNS
     from connectors.kafka import KafkaSink
     from connectors.verify import read_committed_topic
 
@@ -71,7 +72,8 @@ def _sink_batch(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bare_pipeline(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from connectors.demo.app import ORDER_COLUMNS, PipelineConfig
+    from connectors.demo.app import PipelineConfig
+    from connectors.demo.app._config import ORDER_COLUMNS
     from connectors.demo.app._pipeline import input_stream
     from connectors.kafka import KafkaSink
 
@@ -94,12 +96,9 @@ async def _double(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _async_map(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from connectors.async_io import (
-        AsyncConfig,
-        MetricsAccumulator,
-        MetricsObservation,
-        async_map,
-    )
+    from connectors.async_io import AsyncConfig, async_map
+    from connectors.async_io._observe import MetricsObservation
+    from connectors.async_io._spark import MetricsAccumulator
 
     kind = args.get("metrics")
     metrics = {None: None, "accumulator": MetricsAccumulator, "observation": MetricsObservation}

@@ -11,9 +11,9 @@ starts for it. Every test checks the output with the project's checkers
   checkpoint, and every record is in the topic once;
 * aligned ``PostgresSink`` (two-phase commit) killed after its commit decision was logged,
   restarted: the table holds every record once, no prepared transaction is left;
-* a new checkpoint with an old ``sink_id`` is refused (``QueryMismatchError``), and the old
+* a new checkpoint with an old ``sink_id`` is refused (``StageCode.QUERY_MISMATCH``), and the old
   checkpoint is accepted again afterwards; a sink without ``checkpoint_location`` is
-  refused in a Connect ``foreachBatch`` (``SparkConnectError``);
+  refused in a Connect ``foreachBatch`` (``StageCode.SPARK_CONNECT``);
 * the aligned sink called from the client on a batch DataFrame, without ``parallelism``.
 """
 
@@ -154,7 +154,7 @@ def test_new_checkpoint_is_refused_and_the_old_one_accepted(
 
     moved = {**cfg, "checkpoint": str(tmp_path / "new-checkpoint")}
     refused = run_client(connect_url, "pipeline", moved, tmp_path / "run2.log")
-    assert not refused["ok"] and "QueryMismatchError" in refused["error"], refused
+    assert not refused["ok"] and "[query-mismatch]" in refused["error"], refused
     assert len(read_committed_topic(kafka_bootstrap, out)) == RECORDS  # nothing more written
 
     produce_input(kafka_bootstrap, inp, RECORDS, start=RECORDS)
@@ -173,7 +173,7 @@ def test_foreach_batch_without_checkpoint_location_is_refused(
     sink_id = f"cx-{uuid.uuid4().hex[:10]}"
     cfg = _config(tmp_path, kafka_bootstrap, inp, out, sink_id)
     result = run_client(connect_url, "bare_pipeline", cfg, tmp_path / "client.log")
-    assert not result["ok"] and "SparkConnectError" in result["error"], result
+    assert not result["ok"] and "[spark-connect]" in result["error"], result
     assert "checkpoint_location" in result["error"]
     report = check_exactly_once(
         kafka_bootstrap, input_topic=inp, output_topic=out, sink_id=sink_id, allow_in_doubt=True

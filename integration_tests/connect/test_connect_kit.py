@@ -10,7 +10,7 @@ Findings with pyspark 4.3 (a Connect server on ``local[2]``):
 * fails: ``MetricsAccumulator`` (Spark accumulators need the ``SparkContext``, which a
   Connect session does not have; PySpark would raise ``PySparkAttributeError
   [JVM_ATTRIBUTE_NOT_SUPPORTED]``): the kit raises its own typed error
-  (``connectors.async_io.AsyncConfigError``) naming what to use instead.
+  (``txn.TxnCode.CONFIG``) naming what to use instead.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from connectors.demo.app import AppProcess, PipelineConfig, write_chunks
+from connectors.demo.app import AppProcess, PipelineConfig
+from connectors.demo.app._chunks import write_chunks
 from connectors.kafka import read_markers
 from connectors.ops import main as eos_main
 from connectors.verify import (

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from connectors.demo.app import create_table, record_op
-from connectors.postgres import list_prepared
+from connectors.demo.app._tables import create_table, record_op
+from connectors.postgres._twophase import list_prepared
 from connectors.verify import Record, TableReport, check_table, print_report
 
 TABLE = "t"

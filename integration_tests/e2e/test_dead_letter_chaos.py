@@ -28,7 +28,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from connectors.demo.app import EpochLine, PipelineConfig, write_chunks
+from connectors.demo.app import EpochLine, PipelineConfig
+from connectors.demo.app._chunks import write_chunks
 from connectors.verify import Record
 from integration_tests.e2e._cases import HOLD_S, IN_FLIGHT_S
 from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, Scenario, assert_exact, fired
@@ -58,8 +59,14 @@ def bad_records(topic: str) -> list[Record]:
     """The null value (input partition 0) and the oversized record (input partition 1)."""
     big = {"id": BAD_OFFSET, "key": BIG_KEY, "seq": 0, "pad": "x" * (MAX_BYTES + 50_000)}
     return [
-        Record(topic, 0, BAD_OFFSET, NULL_KEY.encode(), None),
-        Record(topic, 1, BAD_OFFSET, BIG_KEY.encode(), json.dumps(big).encode()),
+        Record(topic=topic, partition=0, offset=BAD_OFFSET, key=NULL_KEY.encode(), value=None),
+        Record(
+            topic=topic,
+            partition=1,
+            offset=BAD_OFFSET,
+            key=BIG_KEY.encode(),
+            value=json.dumps(big).encode(),
+        ),
     ]
 
 
@@ -183,8 +190,8 @@ def kafka_case(sc: Scenario, mode: str) -> Case:
             (r.key, r.value is None, *(dict(r.headers)[h] for h in KAFKA_HEADERS)) for r in letters
         ]
         assert found == [
-            (BIG_KEY.encode(), False, b"RecordTooLargeError", b"0", b"0", b"1"),
-            (NULL_KEY.encode(), True, b"KafkaRecordError", b"0", b"0", b"0"),
+            (BIG_KEY.encode(), False, b"record-too-large", b"0", b"0", b"1"),
+            (NULL_KEY.encode(), True, b"record", b"0", b"0", b"0"),
         ], found
         assert lso_reaches_high_watermark(sc.bootstrap, dlq)
 
@@ -233,8 +240,8 @@ def pg_case(sc: Scenario, table: TableSide, protocol: str) -> Case:
                 ).format(sql.Identifier(table.schema))
             ).fetchall()
         assert [tuple(r) for r in rows] == [
-            (BIG_KEY, str(BAD_OFFSET), "ValueTooLargeError", 0, 0, 1, sc.sink_id),
-            (NULL_KEY, None, "ConstraintViolationError", 0, 0, 0, sc.sink_id),
+            (BIG_KEY, str(BAD_OFFSET), "value-too-large", 0, 0, 1, sc.sink_id),
+            (NULL_KEY, None, "constraint-violation", 0, 0, 0, sc.sink_id),
         ], rows
 
     return Case(sc.config(**options), check)

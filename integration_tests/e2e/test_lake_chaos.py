@@ -36,9 +36,10 @@ from typing import Any
 
 import pytest
 
-from connectors.demo.app import ICEBERG_TABLE, lake_catalog, member_ids
+from connectors.demo.app._config import ICEBERG_TABLE, lake_catalog, member_ids
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC
-from connectors.lakehouse import TableFormat, delta_table, iceberg_table
+from connectors.lakehouse import delta_table, iceberg_table
+from connectors.lakehouse._table import TableFormat
 from connectors.verify import (
     HistoryLike,
     TableReport,

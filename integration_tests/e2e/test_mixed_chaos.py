@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.demo.app import member_ids
+from connectors.demo.app._config import member_ids
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, read_markers
 from connectors.verify import load_history, member_history, read_committed_topic
 from integration_tests.e2e._scenario import CHUNK, N_RECORDS, Scenario, assert_exact, fired

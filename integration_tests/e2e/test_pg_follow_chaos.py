@@ -29,7 +29,7 @@ import pytest
 from psycopg import sql
 
 from connectors.demo.app import EpochLine
-from connectors.postgres import describe_table
+from connectors.postgres._schema import describe_table
 from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, CHUNK, N_RECORDS, Scenario, fired
 from integration_tests.e2e._table_side import (
     TABLE,

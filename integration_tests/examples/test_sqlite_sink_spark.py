@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from connectors.examples.sqlite import SqliteSink, SqliteTableNotFoundError, read_markers
-from connectors.stage import InputSchemaError
+from connectors.examples.sqlite import SqliteCode, SqliteSink, SqliteSinkError, read_markers
+from connectors.stage import StageCode, StageError
 from connectors.testing import FaultPlan, inject_faults
 from txn import EpochState
 
@@ -181,16 +181,24 @@ def test_bad_input_is_refused_before_anything_is_logged(
     spark: Any, db: Path, closing: Callable[[SqliteSink], SqliteSink]
 ) -> None:
     sink = closing(SqliteSink(db, "orders", sink_id="bad", parallelism=PARALLELISM))
-    with pytest.raises(InputSchemaError, match="'colour'") as info:
+    with pytest.raises(
+        StageError, match="'colour'", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         sink(batch(spark, 0, 3).selectExpr("id", "'red' AS colour"), 0)
     assert info.value.column == "colour"
-    with pytest.raises(InputSchemaError, match="timestamp") as info:
+    with pytest.raises(
+        StageError, match="timestamp", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         sink(batch(spark, 0, 3).selectExpr("id", "current_timestamp() AS item"), 0)
     assert info.value.column == "item"
     assert rows(db) == Counter()
     assert not Path(sink.config.epoch_log_path).exists()
     missing = closing(SqliteSink(db.with_name("none.db"), "orders", sink_id="none"))
-    with pytest.raises(SqliteTableNotFoundError, match="does not exist"):
+    with pytest.raises(
+        SqliteSinkError,
+        match="does not exist",
+        check=lambda e: e.code is SqliteCode.TABLE_NOT_FOUND,
+    ):
         missing(batch(spark, 0, 3), 0)
     assert not db.with_name("none.db").exists()
 

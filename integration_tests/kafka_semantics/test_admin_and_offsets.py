@@ -98,9 +98,9 @@ def test_delete_records_moves_the_log_start(
     assert earliest_offset(kafka_admin, topic) == 2
     assert end_offsets(kafka_admin, topic) == (5, 5)
     assert read_partition(kafka_bootstrap, topic, committed=False) == [
-        Record(2, "v2"),
-        Record(3, "v3"),
-        Record(4, "v4"),
+        Record(offset=2, value="v2"),
+        Record(offset=3, value="v3"),
+        Record(offset=4, value="v4"),
     ]
     # A read below the log start is refused (the source reports it as data loss).
     consumer = Consumer(
@@ -139,7 +139,7 @@ def test_create_partitions_adds_usable_partitions(
 
     produce_values(plain_producer(kafka_bootstrap), topic, ["on-new-partition"], partition=2)
     assert read_partition(kafka_bootstrap, topic, 2, committed=False) == [
-        Record(0, "on-new-partition")
+        Record(offset=0, value="on-new-partition")
     ]
 
     # Shrinking is not allowed.

@@ -64,7 +64,7 @@ def test_idempotent_producer_writes_each_record_once_in_order(
     for partition in range(PARTITIONS):
         records = read_partition(kafka_bootstrap, topic, partition, committed=False)
         assert records == [
-            Record(i, f"p{partition}-{i:06d}") for i in range(MESSAGES_PER_PARTITION)
+            Record(offset=i, value=f"p{partition}-{i:06d}") for i in range(MESSAGES_PER_PARTITION)
         ]
 
 
@@ -102,10 +102,10 @@ def test_resent_batch_is_deduplicated_and_sequence_gap_rejected(
 
     records = read_partition(kafka_bootstrap, topic, committed=False)
     assert records == [
-        Record(0, "a0"),
-        Record(1, "a1"),
-        Record(2, "a2"),
-        Record(3, "b0"),
-        Record(4, "b1"),
-        Record(5, "c0"),
+        Record(offset=0, value="a0"),
+        Record(offset=1, value="a1"),
+        Record(offset=2, value="a2"),
+        Record(offset=3, value="b0"),
+        Record(offset=4, value="b1"),
+        Record(offset=5, value="c0"),
     ]

@@ -74,20 +74,20 @@ def test_read_committed_sees_only_committed_and_plain_records(
     committed = read_partition(kafka_bootstrap, topic, committed=True)
 
     assert uncommitted == [
-        Record(0, "p1"),
-        Record(1, "c1"),
-        Record(2, "c2"),
-        Record(4, "a1"),
-        Record(5, "a2"),
-        Record(7, "p2"),
-        Record(8, "c3"),
+        Record(offset=0, value="p1"),
+        Record(offset=1, value="c1"),
+        Record(offset=2, value="c2"),
+        Record(offset=4, value="a1"),
+        Record(offset=5, value="a2"),
+        Record(offset=7, value="p2"),
+        Record(offset=8, value="c3"),
     ]
     assert committed == [
-        Record(0, "p1"),
-        Record(1, "c1"),
-        Record(2, "c2"),
-        Record(7, "p2"),
-        Record(8, "c3"),
+        Record(offset=0, value="p1"),
+        Record(offset=1, value="c1"),
+        Record(offset=2, value="c2"),
+        Record(offset=7, value="p2"),
+        Record(offset=8, value="c3"),
     ]
 
 
@@ -121,7 +121,9 @@ def test_lso_stalls_while_transaction_open_and_advances_when_it_ends(
         reader.close()
     assert marks == (0, 1), "a read_committed consumer's end offset is the LSO"
     # A read_committed reader stops at the LSO: not even the plain record after it is visible.
-    assert read_partition(kafka_bootstrap, topic, committed=True) == [Record(0, "before")]
+    assert read_partition(kafka_bootstrap, topic, committed=True) == [
+        Record(offset=0, value="before")
+    ]
 
     if outcome == "commit":
         txn.commit_transaction(CLIENT_TIMEOUT_S)
@@ -171,7 +173,9 @@ def test_new_instance_init_transactions_aborts_open_transaction(
 
     commit_values(second, topic, ["after"])  # offset 3, marker at 4
     assert wait_stable(kafka_admin, topic) == 5
-    assert read_partition(kafka_bootstrap, topic, committed=True) == [Record(3, "after")]
+    assert read_partition(kafka_bootstrap, topic, committed=True) == [
+        Record(offset=3, value="after")
+    ]
 
 
 def test_broker_aborts_transaction_after_its_timeout(
@@ -212,7 +216,9 @@ def test_broker_aborts_transaction_after_its_timeout(
     # ... and a new instance of the same transactional id takes over normally.
     commit_values(txn_producer(kafka_bootstrap, txn_id), topic, ["redo"])  # offset 3, marker 4
     assert wait_stable(kafka_admin, topic) == 5
-    assert read_partition(kafka_bootstrap, topic, committed=True) == [Record(3, "redo")]
+    assert read_partition(kafka_bootstrap, topic, committed=True) == [
+        Record(offset=3, value="redo")
+    ]
 
 
 def test_transaction_max_timeout_is_described_and_enforced(
@@ -269,25 +275,29 @@ def test_lso_with_several_transactions_ending_out_of_order(
     assert _wait_high_watermark(kafka_admin, topic, 0, 4) == 0
     assert _wait_high_watermark(kafka_admin, topic, 1, 4) == 1
     assert read_partition(kafka_bootstrap, topic, 0, committed=True) == []
-    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [Record(0, "c-1")]
+    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [
+        Record(offset=0, value="c-1")
+    ]
 
     # The oldest aborts: each LSO moves to the next open one (b's), not to the end.
     a.abort_transaction(CLIENT_TIMEOUT_S)  # markers at offset 4
     assert _wait_high_watermark(kafka_admin, topic, 0, 5) == 1
     assert _wait_high_watermark(kafka_admin, topic, 1, 5) == 2
     assert read_partition(kafka_bootstrap, topic, 0, committed=True) == []
-    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [Record(0, "c-1")]
+    assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [
+        Record(offset=0, value="c-1")
+    ]
 
     b.commit_transaction(CLIENT_TIMEOUT_S)  # markers at offset 5
     assert wait_stable(kafka_admin, topic, 0) == 6
     assert wait_stable(kafka_admin, topic, 1) == 6
     assert read_partition(kafka_bootstrap, topic, 0, committed=True) == [
-        Record(1, "b-0"),
-        Record(2, "c-0"),
+        Record(offset=1, value="b-0"),
+        Record(offset=2, value="c-0"),
     ]
     assert read_partition(kafka_bootstrap, topic, 1, committed=True) == [
-        Record(0, "c-1"),
-        Record(2, "b-1"),
+        Record(offset=0, value="c-1"),
+        Record(offset=2, value="b-1"),
     ]
 
 

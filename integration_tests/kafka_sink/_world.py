@@ -31,16 +31,20 @@ from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._sink import KafkaConnector
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import HASH_COLUMN, ArrowPartition, StageRun, TaskInfo
-from connectors.stage._backchannel import BackChannels
+from connectors.stage import ArrowPartition, TaskInfo
+from connectors.stage._backchannel import BackChannels, StageRun
+from connectors.stage._rows import HASH_COLUMN
 from connectors.stage._task import TaskOutbox
 from integration_tests.kafka_sink._support import (
     lso_reaches_high_watermark,
     read_committed,
     values,
 )
-from txn import EpochLog, EpochPlan, Execute, InProcessExecutor, PartitionReport
-from txn.testing import FULL, CrashWorld, epoch_size
+from txn import EpochLog, EpochPlan, PartitionReport
+from txn._coordinator import Execute
+from txn._executor import InProcessExecutor
+from txn.testing import CrashWorld
+from txn.testing._crash import FULL, epoch_size
 
 ROWS_PER_EPOCH = 12
 

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from connectors.kafka import KafkaSink
 from connectors.kafka._sink._bad_records import TRUNCATED_HEADER
-from connectors.stage import BadRecordThresholdError
+from connectors.stage import StageCode, StageError
 from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import Record, check_exactly_once, produce_input, read_committed_topic
 from integration_tests.kafka_sink._support import (
@@ -30,7 +30,7 @@ from integration_tests.kafka_sink._support import (
     read_committed,
     sid,
 )
-from txn import PartitionOutcome
+from txn._model import PartitionOutcome
 
 pytestmark = pytest.mark.spark
 
@@ -119,9 +119,9 @@ class World:
         null, big = by_key[self.null_key.encode()], by_key[self.big_key.encode()]
         null_h, big_h = dict(null.headers), dict(big.headers)
         assert null.value is None
-        assert null_h["eos.dlq.error.class"] == b"KafkaRecordError"
+        assert null_h["eos.dlq.error.class"] == b"record"
         assert b"null value" in null_h["eos.dlq.error.message"]
-        assert big_h["eos.dlq.error.class"] == b"RecordTooLargeError"
+        assert big_h["eos.dlq.error.class"] == b"record-too-large"
         assert big_h[TRUNCATED_HEADER] == str(len(self.big_value)).encode()
         assert big.value and self.big_value.startswith(big.value)
         assert len(big.value) < MAX_BYTES
@@ -234,7 +234,11 @@ def test_beyond_max_bad_fraction_the_epoch_aborts_with_nothing_visible(
         mode=mode, on_bad_record="dead-letter", max_bad_fraction=0.01, stage_retries=0
     )
     try:
-        with pytest.raises(BadRecordThresholdError, match="max_bad_fraction=0.01"):
+        with pytest.raises(
+            StageError,
+            match="max_bad_fraction=0.01",
+            check=lambda e: e.code is StageCode.BAD_RECORD_THRESHOLD,
+        ):
             sink(world.frame(), 0)
         [metrics] = sink.metrics()
         assert not metrics.committed and metrics.dead_lettered == 0

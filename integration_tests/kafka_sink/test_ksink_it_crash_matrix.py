@@ -21,7 +21,8 @@ import pytest
 from connectors.kafka._sink import _pool
 from integration_tests.kafka_sink._world import KafkaWorld
 from txn import CommitMode, TaskStep
-from txn.testing import EMPTY, FULL, KAFKA_LIKE, Crash, crash_params, run_crash_case
+from txn.testing import KAFKA_LIKE, Crash, crash_params, run_crash_case
+from txn.testing._crash import EMPTY, FULL
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +62,7 @@ def test_an_empty_epoch_crashed_after_its_pre_commit_is_exactly_once(
     # EMPTY: every odd epoch holds no row, so each partition pre-commits an empty
     # transaction with its marker; the crash hits every partition of epoch 1 there.
     world = world_of(producer_strategy, shape=EMPTY)
-    run_crash_case(world, Crash("task", TaskStep.PRE_COMMITTED, after=3))
+    run_crash_case(world, Crash(where="task", step=TaskStep.PRE_COMMITTED, after=3))
 
 
 def test_steady_epochs_set_up_clients_only_under_the_reference_strategy(

@@ -5,7 +5,7 @@ The state topics (epoch log, markers) get replication ``min(3, brokers)`` and to
 with an AdminClient (DescribeConfigs, Metadata). The exactly-once preflight warns about an
 output topic with replication below 3, ``min.insync.replicas`` below 2 or unclean leader
 election on, and about a weaker transaction state log; ``strict_cluster_checks=True``
-raises ``PreflightError`` instead; no line carries a secret of ``client_config``.
+raises ``KafkaCode.PREFLIGHT`` instead; no line carries a secret of ``client_config``.
 
 The weak cases run on the session's cluster (``kafka_bootstrap``) with a topic made weak on
 purpose, so they hold on any cluster; the strong ones on a cluster of three brokers
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from connectors.kafka import KafkaSink, PreflightError
+from connectors.kafka import KafkaCode, KafkaConnectorError, KafkaSink
 from integration_tests.support.kafka_cluster import KafkaCluster
 
 SENTINEL = f"SENTINEL-{uuid.uuid4().hex}"
@@ -175,7 +175,18 @@ def test_at_least_once_skips_the_durability_checks(kafka_bootstrap, new_topic, c
 def test_strict_cluster_checks_turn_the_warnings_into_a_preflight_error(kafka_bootstrap, new_topic):
     topic = new_topic("dur-strict", 1, config=WEAK_TOPIC_CONFIG)
     sink = sink_on(kafka_bootstrap, topic, strict_cluster_checks=True, client_config=SECRET_CONFIG)
-    with pytest.raises(PreflightError) as raised:
+    with pytest.raises(
+        KafkaConnectorError,
+        check=lambda e: (
+            e.code
+            in (
+                KafkaCode.PREFLIGHT,
+                KafkaCode.BROKER_UNAVAILABLE,
+                KafkaCode.CONNECT,
+                KafkaCode.TOPIC_MISSING,
+            )
+        ),
+    ) as raised:
         sink.preflight()
     message = str(raised.value)
     for setting in ("replication.factor=1", "min.insync.replicas=1", "unclean"):

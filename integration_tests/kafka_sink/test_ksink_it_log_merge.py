@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, KafkaEpochLog
-from txn import EpochCompletion, EpochPlan, IllegalTransitionError
+from txn import EpochCompletion, EpochPlan, TxnCode, TxnError
 
 # Seconds to read the log topic back.
 READ_TIMEOUT_S = 30.0
@@ -52,9 +52,12 @@ def _offsets_of(bootstrap: str, sink_id: str) -> list[tuple[int, str]]:
 def test_records_appended_together_are_one_transaction(kafka_bootstrap: str) -> None:
     sink_id = f"merge-{uuid.uuid4().hex[:8]}"
     with KafkaEpochLog(kafka_bootstrap, sink_id) as log:
-        log.append(EpochPlan(sink_id, 0, 2, "fp"))
+        log.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"))
         log.append_all(
-            [EpochCompletion(sink_id, 0, committed=True), EpochPlan(sink_id, 1, 2, "fp")]
+            [
+                EpochCompletion(sink_id, 0, committed=True),
+                EpochPlan(sink_id=sink_id, epoch=1, parallelism=2, fingerprint="fp"),
+            ]
         )
         log.append_all([])  # nothing to write: no transaction
     history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
@@ -69,10 +72,13 @@ def test_records_appended_together_are_one_transaction(kafka_bootstrap: str) -> 
 def test_a_refused_record_writes_none_of_its_write(kafka_bootstrap: str) -> None:
     sink_id = f"merge-{uuid.uuid4().hex[:8]}"
     with KafkaEpochLog(kafka_bootstrap, sink_id) as log:
-        log.append(EpochPlan(sink_id, 0, 2, "fp"))
-        with pytest.raises(IllegalTransitionError):
+        log.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"))
+        with pytest.raises(TxnError, check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION):
             log.append_all(
-                [EpochCompletion(sink_id, 0, committed=True), EpochPlan(sink_id, 0, 2, "fp")]
+                [
+                    EpochCompletion(sink_id, 0, committed=True),
+                    EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"),
+                ]
             )
         assert log.load().state(0).in_doubt  # the completion was not written either
     history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
@@ -83,10 +89,12 @@ def test_merged_appends_compact_as_single_ones(kafka_bootstrap: str) -> None:
     sink_id = f"merge-{uuid.uuid4().hex[:8]}"
     log = KafkaEpochLog(kafka_bootstrap, sink_id, retain_epochs=1)
     try:
-        log.append(EpochPlan(sink_id, 0, 3, "fp"))
+        log.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=3, fingerprint="fp"))
         for epoch in range(1, 6):  # each epoch's completion with the next plan
             done = EpochCompletion(sink_id, epoch - 1, committed=True)
-            log.append_all([done, EpochPlan(sink_id, epoch, 1, "fp")])
+            log.append_all(
+                [done, EpochPlan(sink_id=sink_id, epoch=epoch, parallelism=1, fingerprint="fp")]
+            )
         log.append(EpochCompletion(sink_id, 5, committed=True))
     finally:
         log.close()

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from connectors.kafka import KafkaSink, QueryMismatchError, SinkStoppedError
+from connectors.kafka import KafkaSink
+from connectors.stage import StageCode, StageError
 from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import (
     expected,
@@ -72,7 +73,7 @@ def test_new_checkpoint_with_an_old_sink_id_is_refused_until_started_over(
     # A user deletes the checkpoint: batch ids restart at 0 under a new query id.
     again = sink()
     query = start(spark, source, tmp_path / "ck-b", again)
-    with pytest.raises(Exception, match="QueryMismatchError"):
+    with pytest.raises(Exception, match="query-mismatch"):
         query.awaitTermination(QUERY_TIMEOUT_S)
     again.close()
     assert isinstance(query.exception(), Exception)
@@ -98,7 +99,7 @@ def test_binding_error_names_the_fix(spark, kafka_bootstrap, new_topic, tmp_path
     first.close()
     second = closing(KafkaSink(kafka_bootstrap, topic, "ks-bind-fix", epoch_log=log_path))
     # Batch 0 of another query, seen through the binder directly (no Spark needed here).
-    with pytest.raises(QueryMismatchError) as info:
+    with pytest.raises(StageError, check=lambda e: e.code is StageCode.QUERY_MISMATCH) as info:
         second._binder.epoch(second._open_log(), "another-query", 0)
     second.close()
     text = str(info.value)
@@ -139,13 +140,13 @@ def test_graceful_stop_leaves_whole_epochs_and_nothing_open(
     sink.close()
     assert [m.epoch for m in done] == [0, 1], "the epoch in flight finished, no later one began"
     assert all(
-        isinstance(m.error, str) and "SinkStoppedError" in m.error
+        isinstance(m.error, str) and "[sink-stopped]" in m.error
         for m in sink.metrics()
         if not m.committed
     )
     assert values(read_committed(kafka_bootstrap, topic)) == expected(2 * PER_FILE)
     assert lso_reaches_high_watermark(kafka_bootstrap, topic)
-    with pytest.raises(SinkStoppedError):
+    with pytest.raises(StageError, check=lambda e: e.code is StageCode.SINK_STOPPED):
         sink.write(None, 9)  # type: ignore[arg-type]
 
 

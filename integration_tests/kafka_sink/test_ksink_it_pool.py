@@ -1,6 +1,6 @@
 """Producer reuse across epochs (``connectors.kafka._sink._pool``) against a real broker.
 
-The write task body (``txn.run_partition`` with ``KafkaResource``) runs in the test
+The write task body (``txn._task.run_partition`` with ``KafkaResource``) runs in the test
 process, which plays one Spark Python worker: its pool is the worker's pool.
 """
 
@@ -15,15 +15,17 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException
 
-from connectors.kafka import KafkaRecordError, KafkaSink, KafkaWriteError, read_markers
+from connectors.kafka import KafkaCode, KafkaConnectorError, KafkaSink, read_markers
+from connectors.kafka._errors import WRITE_CODES
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._participant import KafkaParticipant
 from connectors.kafka._sink._producers import init_transactions, new_producer, pool_key
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._reuse import ReusePolicy, ReuseTicket
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout
-from connectors.stage import HASH_COLUMN, ArrowPartition, StageEvent, StageRun, TaskInfo
-from connectors.stage._backchannel import BackChannels
+from connectors.stage import ArrowPartition, StageCode, StageEvent, TaskInfo
+from connectors.stage._backchannel import BackChannels, StageRun
+from connectors.stage._rows import HASH_COLUMN
 from integration_tests.kafka_sink._support import (
     WorkerResource,
     expected,
@@ -33,15 +35,9 @@ from integration_tests.kafka_sink._support import (
     sid,
     values,
 )
-from txn import (
-    CommitMode,
-    EpochPlan,
-    Guarantee,
-    PartitionOutcome,
-    PartitionReport,
-    TaskStep,
-    run_partition,
-)
+from txn import CommitMode, EpochPlan, Guarantee, PartitionReport, TaskStep
+from txn._model import PartitionOutcome
+from txn._task import run_partition
 
 ROWS = 50
 
@@ -104,12 +100,12 @@ class Driver:
     def plan(self, cfg: Any, epoch: int, *, attempt: int = 0, parallelism: int = 1) -> EpochPlan:
         fingerprint = KafkaResource(cfg=cfg, layout=RecordLayout()).fingerprint()
         return EpochPlan(
-            cfg.sink_id,
-            epoch,
-            parallelism,
-            fingerprint,
-            Guarantee.EXACTLY_ONCE,
-            self.mode,
+            sink_id=cfg.sink_id,
+            epoch=epoch,
+            parallelism=parallelism,
+            fingerprint=fingerprint,
+            guarantee=Guarantee.EXACTLY_ONCE,
+            mode=self.mode,
             attempt=attempt,
         )
 
@@ -207,7 +203,7 @@ def test_fenced_pooled_producer_fails_and_is_discarded(sink):
     # Another instance of the id (a retry elsewhere, or start-up recovery) fences it
     # without committing, so the marker still matches the pooled producer's commit.
     KafkaResource(cfg=sink.config, layout=RecordLayout()).abort_lingering([0])
-    with pytest.raises(KafkaWriteError):
+    with pytest.raises(KafkaConnectorError, check=lambda e: e.code in WRITE_CODES):
         run(sink, 1, reuse=True)
     entry = _pool.POOL.take(pool_key(sink.config, 0))
     assert entry is not None and entry.producer is None
@@ -219,7 +215,12 @@ def test_fenced_pooled_producer_fails_and_is_discarded(sink):
 
 def test_error_discards_the_producer(sink):
     run(sink, 0, reuse=True)
-    with pytest.raises(KafkaRecordError):
+    with pytest.raises(
+        KafkaConnectorError,
+        check=lambda e: (
+            e.code in (StageCode.RECORD, KafkaCode.RECORD_TOO_LARGE, KafkaCode.RECORD_FORMAT)
+        ),
+    ):
         run(sink, 1, reuse=True, null_value=True)
     entry = _pool.POOL.take(pool_key(sink.config, 0))
     assert entry is not None and entry.producer is None and entry.consumer is not None
@@ -391,12 +392,12 @@ def test_at_least_once_producer_is_pooled_per_worker(kafka_bootstrap, new_topic,
     for epoch in range(2):
         resource = RecordingResource(cfg=alo.config, layout=RecordLayout())
         plan = EpochPlan(
-            alo.config.sink_id,
-            epoch,
-            1,
-            resource.fingerprint(),
-            Guarantee.AT_LEAST_ONCE,
-            CommitMode.UNALIGNED,
+            sink_id=alo.config.sink_id,
+            epoch=epoch,
+            parallelism=1,
+            fingerprint=resource.fingerprint(),
+            guarantee=Guarantee.AT_LEAST_ONCE,
+            mode=CommitMode.UNALIGNED,
         )
         assert run_partition(resource, plan, 0, epoch_rows(epoch)).outcome is (
             PartitionOutcome.COMMITTED

@@ -1,7 +1,7 @@
 """Prepared producers (``connectors.kafka._sink._prepare``) against a real broker.
 
 Two ``ClientPool`` objects play the two Python workers of one host (their own lanes); the
-write task body (``txn.run_partition``) runs in the test process, one stage run at a time
+write task body (``txn._task.run_partition``) runs in the test process, one stage run at a time
 with one ticket, as the driver would issue it.
 """
 
@@ -27,8 +27,9 @@ from connectors.kafka._sink._producers import pool_key
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._reuse import ProducerNote, ReusePolicy, ReuseTicket
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import HASH_COLUMN, ArrowPartition, StageRun, TaskInfo
-from connectors.stage._backchannel import BackChannels
+from connectors.stage import ArrowPartition, TaskInfo
+from connectors.stage._backchannel import BackChannels, StageRun
+from connectors.stage._rows import HASH_COLUMN
 from integration_tests.kafka_sink._support import (
     WorkerResource,
     lso_reaches_high_watermark,
@@ -36,16 +37,9 @@ from integration_tests.kafka_sink._support import (
     sid,
     values,
 )
-from txn import (
-    CommitMode,
-    EpochPlan,
-    Guarantee,
-    PartitionOutcome,
-    PartitionReport,
-    TaskStep,
-    Vote,
-    run_partition,
-)
+from txn import CommitMode, EpochPlan, Guarantee, PartitionReport, TaskStep, Vote
+from txn._model import PartitionOutcome
+from txn._task import run_partition
 
 ROWS = 20
 PARALLELISM = 2
@@ -85,12 +79,12 @@ class Driver:
         cfg = self.sink.config
         fingerprint = KafkaResource(cfg=cfg, layout=RecordLayout()).fingerprint()
         return EpochPlan(
-            cfg.sink_id,
-            epoch,
-            PARALLELISM,
-            fingerprint,
-            Guarantee.EXACTLY_ONCE,
-            self.mode,
+            sink_id=cfg.sink_id,
+            epoch=epoch,
+            parallelism=PARALLELISM,
+            fingerprint=fingerprint,
+            guarantee=Guarantee.EXACTLY_ONCE,
+            mode=self.mode,
             attempt=attempt,
         )
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from connectors.kafka import KafkaEpochLog, KafkaEpochLogFencedError, KafkaSink, read_markers
+from connectors.kafka import KafkaConnectorError, KafkaEpochLog, KafkaSink, read_markers
 from connectors.testing import FaultPlan, InjectedFault, inject_faults
 from integration_tests.kafka_sink._support import (
     after_partition_commits,
@@ -23,14 +23,8 @@ from integration_tests.kafka_sink._support import (
     sid,
     values,
 )
-from txn import (
-    EpochCompletion,
-    EpochPlan,
-    IllegalTransitionError,
-    NonDeterministicReplayError,
-    PartitionOutcome,
-    QueryBinding,
-)
+from txn import EpochCompletion, EpochPlan, QueryBinding, TxnCode, TxnError
+from txn._model import PartitionOutcome
 
 pytestmark = pytest.mark.spark
 
@@ -86,7 +80,11 @@ def test_non_deterministic_replay_raises(
                 sink(rows(spark, 100), 0)
             assert faults.has_fired("d")
             changed = rows(spark, 100).selectExpr("key", "concat(value, '!') AS value")
-            with pytest.raises(NonDeterministicReplayError, match="deterministic"):
+            with pytest.raises(
+                TxnError,
+                match="deterministic",
+                check=lambda e: e.code is TxnCode.NON_DETERMINISTIC_REPLAY,
+            ):
                 sink(changed, 0)
             assert not sink.epoch_log_history().is_committed(0)
     finally:
@@ -302,12 +300,20 @@ def test_kafka_epoch_log_fences_a_second_coordinator(kafka_bootstrap):
     first = KafkaEpochLog(kafka_bootstrap, sink_id)
     second = KafkaEpochLog(kafka_bootstrap, sink_id)
     try:
-        first.append(EpochPlan(sink_id, 0, 2, "fp"))
+        first.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"))
         assert second.load().plan(0) is not None  # reading never fences
         first.append(EpochCompletion(sink_id, 0, committed=True))
-        second.append(EpochPlan(sink_id, 1, 2, "fp"))  # takes over: fences `first`
-        with pytest.raises(KafkaEpochLogFencedError, match="another coordinator"):
-            first.append(EpochPlan(sink_id, 1, 3, "fp"))  # legal in first's view, but fenced
+        second.append(
+            EpochPlan(sink_id=sink_id, epoch=1, parallelism=2, fingerprint="fp")
+        )  # takes over: fences `first`
+        with pytest.raises(
+            KafkaConnectorError,
+            match="another coordinator",
+            check=lambda e: e.code is TxnCode.EPOCH_LOG_LOCKED,
+        ):
+            first.append(
+                EpochPlan(sink_id=sink_id, epoch=1, parallelism=3, fingerprint="fp")
+            )  # legal in first's view, but fenced
         second.append(EpochCompletion(sink_id, 1, committed=True))
     finally:
         first.close()
@@ -324,10 +330,14 @@ def test_kafka_epoch_log_refuses_an_illegal_record_as_every_epoch_log_does(kafka
     # typed refusal of the history, not "the log could not be written"; nothing written.
     sink_id = sid()
     with KafkaEpochLog(kafka_bootstrap, sink_id) as log:
-        log.append(EpochPlan(sink_id, 0, 2, "fp"))
+        log.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"))
         log.append(EpochCompletion(sink_id, 0, committed=True))
-        log.append(EpochPlan(sink_id, 1, 2, "fp"))
-        with pytest.raises(IllegalTransitionError, match="epoch 1 is not committed"):
+        log.append(EpochPlan(sink_id=sink_id, epoch=1, parallelism=2, fingerprint="fp"))
+        with pytest.raises(
+            TxnError,
+            match="epoch 1 is not committed",
+            check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+        ):
             log.append(QueryBinding(sink_id, "q-2", 2))
         log.append(EpochCompletion(sink_id, 1, committed=True))  # the log is still usable
     history = KafkaEpochLog(kafka_bootstrap, sink_id).load()
@@ -339,7 +349,14 @@ def test_kafka_epoch_log_compaction_keeps_the_floor(kafka_bootstrap):
     log = KafkaEpochLog(kafka_bootstrap, sink_id, retain_epochs=2)
     try:
         for epoch in range(6):
-            log.append(EpochPlan(sink_id, epoch, 3 if epoch == 0 else 1, "fp"))
+            log.append(
+                EpochPlan(
+                    sink_id=sink_id,
+                    epoch=epoch,
+                    parallelism=3 if epoch == 0 else 1,
+                    fingerprint="fp",
+                )
+            )
             log.append(EpochCompletion(sink_id, epoch, committed=True))
     finally:
         log.close()
@@ -364,7 +381,7 @@ def test_kafka_epoch_log_is_read_whole_when_the_topic_no_longer_starts_at_offset
     kafka_admin.delete_records([start])[start].result(30)
     sink_id = sid()
     with KafkaEpochLog(kafka_bootstrap, sink_id, topic=topic) as log:
-        log.append(EpochPlan(sink_id, 0, 2, "fp"))
+        log.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"))
         log.append(EpochCompletion(sink_id, 0, committed=True))
     history = KafkaEpochLog(kafka_bootstrap, sink_id, topic=topic, create_topic=False).load()
     assert history.is_committed(0) and history.max_parallelism() == 2

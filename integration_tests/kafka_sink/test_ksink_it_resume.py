@@ -167,7 +167,7 @@ def test_a_resumed_query_that_starts_elsewhere_is_refused_before_writing(
         rc_spark, kafka_bootstrap, inp, second, tmp_path / "ck-b", startingOffsets="earliest"
     )
     error = str(query.exception())
-    assert "ResumeInputMismatchError" in error and "starts at 0, the output ends at 100" in error, (
+    assert "[resume-input-mismatch]" in error and "starts at 0, the output ends at 100" in error, (
         error
     )
     after = _history(kafka_bootstrap, sink_id)

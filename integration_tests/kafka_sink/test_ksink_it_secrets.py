@@ -28,8 +28,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F  # noqa: N812
 
-from connectors.demo.app import SOURCE_KAFKA, AppProcess, PipelineConfig
-from connectors.kafka import KafkaEpochLog, KafkaSink, RecordTooLargeError
+from connectors.demo.app import AppProcess, PipelineConfig
+from connectors.demo.app._config import SOURCE_KAFKA
+from connectors.kafka import KafkaCode, KafkaConnectorError, KafkaEpochLog, KafkaSink
 from connectors.kafka._client import _clients, _names, cluster_of
 from connectors.kafka._source import spark_has_source_api
 from connectors.testing import FaultPlan, inject_faults
@@ -105,7 +106,9 @@ def record_too_large(spark: Any, cfg: Any) -> str:
     )
     big = rows(spark, 20).withColumn("value", F.repeat(F.lit("x"), 50_000))
     try:
-        with pytest.raises(RecordTooLargeError) as info:
+        with pytest.raises(
+            KafkaConnectorError, check=lambda e: e.code is KafkaCode.RECORD_TOO_LARGE
+        ) as info:
             other(big, 0)
         return "".join(traceback.format_exception(info.value)) + repr(other.metrics())
     finally:

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.kafka import KafkaOffsets, KafkaSink
+from connectors.kafka import KafkaSink
+from connectors.kafka._source import KafkaOffsets
 from connectors.verify import (
     AnomalyKind,
     CheckReport,
@@ -231,7 +232,7 @@ def run_available_now_again(rc_spark: Any, w: World, ck: Path, *, check: bool = 
 def test_streaming_query_rides_through_three_restarts(
     rc_spark: Any, world: World, tmp_path: Path, fail_on_data_loss: str, log: str
 ) -> None:
-    # failOnDataLoss=true used to die with a false DataLossError, false to read the
+    # failOnDataLoss=true used to die with a false KafkaCode.DATA_LOSS, false to read the
     # partitions again from 0 once they reappeared (duplicates). With the Kafka epoch log
     # the sink's own appends, marker reads and commits ride through the restarts too.
     w, ck = world, tmp_path / "ck"

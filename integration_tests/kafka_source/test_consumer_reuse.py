@@ -76,9 +76,11 @@ def test_consecutive_ranges_reuse_one_consumer(
     before = _consumers.stats()
     got: list[str] = []
     for start, end in zip([0, *ends], ends, strict=False):  # each ends past a marker
-        got += read_values(opts, OffsetRange(topic, 0, start, end))
+        got += read_values(opts, OffsetRange(topic=topic, partition=0, start=start, end=end))
     assert got == committed  # every committed record once, in order, nothing aborted
-    again = read_values(opts, OffsetRange(topic, 0, ends[1], ends[2]))  # a batch replayed
+    again = read_values(
+        opts, OffsetRange(topic=topic, partition=0, start=ends[1], end=ends[2])
+    )  # a batch replayed
     assert again == committed[2 * PER_TXN : 3 * PER_TXN]
     after = _consumers.stats()
     created, reused = after.created - before.created, after.reused - before.reused

@@ -36,7 +36,7 @@ def test_deleted_offsets_follow_fail_on_data_loss(
     delete_before(kafka_admin, topic, 5)
     assert offsets(kafka_admin, topic)[0] == 5
     start = json.dumps({topic: {"0": 2}})
-    with pytest.raises(Exception, match=r"DataLossError.*\[2,5\) were deleted"):
+    with pytest.raises(Exception, match=r"data-loss.*\[2,5\) were deleted"):
         batch_read(rc_spark, kafka_bootstrap, subscribe=topic, startingOffsets=start)
     rows = batch_read(
         rc_spark, kafka_bootstrap, subscribe=topic, startingOffsets=start, failOnDataLoss="false"

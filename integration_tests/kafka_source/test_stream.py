@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from connectors.kafka import KafkaOffsets
+from connectors.kafka._source import KafkaOffsets
 
 from ._support import CLIENT_TIMEOUT_S, TxnWriter, offsets, produce_plain, wait_lso
 

@@ -2,7 +2,7 @@
 
 ``make test-compat`` runs this on every supported Spark line: from PySpark 4.2 the source
 registers; before, ``import connectors.kafka`` works (the sinks run there) and
-``register`` raises ``SparkVersionError`` naming the installed and the minimum version.
+``register`` raises ``KafkaCode.SPARK_VERSION`` naming the installed and the minimum version.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from packaging.version import Version
 
 import connectors.kafka
-from connectors.kafka import MINIMUM_SPARK, SOURCE_NAME, SparkVersionError, register
+from connectors.kafka import MINIMUM_SPARK, SOURCE_NAME, KafkaCode, KafkaConnectorError, register
 from connectors.kafka._source import spark_has_source_api
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
@@ -31,13 +31,15 @@ def test_register_works_or_names_the_installed_and_the_minimum_version(spark: An
         assert "KafkaRcDataSource" in connectors.kafka.__all__
         assert connectors.kafka.KafkaRcDataSource.name() == SOURCE_NAME
         return
-    with pytest.raises(SparkVersionError) as info:
+    with pytest.raises(
+        KafkaConnectorError, check=lambda e: e.code is KafkaCode.SPARK_VERSION
+    ) as info:
         register(spark)
     error = info.value
     assert (error.installed, error.minimum) == (pyspark.__version__, MINIMUM_SPARK)
     assert f"PySpark {MINIMUM_SPARK} or later" in str(error)
     assert f"installed PySpark is {pyspark.__version__}" in str(error)
-    with pytest.raises(SparkVersionError):
+    with pytest.raises(KafkaConnectorError, check=lambda e: e.code is KafkaCode.SPARK_VERSION):
         _ = connectors.kafka.KafkaRcDataSource
     # A star import leaves the class out instead of failing.
     assert "KafkaRcDataSource" not in connectors.kafka.__all__

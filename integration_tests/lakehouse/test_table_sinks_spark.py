@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from connectors.stage import InputSchemaError, TransactionalSink
+from connectors.stage import StageCode, StageError, TransactionalSink
 from connectors.testing import FaultPlan, inject_faults
 from integration_tests.lakehouse._tables import FORMATS, Table
 from txn import EpochState
@@ -101,7 +101,9 @@ def test_a_stream_that_gains_a_column_and_one_that_retypes_it(
         (i, i * 10) for i in range(100, 200)
     )
     retyped = batch(spark, 200, 10).selectExpr("id", "item", "qty", "day", "'x' AS score")
-    with pytest.raises(InputSchemaError, match="'score'.*cast it") as info:
+    with pytest.raises(
+        StageError, match="'score'.*cast it", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         sink(retyped, 2)
     assert info.value.column == "score"
     dropped = batch(spark, 200, 10).select("id", "item", "day")  # qty written as null
@@ -117,13 +119,19 @@ def test_bad_input_and_a_missing_table_are_refused_before_anything_is_logged(
     closing: Callable[[TransactionalSink], TransactionalSink],
 ) -> None:
     sink = closing(table.sink("missing", parallelism=PARALLELISM))
-    with pytest.raises(InputSchemaError, match="does not exist"):
+    with pytest.raises(
+        StageError, match="does not exist", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         sink(batch(spark, 0, 3), 0)
     import pyarrow as pa
 
     table.create(pa.schema([("id", pa.int64()), ("item", pa.string())]))
     strict = closing(table.sink("strict", parallelism=PARALLELISM))
-    with pytest.raises(InputSchemaError, match="'qty'.*evolve_schema=True") as info:
+    with pytest.raises(
+        StageError,
+        match="'qty'.*evolve_schema=True",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ) as info:
         strict(batch(spark, 0, 3), 0)
     assert info.value.column == "qty"
     assert table.rows("id") == Counter()

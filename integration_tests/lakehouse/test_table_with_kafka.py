@@ -21,7 +21,8 @@ from connectors.stage import CompositeSink
 from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import lso_reaches_high_watermark, read_committed, values
 from integration_tests.lakehouse._tables import FORMATS, Table
-from txn import CommitMode, PartitionOutcome
+from txn import CommitMode
+from txn._model import PartitionOutcome
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("deltalake", reason="the table sinks' tests need the [delta] extra")

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from minikafka import ApiKey
+from minikafka._faults import ApiKey
 
 from .conftest import CLIENT_TIMEOUT_S
 from .helpers import read_all

@@ -7,7 +7,8 @@ import struct
 
 from confluent_kafka import Producer
 
-from minikafka import BrokerProcess, request_counts
+from minikafka import BrokerProcess
+from minikafka._stats import request_counts
 
 from .conftest import CLIENT_TIMEOUT_S
 

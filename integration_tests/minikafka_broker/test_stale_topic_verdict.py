@@ -166,7 +166,7 @@ def test_the_epoch_log_rides_through_a_stale_verdict(flapping):
     The append runs while the broker flaps and goes on once the broker is back: the
     failed attempt that carried the stale verdict gets a new producer, which sees the topic
     at once. Before the fix the old producer kept refusing until the retry bound
-    (``BROKER_RESTART_WAIT_S``) and the append failed with ``EpochLogError``.
+    (``BROKER_RESTART_WAIT_S``) and the append failed with ``TxnCode.EPOCH_LOG``.
     """
     kafka = flapping
     topic = f"log-{uuid.uuid4().hex[:8]}"
@@ -177,7 +177,7 @@ def test_the_epoch_log_rides_through_a_stale_verdict(flapping):
         topic=topic,
         client_config={"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)},
     )
-    log.append(EpochPlan(sink_id, 0, 2, "fp"))
+    log.append(EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp"))
     known_since = time.monotonic()
     _wait(lambda: time.monotonic() - known_since > PROPAGATION_MS / 1000, "an aged producer")
     warnings = _RetryWarnings()
@@ -188,7 +188,10 @@ def test_the_epoch_log_rides_through_a_stale_verdict(flapping):
     def append() -> None:
         try:
             log.append_all(
-                [EpochCompletion(sink_id, 0, committed=True), EpochPlan(sink_id, 1, 2, "fp")]
+                [
+                    EpochCompletion(sink_id, 0, committed=True),
+                    EpochPlan(sink_id=sink_id, epoch=1, parallelism=2, fingerprint="fp"),
+                ]
             )
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors.append(exc)

@@ -38,7 +38,9 @@ def sink_log(tmp_path: Path, sink_id: str, *records: Any) -> str:
 
 def test_abort_lingering_ends_a_real_open_transaction(kafka_bootstrap, new_topic, tmp_path, capsys):
     topic, sink_id = new_topic("eos-al", 1), f"eos-{uuid.uuid4().hex[:8]}"
-    log = sink_log(tmp_path, sink_id, EpochPlan(sink_id, 0, 2, "fp"))
+    log = sink_log(
+        tmp_path, sink_id, EpochPlan(sink_id=sink_id, epoch=0, parallelism=2, fingerprint="fp")
+    )
     # a zombie on worker lane 2 of write partition 1 (the highest of the default 2 lanes)
     zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{sink_id}-1.2"})
     zombie.init_transactions(TXN_TIMEOUT_S)
@@ -172,7 +174,10 @@ def test_reset_binds_the_next_query_above_every_epoch_and_refuses_in_doubt(
     kafka_bootstrap, tmp_path, capsys
 ):
     sink_id = f"eos-{uuid.uuid4().hex[:8]}"
-    done = [EpochPlan(sink_id, 0, 1, "fp"), EpochCompletion(sink_id, 0, committed=True)]
+    done = [
+        EpochPlan(sink_id=sink_id, epoch=0, parallelism=1, fingerprint="fp"),
+        EpochCompletion(sink_id, 0, committed=True),
+    ]
     log = sink_log(tmp_path, sink_id, QueryBinding(sink_id, "q-old", 0), *done)
     code, out = eos(
         kafka_bootstrap, "reset", sink_id, "--epoch-log", log, "--query", "q-new", capsys=capsys
@@ -183,7 +188,9 @@ def test_reset_binds_the_next_query_above_every_epoch_and_refuses_in_doubt(
         "epoch_offset": 1,
     }
     with FileEpochLog(log, sink_id=sink_id) as opened:
-        opened.append(EpochPlan(sink_id, 1, 1, "fp"))  # epoch 1 of q-new, left in doubt
+        opened.append(
+            EpochPlan(sink_id=sink_id, epoch=1, parallelism=1, fingerprint="fp")
+        )  # epoch 1 of q-new, left in doubt
     code, refused = eos(kafka_bootstrap, "reset", sink_id, "--epoch-log", log, capsys=capsys)
     assert code == 4 and "epoch 1 is not committed" in refused["problems"][0]
 
@@ -194,7 +201,7 @@ def test_status_of_a_healthy_sink_and_the_console_script(kafka_bootstrap, tmp_pa
     log = sink_log(
         tmp_path,
         sink_id,
-        EpochPlan(sink_id, 0, 1, "fp"),
+        EpochPlan(sink_id=sink_id, epoch=0, parallelism=1, fingerprint="fp"),
         EpochCompletion(sink_id, 0, committed=True),
     )
     code, status = eos(kafka_bootstrap, "status", sink_id, "--epoch-log", log, capsys=capsys)
@@ -237,7 +244,7 @@ def test_status_and_reset_of_an_unknown_sink_id_are_refused_never_healthy(
     code, out = eos(kafka_bootstrap, "status", unknown, *missing_topic, capsys=capsys)
     assert code == 3 and "does not exist" in out["problems"][0]
     with KafkaEpochLog(kafka_bootstrap, other, topic=log_topic) as log:  # another sink's log
-        log.append(EpochPlan(other, 0, 1, "fp"))
+        log.append(EpochPlan(sink_id=other, epoch=0, parallelism=1, fingerprint="fp"))
         log.append(EpochCompletion(other, 0, committed=True))
     for command in ("status", "reset", "abort-lingering"):
         code, out = eos(
@@ -313,7 +320,7 @@ def test_reset_that_changes_nothing_does_not_report_success(kafka_bootstrap, tmp
     log = sink_log(
         tmp_path,
         sink_id,
-        EpochPlan(sink_id, 0, 1, "fp"),
+        EpochPlan(sink_id=sink_id, epoch=0, parallelism=1, fingerprint="fp"),
         EpochCompletion(sink_id, 0, committed=True),
     )
     code, first = eos(

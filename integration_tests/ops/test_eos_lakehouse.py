@@ -16,19 +16,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.lakehouse import TableFormat, TableResource, delta_table, iceberg_table
+from connectors.lakehouse import delta_table, iceberg_table
+from connectors.lakehouse._table import TableFormat, TableResource
 from connectors.ops import main
-from connectors.stage import HASH_COLUMN, ArrowPartition
+from connectors.stage import ArrowPartition
+from connectors.stage._rows import HASH_COLUMN
 from connectors.verify import produce_input, read_committed_topic
-from txn import (
-    CommitMode,
-    Coordinator,
-    CoordinatorStep,
-    EpochPlan,
-    FileEpochLog,
-    InProcessExecutor,
-    InputOffsets,
-)
+from txn import CommitMode, Coordinator, CoordinatorStep, EpochPlan, FileEpochLog, InputOffsets
+from txn._executor import InProcessExecutor
 
 pytest.importorskip("deltalake", reason="needs the [delta] extra")
 pytest.importorskip("pyiceberg", reason="needs the [iceberg] extra")
@@ -85,7 +80,7 @@ class Lake:
             hashes = pa.array([zlib.crc32(b"%d" % r["id"]) for r in mine], pa.int64())
             return ArrowPartition([batch.append_column(HASH_COLUMN, hashes)])
 
-        resource = TableResource(self.table(), self.sink_id, "fp")
+        resource = TableResource(fmt=self.table(), app=self.sink_id, digest="fp")
         with FileEpochLog(self.log_path, sink_id=self.sink_id) as log:
             coordinator = Coordinator(
                 log, resource, sink_id=self.sink_id, mode=CommitMode.UNALIGNED, hooks=hook

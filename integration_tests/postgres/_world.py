@@ -19,22 +19,17 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.postgres import (
-    PostgresEpochLog,
-    PostgresResource,
-    PostgresSinkConfig,
-    check_input,
-    describe_table,
-    list_prepared,
-    prepare_resource,
-    read_markers,
-)
+from connectors.postgres import PostgresEpochLog, PostgresSinkConfig, read_markers
 from connectors.postgres._connect import release_driver_connection
 from connectors.postgres._control import qualified
+from connectors.postgres._resource import PostgresResource, prepare_resource
+from connectors.postgres._schema import check_input, describe_table
+from connectors.postgres._twophase import list_prepared
 from connectors.stage import ArrowPartition
 from integration_tests.postgres.conftest import with_hash
 from txn import CoordinatorStep, EpochLog, EpochPlan, TaskStep
-from txn.testing import FULL, KAFKA_LIKE, PG_LIKE, Crash, CrashWorld, epoch_size
+from txn.testing import KAFKA_LIKE, PG_LIKE, Crash, CrashWorld
+from txn.testing._crash import FULL, epoch_size
 
 ROWS_PER_EPOCH = 12
 PROTOCOL = {KAFKA_LIKE: "idempotency-table", PG_LIKE: "two-phase"}

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from connectors.postgres import PostgresSinkConfig
-from connectors.stage import HASH_COLUMN, ArrowPartition
+from connectors.stage import ArrowPartition
+from connectors.stage._rows import HASH_COLUMN
 from connectors.testing.postgres import DEFAULT_MAX_PREPARED_TRANSACTIONS, start_postgres_server
 
 Conn = psycopg.Connection[tuple[Any, ...]]

@@ -8,14 +8,17 @@ from typing import Any
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.postgres import BulkWriter, PostgresSinkConfig, check_input, describe_table
+from connectors.postgres import PostgresSinkConfig
 from connectors.postgres._bad_records import (
     ensure_dead_letter_table,
     write_dead_letters,
     write_isolating,
 )
 from connectors.postgres._control import qualified
-from connectors.stage import ERROR_CLASS_COLUMN, DeadLetterContext
+from connectors.postgres._schema import check_input, describe_table
+from connectors.postgres._writer import BulkWriter
+from connectors.stage import DeadLetterContext
+from connectors.stage._bad_records import ERROR_CLASS_COLUMN
 from integration_tests.postgres.conftest import Conn, with_hash
 
 Make = Callable[..., PostgresSinkConfig]
@@ -42,11 +45,17 @@ def test_a_constraint_violation_among_1000_rows_isolates_exactly_the_bad_ones(
         rejected = write_isolating(
             pg, BulkWriter(pg, layout, None), [batch.slice(0, 400), batch.slice(400)], "test"
         )
-        write_dead_letters(pg, schema, "dead_letters", rejected, DeadLetterContext("s", 4, 0, 4))
+        write_dead_letters(
+            pg,
+            schema,
+            "dead_letters",
+            rejected,
+            DeadLetterContext(sink_id="s", epoch=4, partition=0, batch_id=4),
+        )
     [records] = rejected
     assert records.column(0).to_pylist() == [3, 500, 501, 700, 999]
     assert set(records.column(records.schema.get_field_index(ERROR_CLASS_COLUMN)).to_pylist()) == {
-        "ConstraintViolationError"
+        "constraint-violation"
     }
     written = pg.execute(
         sql.SQL("SELECT id FROM {} ORDER BY id").format(qualified(schema, "t"))
@@ -57,4 +66,4 @@ def test_a_constraint_violation_among_1000_rows_isolates_exactly_the_bad_ones(
             "SELECT record->>'id', error_class, epoch, batch_id FROM {} ORDER BY (record->>'id')::int"
         ).format(qualified(schema, "dead_letters"))
     ).fetchall()
-    assert dead == [(str(i), "ConstraintViolationError", 4, 4) for i in (3, 500, 501, 700, 999)]
+    assert dead == [(str(i), "constraint-violation", 4, 4) for i in (3, 500, 501, 700, 999)]

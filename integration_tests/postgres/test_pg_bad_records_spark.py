@@ -21,11 +21,11 @@ import pytest
 from psycopg import sql
 
 from connectors.postgres import PostgresSink
-from connectors.stage import BadRecordThresholdError
+from connectors.stage import StageCode, StageError
 from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import Record, check_table
 from integration_tests.postgres._queries import table_sink
-from txn import PartitionOutcome
+from txn._model import PartitionOutcome
 
 pytestmark = pytest.mark.spark
 
@@ -71,7 +71,13 @@ class World:
 
     def assert_table_exact(self) -> None:
         inputs = [
-            Record("in", 0, i, k.encode(), json.dumps({"id": i, "key": k}).encode())
+            Record(
+                topic="in",
+                partition=0,
+                offset=i,
+                key=k.encode(),
+                value=json.dumps({"id": i, "key": k}).encode(),
+            )
             for i, k, _ in self.good
         ]
         report = check_table(
@@ -99,8 +105,8 @@ class World:
         """Exactly the two bad records in the dead-letter table, once each, with their columns."""
         rows = self.dead_letters()
         assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
-            (self.null_row[0], "kn", None, "ConstraintViolationError"),
-            (self.long_row[0], self.long_row[1], "v", "ValueTooLargeError"),
+            (self.null_row[0], "kn", None, "constraint-violation"),
+            (self.long_row[0], self.long_row[1], "v", "value-too-large"),
         ], rows
         null, long = rows
         assert "SQLSTATE 23502" in null[4]
@@ -185,7 +191,11 @@ def test_beyond_max_bad_fraction_the_epoch_aborts_with_nothing_visible(
         stage_retries=0,
     )
     try:
-        with pytest.raises(BadRecordThresholdError, match="max_bad_fraction=0.01"):
+        with pytest.raises(
+            StageError,
+            match="max_bad_fraction=0.01",
+            check=lambda e: e.code is StageCode.BAD_RECORD_THRESHOLD,
+        ):
             sink(world.frame(), 0)
     finally:
         sink.close()

@@ -1,6 +1,6 @@
 """The table check (``connectors.verify.check_table``) on tables a real PostgresSink wrote.
 
-Spark writes the pipeline's rows (``connectors.demo.app.table_rows``) through
+Spark writes the pipeline's rows (``connectors.demo.app._tables.table_rows``) through
 ``PostgresSink`` in each write mode; the check passes; then the table, the idempotency table
 or ``pg_prepared_xacts`` is damaged by hand, one invariant at a time, and the check must say
 which. The changelog case also pins the Spark SQL op rule to the Python one the check uses.
@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from connectors.demo.app import ORDER_COLUMNS, create_table, record_op, table_rows
+from connectors.demo.app._config import ORDER_COLUMNS
+from connectors.demo.app._tables import create_table, record_op, table_rows
 from connectors.postgres import PostgresSink
 from connectors.verify import (
     AnomalyKind,
@@ -35,7 +36,15 @@ def records() -> list[Record]:
     out = []
     for i in range(PER_EPOCH * EPOCHS):
         k = (i * 7) % KEYS
-        out.append(Record("in", k % 2, i, f"k{k}".encode(), make_input_value(i, f"k{k}", seq[k])))
+        out.append(
+            Record(
+                topic="in",
+                partition=k % 2,
+                offset=i,
+                key=f"k{k}".encode(),
+                value=make_input_value(i, f"k{k}", seq[k]),
+            )
+        )
         seq[k] += 1
     return out
 

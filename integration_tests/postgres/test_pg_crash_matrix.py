@@ -17,7 +17,8 @@ import pytest
 
 from integration_tests.postgres._world import PgWorld
 from txn import CommitMode
-from txn.testing import EMPTY, FULL, KAFKA_LIKE, PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing import KAFKA_LIKE, PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing._crash import EMPTY, FULL
 
 
 @pytest.mark.parametrize("shape", [FULL, EMPTY])

@@ -2,7 +2,7 @@
 
 Release 0.x made up PREPARED reports for an empty batch Spark ran no task for; the
 coordinator logged a commit decision, and COMMIT PREPARED met neither the prepared
-transaction nor a marker of the epoch (``PreparedTransactionLostError``) at every later
+transaction nor a marker of the epoch (``TxnCode.PREPARED_WORK_LOST``) at every later
 start. These tests write that state the way the release did (the epoch's plan and its
 commit decision in the log, nothing prepared, the markers one epoch behind), then start a
 new sink (or driver) and replay: the decision is kept, the lost partitions are redone, and
@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from connectors.postgres import PostgresEpochLog, PostgresSink, list_prepared
+from connectors.postgres import PostgresEpochLog, PostgresSink
+from connectors.postgres._twophase import list_prepared
 from integration_tests.postgres._queries import table_sink
 from integration_tests.postgres._world import PG_LIKE, PgWorld
-from txn import CommitMode, EpochDecision, EpochLog, EpochState
-from txn.testing import EMPTY
+from txn import CommitMode, EpochLog, EpochState
+from txn._model import EpochDecision
+from txn.testing._crash import EMPTY
 
 
 def wedge(log: EpochLog, epoch: int) -> None:
@@ -33,7 +35,7 @@ def wedge(log: EpochLog, epoch: int) -> None:
         previous = history.plan(epoch - 1)
         assert previous is not None and history.is_committed(epoch - 1)
         log.append(dataclasses.replace(previous, epoch=epoch, attempt=0))
-        log.append(EpochDecision(previous.sink_id, epoch, commit=True))
+        log.append(EpochDecision(sink_id=previous.sink_id, epoch=epoch, commit=True))
         assert log.load().state(epoch) is EpochState.COMMIT_DECIDED
     finally:
         log.close()

@@ -12,29 +12,22 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from connectors.postgres import PostgresEpochLog, PostgresEpochLogFencedError, PostgresSinkConfig
+from connectors.postgres import PostgresEpochLog, PostgresSinkConfig, PostgresSinkError
 from connectors.postgres._control import LOG_HEAD_TABLE, LOG_TABLE, qualified
 from integration_tests.postgres.conftest import Conn
-from txn import (
-    EpochCompletion,
-    EpochDecision,
-    EpochLogCorruptError,
-    EpochLogError,
-    EpochLogLockedError,
-    EpochPlan,
-    EpochState,
-    IllegalTransitionError,
-    QueryBinding,
-    seal,
-    unseal,
-)
+from txn import EpochCompletion, EpochPlan, EpochState, QueryBinding, TxnCode, TxnError, has_code
+from txn._codec import seal, unseal
+from txn._errors import EPOCH_LOG_CODES
+from txn._model import EpochDecision
 
 Make = Callable[..., PostgresSinkConfig]
 
 
 def commit_epoch(log: PostgresEpochLog, epoch: int, parallelism: int = 2) -> None:
-    log.append(EpochPlan(log.sink_id, epoch, parallelism, "fp"))
-    log.append(EpochDecision(log.sink_id, epoch, commit=True))
+    log.append(
+        EpochPlan(sink_id=log.sink_id, epoch=epoch, parallelism=parallelism, fingerprint="fp")
+    )
+    log.append(EpochDecision(sink_id=log.sink_id, epoch=epoch, commit=True))
     log.append(EpochCompletion(log.sink_id, epoch, committed=True))
 
 
@@ -52,7 +45,7 @@ def test_records_survive_reopen_and_generation_increases(make_cfg: Make) -> None
     with PostgresEpochLog(cfg) as log:
         assert log.generation == 1
         commit_epoch(log, 0)
-        log.append(EpochPlan(cfg.sink_id, 1, 3, "fp"))
+        log.append(EpochPlan(sink_id=cfg.sink_id, epoch=1, parallelism=3, fingerprint="fp"))
     with PostgresEpochLog(cfg) as log:
         assert log.generation == 2
         history = log.load()
@@ -65,19 +58,25 @@ def test_sinks_share_the_tables_but_not_the_records(make_cfg: Make) -> None:
     a, b = make_cfg(), make_cfg(sink_id="other-sink")
     with PostgresEpochLog(a) as log_a, PostgresEpochLog(b) as log_b:
         commit_epoch(log_a, 0)
-        log_b.append(EpochPlan(b.sink_id, 7, 1, "fp"))
+        log_b.append(EpochPlan(sink_id=b.sink_id, epoch=7, parallelism=1, fingerprint="fp"))
         assert log_a.load().epochs() == [0] and log_b.load().epochs() == [7]
 
 
 def test_illegal_record_is_refused_and_not_written(pg: Conn, schema: str, make_cfg: Make) -> None:
     cfg = make_cfg()
     with PostgresEpochLog(cfg) as log:
-        log.append(EpochPlan(cfg.sink_id, 0, 2, "fp"))
-        log.append(EpochDecision(cfg.sink_id, 0, commit=True))
+        log.append(EpochPlan(sink_id=cfg.sink_id, epoch=0, parallelism=2, fingerprint="fp"))
+        log.append(EpochDecision(sink_id=cfg.sink_id, epoch=0, commit=True))
         before = records(pg, schema, cfg.sink_id)
-        with pytest.raises(IllegalTransitionError, match="commit-decided -> aborted"):
+        with pytest.raises(
+            TxnError,
+            match="commit-decided -> aborted",
+            check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+        ):
             log.append(EpochCompletion(cfg.sink_id, 0, committed=False))
-        with pytest.raises(IllegalTransitionError, match="belongs to sink"):
+        with pytest.raises(
+            TxnError, match="belongs to sink", check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION
+        ):
             log.append(EpochCompletion("someone-else", 0, committed=True))
         assert records(pg, schema, cfg.sink_id) == before
 
@@ -86,10 +85,12 @@ def test_second_coordinator_is_refused_while_the_first_runs(make_cfg: Make) -> N
     cfg = make_cfg()
     first = PostgresEpochLog(cfg)
     with pytest.raises(
-        PostgresEpochLogFencedError, match="held by another coordinator.*backend pid"
+        PostgresSinkError,
+        match="held by another coordinator.*backend pid",
+        check=lambda e: e.code is TxnCode.EPOCH_LOG_LOCKED,
     ) as info:
         PostgresEpochLog(cfg)
-    assert isinstance(info.value, EpochLogLockedError)
+    assert has_code(info.value, TxnCode.EPOCH_LOG_LOCKED)
     first.close()
     with PostgresEpochLog(cfg) as second:
         assert second.generation == 2
@@ -107,16 +108,20 @@ def test_a_read_only_log_reads_beside_the_owner_and_never_writes(
     ).fetchone() == (0,)  # no DDL either
     with PostgresEpochLog(cfg) as owner:
         commit_epoch(owner, 0)
-        owner.append(EpochPlan(cfg.sink_id, 1, 2, "fp"))
+        owner.append(EpochPlan(sink_id=cfg.sink_id, epoch=1, parallelism=2, fingerprint="fp"))
         with PostgresEpochLog(cfg, read_only=True) as reader:  # no lock: the owner holds it
             history = reader.load()
             assert history.state(0) is EpochState.COMMITTED
             assert [p.epoch for p in history.in_doubt()] == [1]
             before = records(pg, schema, cfg.sink_id)
-            with pytest.raises(EpochLogError, match="read-only"):
+            with pytest.raises(
+                TxnError, match="read-only", check=lambda e: e.code in EPOCH_LOG_CODES
+            ):
                 reader.append(EpochCompletion(cfg.sink_id, 1, committed=False))
             assert records(pg, schema, cfg.sink_id) == before
-        owner.append(EpochDecision(cfg.sink_id, 1, commit=False))  # the owner is not fenced
+        owner.append(
+            EpochDecision(sink_id=cfg.sink_id, epoch=1, commit=False)
+        )  # the owner is not fenced
         assert owner.generation == 1
     with PostgresEpochLog(cfg) as again:
         assert again.generation == 2  # the reader took no generation
@@ -135,12 +140,16 @@ def test_a_coordinator_that_lost_its_session_is_fenced_once_another_took_over(
 ) -> None:
     cfg = make_cfg()
     first = PostgresEpochLog(cfg)
-    first.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
+    first.append(EpochPlan(sink_id=cfg.sink_id, epoch=0, parallelism=1, fingerprint="fp"))
     _terminate(pg, cfg)  # the first coordinator's session (and advisory lock) is gone
     second = PostgresEpochLog(cfg)
-    with pytest.raises(PostgresEpochLogFencedError, match="held by another coordinator"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="held by another coordinator",
+        check=lambda e: e.code is TxnCode.EPOCH_LOG_LOCKED,
+    ):
         first.append(EpochCompletion(cfg.sink_id, 0, committed=True))  # lock taken: refused
-    with pytest.raises(EpochLogError, match="closed"):
+    with pytest.raises(TxnError, match="closed", check=lambda e: e.code in EPOCH_LOG_CODES):
         first.load()  # a fenced coordinator released the log for good
     second.close()
     with PostgresEpochLog(cfg) as third:
@@ -153,10 +162,14 @@ def test_a_coordinator_is_fenced_by_generation_when_the_lock_is_free_again(
 ) -> None:
     cfg = make_cfg()
     first = PostgresEpochLog(cfg)
-    first.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
+    first.append(EpochPlan(sink_id=cfg.sink_id, epoch=0, parallelism=1, fingerprint="fp"))
     _terminate(pg, cfg)
     PostgresEpochLog(cfg).close()  # another coordinator came and went: generation 2
-    with pytest.raises(PostgresEpochLogFencedError, match=r"taken over .*\(generation 2, ours 1\)"):
+    with pytest.raises(
+        PostgresSinkError,
+        match=r"taken over .*\(generation 2, ours 1\)",
+        check=lambda e: e.code is TxnCode.EPOCH_LOG_LOCKED,
+    ):
         first.append(EpochCompletion(cfg.sink_id, 0, committed=True))
     with PostgresEpochLog(cfg) as third:
         assert third.generation == 3 and not third.load().is_committed(0)
@@ -165,7 +178,7 @@ def test_a_coordinator_is_fenced_by_generation_when_the_lock_is_free_again(
 def test_a_lost_session_alone_is_reconnected(pg: Conn, make_cfg: Make) -> None:
     cfg = make_cfg()
     with PostgresEpochLog(cfg) as log:
-        log.append(EpochPlan(cfg.sink_id, 0, 1, "fp"))
+        log.append(EpochPlan(sink_id=cfg.sink_id, epoch=0, parallelism=1, fingerprint="fp"))
         _terminate(pg, cfg)
         log.append(EpochCompletion(cfg.sink_id, 0, committed=True))  # reconnects, same owner
         assert log.load().is_committed(0) and log.generation == 1
@@ -175,7 +188,7 @@ def test_closed_log_refuses_use(make_cfg: Make) -> None:
     log = PostgresEpochLog(make_cfg())
     log.close()
     log.close()
-    with pytest.raises(EpochLogError, match="closed"):
+    with pytest.raises(TxnError, match="closed", check=lambda e: e.code in EPOCH_LOG_CODES):
         log.load()
 
 
@@ -183,7 +196,7 @@ def _written(make_cfg: Make) -> PostgresSinkConfig:
     cfg = make_cfg()
     with PostgresEpochLog(cfg) as log:
         commit_epoch(log, 0)
-        log.append(EpochPlan(cfg.sink_id, 1, 2, "fp"))
+        log.append(EpochPlan(sink_id=cfg.sink_id, epoch=1, parallelism=2, fingerprint="fp"))
     return cfg
 
 
@@ -200,7 +213,11 @@ def test_an_altered_record_is_reported_with_table_sink_and_seq(
                 sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s").format(table),
                 (damaged, cfg.sink_id, seq),
             )
-            with pytest.raises(EpochLogCorruptError, match=rf"{LOG_TABLE} of sink .* seq {seq}"):
+            with pytest.raises(
+                TxnError,
+                match=rf"{LOG_TABLE} of sink .* seq {seq}",
+                check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT,
+            ):
                 PostgresEpochLog(cfg).close()
         pg.execute(
             sql.SQL("UPDATE {} SET record = %s WHERE sink_id = %s AND seq = %s").format(table),
@@ -221,7 +238,9 @@ def test_a_removed_record_is_detected(pg: Conn, schema: str, make_cfg: Make, whi
         ),
         (cfg.sink_id, seq),
     )
-    with pytest.raises(EpochLogCorruptError, match="removed or added"):
+    with pytest.raises(
+        TxnError, match="removed or added", check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         PostgresEpochLog(cfg)
 
 
@@ -236,10 +255,14 @@ def test_an_altered_or_missing_header_is_detected(pg: Conn, schema: str, make_cf
         (cfg.sink_id,),
     )
     assert changed.rowcount == 1
-    with pytest.raises(EpochLogCorruptError, match="header.*checksum"):
+    with pytest.raises(
+        TxnError, match="header.*checksum", check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         PostgresEpochLog(cfg)
     pg.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(head), (cfg.sink_id,))
-    with pytest.raises(EpochLogCorruptError, match="header row is missing"):
+    with pytest.raises(
+        TxnError, match="header row is missing", check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         PostgresEpochLog(cfg)
 
 
@@ -249,14 +272,18 @@ def test_compaction_keeps_recent_history_and_facts(pg: Conn, schema: str, make_c
         commit_epoch(log, 0, parallelism=7)
         for epoch in range(1, 20):
             commit_epoch(log, epoch)
-        log.append(EpochPlan(cfg.sink_id, 20, 2, "fp"))
+        log.append(EpochPlan(sink_id=cfg.sink_id, epoch=20, parallelism=2, fingerprint="fp"))
     with PostgresEpochLog(cfg, retain_epochs=3) as log:
         history = log.load()
         assert history.epochs() == [16, 17, 18, 19, 20]
         assert history.committed_through == 15 and history.is_committed(0)
         assert history.max_parallelism() == 7  # remembered for abort_lingering
-        with pytest.raises(IllegalTransitionError, match="already committed"):
-            log.append(EpochPlan(cfg.sink_id, 3, 2, "fp"))
+        with pytest.raises(
+            TxnError,
+            match="already committed",
+            check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+        ):
+            log.append(EpochPlan(sink_id=cfg.sink_id, epoch=3, parallelism=2, fingerprint="fp"))
     assert len(records(pg, schema, cfg.sink_id)) == 13
 
 
@@ -264,8 +291,8 @@ def test_acknowledged_records_survive_a_crash_of_the_server(own_server: Any) -> 
     cfg = PostgresSinkConfig.build(dsn=own_server.dsn, table="t", sink_id="durable")
     log = PostgresEpochLog(cfg)
     commit_epoch(log, 0)
-    log.append(EpochPlan(cfg.sink_id, 1, 4, "fp"))
-    log.append(EpochDecision(cfg.sink_id, 1, commit=True))
+    log.append(EpochPlan(sink_id=cfg.sink_id, epoch=1, parallelism=4, fingerprint="fp"))
+    log.append(EpochDecision(sink_id=cfg.sink_id, epoch=1, commit=True))
     own_server.kill()  # SIGKILL: only what was committed (fsync'd WAL) survives
     own_server.start()
     cfg = PostgresSinkConfig.build(dsn=own_server.dsn, table="t", sink_id="durable")
@@ -368,5 +395,7 @@ def test_a_gap_after_the_binding_without_compacted_epochs_is_corruption(
     pg: Conn, schema: str, make_cfg: Make
 ) -> None:
     cfg = _earlier_release_layout(pg, schema, make_cfg, through=None)
-    with pytest.raises(EpochLogCorruptError, match="removed or added"):
+    with pytest.raises(
+        TxnError, match="removed or added", check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         PostgresEpochLog(cfg)

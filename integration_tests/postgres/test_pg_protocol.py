@@ -11,22 +11,16 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from connectors.postgres import (
-    CommitProtocol,
-    ConstraintViolationError,
-    Gid,
-    LingeringPreparedError,
-    PostgresWriteError,
-    PreparedTransactionsUnavailableError,
-    list_prepared,
-    prepare_resource,
-)
+from connectors.postgres import CommitProtocol, PostgresCode, PostgresSinkError
 from connectors.postgres._control import qualified
-from connectors.postgres._twophase import prepare
+from connectors.postgres._errors import WRITE_CODES as PG_WRITE_CODES
+from connectors.postgres._resource import prepare_resource
+from connectors.postgres._twophase import Gid, list_prepared, prepare
 from connectors.stage import ArrowPartition
 from integration_tests.postgres._world import KAFKA_LIKE, PG_LIKE, PgWorld, partition_batch
 from integration_tests.postgres.conftest import with_hash
-from txn import CoordinatorStep, EpochPlan, RowSummary, TaskStep, run_partition
+from txn import CoordinatorStep, EpochPlan, RowSummary, TaskStep
+from txn._task import run_partition
 from txn.testing import SimulatedCrash
 
 KINDS = (PG_LIKE, KAFKA_LIKE)
@@ -123,7 +117,11 @@ def test_a_bad_row_aborts_the_epoch_with_a_typed_error_and_leaves_nothing(
             )
         )
     world.run_epoch(0)
-    with pytest.raises(ConstraintViolationError, match="23502") as info:
+    with pytest.raises(
+        PostgresSinkError,
+        match="23502",
+        check=lambda e: e.code is PostgresCode.CONSTRAINT_VIOLATION,
+    ) as info:
         world.run_epoch(1)
     assert info.value.column == "payload" and not info.value.retry_stage
     world.crash()
@@ -147,7 +145,9 @@ def test_opening_a_partition_fences_an_older_instance(
     world.start()
     resource = world.resource
     assert resource is not None
-    plan = EpochPlan(f"{schema}-sink", 0, 1, resource.fingerprint())
+    plan = EpochPlan(
+        sink_id=f"{schema}-sink", epoch=0, parallelism=1, fingerprint=resource.fingerprint()
+    )
     zombie = resource.open(plan, 0)  # an older attempt of the task, still running
     assert zombie.committed_marker() is None
     zombie.begin(0)
@@ -155,7 +155,11 @@ def test_opening_a_partition_fences_an_older_instance(
     report = run_partition(resource, plan, 0, ArrowPartition([partition_batch(0, 1, 0)]))
     if kind == PG_LIKE:
         resource.commit_prepared(plan, 0)
-    with pytest.raises(PostgresWriteError, match="terminat|closed|connection"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="terminat|closed|connection",
+        check=lambda e: e.code in PG_WRITE_CODES,
+    ):
         zombie.pre_commit(RowSummary(report.rows, report.checksum))  # its session is gone
     zombie.abort()
     zombie.close()
@@ -176,7 +180,11 @@ def test_auto_mode_uses_the_idempotency_table_without_prepared_transactions(
     assert not resource.completable_by_coordinator
     assert "max_prepared_transactions=0" in caplog.text and "idempotency table" in caplog.text
     forced = dataclasses.replace(auto, commit_protocol=CommitProtocol.TWO_PHASE)
-    with pytest.raises(PreparedTransactionsUnavailableError, match="max_prepared_transactions"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="max_prepared_transactions",
+        check=lambda e: e.code is PostgresCode.TWO_PHASE_UNAVAILABLE,
+    ):
         prepare_resource(forced)
     world.run_epochs(2)
     world.check_exactly_once(2)
@@ -191,6 +199,10 @@ def test_idempotency_mode_refuses_prepared_work_left_by_a_two_phase_run(
     world.crash()
     with psycopg.connect(postgres_dsn) as conn:
         conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 1, 'x')").format(qualified(schema, "t")))
-        prepare(conn, Gid(f"{schema}-sink", 1, 0, 2))
-    with pytest.raises(LingeringPreparedError, match="commit_protocol='two-phase'"):
+        prepare(conn, Gid(sink_id=f"{schema}-sink", epoch=1, attempt=0, partition=2))
+    with pytest.raises(
+        PostgresSinkError,
+        match="commit_protocol='two-phase'",
+        check=lambda e: e.code is PostgresCode.LINGERING_PREPARED,
+    ):
         world.start()

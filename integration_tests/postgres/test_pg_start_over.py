@@ -100,7 +100,7 @@ def test_a_new_checkpoint_without_start_over_is_refused_and_writes_nothing(
     stage_files(tmp_path / "in", 0, 2)
     with make() as first:
         run(spark, tmp_path / "in", tmp_path / "ck-a", first)
-    with make() as again, pytest.raises(Exception, match="QueryMismatchError"):
+    with make() as again, pytest.raises(Exception, match="query-mismatch"):
         run(spark, tmp_path / "in", tmp_path / "ck-b", again)
     assert table_rows(pg, schema) == file_rows(range(2))
 

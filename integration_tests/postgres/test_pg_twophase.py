@@ -8,9 +8,15 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
-from connectors.postgres import Gid, list_prepared, max_prepared_transactions
 from connectors.postgres._control import qualified
-from connectors.postgres._twophase import commit_prepared, prepare, rollback_prepared
+from connectors.postgres._twophase import (
+    Gid,
+    commit_prepared,
+    list_prepared,
+    max_prepared_transactions,
+    prepare,
+    rollback_prepared,
+)
 from integration_tests.postgres.conftest import Conn
 
 
@@ -32,10 +38,15 @@ def test_prepared_work_is_invisible_until_committed_from_another_session(
     assert max_prepared_transactions(pg) > 0
     pg.execute(sql.SQL("CREATE TABLE {} (x int)").format(qualified(schema, "t")))
     sink = f"{schema}-sink"
-    one, two = Gid(sink, 5, 0, 1), Gid(sink, 5, 0, 2)
+    one, two = (
+        Gid(sink_id=sink, epoch=5, attempt=0, partition=1),
+        Gid(sink_id=sink, epoch=5, attempt=0, partition=2),
+    )
     prepared_insert(postgres_dsn, schema, one, 1)
     prepared_insert(postgres_dsn, schema, two, 2)
-    prepared_insert(postgres_dsn, schema, Gid(f"{sink}x", 5, 0, 1), 3)  # another sink
+    prepared_insert(
+        postgres_dsn, schema, Gid(sink_id=f"{sink}x", epoch=5, attempt=0, partition=1), 3
+    )  # another sink
     assert count(pg, schema) == 0
     assert list_prepared(pg, sink) == [one, two]
     assert commit_prepared(pg, one) is True
@@ -43,12 +54,12 @@ def test_prepared_work_is_invisible_until_committed_from_another_session(
     assert rollback_prepared(pg, two) is True
     assert rollback_prepared(pg, two) is False
     assert count(pg, schema) == 1 and list_prepared(pg, sink) == []
-    assert rollback_prepared(pg, Gid(f"{sink}x", 5, 0, 1))
+    assert rollback_prepared(pg, Gid(sink_id=f"{sink}x", epoch=5, attempt=0, partition=1))
 
 
 def test_a_gid_in_use_cannot_be_prepared_twice(pg: Conn, schema: str, postgres_dsn: str) -> None:
     pg.execute(sql.SQL("CREATE TABLE {} (x int)").format(qualified(schema, "t")))
-    gid = Gid(f"{schema}-sink", 1, 0, 0)
+    gid = Gid(sink_id=f"{schema}-sink", epoch=1, attempt=0, partition=0)
     prepared_insert(postgres_dsn, schema, gid, 1)
     with pytest.raises(errors.DuplicateObject):  # a zombie's second PREPARE fails
         prepared_insert(postgres_dsn, schema, gid, 2)
@@ -61,7 +72,7 @@ def test_prepare_refuses_temporary_tables_so_the_load_table_is_unlogged(
 ) -> None:
     """Why the upsert load table is a regular UNLOGGED table, not a TEMP one."""
     pg.execute(sql.SQL("CREATE TABLE {} (x int)").format(qualified(schema, "t")))
-    gid = Gid(f"{schema}-sink", 1, 0, 0)
+    gid = Gid(sink_id=f"{schema}-sink", epoch=1, attempt=0, partition=0)
     with psycopg.connect(postgres_dsn) as conn:
         conn.execute("CREATE TEMP TABLE load (x int)")
         conn.execute("INSERT INTO load VALUES (1)")
@@ -85,7 +96,7 @@ def test_prepared_transactions_survive_a_crash_and_a_restart(own_server: Any) ->
     dsn = own_server.dsn
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (x int)")
-    gid = Gid("crash-sink", 3, 1, 0)
+    gid = Gid(sink_id="crash-sink", epoch=3, attempt=1, partition=0)
     with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO t VALUES (42)")
         prepare(conn, gid)

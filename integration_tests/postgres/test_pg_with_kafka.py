@@ -19,14 +19,15 @@ from psycopg import sql
 
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from connectors.stage import CompositeSink, InsufficientSlotsError
+from connectors.stage import CompositeSink, StageCode, StageError
 from connectors.testing import FaultPlan, inject_faults
 from integration_tests.kafka_sink._support import (
     lso_reaches_high_watermark,
     read_committed,
     values,
 )
-from txn import CommitMode, PartitionOutcome
+from txn import CommitMode
+from txn._model import PartitionOutcome
 
 pytestmark = pytest.mark.spark
 
@@ -242,7 +243,9 @@ def test_an_explicit_parallelism_that_does_not_fit_names_the_member(world: World
         epoch_log=world.tmp / "epochs.log",
     )
     try:
-        with pytest.raises(InsufficientSlotsError) as caught:
+        with pytest.raises(
+            StageError, check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS
+        ) as caught:
             sink(batch(world.spark, 0), 0)
         assert f"lower '{world.sink_id}-k''s parallelism by 1 (to 1)" in str(caught.value)
         assert sink.epoch_log_history().plan(0) is None  # refused before the plan

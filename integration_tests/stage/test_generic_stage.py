@@ -19,9 +19,10 @@ import pytest
 
 from connectors.stage import (
     ArrowPartition,
-    InputSchemaError,
     InputSpec,
     SimpleConnector,
+    StageCode,
+    StageError,
     StageOptions,
     TransactionalSink,
 )
@@ -44,8 +45,8 @@ def check_input(schema: Any) -> InputSpec:
     names = {f.name: f.dataType.simpleString() for f in schema.fields}
     if names.get("value") != "string":
         msg = "the DataFrame needs a string column 'value'"
-        raise InputSchemaError(msg, column="value")
-    return InputSpec(("value",))
+        raise StageError(msg, column="value", code=StageCode.INPUT_SCHEMA)
+    return InputSpec(columns=("value",))
 
 
 @pytest.fixture
@@ -128,7 +129,7 @@ def test_new_sink_object_recovers_an_epoch_left_in_doubt(spark, tmp_path, served
 def test_bad_input_is_refused_before_anything_is_logged(spark, tmp_path, served, closing):
     store, handle = served
     sink = closing(make_sink(tmp_path, handle, "commit-in-task", CommitMode.ALIGNED))
-    with pytest.raises(InputSchemaError) as info:
+    with pytest.raises(StageError, check=lambda e: e.code is StageCode.INPUT_SCHEMA) as info:
         sink(spark.range(3), 0)
     assert info.value.column == "value"
     assert store.commits == [] and not (tmp_path / "epochs.log").exists()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F  # noqa: N812
 
-from connectors.stage import HASH_COLUMN, InputSpec
+from connectors.stage import InputSpec
 from connectors.stage._input import route, routing_expressions
+from connectors.stage._rows import HASH_COLUMN
 
 pytestmark = pytest.mark.spark
 
@@ -41,11 +42,13 @@ def placement(df):
 @pytest.mark.parametrize(
     "spec",
     [
-        InputSpec(("key", "value"), route_by=("key",), fallback=("value",)),
-        InputSpec(("value",), fallback=("value",)),
-        InputSpec(("key", "value", "odd name"), route_by=("key", "odd name")),
-        InputSpec(("value",), route_by=("key",), fallback=("odd name",)),
-        InputSpec(("key", "value"), route_by=("key",), fallback=("value",), order_by=("value",)),
+        InputSpec(columns=("key", "value"), route_by=("key",), fallback=("value",)),
+        InputSpec(columns=("value",), fallback=("value",)),
+        InputSpec(columns=("key", "value", "odd name"), route_by=("key", "odd name")),
+        InputSpec(columns=("value",), route_by=("key",), fallback=("odd name",)),
+        InputSpec(
+            columns=("key", "value"), route_by=("key",), fallback=("value",), order_by=("value",)
+        ),
     ],
     ids=["by-key", "by-value", "two-keys-quoted", "routing-columns-not-shipped", "ordered"],
 )
@@ -75,7 +78,7 @@ def test_an_input_already_routed_is_not_shuffled_again_and_lands_where_the_formu
     # Any other upstream partitioning (here: by the key alone) is shuffled again, so where a
     # row lands never depends on how the input was partitioned (an in-doubt replay meets
     # the same markers whatever the upstream plan).
-    spec = InputSpec(("key", "value"), route_by=("key",), fallback=("value",))
+    spec = InputSpec(columns=("key", "value"), route_by=("key",), fallback=("value",))
     df = spark.range(300).selectExpr(
         "CASE WHEN id % 7 = 0 THEN NULL ELSE concat('k', id % 11) END AS key",
         "concat('v', id) AS value",

@@ -33,9 +33,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connectors.demo.app import AppProcess, EpochLine, PipelineConfig, chunk_input
+from connectors.demo.app import AppProcess, EpochLine, PipelineConfig
+from connectors.demo.app._chunks import chunk_input
 from connectors.kafka._client import _clients
-from connectors.stage import DRIVER_STEPS, TASK_STEPS
+from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS
 from connectors.verify import TOPIC_KINDS, check_exactly_once, print_report, produce_input
 
 # kill_app: the task SIGKILLs the whole application (it runs in a session of its own).
@@ -143,7 +144,7 @@ def _soak(
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     inp, out, sink_id = f"soak-in-{suffix}", f"soak-out-{suffix}", f"soak-{suffix}"
-    admin = _clients.admin(_clients.Cluster(bootstrap))
+    admin = _clients.admin(_clients.Cluster(bootstrap_servers=bootstrap))
     for name, parts in ((inp, 2), (out, 3)):
         admin.create_topics([NewTopic(name, parts, -1)])[name].result(timeout=ADMIN_TIMEOUT_S)
     with _progress(console) as prog:

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from . import admin, data, groups, sasl, txn  # noqa: F401 - modules register their handlers
-from ._base import API_TABLE, ApiSpec, Connection, RequestContext
-
-__all__ = ["API_TABLE", "ApiSpec", "Connection", "RequestContext"]
+from ._base import (
+    API_TABLE as API_TABLE,
+)
+from ._base import (
+    ApiSpec as ApiSpec,
+)
+from ._base import (
+    Connection as Connection,
+)
+from ._base import (
+    RequestContext as RequestContext,
+)

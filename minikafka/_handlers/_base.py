@@ -61,7 +61,7 @@ class RequestContext:
         return self.broker.cluster.coordinator_error(key_type, key, self.node_id, write=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApiSpec:
     """One supported API: version range, handler, and an error-response builder."""
 
@@ -123,7 +123,14 @@ def register(
     """Add a handler to :data:`API_TABLE`."""
 
     def deco(fn: Handler) -> Handler:
-        API_TABLE[api_key] = ApiSpec(api_key, name, min_v, max_v, fn, error)
+        API_TABLE[api_key] = ApiSpec(
+            api_key=api_key,
+            name=name,
+            min_version=min_v,
+            max_version=max_v,
+            handler=fn,
+            error_response=error,
+        )
         return fn
 
     return deco
@@ -164,11 +171,11 @@ def offsets_to_store(
                 pcode = ErrorCode.unknown_topic_or_partition
             if pcode == ErrorCode.none:
                 accepted[(t.name, p.partition_index)] = CommittedOffset(
-                    p.committed_offset,
-                    p.committed_metadata,
-                    getattr(p, "committed_leader_epoch", -1),
-                    now,
-                    expire_ms,
+                    offset=p.committed_offset,
+                    metadata=p.committed_metadata,
+                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                    commit_ms=now,
+                    expire_ms=expire_ms,
                 )
             parts.append({"partition_index": p.partition_index, "error_code": pcode})
         topics.append({"name": t.name, "partitions": parts})

@@ -11,21 +11,19 @@ import pyarrow as pa
 import pytest
 
 from connectors.async_io import (
+    AsyncCode,
     AsyncConfig,
-    AsyncConfigError,
     AsyncFunction,
     AsyncIOError,
     AsyncMetrics,
     AsyncOperator,
-    EnrichmentResultError,
-    LatencyHistogram,
     OnTimeout,
-    RequestFailedError,
-    RequestTimeoutError,
     RetryPolicy,
-    RowError,
 )
+from connectors.async_io._errors import row_error
+from connectors.async_io._metrics import LatencyHistogram
 from connectors.async_io._spark import PartitionRunner
+from txn import TxnCode, TxnError
 
 SCHEMA = pa.schema([("y", pa.int64())])
 
@@ -74,7 +72,7 @@ def test_on_timeout_accepts_its_string_value() -> None:
 def test_bad_config_raises_typed_error_naming_the_field(
     kwargs: dict[str, Any], fragment: str
 ) -> None:
-    with pytest.raises(AsyncConfigError, match=fragment):
+    with pytest.raises(AsyncIOError, match=fragment, check=lambda e: e.code is TxnCode.CONFIG):
         AsyncConfig(**kwargs)
 
 
@@ -91,15 +89,15 @@ def test_bad_config_raises_typed_error_naming_the_field(
     ],
 )
 def test_bad_retry_policy_raises(kwargs: dict[str, Any], fragment: str) -> None:
-    with pytest.raises(AsyncConfigError, match=fragment):
+    with pytest.raises(AsyncIOError, match=fragment, check=lambda e: e.code is TxnCode.CONFIG):
         RetryPolicy(**kwargs)
 
 
-def test_config_error_is_a_value_error_in_the_hierarchy() -> None:
-    assert issubclass(AsyncConfigError, ValueError)
-    assert issubclass(AsyncConfigError, AsyncIOError)
-    for cls in (RequestFailedError, RequestTimeoutError, EnrichmentResultError):
-        assert issubclass(cls, RowError)
+def test_a_config_error_is_the_operator_s_error_with_the_config_code() -> None:
+    with pytest.raises(AsyncIOError) as info:
+        RetryPolicy(max_attempts=0)
+    assert info.value.code is TxnCode.CONFIG and not info.value.retry_stage
+    assert isinstance(info.value, TxnError)
 
 
 def test_config_is_frozen() -> None:
@@ -136,17 +134,17 @@ def test_metrics_pickle_round_trip() -> None:
     assert pickle.loads(pickle.dumps(metrics)) == metrics
 
 
-@pytest.mark.parametrize("cls", [RequestFailedError, RequestTimeoutError, EnrichmentResultError])
-def test_row_errors_pickle_round_trip(cls: type[RowError]) -> None:
-    err = cls(3, 1234, "boom")
+@pytest.mark.parametrize("code", list(AsyncCode))
+def test_row_errors_pickle_round_trip(code: AsyncCode) -> None:
+    err = row_error(code, 3, 1234, "boom")
     back = pickle.loads(pickle.dumps(err))
-    assert type(back) is cls
+    assert type(back) is AsyncIOError and back.code is code
     assert (back.partition, back.row_index, back.detail) == (3, 1234, "boom")
-    assert str(back) == "partition 3, row 1234: boom"
+    assert str(back) == f"[{code.text}] partition 3, row 1234: boom"
 
 
 def test_partition_runner_pickle_round_trip() -> None:
-    runner = PartitionRunner(double, SCHEMA, AsyncConfig(capacity=3))
+    runner = PartitionRunner(fn=double, enrichment_schema=SCHEMA, config=AsyncConfig(capacity=3))
     back = pickle.loads(pickle.dumps(runner))
     assert back.enrichment_schema == SCHEMA
     assert back.config == runner.config
@@ -158,7 +156,7 @@ def test_sync_function_is_rejected() -> None:
     def blocking(row: dict[str, Any]) -> dict[str, Any]:
         return {"y": 1}
 
-    with pytest.raises(AsyncConfigError, match="async def"):
+    with pytest.raises(AsyncIOError, match="async def", check=lambda e: e.code is TxnCode.CONFIG):
         AsyncOperator(blocking, SCHEMA)
 
 
@@ -184,17 +182,19 @@ def test_async_callable_object_and_async_function_are_accepted() -> None:
     ],
 )
 def test_bad_enrichment_schema(schema: Any, fragment: str) -> None:
-    with pytest.raises(AsyncConfigError, match=fragment):
+    with pytest.raises(AsyncIOError, match=fragment, check=lambda e: e.code is TxnCode.CONFIG):
         AsyncOperator(double, schema)
 
 
 def test_timeout_default_must_name_enrichment_columns() -> None:
     cfg = AsyncConfig(on_timeout=OnTimeout.DEFAULT, timeout_default={"nope": 1})
-    with pytest.raises(AsyncConfigError, match="nope"):
+    with pytest.raises(AsyncIOError, match="nope", check=lambda e: e.code is TxnCode.CONFIG):
         AsyncOperator(double, SCHEMA, cfg)
 
 
 def test_enrichment_column_clashing_with_input_is_rejected() -> None:
     op = AsyncOperator(double, SCHEMA)
-    with pytest.raises(AsyncConfigError, match="already exist"):
+    with pytest.raises(
+        AsyncIOError, match="already exist", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         list(op.run([pa.record_batch({"x": [1], "y": [2]})]))

@@ -13,13 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.async_io import (
+    AsyncCode,
     AsyncConfig,
     AsyncFunction,
+    AsyncIOError,
     AsyncOperator,
-    EnrichmentResultError,
     OnTimeout,
-    RequestFailedError,
-    RequestTimeoutError,
     RetryPolicy,
 )
 
@@ -176,7 +175,7 @@ def test_timeout_fail_names_partition_and_row() -> None:
     op = AsyncOperator(fn, SCHEMA, cfg, partition=4)
     it = op.run(batches_of([10, 10]))
     assert next(it).num_rows == 10
-    with pytest.raises(RequestTimeoutError) as info:
+    with pytest.raises(AsyncIOError, check=lambda e: e.code is AsyncCode.REQUEST_TIMEOUT) as info:
         next(it)
     assert (info.value.partition, info.value.row_index) == (4, 13)
     assert "timed out after 0.3 s" in str(info.value)
@@ -198,7 +197,11 @@ def test_a_failure_cancels_the_other_requests_in_flight() -> None:
         return {"y": 0}
 
     op = AsyncOperator(fn, SCHEMA, AsyncConfig(capacity=8, timeout_s=HANG_S * 2))
-    with pytest.raises(RequestFailedError, match="ValueError: bad input"):
+    with pytest.raises(
+        AsyncIOError,
+        match="ValueError: bad input",
+        check=lambda e: e.code is AsyncCode.REQUEST_FAILED,
+    ):
         list(op.run(batches_of([10])))
     assert sorted(cancelled) == [0, 1, 2, 3, 4, 6, 7]
     assert op.metrics.timeouts == 0
@@ -282,7 +285,7 @@ def test_unmarked_exception_is_not_retried_and_names_the_row() -> None:
 
     policy = RetryPolicy(max_attempts=5, retry_on=(ConnectionError,), initial_backoff_s=0.01)
     op = AsyncOperator(broken, SCHEMA, AsyncConfig(capacity=1, retry=policy), partition=7)
-    with pytest.raises(RequestFailedError) as info:
+    with pytest.raises(AsyncIOError, check=lambda e: e.code is AsyncCode.REQUEST_FAILED) as info:
         list(op.run(batches_of([4])))
     assert (info.value.partition, info.value.row_index) == (7, 2)
     assert isinstance(info.value.__cause__, KeyError)
@@ -301,7 +304,9 @@ def test_retries_are_bounded() -> None:
 
     policy = RetryPolicy(max_attempts=4, retry_on=(ConnectionError,), initial_backoff_s=0.001)
     op = AsyncOperator(always_down, SCHEMA, AsyncConfig(capacity=1, retry=policy))
-    with pytest.raises(RequestFailedError, match="after 4 attempt") as info:
+    with pytest.raises(
+        AsyncIOError, match="after 4 attempt", check=lambda e: e.code is AsyncCode.REQUEST_FAILED
+    ) as info:
         list(op.run(batches_of([1])))
     assert attempts == 4
     assert isinstance(info.value.__cause__, ConnectionRefusedError)
@@ -328,7 +333,11 @@ def test_users_own_timeout_error_is_a_failure_not_an_operator_timeout() -> None:
         raise TimeoutError("client-side timeout")
 
     cfg = AsyncConfig(timeout_s=30.0, on_timeout=OnTimeout.DROP)
-    with pytest.raises(RequestFailedError, match="client-side timeout"):
+    with pytest.raises(
+        AsyncIOError,
+        match="client-side timeout",
+        check=lambda e: e.code is AsyncCode.REQUEST_FAILED,
+    ):
         list(AsyncOperator(fn, SCHEMA, cfg).run(batches_of([1])))
 
 
@@ -341,7 +350,9 @@ def test_bad_result_raises_enrichment_error_with_position(result: Any, fragment:
         return result if row["x"] == 3 else {"y": 1}
 
     op = AsyncOperator(fn, SCHEMA, AsyncConfig(capacity=2), partition=1)
-    with pytest.raises(EnrichmentResultError, match=fragment) as info:
+    with pytest.raises(
+        AsyncIOError, match=fragment, check=lambda e: e.code is AsyncCode.ENRICHMENT_RESULT
+    ) as info:
         list(op.run(batches_of([2, 2])))
     assert (info.value.partition, info.value.row_index) == (1, 3)
 
@@ -377,7 +388,11 @@ def test_batch_mode_wrong_length_is_reported() -> None:
         return [{"y": 1}]
 
     op = AsyncOperator(bulk, SCHEMA, AsyncConfig(batch_size=3))
-    with pytest.raises(EnrichmentResultError, match="1 results for 3 rows") as info:
+    with pytest.raises(
+        AsyncIOError,
+        match="1 results for 3 rows",
+        check=lambda e: e.code is AsyncCode.ENRICHMENT_RESULT,
+    ) as info:
         list(op.run(batches_of([5])))
     assert info.value.row_index in (0, 3)
 
@@ -412,7 +427,7 @@ def test_async_function_lifecycle_open_calls_close() -> None:
 
 def test_async_function_closed_on_failure_and_on_early_exit() -> None:
     failing = Lifecycle(fail_on=1)
-    with pytest.raises(RequestFailedError):
+    with pytest.raises(AsyncIOError, check=lambda e: e.code is AsyncCode.REQUEST_FAILED):
         list(AsyncOperator(failing, SCHEMA, AsyncConfig(capacity=1)).run(batches_of([3])))
     assert failing.log[-1] == "close"
 

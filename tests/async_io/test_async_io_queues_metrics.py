@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.async_io import AsyncMetrics, LatencyHistogram
-from connectors.async_io._metrics import MetricsRecorder
+from connectors.async_io import AsyncMetrics
+from connectors.async_io._metrics import LatencyHistogram, MetricsRecorder
 from connectors.async_io._queues import OrderedResultQueue, UnorderedResultQueue
 
 

@@ -98,6 +98,6 @@ def test_python_blocks_compile_and_import_what_exists(index: int) -> None:
 def test_the_guide_states_the_traps_of_issue_17() -> None:
     text = GUIDE.read_text()
     assert "super().__post_init__()" in text
-    assert "AlignedModeError" in text and "database is locked" in text
+    assert "SqliteCode.ALIGNED_MODE" in text and "database is locked" in text
     assert "from txn.testing import" in text and "run_crash_case" in text
     assert "tests/txn/harness.py" not in text  # not in the installed package

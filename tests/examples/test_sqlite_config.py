@@ -12,28 +12,25 @@ from pathlib import Path
 import pytest
 
 from connectors.examples.sqlite import (
-    AlignedModeError,
-    SqliteConfigError,
-    SqlitePartitionConflictError,
-    SqliteRejectedError,
-    SqliteResource,
+    SqliteCode,
     SqliteSink,
     SqliteSinkConfig,
-    SqliteTableNotFoundError,
-    SqliteWriteError,
+    SqliteSinkError,
     classify,
-    prepare_database,
-    table_columns,
 )
+from connectors.examples.sqlite._database import prepare_database, table_columns
 from connectors.examples.sqlite._errors import to_sink_error
+from connectors.examples.sqlite._participant import SqliteResource
 from txn import (
     CommitMode,
-    ConfigError,
     EpochPlan,
     ErrorAction,
     Guarantee,
     RowSummary,
+    TxnCode,
+    TxnError,
     can_retry_stage,
+    has_code,
 )
 
 
@@ -55,9 +52,11 @@ def test_defaults_are_exactly_once_unaligned_and_paths_absolute(
 
 @pytest.mark.parametrize("mode", ["aligned", CommitMode.ALIGNED])
 def test_aligned_exactly_once_is_refused_with_a_typed_error(tmp_path: Path, mode: object) -> None:
-    with pytest.raises(AlignedModeError, match="unaligned"):
+    with pytest.raises(
+        SqliteSinkError, match="unaligned", check=lambda e: e.code is SqliteCode.ALIGNED_MODE
+    ):
         config(tmp_path, mode=mode)
-    with pytest.raises(AlignedModeError):
+    with pytest.raises(SqliteSinkError, check=lambda e: e.code is SqliteCode.ALIGNED_MODE):
         SqliteSink(tmp_path / "db.sqlite", "t", "s", mode=mode)
     # the mode means nothing without exactly-once: accepted there
     assert config(tmp_path, mode=mode, guarantee="at-least-once").mode is CommitMode.ALIGNED
@@ -80,13 +79,15 @@ def test_aligned_exactly_once_is_refused_with_a_typed_error(tmp_path: Path, mode
 )
 def test_bad_options_are_named(tmp_path: Path, options: dict[str, object], named: str) -> None:
     base: dict[str, object] = {"path": str(tmp_path / "db.sqlite"), "table": "t", "sink_id": "s"}
-    with pytest.raises(SqliteConfigError, match=named) as info:
+    with pytest.raises(
+        SqliteSinkError, match=named, check=lambda e: e.code is TxnCode.CONFIG
+    ) as info:
         SqliteSinkConfig.build(**{**base, **options})
-    assert isinstance(info.value, ConfigError) and not can_retry_stage(info.value)
+    assert has_code(info.value, TxnCode.CONFIG) and not can_retry_stage(info.value)
 
 
 def test_the_stage_checks_run_without_build_too(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="parallelism"):
+    with pytest.raises(TxnError, match="parallelism", check=lambda e: e.code is TxnCode.CONFIG):
         SqliteSinkConfig(path=str(tmp_path / "x"), table="t", sink_id="s", parallelism=0)
 
 
@@ -103,25 +104,33 @@ def test_fingerprint_covers_table_and_routing(tmp_path: Path) -> None:
 def test_config_resource_and_errors_pickle(tmp_path: Path) -> None:
     resource = SqliteResource(config(tmp_path, parallelism=2), ("id",))
     assert pickle.loads(pickle.dumps(resource)) == resource
-    error = SqliteRejectedError("no", action=ErrorAction.FATAL, code=8)
+    error = SqliteSinkError("no", action=ErrorAction.FATAL, sqlite_code=8, code=SqliteCode.REJECTED)
     back = pickle.loads(pickle.dumps(error))
-    assert (type(back), str(back), back.action, back.code) == (
-        SqliteRejectedError,
-        "no",
+    assert (type(back), str(back), back.action, back.code, back.sqlite_code) == (
+        SqliteSinkError,
+        "[rejected] no",
         ErrorAction.FATAL,
+        SqliteCode.REJECTED,
         8,
     )
-    missing = pickle.loads(pickle.dumps(SqliteTableNotFoundError("gone")))
-    assert isinstance(missing, SqliteTableNotFoundError) and str(missing) == "gone"
+    assert not back.retry_stage
+    missing = pickle.loads(pickle.dumps(SqliteSinkError("gone", code=SqliteCode.TABLE_NOT_FOUND)))
+    assert missing.code is SqliteCode.TABLE_NOT_FOUND and str(missing) == "[table-not-found] gone"
 
 
 def test_missing_database_or_table_is_typed_and_creates_nothing(tmp_path: Path) -> None:
     cfg = config(tmp_path)
-    with pytest.raises(SqliteTableNotFoundError, match="does not exist"):
+    with pytest.raises(
+        SqliteSinkError,
+        match="does not exist",
+        check=lambda e: e.code is SqliteCode.TABLE_NOT_FOUND,
+    ):
         prepare_database(cfg)
     assert not os.path.exists(cfg.path)  # never an empty database by mistake
     sqlite3.connect(cfg.path).close()
-    with pytest.raises(SqliteTableNotFoundError, match="table 't'"):
+    with pytest.raises(
+        SqliteSinkError, match="table 't'", check=lambda e: e.code is SqliteCode.TABLE_NOT_FOUND
+    ):
         prepare_database(cfg)
     with sqlite3.connect(cfg.path) as db:
         db.execute("CREATE TABLE t (id INTEGER NOT NULL, name TEXT)")
@@ -145,10 +154,10 @@ def test_classifier_maps_result_codes(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE t (id INTEGER NOT NULL)")
     constraint = real_error(db, "INSERT INTO t VALUES (NULL)")
     assert classify(constraint) is ErrorAction.ABORT
-    assert isinstance(to_sink_error(constraint, "x"), SqliteRejectedError)
+    assert to_sink_error(constraint, "x").code is SqliteCode.REJECTED
     unknown = real_error(db, "SELECT * FROM nowhere")
     assert classify(unknown) is ErrorAction.ABORT
-    assert type(to_sink_error(unknown, "x")) is SqliteWriteError
+    assert to_sink_error(unknown, "x").code is SqliteCode.WRITE
 
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
@@ -159,8 +168,8 @@ def test_classifier_maps_result_codes(tmp_path: Path) -> None:
         holder.close()
     assert classify(busy) is ErrorAction.RETRY
     error = to_sink_error(busy, "writing")
-    assert type(error) is SqliteWriteError and can_retry_stage(error)
-    assert error.code == sqlite3.SQLITE_BUSY and "SQLITE_BUSY" in str(error)
+    assert error.code is SqliteCode.WRITE and can_retry_stage(error)
+    assert error.sqlite_code == sqlite3.SQLITE_BUSY and "SQLITE_BUSY" in str(error)
 
     with sqlite3.connect(db.as_uri() + "?mode=ro", uri=True) as conn:  # a read-only file
         with pytest.raises(sqlite3.Error) as info:
@@ -177,7 +186,13 @@ def test_a_second_instance_of_a_partition_stops_at_the_marker(tmp_path: Path) ->
         db.execute("CREATE TABLE t (id INTEGER)")
     prepare_database(cfg)
     resource = SqliteResource(cfg, ("id",))
-    plan = EpochPlan("s", 0, 1, cfg.fingerprint(), mode=CommitMode.UNALIGNED)
+    plan = EpochPlan(
+        sink_id="s",
+        epoch=0,
+        parallelism=1,
+        fingerprint=cfg.fingerprint(),
+        mode=CommitMode.UNALIGNED,
+    )
     old, new = resource.open(plan, 0), resource.open(plan, 0)
     try:
         assert old.committed_marker() is None and new.committed_marker() is None
@@ -197,7 +212,7 @@ def test_a_second_instance_of_a_partition_stops_at_the_marker(tmp_path: Path) ->
         old.commit()
         waiter.join()
         new.abort()
-        assert len(raised) == 1 and isinstance(raised[0], SqlitePartitionConflictError), raised
+        assert len(raised) == 1 and has_code(raised[0], SqliteCode.PARTITION_CONFLICT), raised
         assert "another instance committed epoch 0" in str(raised[0])
     finally:
         old.close()

@@ -19,13 +19,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from connectors.examples.sqlite import (
-    SqliteResource,
-    SqliteSinkConfig,
-    prepare_database,
-    read_markers,
-)
-from connectors.stage import HASH_COLUMN, ArrowPartition
+from connectors.examples.sqlite import SqliteSinkConfig, read_markers
+from connectors.examples.sqlite._database import prepare_database
+from connectors.examples.sqlite._participant import SqliteResource
+from connectors.stage import ArrowPartition
+from connectors.stage._rows import HASH_COLUMN
 from txn import CommitMode, EpochLog, EpochPlan, FileEpochLog
 from txn.testing import KAFKA_LIKE, Crash, CrashWorld, crash_params, run_crash_case
 
@@ -136,7 +134,7 @@ def test_a_broken_recovery_is_caught(tmp_path: Path) -> None:
     world = Forgetful(tmp_path, mode=CommitMode.UNALIGNED)
     world.create_table()
     with pytest.raises(AssertionError):
-        run_crash_case(world, Crash("task", TaskStep.COMMITTED, partition=1))
+        run_crash_case(world, Crash(where="task", step=TaskStep.COMMITTED, partition=1))
     with sqlite3.connect(world.cfg().path) as db:
         twice = db.execute("SELECT id FROM t GROUP BY id HAVING count(*) > 1").fetchall()
     assert twice, "the forgetful resource should have written partition 1 of epoch 1 twice"
@@ -145,8 +143,10 @@ def test_a_broken_recovery_is_caught(tmp_path: Path) -> None:
 def test_aligned_mode_deadlocks_on_the_database_write_lock(tmp_path: Path) -> None:
     """Why the config refuses aligned mode: every partition's transaction waits for the vote
     holding SQLite's only write lock, so the others time out and the epoch can never commit."""
-    from connectors.examples.sqlite import SqliteWriteError
-    from txn import Coordinator, InProcessExecutor
+    pass
+    from connectors.examples.sqlite import SqliteCode, SqliteSinkError
+    from txn import Coordinator
+    from txn._executor import InProcessExecutor
 
     world = SqliteWorld(tmp_path)
     world.create_table()
@@ -157,8 +157,10 @@ def test_aligned_mode_deadlocks_on_the_database_write_lock(tmp_path: Path) -> No
     resource = SqliteResource(cfg, ("id", "epoch", "payload"))
     with FileEpochLog(tmp_path / "aligned.log", sink_id="s") as log:
         coordinator = Coordinator(log, resource, sink_id="s", mode=CommitMode.ALIGNED)
-        with pytest.raises(SqliteWriteError) as info:
+        with pytest.raises(SqliteSinkError, check=lambda e: e.code is SqliteCode.WRITE) as info:
             coordinator.run_epoch(0, 3, InProcessExecutor(resource, world.rows_for))
-    assert info.value.code is not None and info.value.code & 0xFF == sqlite3.SQLITE_BUSY
+    assert (
+        info.value.sqlite_code is not None and info.value.sqlite_code & 0xFF == sqlite3.SQLITE_BUSY
+    )
     with sqlite3.connect(cfg.path) as db:
         assert db.execute("SELECT count(*) FROM t").fetchone() == (0,)

@@ -101,7 +101,7 @@ def test_the_epoch_logs_clients(built: Callable[[Callable[[], Any]], Built]) -> 
 def _plan() -> Any:
     from txn import EpochPlan
 
-    return EpochPlan("s1", 0, 1, "fp")
+    return EpochPlan(sink_id="s1", epoch=0, parallelism=1, fingerprint="fp")
 
 
 def test_the_sources_clients(built: Callable[[Callable[[], Any]], Built]) -> None:

@@ -138,7 +138,7 @@ def test_librdkafka_lines_reach_the_python_logger_not_stderr() -> None:
             def emit(self, r): seen.append(r.getMessage())
         logging.getLogger("connectors.kafka").addHandler(Keep())
         logging.getLogger("connectors.kafka").propagate = False
-        p = _clients.producer(_clients.Cluster("127.0.0.1:1"),
+        p = _clients.producer(_clients.Cluster(bootstrap_servers="127.0.0.1:1"),
                               {"reconnect.backoff.ms": "10", "reconnect.backoff.max.ms": "10"})
         for _ in range(30):
             p.poll(0.1)
@@ -170,7 +170,10 @@ def test_every_factory_function_adds_the_cluster_and_the_logger(build, monkeypat
     }[build]
     monkeypatch.setattr(_clients, kind, lambda conf: seen.append(conf) or object())
     shared = Settings.of({"security.protocol": "SASL_SSL", "client.id": "app", "linger.ms": "1"})
-    build(_clients.Cluster("h:1", shared), {"group.id": "g", "linger.ms": "7"})
+    build(
+        _clients.Cluster(bootstrap_servers="h:1", config=shared),
+        {"group.id": "g", "linger.ms": "7"},
+    )
     conf = seen[0]
     assert conf["bootstrap.servers"] == "h:1"
     assert conf["security.protocol"] == "SASL_SSL" and conf["client.id"] == "app"
@@ -191,10 +194,10 @@ def test_admin_clients_connect_to_every_broker_unless_the_user_says_otherwise(
 ) -> None:
     seen: list[dict[str, object]] = []
     monkeypatch.setattr(_clients, kind, lambda conf: seen.append(conf) or object())
-    build(_clients.Cluster("h:1"), {"group.id": "g"})
+    build(_clients.Cluster(bootstrap_servers="h:1"), {"group.id": "g"})
     assert seen[0].get("enable.sparse.connections") is sparse
     user = Settings.of({"enable.sparse.connections": "true"})
-    build(_clients.Cluster("h:1", user), {"group.id": "g"})
+    build(_clients.Cluster(bootstrap_servers="h:1", config=user), {"group.id": "g"})
     assert seen[1]["enable.sparse.connections"] == "true"  # the user's setting wins
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T  # noqa: N812 - Spark's customary alias
 
-from connectors.kafka import KafkaInputSchemaError, KafkaSinkConfigError, SinkConfig
+from connectors.kafka import KafkaConnectorError, SinkConfig
 from connectors.kafka._sink._bad_records import (
     DROPPED_HEADERS_HEADER,
     RECORD_OVERHEAD_BYTES,
@@ -19,7 +19,9 @@ from connectors.kafka._sink._bad_records import (
 )
 from connectors.kafka._sink._input import check_input
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import DeadLetterContext, bad_batch
+from connectors.stage import DeadLetterContext, StageCode
+from connectors.stage._bad_records import bad_batch
+from txn import TxnCode
 
 
 def cfg(**options: object) -> SinkConfig:
@@ -35,13 +37,25 @@ def cfg(**options: object) -> SinkConfig:
 def test_dead_letter_topic_defaults_to_topic_dlq_and_is_validated() -> None:
     assert cfg().dead_letter_topic == "out.dlq"
     assert cfg(dead_letter_topic="bad").dead_letter_topic == "bad"
-    with pytest.raises(KafkaSinkConfigError, match="needs dead_letter_topic"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="needs dead_letter_topic",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         cfg(topic=None)
-    with pytest.raises(KafkaSinkConfigError, match="only applies"):
+    with pytest.raises(
+        KafkaConnectorError, match="only applies", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         cfg(on_bad_record="skip", dead_letter_topic="bad")
-    with pytest.raises(KafkaSinkConfigError, match="must differ"):
+    with pytest.raises(
+        KafkaConnectorError, match="must differ", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         cfg(dead_letter_topic="out")
-    with pytest.raises(KafkaSinkConfigError, match="on_bad_record must be one of"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="on_bad_record must be one of",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         cfg(on_bad_record="ignore")
     assert cfg(producer_config={"message.max.bytes": 5000}).message_max_bytes == 5000
     assert pickle.loads(pickle.dumps(cfg())) == cfg()
@@ -57,8 +71,8 @@ def test_null_value_and_oversized_record_are_bad_the_rest_good() -> None:
     good, bad = KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)
     assert good.column(1).to_pylist() == ["v1", "v4"]
     assert [(b.index, b.error) for b in bad] == [
-        (1, "KafkaRecordError"),
-        (2, "RecordTooLargeError"),
+        (1, "record"),
+        (2, "record-too-large"),
     ]
     assert "message.max.bytes=2000" in bad[1].message
     # deterministic: the same batch, the same verdicts
@@ -99,12 +113,17 @@ def test_dead_letter_records_carry_the_original_and_the_context_headers() -> Non
     )
     _, bad = KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)
     records = bad_batch(batch, bad)
-    out = dead_letter_batch(records, DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes)
+    out = dead_letter_batch(
+        records,
+        DeadLetterContext(sink_id="s", epoch=5, partition=2, batch_id=9),
+        c.topic,
+        c.message_max_bytes,
+    )
     keys, values, headers = (out.column(i).to_pylist() for i in range(3))
     assert keys == [b"k1", b"k2"] and values[0] is None
     assert len(values[1]) < 2000 - RECORD_OVERHEAD_BYTES and big.encode().startswith(values[1])
     first = {h["key"]: h["value"] for h in headers[0]}
-    assert first["eos.dlq.error.class"] == b"KafkaRecordError"
+    assert first["eos.dlq.error.class"] == b"record"
     assert (
         first["eos.dlq.batch.id"],
         first["eos.dlq.epoch"],
@@ -128,7 +147,10 @@ def test_a_dead_letter_of_an_oversized_key_is_cut_to_fit_too() -> None:
     )
     _, bad = KafkaClassifier(c, RecordLayout(key=True), None).classify(batch)
     out = dead_letter_batch(
-        bad_batch(batch, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes
+        bad_batch(batch, bad),
+        DeadLetterContext(sink_id="s", epoch=5, partition=2, batch_id=9),
+        c.topic,
+        c.message_max_bytes,
     )
     [k], [v], [headers] = (out.column(i).to_pylist() for i in range(3))
     lengths = {h["key"]: h["value"] for h in headers}
@@ -144,15 +166,27 @@ SOURCE = ("in_topic", "in_partition", "in_offset")
 def test_dead_letter_source_is_validated_at_construction() -> None:
     assert cfg(dead_letter_source=list(SOURCE)).dead_letter_source == SOURCE
     assert cfg().dead_letter_source is None
-    with pytest.raises(KafkaSinkConfigError, match="only applies"):
+    with pytest.raises(
+        KafkaConnectorError, match="only applies", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         cfg(on_bad_record="skip", dead_letter_source=SOURCE)
-    with pytest.raises(KafkaSinkConfigError, match="three input columns"):
+    with pytest.raises(
+        KafkaConnectorError, match="three input columns", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         cfg(dead_letter_source=("in_topic", "in_partition"))
-    with pytest.raises(KafkaSinkConfigError, match="three input columns"):
+    with pytest.raises(
+        KafkaConnectorError, match="three input columns", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         cfg(dead_letter_source="in_topic")
-    with pytest.raises(KafkaSinkConfigError, match="other than the sink's own"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="other than the sink's own",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         cfg(dead_letter_source=("topic", "in_partition", "in_offset"))
-    with pytest.raises(KafkaSinkConfigError, match="distinct"):
+    with pytest.raises(
+        KafkaConnectorError, match="distinct", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         cfg(dead_letter_source=("a", "a", "b"))
     with_source = cfg(dead_letter_source=SOURCE)
     assert pickle.loads(pickle.dumps(with_source)) == with_source
@@ -174,10 +208,18 @@ def test_dead_letter_source_columns_are_shipped_only_when_set() -> None:
     assert plain.fingerprint() == cfg(producer_config={"linger.ms": 5}).fingerprint()
     assert with_source.fingerprint() != plain.fingerprint()
     missing = T.StructType(schema.fields[:3])
-    with pytest.raises(KafkaInputSchemaError, match="'in_offset'.*does not have"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="'in_offset'.*does not have",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         check_input(missing, with_source)
     wrong = T.StructType([*schema.fields[:3], T.StructField("in_offset", T.StringType())])
-    with pytest.raises(KafkaInputSchemaError, match="in_offset.*has type string"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="in_offset.*has type string",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         check_input(wrong, with_source)
 
 
@@ -195,7 +237,11 @@ def test_dead_letters_carry_the_source_coordinates() -> None:
     )
     _, bad = KafkaClassifier(c, RecordLayout(), None).classify(batch)
     out = dead_letter_batch(
-        bad_batch(batch, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes, SOURCE
+        bad_batch(batch, bad),
+        DeadLetterContext(sink_id="s", epoch=5, partition=2, batch_id=9),
+        c.topic,
+        c.message_max_bytes,
+        SOURCE,
     )
     first, second = ({h["key"]: h["value"] for h in row} for row in out.column(2).to_pylist())
     assert (
@@ -222,9 +268,12 @@ def test_oversized_original_headers_are_dropped_from_a_dead_letter() -> None:
         names=["key", "value", "headers", "_eos_hash"],
     )
     _, bad = KafkaClassifier(c, RecordLayout(key=True, headers=True), None).classify(batch)
-    assert [b.error for b in bad] == ["RecordTooLargeError"]
+    assert [b.error for b in bad] == ["record-too-large"]
     out = dead_letter_batch(
-        bad_batch(batch, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes
+        bad_batch(batch, bad),
+        DeadLetterContext(sink_id="s", epoch=5, partition=2, batch_id=9),
+        c.topic,
+        c.message_max_bytes,
     )
     [k], [v], [headers] = (out.column(i).to_pylist() for i in range(3))
     keys = [h["key"] for h in headers]
@@ -246,7 +295,10 @@ def test_oversized_original_headers_are_dropped_from_a_dead_letter() -> None:
     )
     _, bad = KafkaClassifier(c, RecordLayout(key=True, headers=True), None).classify(small)
     out = dead_letter_batch(
-        bad_batch(small, bad), DeadLetterContext("s", 5, 2, 9), c.topic, c.message_max_bytes
+        bad_batch(small, bad),
+        DeadLetterContext(sink_id="s", epoch=5, partition=2, batch_id=9),
+        c.topic,
+        c.message_max_bytes,
     )
     [headers] = out.column(2).to_pylist()
     assert headers[0]["key"] == "small" and DROPPED_HEADERS_HEADER not in {

@@ -22,14 +22,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import types as T  # noqa: N812 - Spark's customary alias
 
-from connectors.kafka import (
-    KafkaInputSchemaError,
-    KafkaSinkConfigError,
-    RecordFormat,
-    RecordFormatError,
-    SchemaRegistryUnavailableError,
-    SchemaResolutionError,
-)
+from connectors.kafka import KafkaCode, KafkaConnectorError, RecordFormat
 from connectors.kafka._formats import _encode, _registry
 from connectors.kafka._formats._config import registry_settings
 from connectors.kafka._formats._decode import (
@@ -44,7 +37,9 @@ from connectors.kafka._formats._plan import ColumnPlan, FormatPlan
 from connectors.kafka._formats._registry import PinnedRegistry, Registered, driver_client
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._sink import KafkaConnector
+from connectors.stage import StageCode
 from tests.kafka_sink._proto_order import Order
+from txn import TxnCode
 
 SECRET = "s3cr3t-pw"
 VALUE = T.StructType(
@@ -116,30 +111,44 @@ def encoded_values(resource, batch):
 
 # -- options ---------------------------------------------------------------------------
 def test_options_are_validated_at_construction_without_io(registry):
-    with pytest.raises(KafkaSinkConfigError, match="format kind"):
+    with pytest.raises(
+        KafkaConnectorError, match="format kind", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         connector(registry, value_format="xml", schema_registry=registry)
-    with pytest.raises(KafkaSinkConfigError, match="need schema_registry"):
+    with pytest.raises(
+        KafkaConnectorError, match="need schema_registry", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         connector(registry, value_format="avro")
-    with pytest.raises(KafkaSinkConfigError, match="neither key_format nor value_format"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="neither key_format nor value_format",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         connector(registry, schema_registry=registry)
-    with pytest.raises(KafkaSinkConfigError, match="message="):
+    with pytest.raises(
+        KafkaConnectorError, match="message=", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         connector(registry, value_format="protobuf", schema_registry=registry)
-    with pytest.raises(KafkaSinkConfigError, match="cannot be imported"):
+    with pytest.raises(
+        KafkaConnectorError, match="cannot be imported", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         connector(
             registry,
             value_format={"kind": "protobuf", "message": "no.such.module:Msg"},
             schema_registry=registry,
         )
-    with pytest.raises(KafkaSinkConfigError, match="subject_strategy"):
+    with pytest.raises(
+        KafkaConnectorError, match="subject_strategy", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         connector(
             registry, value_format={"kind": "avro", "subject_strategy": "x"},
             schema_registry=registry,
         )  # fmt: skip
-    with pytest.raises(KafkaSinkConfigError, match="url"):
+    with pytest.raises(KafkaConnectorError, match="url", check=lambda e: e.code is TxnCode.CONFIG):
         connector(registry, value_format="avro", schema_registry={"url": "ftp://registry"})
     # the library's own checks, with the secret scrubbed: a user:password without ':'
     bad = {**registry, "basic.auth.user.info": "no-colon-" + SECRET}
-    with pytest.raises(KafkaSinkConfigError) as info:
+    with pytest.raises(KafkaConnectorError, check=lambda e: e.code is TxnCode.CONFIG) as info:
         connector(registry, value_format="avro", schema_registry=bad)
     assert SECRET not in str(info.value)
 
@@ -163,7 +172,13 @@ def test_plans_cross_process_boundaries_by_pickle(registry):
     assert pickle.loads(pickle.dumps(resource)) == resource
     fmt = RecordFormat(kind="avro", subject_strategy="record", record_name="Order")
     assert pickle.loads(pickle.dumps(fmt)) == fmt
-    reader = ColumnReader("value", "avro", "orders-value", '"string"', ((1, '"string"'),))
+    reader = ColumnReader(
+        column="value",
+        kind="avro",
+        subject="orders-value",
+        reader_schema='"string"',
+        writer_schemas=((1, '"string"'),),
+    )
     assert pickle.loads(pickle.dumps(reader)) == reader
     # the sink's connector (Spark Connect ships it) pickles without its registry client
     again = pickle.loads(pickle.dumps(conn))
@@ -223,7 +238,11 @@ def test_confluent_subject_strategies(registry, strategy, subject):
 def test_topic_strategies_need_a_fixed_topic(registry):
     conn = connector(registry, topic=None, value_format="avro", schema_registry=registry)
     spark_schema = T.StructType([*schema().fields, T.StructField("topic", T.StringType())])
-    with pytest.raises(KafkaInputSchemaError, match="subject_strategy='record'"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="subject_strategy='record'",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         conn.check_input(spark_schema)
     record = {"kind": "avro", "subject_strategy": "record", "record_name": "Order"}
     conn = connector(registry, topic=None, value_format=record, schema_registry=registry)
@@ -233,7 +252,9 @@ def test_topic_strategies_need_a_fixed_topic(registry):
 def test_lookup_without_registration(registry):
     fmt = {"kind": "avro", "auto_register": False}
     conn = connector(registry, value_format=fmt, schema_registry=registry)
-    with pytest.raises(SchemaResolutionError, match="HTTP 404"):
+    with pytest.raises(
+        KafkaConnectorError, match="HTTP 404", check=lambda e: e.code is KafkaCode.SCHEMA_RESOLUTION
+    ):
         resolve(conn, schema())
     registered = resolve(
         connector(registry, value_format="avro", schema_registry=registry), schema()
@@ -265,7 +286,11 @@ def test_a_row_that_does_not_fit_names_column_and_row(registry):
     conn = connector(registry, value_format=fmt, schema_registry=registry)
     resource = resolve(conn, schema(T.StructType([T.StructField("name", T.StringType())])))
     batch = pa.RecordBatch.from_pydict({"value": [{"name": "a"}, {"name": None}]})
-    with pytest.raises(RecordFormatError, match="row 1 .* column 'value'") as info:
+    with pytest.raises(
+        KafkaConnectorError,
+        match="row 1 .* column 'value'",
+        check=lambda e: e.code is KafkaCode.RECORD_FORMAT,
+    ) as info:
         BatchEncoder(resource.formats).encode(batch)
     assert info.value.column == "value"
     assert info.value.retry_stage is False
@@ -274,10 +299,16 @@ def test_a_row_that_does_not_fit_names_column_and_row(registry):
 def test_types_without_a_derived_schema_are_refused_on_the_driver(registry):
     conn = connector(registry, value_format="avro", schema_registry=registry)
     mapped = T.StructType([T.StructField("m", T.MapType(T.StringType(), T.LongType()))])
-    with pytest.raises(KafkaInputSchemaError, match="field 'm'"):
+    with pytest.raises(
+        KafkaConnectorError, match="field 'm'", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         conn.check_input(schema(mapped))
     conn = connector(registry, value_format="json-schema", schema_registry=registry)
-    with pytest.raises(KafkaInputSchemaError, match="cast it to string"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="cast it to string",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         conn.check_input(schema())  # decimal, date, timestamp
 
 
@@ -289,7 +320,11 @@ def test_nulls_stay_null_and_a_plain_value_column_is_refused_unformatted(registr
     )
     assert encoded_values(resource, batch) == [None]
     plain = connector(registry)
-    with pytest.raises(KafkaInputSchemaError, match="column 'value' has type struct"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="column 'value' has type struct",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         plain.check_input(schema())
 
 
@@ -341,9 +376,17 @@ def test_protobuf_round_trip(registry):
 def test_pinned_registry_answers_only_the_plan():
     pinned = PinnedRegistry((Registered("orders-value", 7, 1),))
     assert pinned.lookup_schema("orders-value", Schema('"long"', "AVRO")).schema_id == 7
-    with pytest.raises(SchemaResolutionError, match="does not hold"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="does not hold",
+        check=lambda e: e.code is KafkaCode.SCHEMA_RESOLUTION,
+    ):
         pinned.lookup_schema("other-value", Schema('"long"', "AVRO"))
-    with pytest.raises(SchemaResolutionError, match="schema id 8"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="schema id 8",
+        check=lambda e: e.code is KafkaCode.SCHEMA_RESOLUTION,
+    ):
         pinned.get_schema(8)
 
 
@@ -351,7 +394,11 @@ def test_a_plan_for_another_subject_is_refused_in_the_task(registry):
     conn = connector(registry, value_format="avro", schema_registry=registry)
     [col] = resolve(conn, schema()).formats.columns
     moved = FormatPlan((ColumnPlan(**{**col.__dict__, "registered": (Registered("x-value", 1),)}),))
-    with pytest.raises(SchemaResolutionError, match="does not hold"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="does not hold",
+        check=lambda e: e.code is KafkaCode.SCHEMA_RESOLUTION,
+    ):
         BatchEncoder(moved).encode(value_batch())
 
 
@@ -359,7 +406,11 @@ def test_an_unreachable_registry_is_a_typed_error(monkeypatch):
     monkeypatch.setattr(_registry, "REGISTRY_WAIT_S", 1.0)
     unreachable = {"url": "http://127.0.0.1:9", "basic.auth.user.info": f"u:{SECRET}"}
     conn = connector(None, value_format="avro", schema_registry=unreachable)
-    with pytest.raises(SchemaRegistryUnavailableError, match="did not answer") as info:
+    with pytest.raises(
+        KafkaConnectorError,
+        match="did not answer",
+        check=lambda e: e.code is KafkaCode.SCHEMA_REGISTRY_UNAVAILABLE,
+    ) as info:
         resolve(conn, schema())
     assert SECRET not in str(info.value)
 
@@ -425,7 +476,9 @@ def test_a_json_schema_without_a_derived_type_asks_for_spark_schema(registry):
     client = driver_client(registry_settings(registry))
     loose = '{"type": "object", "additionalProperties": {"type": "string"}}'
     client.register_schema("loose-value", Schema(loose, "JSON"))
-    with pytest.raises(KafkaInputSchemaError, match="spark_schema="):
+    with pytest.raises(
+        KafkaConnectorError, match="spark_schema=", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         json_schema_reader(registry, "value", "loose-value", None)
 
 
@@ -433,7 +486,11 @@ def test_decode_json_schema_refuses_a_record_that_is_not_framed(registry):
     conn = connector(registry, value_format="json-schema", schema_registry=registry)
     resolve(conn, schema(JSON_VALUE))
     reader, dtype = json_schema_reader(registry, "value", "orders-value", None)
-    with pytest.raises(RecordFormatError, match="record 0 of column 'value'"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="record 0 of column 'value'",
+        check=lambda e: e.code is KafkaCode.RECORD_FORMAT,
+    ):
         decoded(reader, dtype, [b'{"id": 1}'])
 
 
@@ -464,7 +521,9 @@ def test_decode_protobuf_round_trip():
         {"id": 2, "name": "", "tags": []},
         None,
     ]
-    with pytest.raises(RecordFormatError, match="protobuf"):
+    with pytest.raises(
+        KafkaConnectorError, match="protobuf", check=lambda e: e.code is KafkaCode.RECORD_FORMAT
+    ):
         decoded(reader, dtype, [b"not framed"])
 
 
@@ -477,7 +536,13 @@ def test_decode_protobuf_takes_an_importable_class():
         [T.StructField("seconds", T.LongType()), T.StructField("nanos", T.IntegerType())]
     )
     # a class built at run time (Order) has no module the executors could import it from
-    with pytest.raises(KafkaSinkConfigError, match="pass message='module:Class'"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="pass message='module:Class'",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         protobuf_reader("value", Order)
-    with pytest.raises(KafkaSinkConfigError, match="cannot be imported"):
+    with pytest.raises(
+        KafkaConnectorError, match="cannot be imported", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         protobuf_reader("value", "no.such.module:Msg")

@@ -12,24 +12,17 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka import (
-    KafkaAuthenticationError,
-    KafkaConnectError,
-    KafkaInputSchemaError,
-    KafkaRecordError,
-    KafkaSink,
-    KafkaWriteError,
-    ProducerFencedError,
-    RecordTooLargeError,
-)
+from connectors.kafka import KafkaCode, KafkaConnectorError, KafkaSink
 from connectors.kafka._sink._input import check_input, data_columns, input_layout
 from connectors.kafka._sink._resource import KafkaResource
 from connectors.kafka._sink._reuse import ProducerNote, ReuseTicket
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import InputSpec, TaskInfo, TaskStats
+from connectors.stage import InputSpec, StageCode, TaskInfo
+from connectors.stage._metrics import TaskStats
 from connectors.stage._task import TaskResult, TaskSpec
 from connectors.stage._votes import VoteTicket
-from txn import EpochPlan, Marker, PartitionOutcome, PartitionReport, Vote, VoteKind
+from txn import EpochPlan, Marker, PartitionReport, Vote
+from txn._model import PartitionOutcome, VoteKind
 
 HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -73,13 +66,17 @@ def test_full_layout_accepted():
     ],
 )
 def test_wrong_columns_are_named(cols, column, needle):
-    with pytest.raises(KafkaInputSchemaError, match=needle) as info:
+    with pytest.raises(
+        KafkaConnectorError, match=needle, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         input_layout(schema(**cols), cfg())
     assert info.value.column == column
 
 
 def test_no_topic_anywhere_is_refused():
-    with pytest.raises(KafkaInputSchemaError, match="topic") as info:
+    with pytest.raises(
+        KafkaConnectorError, match="topic", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         input_layout(schema(value=StringType()), cfg(topic=None))
     assert info.value.column == "topic"
     assert input_layout(schema(value=StringType(), topic=StringType()), cfg(topic=None)).topic
@@ -87,10 +84,14 @@ def test_no_topic_anywhere_is_refused():
 
 def test_changelog_needs_op_and_key():
     c = cfg(changelog=True)
-    with pytest.raises(KafkaInputSchemaError) as info:
+    with pytest.raises(
+        KafkaConnectorError, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         input_layout(schema(key=StringType(), value=StringType()), c)
     assert info.value.column == "op"
-    with pytest.raises(KafkaInputSchemaError) as info:
+    with pytest.raises(
+        KafkaConnectorError, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         input_layout(schema(value=StringType(), op=StringType()), c)
     assert info.value.column == "key"
     layout = input_layout(schema(key=StringType(), value=StringType(), op=StringType()), c)
@@ -98,7 +99,9 @@ def test_changelog_needs_op_and_key():
 
 
 def test_order_by_columns_must_exist():
-    with pytest.raises(KafkaInputSchemaError) as info:
+    with pytest.raises(
+        KafkaConnectorError, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         input_layout(schema(value=StringType()), cfg(order_by=["offset"]))
     assert info.value.column == "offset"
 
@@ -106,7 +109,7 @@ def test_order_by_columns_must_exist():
 def test_input_spec_routes_by_key_and_falls_back_to_the_value():
     spec = check_input(schema(key=StringType(), value=StringType()), cfg(order_by=["key"]))
     assert spec == InputSpec(
-        ("key", "value"),
+        columns=("key", "value"),
         route_by=("key",),
         fallback=("value",),
         order_by=("key",),
@@ -117,7 +120,7 @@ def test_input_spec_routes_by_key_and_falls_back_to_the_value():
 
 
 def test_task_payloads_pickle_round_trip():
-    plan = EpochPlan("s", 3, 2, "fp")
+    plan = EpochPlan(sink_id="s", epoch=3, parallelism=2, fingerprint="fp")
     reuse = ReuseTicket(
         generation="g",
         stage_run=1,
@@ -133,13 +136,30 @@ def test_task_payloads_pickle_round_trip():
     assert pickle.loads(pickle.dumps(spec)) == spec
     bound = spec.resource.for_task(TaskInfo(partition=1, task_attempt=2, ticket=reuse))
     assert pickle.loads(pickle.dumps(bound)) == bound
-    ticket = VoteTicket("127.0.0.1", 4242, "s", 3, 0, 1, 2, "ab" * 16)
+    ticket = VoteTicket(
+        host="127.0.0.1",
+        port=4242,
+        sink_id="s",
+        epoch=3,
+        plan_attempt=0,
+        stage_run=1,
+        parallelism=2,
+        token="ab" * 16,
+    )
     with_votes = replace(spec, votes=ticket)
     assert pickle.loads(pickle.dumps(with_votes)) == with_votes
     placeholders = replace(spec, empty_input=True)
     assert pickle.loads(pickle.dumps(placeholders)).empty_input
-    vote = Vote(3, 1, VoteKind.YES, 10, "u1")
-    report = PartitionReport(3, 1, PartitionOutcome.COMMITTED, 10, "u1", None, (vote,))
+    vote = Vote(epoch=3, partition=1, kind=VoteKind.YES, rows=10, checksum="u1")
+    report = PartitionReport(
+        epoch=3,
+        partition=1,
+        outcome=PartitionOutcome.COMMITTED,
+        rows=10,
+        checksum="u1",
+        error=None,
+        votes=(vote,),
+    )
     note = ProducerNote(partition=1, lane=2, token="t", fenced_all=True)
     stats = TaskStats(partition=1, notes=((0, note),), clients_new=1)
     result = TaskResult(partition=1, report=report, stats=stats)
@@ -149,13 +169,20 @@ def test_task_payloads_pickle_round_trip():
 @pytest.mark.parametrize(
     "error",
     [
-        KafkaRecordError("null value", column="value"),
-        RecordTooLargeError("big", column="key"),
-        KafkaInputSchemaError("bad", column="op"),
-        KafkaWriteError("w", action="abort", code=10),
-        ProducerFencedError("f", action="fatal", code=-144),
-        KafkaConnectError("no broker", address="h:9092", setting="bootstrap_servers"),
-        KafkaAuthenticationError("refused", address="h:9092", setting="kafka.bootstrap.servers"),
+        KafkaConnectorError("null value", column="value", code=StageCode.RECORD),
+        KafkaConnectorError("big", column="key", code=KafkaCode.RECORD_TOO_LARGE),
+        KafkaConnectorError("bad", column="op", code=StageCode.INPUT_SCHEMA),
+        KafkaConnectorError("w", action="abort", kafka_code=10, code=KafkaCode.WRITE),
+        KafkaConnectorError("f", action="fatal", kafka_code=-144, code=KafkaCode.PRODUCER_FENCED),
+        KafkaConnectorError(
+            "no broker", address="h:9092", setting="bootstrap_servers", code=KafkaCode.CONNECT
+        ),
+        KafkaConnectorError(
+            "refused",
+            address="h:9092",
+            setting="kafka.bootstrap.servers",
+            code=KafkaCode.AUTHENTICATION,
+        ),
     ],
 )
 def test_errors_pickle_round_trip_with_their_fields(error):

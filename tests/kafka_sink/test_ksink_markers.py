@@ -1,6 +1,7 @@
 import pytest
 
-from connectors.kafka import KafkaSinkError, decode_marker, encode_marker
+from connectors.kafka import KafkaConnectorError
+from connectors.kafka._sink._markers import decode_marker, encode_marker
 from txn import Marker
 
 
@@ -25,11 +26,11 @@ def test_no_committed_offset_means_no_marker(offset):
     "meta", [None, "", "not json", '{"epoch": 1}', '{"epoch":"x","rows":1,"checksum":"c"}']
 )
 def test_foreign_offsets_are_reported(meta):
-    with pytest.raises(KafkaSinkError, match="sink_id"):
+    with pytest.raises(KafkaConnectorError, match="sink_id"):
         decode_marker(2, meta)
 
 
 def test_offset_must_agree_with_epoch():
     _, meta = encode_marker(Marker(5, 1, "c"))
-    with pytest.raises(KafkaSinkError, match="disagrees"):
+    with pytest.raises(KafkaConnectorError, match="disagrees"):
         decode_marker(9, meta)

@@ -31,9 +31,11 @@ from connectors.kafka._sink._reuse import (
     recorded_run,
     steady_attempt,
 )
-from connectors.stage import StageEvent, StageRun
+from connectors.stage import StageEvent
+from connectors.stage._backchannel import StageRun
 from connectors.stage._states import ParticipantState
-from txn import CommitMode, EpochPlan, Guarantee, Marker, PartitionOutcome, PartitionReport
+from txn import CommitMode, EpochPlan, Guarantee, Marker, PartitionReport
+from txn._model import PartitionOutcome
 
 M3 = Marker(3, 10, "c")
 
@@ -41,7 +43,15 @@ M3 = Marker(3, 10, "c")
 def plan(
     attempt: int = 0, parallelism: int = 2, mode: CommitMode = CommitMode.ALIGNED
 ) -> EpochPlan:
-    return EpochPlan("s", 4, parallelism, "f", Guarantee.EXACTLY_ONCE, mode, attempt=attempt)
+    return EpochPlan(
+        sink_id="s",
+        epoch=4,
+        parallelism=parallelism,
+        fingerprint="f",
+        guarantee=Guarantee.EXACTLY_ONCE,
+        mode=mode,
+        attempt=attempt,
+    )
 
 
 def run(p: EpochPlan | None = None, stage_run: int = 0) -> StageRun:
@@ -50,7 +60,11 @@ def run(p: EpochPlan | None = None, stage_run: int = 0) -> StageRun:
 
 def committed(partition: int, marker: Marker) -> PartitionReport:
     return PartitionReport(
-        marker.epoch, partition, PartitionOutcome.COMMITTED, marker.rows, marker.checksum
+        epoch=marker.epoch,
+        partition=partition,
+        outcome=PartitionOutcome.COMMITTED,
+        rows=marker.rows,
+        checksum=marker.checksum,
     )
 
 
@@ -242,7 +256,7 @@ def test_policy_learns_instances_and_markers_from_a_stage_run():
     ticket = policy.ticket(run(plan(), 0))
     assert (ticket.known_token(0, 0), ticket.known_token(0, 1)) == (None, "c")
     assert dict(ticket.markers) == {0: Marker(4, 2, "x")}
-    skipped = PartitionReport(4, 0, PartitionOutcome.ALREADY_COMMITTED)
+    skipped = PartitionReport(epoch=4, partition=0, outcome=PartitionOutcome.ALREADY_COMMITTED)
     policy.observe(run(), [skipped], [])
     assert dict(policy.ticket(run(plan(), 0)).markers) == {}
     policy.observe(run(), [committed(0, M3)], [lane(0, "a")])

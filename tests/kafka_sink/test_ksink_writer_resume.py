@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka import RecordTooLargeError
+from connectors.kafka import KafkaCode, KafkaConnectorError
 from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
-from connectors.stage import HASH_COLUMN
+from connectors.stage._rows import HASH_COLUMN
 
 
 class QueueProducer:
@@ -71,7 +71,11 @@ def test_too_large_row_is_named_after_rows_before_it_were_produced(full_on):
     keys, values = rows(10)
     values[6] = b"x" * 50
     p = QueueProducer(full_on=full_on, too_large=b"x" * 50)
-    with pytest.raises(RecordTooLargeError, match="value 50 bytes") as info:
+    with pytest.raises(
+        KafkaConnectorError,
+        match="value 50 bytes",
+        check=lambda e: e.code is KafkaCode.RECORD_TOO_LARGE,
+    ) as info:
         write(p, (keys, values))
     assert info.value.column == "value"
     assert p.sent == list(zip(keys[:6], values[:6], strict=True))
@@ -81,7 +85,9 @@ def test_row_that_did_not_fit_and_then_is_too_large_is_typed():
     keys, values = rows(5)
     values[2] = b"x" * 50
     p = QueueProducer(full_on=(3,), too_large=b"x" * 50)  # attempt 3 is row 2
-    with pytest.raises(RecordTooLargeError) as info:
+    with pytest.raises(
+        KafkaConnectorError, check=lambda e: e.code is KafkaCode.RECORD_TOO_LARGE
+    ) as info:
         write(p, (keys, values))
     assert info.value.column == "value"
     assert p.sent == list(zip(keys[:2], values[:2], strict=True))

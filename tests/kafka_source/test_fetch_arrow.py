@@ -9,9 +9,8 @@ import pyarrow as pa
 import pytest
 
 from connectors._arrow_schema import arrow_schema as spark_arrow_schema
+from connectors.kafka import KafkaCode, KafkaConnectorError
 from connectors.kafka._source import (
-    DataLossError,
-    KafkaReadTimeoutError,
     OffsetRange,
     SourceOptions,
     _consumers,
@@ -85,22 +84,26 @@ def offsets(rows: list[dict[str, Any]]) -> list[int]:
 def test_range_ending_on_control_marker(monkeypatch: pytest.MonkeyPatch) -> None:
     # 0..2 committed data, 3 commit marker; range [0,4) ends on the marker
     log = FakeLog({0: "data", 1: "data", 2: "data", 3: "ctrl"}, lso=4)
-    assert offsets(read_with(log, OffsetRange("t", 0, 0, 4), monkeypatch)) == [0, 1, 2]
+    assert offsets(
+        read_with(log, OffsetRange(topic="t", partition=0, start=0, end=4), monkeypatch)
+    ) == [0, 1, 2]
 
 
 def test_range_entirely_aborted(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({0: "aborted", 1: "aborted", 2: "ctrl", 3: "data"}, lso=4)
-    assert read_with(log, OffsetRange("t", 0, 0, 3), monkeypatch) == []
+    assert read_with(log, OffsetRange(topic="t", partition=0, start=0, end=3), monkeypatch) == []
 
 
 def test_data_beyond_end_is_not_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({i: "data" for i in range(100)}, lso=100)
-    assert offsets(read_with(log, OffsetRange("t", 0, 10, 20), monkeypatch)) == list(range(10, 20))
+    assert offsets(
+        read_with(log, OffsetRange(topic="t", partition=0, start=10, end=20), monkeypatch)
+    ) == list(range(10, 20))
 
 
 def test_consumer_config_is_read_committed(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({0: "data"}, lso=1)
-    read_with(log, OffsetRange("t", 0, 0, 1), monkeypatch)
+    read_with(log, OffsetRange(topic="t", partition=0, start=0, end=1), monkeypatch)
     conf = log.consumers[0].conf
     assert conf["isolation.level"] == "read_committed"
     assert conf["enable.auto.commit"] == "false" and conf["auto.offset.reset"] == "error"
@@ -108,26 +111,43 @@ def test_consumer_config_is_read_committed(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_empty_range_opens_no_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({}, lso=0)
-    assert read_with(log, OffsetRange("t", 0, 5, 5), monkeypatch) == []
+    assert read_with(log, OffsetRange(topic="t", partition=0, start=5, end=5), monkeypatch) == []
     assert log.consumers == []
 
 
 def test_deleted_start_fails_or_skips(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({i: "data" for i in range(10)}, lso=10, log_start=6)
-    with pytest.raises(DataLossError, match="failOnDataLoss"):
-        read_with(log, OffsetRange("t", 0, 2, 8), monkeypatch)
-    rows = read_with(log, OffsetRange("t", 0, 2, 8), monkeypatch, failOnDataLoss="false")
+    with pytest.raises(
+        KafkaConnectorError, match="failOnDataLoss", check=lambda e: e.code is KafkaCode.DATA_LOSS
+    ):
+        read_with(log, OffsetRange(topic="t", partition=0, start=2, end=8), monkeypatch)
+    rows = read_with(
+        log,
+        OffsetRange(topic="t", partition=0, start=2, end=8),
+        monkeypatch,
+        failOnDataLoss="false",
+    )
     assert offsets(rows) == [6, 7]
-    rows = read_with(log, OffsetRange("t", 0, 0, 4), monkeypatch, failOnDataLoss="false")
+    rows = read_with(
+        log,
+        OffsetRange(topic="t", partition=0, start=0, end=4),
+        monkeypatch,
+        failOnDataLoss="false",
+    )
     assert rows == []
 
 
 def test_stall_raises_timeout_instead_of_waiting_forever(monkeypatch: pytest.MonkeyPatch) -> None:
     # the range asks for offsets the consumer can never reach (LSO stuck at 2)
     log = FakeLog({0: "data", 1: "data", 2: "data"}, lso=2)
-    with pytest.raises(KafkaReadTimeoutError, match="pollTimeoutMs"):
+    with pytest.raises(
+        KafkaConnectorError, match="pollTimeoutMs", check=lambda e: e.code is KafkaCode.READ_TIMEOUT
+    ):
         read_with(
-            log, OffsetRange("t", 0, 0, 3), monkeypatch, **{"kafkaConsumer.pollTimeoutMs": "200"}
+            log,
+            OffsetRange(topic="t", partition=0, start=0, end=3),
+            monkeypatch,
+            **{"kafkaConsumer.pollTimeoutMs": "200"},
         )
 
 
@@ -135,7 +155,9 @@ def test_large_range_yields_several_batches(monkeypatch: pytest.MonkeyPatch) -> 
     n = _fetch.ARROW_BATCH_ROWS * 2 + 7
     log = FakeLog({i: "data" for i in range(n)}, lso=n)
     monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
-    batches = list(_fetch.read_range(options(), OffsetRange("t", 0, 0, n)))
+    batches = list(
+        _fetch.read_range(options(), OffsetRange(topic="t", partition=0, start=0, end=n))
+    )
     assert len(batches) == 3
     assert all(b.num_rows <= _fetch.ARROW_BATCH_ROWS for b in batches)
     assert sum(b.num_rows for b in batches) == n

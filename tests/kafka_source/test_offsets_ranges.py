@@ -5,13 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.kafka._source import (
-    DataLossError,
-    KafkaInputPartition,
-    KafkaOffsets,
-    OffsetRange,
-    SourceOptionError,
-)
+from connectors.kafka import KafkaCode, KafkaConnectorError
+from connectors.kafka._source import KafkaInputPartition, KafkaOffsets, OffsetRange
 from connectors.kafka._source._ranges import plan_ranges, rate_limit, split_ranges
 
 topics = st.text(alphabet="abcxyz-_.09", min_size=1, max_size=8)
@@ -45,16 +40,22 @@ def test_offsets_json_shape_matches_spark() -> None:
 
 
 def test_checkpoint_offsets_reject_sentinels() -> None:
-    with pytest.raises(SourceOptionError, match=">= 0"):
+    with pytest.raises(
+        KafkaConnectorError, match=">= 0", check=lambda e: e.code is KafkaCode.SOURCE_OPTION
+    ):
         KafkaOffsets.from_json_dict({"t": {"0": -1}})
-    with pytest.raises(SourceOptionError, match="integer"):
+    with pytest.raises(
+        KafkaConnectorError, match="integer", check=lambda e: e.code is KafkaCode.SOURCE_OPTION
+    ):
         KafkaOffsets.from_json_dict({"t": {"0": "5"}})
-    with pytest.raises(SourceOptionError, match="integer"):
+    with pytest.raises(
+        KafkaConnectorError, match="integer", check=lambda e: e.code is KafkaCode.SOURCE_OPTION
+    ):
         KafkaOffsets.from_json_dict({"t": {"0": True}})
 
 
 def test_range_and_partition_pickle_round_trip() -> None:
-    rng = OffsetRange("orders", 3, 10, 20)
+    rng = OffsetRange(topic="orders", partition=3, start=10, end=20)
     part = KafkaInputPartition(rng)
     assert pickle.loads(pickle.dumps(rng)) == rng
     clone = pickle.loads(pickle.dumps(part))
@@ -70,35 +71,47 @@ def test_range_and_partition_pickle_round_trip() -> None:
 def test_plan_ranges_normal_and_empty() -> None:
     start = {("t", 0): 5, ("t", 1): 7}
     end = {("t", 0): 9, ("t", 1): 7}
-    assert plan_ranges(start, end, {}, fail_on_data_loss=True) == [OffsetRange("t", 0, 5, 9)]
+    assert plan_ranges(start, end, {}, fail_on_data_loss=True) == [
+        OffsetRange(topic="t", partition=0, start=5, end=9)
+    ]
 
 
 def test_new_partition_starts_at_zero() -> None:
     ranges = plan_ranges({("t", 0): 5}, {("t", 0): 5, ("t", 1): 3}, {}, fail_on_data_loss=True)
-    assert ranges == [OffsetRange("t", 1, 0, 3)]
+    assert ranges == [OffsetRange(topic="t", partition=1, start=0, end=3)]
 
 
 def test_deleted_offsets_fail_or_skip() -> None:
     start, end, earliest = {("t", 0): 2}, {("t", 0): 10}, {("t", 0): 6}
-    with pytest.raises(DataLossError, match=r"offsets \[2,6\) were deleted.*failOnDataLoss"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match=r"offsets \[2,6\) were deleted.*failOnDataLoss",
+        check=lambda e: e.code is KafkaCode.DATA_LOSS,
+    ):
         plan_ranges(start, end, earliest, fail_on_data_loss=True)
     assert plan_ranges(start, end, earliest, fail_on_data_loss=False) == [
-        OffsetRange("t", 0, 6, 10)
+        OffsetRange(topic="t", partition=0, start=6, end=10)
     ]
     # everything in the range is gone: the range disappears
     assert plan_ranges(start, end, {("t", 0): 12}, fail_on_data_loss=False) == []
 
 
 def test_new_partition_with_deleted_head_is_data_loss() -> None:
-    with pytest.raises(DataLossError):
+    with pytest.raises(KafkaConnectorError, check=lambda e: e.code is KafkaCode.DATA_LOSS):
         plan_ranges({}, {("t", 0): 10}, {("t", 0): 4}, fail_on_data_loss=True)
 
 
 def test_offsets_going_backwards_and_vanished_partitions() -> None:
-    with pytest.raises(DataLossError, match="below the planned start"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match="below the planned start",
+        check=lambda e: e.code is KafkaCode.DATA_LOSS,
+    ):
         plan_ranges({("t", 0): 10}, {("t", 0): 3}, {}, fail_on_data_loss=True)
     assert plan_ranges({("t", 0): 10}, {("t", 0): 3}, {}, fail_on_data_loss=False) == []
-    with pytest.raises(DataLossError, match="no longer exists"):
+    with pytest.raises(
+        KafkaConnectorError, match="no longer exists", check=lambda e: e.code is KafkaCode.DATA_LOSS
+    ):
         plan_ranges({("gone", 0): 1}, {}, {}, fail_on_data_loss=True)
     assert plan_ranges({("gone", 0): 1}, {}, {}, fail_on_data_loss=False) == []
 
@@ -141,7 +154,10 @@ def test_rate_limit_invariants(parts: dict[int, tuple[int, int]], limit: int) ->
 
 
 def test_split_ranges_proportional() -> None:
-    ranges = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 300)]
+    ranges = [
+        OffsetRange(topic="t", partition=0, start=0, end=100),
+        OffsetRange(topic="t", partition=1, start=0, end=300),
+    ]
     out = split_ranges(ranges, 4)
     assert [r.size for r in out] == [100, 100, 100, 100]
     assert split_ranges(ranges, None) == ranges
@@ -149,11 +165,11 @@ def test_split_ranges_proportional() -> None:
 
 
 def test_split_never_makes_empty_pieces() -> None:
-    out = split_ranges([OffsetRange("t", 0, 10, 13)], 10)
+    out = split_ranges([OffsetRange(topic="t", partition=0, start=10, end=13)], 10)
     assert out == [
-        OffsetRange("t", 0, 10, 11),
-        OffsetRange("t", 0, 11, 12),
-        OffsetRange("t", 0, 12, 13),
+        OffsetRange(topic="t", partition=0, start=10, end=11),
+        OffsetRange(topic="t", partition=0, start=11, end=12),
+        OffsetRange(topic="t", partition=0, start=12, end=13),
     ]
 
 
@@ -162,7 +178,10 @@ def test_split_never_makes_empty_pieces() -> None:
     st.integers(1, 64),
 )
 def test_split_covers_exactly(spec: list[tuple[int, int]], min_partitions: int) -> None:
-    ranges = [OffsetRange("t", i, lo, lo + size) for i, (lo, size) in enumerate(spec)]
+    ranges = [
+        OffsetRange(topic="t", partition=i, start=lo, end=lo + size)
+        for i, (lo, size) in enumerate(spec)
+    ]
     out = split_ranges(ranges, min_partitions)
     for r in ranges:
         pieces = [p for p in out if p.partition == r.partition]
@@ -174,7 +193,10 @@ def test_split_covers_exactly(spec: list[tuple[int, int]], min_partitions: int) 
 
 
 def test_max_records_per_partition_cuts_large_ranges_only() -> None:
-    ranges = [OffsetRange("t", 0, 0, 25), OffsetRange("t", 1, 5, 15)]
+    ranges = [
+        OffsetRange(topic="t", partition=0, start=0, end=25),
+        OffsetRange(topic="t", partition=1, start=5, end=15),
+    ]
     out = split_ranges(ranges, None, 10)
     assert [(r.partition, r.start, r.end) for r in out] == [
         (0, 0, 9),
@@ -187,10 +209,12 @@ def test_max_records_per_partition_cuts_large_ranges_only() -> None:
 def test_max_records_then_min_partitions_as_in_spark() -> None:
     # ceil(100 / 60) = 2 ranges by maxRecordsPerPartition; fewer than minPartitions=4,
     # so they are split again by minPartitions.
-    out = split_ranges([OffsetRange("t", 0, 0, 100)], 4, 60)
+    out = split_ranges([OffsetRange(topic="t", partition=0, start=0, end=100)], 4, 60)
     assert [r.size for r in out] == [25, 25, 25, 25]
     # Enough ranges by maxRecordsPerPartition already: minPartitions changes nothing.
-    assert [r.size for r in split_ranges([OffsetRange("t", 0, 0, 100)], 2, 30)] == [
+    assert [
+        r.size for r in split_ranges([OffsetRange(topic="t", partition=0, start=0, end=100)], 2, 30)
+    ] == [
         25,
         25,
         25,
@@ -206,7 +230,10 @@ def test_max_records_then_min_partitions_as_in_spark() -> None:
 def test_max_records_bounds_every_piece(
     spec: list[tuple[int, int]], min_partitions: int | None, max_records: int
 ) -> None:
-    ranges = [OffsetRange("t", i, lo, lo + size) for i, (lo, size) in enumerate(spec)]
+    ranges = [
+        OffsetRange(topic="t", partition=i, start=lo, end=lo + size)
+        for i, (lo, size) in enumerate(spec)
+    ]
     out = split_ranges(ranges, min_partitions, max_records)
     assert all(0 < p.size <= max_records for p in out)
     for r in ranges:

@@ -2,12 +2,8 @@ import pickle
 
 import pytest
 
-from connectors.kafka._source import (
-    KafkaOffsets,
-    OffsetBound,
-    SourceOptionError,
-    SourceOptions,
-)
+from connectors.kafka import KafkaCode, KafkaConnectorError
+from connectors.kafka._source import KafkaOffsets, OffsetBound, SourceOptions
 from connectors.kafka._source._options import OffsetFetchRetry
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
@@ -25,8 +21,8 @@ def test_defaults_follow_spark() -> None:
     assert opts.fail_on_data_loss is True
     assert opts.include_headers is False
     assert opts.isolation_level == "read_committed"
-    assert opts.stream_starting() == OffsetBound("latest")
-    assert opts.batch_bounds() == (OffsetBound("earliest"), OffsetBound("latest"))
+    assert opts.stream_starting() == OffsetBound(kind="latest")
+    assert opts.batch_bounds() == (OffsetBound(kind="earliest"), OffsetBound(kind="latest"))
 
 
 def test_keys_are_case_insensitive_like_spark() -> None:
@@ -145,10 +141,12 @@ def test_read_uncommitted_can_be_chosen_explicitly() -> None:
     ],
 )
 def test_bad_options_raise_typed_error_naming_the_fix(options: dict[str, str], needle: str) -> None:
-    with pytest.raises(SourceOptionError, match=None) as info:
+    with pytest.raises(
+        KafkaConnectorError, match=None, check=lambda e: e.code is KafkaCode.SOURCE_OPTION
+    ) as info:
         SourceOptions.from_options(options)
     assert needle in str(info.value)
-    assert isinstance(info.value, ValueError)
+    assert not info.value.retry_stage
 
 
 @pytest.mark.parametrize(
@@ -161,7 +159,11 @@ def test_bad_options_raise_typed_error_naming_the_fix(options: dict[str, str], n
 )
 def test_stream_rejects_every_ending_option_naming_it(option: str, value: str) -> None:
     opts = parse(**{option: value})
-    with pytest.raises(SourceOptionError, match=f"option '{option}' is only valid for batch"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match=f"option '{option}' is only valid for batch",
+        check=lambda e: e.code is KafkaCode.SOURCE_OPTION,
+    ):
         opts.stream_starting()
 
 
@@ -237,7 +239,9 @@ def test_max_trigger_delay_reads_sparks_time_strings(text: str, ms: int) -> None
     ],
 )
 def test_batch_rejects_what_spark_rejects(extra: dict[str, str], needle: str) -> None:
-    with pytest.raises(SourceOptionError, match=needle):
+    with pytest.raises(
+        KafkaConnectorError, match=needle, check=lambda e: e.code is KafkaCode.SOURCE_OPTION
+    ):
         parse(**extra).batch_bounds()
 
 
@@ -254,7 +258,7 @@ def test_assign_and_specific_offsets() -> None:
     start = opts.starting_offsets
     assert start is not None and start.kind == "specific"
     assert start.offsets.as_dict() == {("a", 2): -2, ("b", 0): 7, ("b", 1): -1}
-    with pytest.raises(SourceOptionError):
+    with pytest.raises(KafkaConnectorError, check=lambda e: e.code is KafkaCode.SOURCE_OPTION):
         opts.batch_bounds()  # -1 in startingOffsets is invalid for batch
 
 
@@ -275,12 +279,12 @@ def test_options_pickle_round_trip() -> None:
     assert clone == opts
     assert hash(clone) == hash(opts)
     assert clone.starting_offsets == OffsetBound(
-        "specific",
-        KafkaOffsets.from_mapping({("orders", 0): 5, ("orders", 1): -2}),
+        kind="specific",
+        offsets=KafkaOffsets.from_mapping({("orders", 0): 5, ("orders", 1): -2}),
         option="startingOffsets",
     )
     assert clone.ending_offsets == OffsetBound(
-        "timestamp", timestamp=123, no_match="latest", option="endingTimestamp"
+        kind="timestamp", timestamp=123, no_match="latest", option="endingTimestamp"
     )
     assert clone.fetch_retry == OffsetFetchRetry(attempts=2, interval_ms=10)
 

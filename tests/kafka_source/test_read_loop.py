@@ -41,7 +41,9 @@ def test_a_poll_never_asks_for_more_than_the_range_can_hold(
 ) -> None:
     n = _fetch.ARROW_BATCH_ROWS + 10
     log = FakeLog({i: "data" for i in range(n + 50)}, lso=n + 50)
-    assert read(log, OffsetRange("t", 0, 3, n), monkeypatch) == list(range(3, n))
+    assert read(log, OffsetRange(topic="t", partition=0, start=3, end=n), monkeypatch) == list(
+        range(3, n)
+    )
     (consumer,) = log.consumers
     # a full chunk, then exactly the rest, briefly: the last poll waits for no row past the end
     assert [(pos, asked, timeout) for pos, asked, timeout, _gc in consumer.polls] == [
@@ -54,7 +56,9 @@ def test_a_poll_never_asks_for_more_than_the_range_can_hold(
 def test_one_poll_makes_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({i: "data" for i in range(30)}, lso=30)
     monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
-    batches = list(_fetch.read_range(options(), OffsetRange("t", 0, 0, 30)))
+    batches = list(
+        _fetch.read_range(options(), OffsetRange(topic="t", partition=0, start=0, end=30))
+    )
     assert [b.num_rows for b in batches] == [30]
 
 
@@ -62,7 +66,7 @@ def test_gc_is_paused_during_a_poll_only_and_restored(monkeypatch: pytest.Monkey
     log = FakeLog({i: "data" for i in range(5)}, lso=5)
     monkeypatch.setattr(_fetch._client, "consumer", lambda _cluster, conf: FakeConsumer(log, conf))
     assert gc.isenabled()
-    batches = _fetch.read_range(options(), OffsetRange("t", 0, 0, 5))
+    batches = _fetch.read_range(options(), OffsetRange(topic="t", partition=0, start=0, end=5))
     next(batches)
     assert gc.isenabled()  # on while Spark holds the batch (between two polls)
     assert list(batches) == []
@@ -70,7 +74,11 @@ def test_gc_is_paused_during_a_poll_only_and_restored(monkeypatch: pytest.Monkey
     assert [on for *_poll, on in log.consumers[0].polls] == [False]
     gc.disable()
     try:
-        assert read(FakeLog({0: "data"}, lso=1), OffsetRange("t", 0, 0, 1), monkeypatch) == [0]
+        assert read(
+            FakeLog({0: "data"}, lso=1),
+            OffsetRange(topic="t", partition=0, start=0, end=1),
+            monkeypatch,
+        ) == [0]
         assert not gc.isenabled()  # a caller's choice is left alone
     finally:
         gc.enable()
@@ -115,9 +123,18 @@ def test_data_after_an_eof_inside_one_poll_is_kept(monkeypatch: pytest.MonkeyPat
     # an EOF below the end (more data came after the fetch that reached the end) does not
     # end the range; the data after it in the same poll is kept, the data past the end not
     poll = [FakeMessage(0), FakeMessage(1), eof(2), FakeMessage(2), FakeMessage(4), eof(6)]
-    assert scripted([poll], OffsetRange("t", 0, 0, 6), monkeypatch) == [0, 1, 2, 4]
+    assert scripted([poll], OffsetRange(topic="t", partition=0, start=0, end=6), monkeypatch) == [
+        0,
+        1,
+        2,
+        4,
+    ]
     poll = [FakeMessage(0), eof(1), FakeMessage(1), FakeMessage(2), FakeMessage(3), eof(4)]
-    assert scripted([poll], OffsetRange("t", 0, 0, 3), monkeypatch) == [0, 1, 2]
+    assert scripted([poll], OffsetRange(topic="t", partition=0, start=0, end=3), monkeypatch) == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_an_eof_at_the_end_completes_the_range_and_drops_what_follows(
@@ -125,13 +142,22 @@ def test_an_eof_at_the_end_completes_the_range_and_drops_what_follows(
 ) -> None:
     # offsets 3..4 are a marker and aborted records: the EOF at 5 ends [0, 5)
     first = [FakeMessage(0), FakeMessage(1), FakeMessage(2), eof(5), FakeMessage(5)]
-    assert scripted([first], OffsetRange("t", 0, 0, 5), monkeypatch) == [0, 1, 2]
+    assert scripted([first], OffsetRange(topic="t", partition=0, start=0, end=5), monkeypatch) == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_fetch_backoff_is_short_unless_the_user_sets_it(monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeLog({0: "data"}, lso=1)
-    read(log, OffsetRange("t", 0, 0, 1), monkeypatch)
+    read(log, OffsetRange(topic="t", partition=0, start=0, end=1), monkeypatch)
     assert log.consumers[0].conf["fetch.queue.backoff.ms"] == str(_fetch.FETCH_QUEUE_BACKOFF_MS)
     log = FakeLog({0: "data"}, lso=1)
-    read(log, OffsetRange("t", 0, 0, 1), monkeypatch, **{"kafka.fetch.queue.backoff.ms": "500"})
+    read(
+        log,
+        OffsetRange(topic="t", partition=0, start=0, end=1),
+        monkeypatch,
+        **{"kafka.fetch.queue.backoff.ms": "500"},
+    )
     assert "fetch.queue.backoff.ms" not in log.consumers[0].conf  # the cluster settings carry it

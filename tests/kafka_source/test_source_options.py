@@ -14,12 +14,8 @@ import pytest
 from confluent_kafka import KafkaError
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from connectors.kafka._source import (
-    KafkaStreamReader,
-    KafkaUnavailableError,
-    OffsetSpecError,
-    SourceOptions,
-)
+from connectors.kafka import KafkaCode, KafkaConnectorError
+from connectors.kafka._source import KafkaStreamReader, SourceOptions
 from connectors.kafka._source._cluster import ClusterView
 from connectors.kafka._source._source import resolve_bound
 from connectors.kafka._source._trigger import MinOffsetsGate
@@ -52,7 +48,9 @@ def view(admin: ScriptedAdmin, opts: SourceOptions, wait_s: float = 5.0) -> Clus
 def test_fetch_offset_bounds_give_up_after_the_attempts_spark_counts() -> None:
     admin = ScriptedAdmin([DOWN], {})
     opts = options(**{"fetchOffset.numRetries": "2", "fetchOffset.retryIntervalMs": "0"})
-    with pytest.raises(KafkaUnavailableError, match=BOOTSTRAP):
+    with pytest.raises(
+        KafkaConnectorError, match=BOOTSTRAP, check=lambda e: e.code is KafkaCode.UNAVAILABLE
+    ):
         view(admin, opts, wait_s=60.0).settled_latest({("t", 0): 5})
     assert admin.metadata_calls == 2
 
@@ -91,7 +89,9 @@ def test_a_timestamp_starts_each_partition_at_its_first_record_at_or_after_it() 
 
 
 def test_no_match_fails_by_default_naming_the_partition_and_the_fix() -> None:
-    with pytest.raises(OffsetSpecError) as info:
+    with pytest.raises(
+        KafkaConnectorError, check=lambda e: e.code is KafkaCode.OFFSET_SPEC
+    ) as info:
         resolve(startingTimestamp="250")
     text = str(info.value)
     assert "startingTimestamp: no record at or after the timestamp in t-1 (timestamp 250)" in text
@@ -112,12 +112,18 @@ def test_a_match_at_or_past_the_latest_readable_offset_is_none() -> None:
     # offset 2 is not readable under read_committed, as a broker answers then.
     opts = options(startingTimestamp="300")
     admin = ScriptedAdmin([LOADED], {("t", 0): 1, ("t", 1): 1}, RECORDS)
-    with pytest.raises(OffsetSpecError, match="t-0"):
+    with pytest.raises(
+        KafkaConnectorError, match="t-0", check=lambda e: e.code is KafkaCode.OFFSET_SPEC
+    ):
         resolve_bound(view(admin, opts), opts.stream_starting(), PARTS, "startingTimestamp")
 
 
 def test_timestamps_per_partition_must_name_every_partition() -> None:
-    with pytest.raises(OffsetSpecError, match=r"missing \[\('t', 1\)\]"):
+    with pytest.raises(
+        KafkaConnectorError,
+        match=r"missing \[\('t', 1\)\]",
+        check=lambda e: e.code is KafkaCode.OFFSET_SPEC,
+    ):
         resolve(startingOffsetsByTimestamp='{"t": {"0": 100}}')
 
 

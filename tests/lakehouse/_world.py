@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from connectors.lakehouse import STAGING_DIR, TableFormat, TableResource
-from connectors.stage import HASH_COLUMN, ArrowPartition
+from connectors.lakehouse._staging import STAGING_DIR
+from connectors.lakehouse._table import TableFormat, TableResource
+from connectors.stage import ArrowPartition
+from connectors.stage._rows import HASH_COLUMN
 from txn import EpochLog, EpochPlan, FileEpochLog
-from txn.testing import FULL, CrashWorld, epoch_size
+from txn.testing import CrashWorld
+from txn.testing._crash import FULL, epoch_size
 
 ROWS_PER_EPOCH = 12
 SCHEMA = pa.schema([("id", pa.int64()), ("epoch", pa.int64()), ("payload", pa.string())])
@@ -82,7 +85,7 @@ class TableWorld(CrashWorld[ArrowPartition], abc.ABC):
         return FileEpochLog(str(self.tmp_path / "sink.epochlog"), sink_id=self.sink_id)
 
     def new_resource(self) -> TableResource:
-        return TableResource(self.table_format(), self.sink_id, "fp-1")
+        return TableResource(fmt=self.table_format(), app=self.sink_id, digest="fp-1")
 
     def rows_for(self, plan: EpochPlan, partition: int) -> ArrowPartition:
         rows = partition_rows(plan.epoch, plan.parallelism, partition, self.shape, keyed=self.keyed)

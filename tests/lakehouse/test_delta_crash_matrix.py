@@ -18,11 +18,12 @@ from urllib.parse import unquote
 
 import pytest
 
-from connectors.lakehouse import EpochCommit
 from connectors.lakehouse._delta import DeltaFormat
+from connectors.lakehouse._table import EpochCommit
 from tests.lakehouse._world import SCHEMA, TableWorld, relative_files
 from txn import CommitMode
-from txn.testing import EMPTY, FULL, ONE_ROW, PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing import PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing._crash import EMPTY, FULL, ONE_ROW
 
 deltalake = pytest.importorskip("deltalake", reason="DeltaSink needs the [delta] extra")
 
@@ -41,7 +42,7 @@ class DeltaWorld(TableWorld):
 
     def table_format(self) -> DeltaFormat:
         keys = ("id",) if self.keyed else ()
-        return DeltaFormat(str(self.table_dir), schema=SCHEMA, keys=keys)
+        return DeltaFormat(uri=str(self.table_dir), schema=SCHEMA, keys=keys)
 
     def commits_of_sink(self) -> list[int]:
         history = deltalake.DeltaTable(str(self.table_dir)).history()

@@ -15,11 +15,12 @@ from urllib.parse import urlparse
 
 import pytest
 
-from connectors.lakehouse import EpochCommit
 from connectors.lakehouse._iceberg import IcebergFormat
+from connectors.lakehouse._table import EpochCommit
 from tests.lakehouse._world import SCHEMA, TableWorld, relative_files
 from txn import CommitMode
-from txn.testing import EMPTY, FULL, ONE_ROW, PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing import PG_LIKE, Crash, crash_params, run_crash_case
+from txn.testing._crash import EMPTY, FULL, ONE_ROW
 
 pytest.importorskip("pyiceberg", reason="IcebergSink needs the [iceberg] extra")
 pytest.importorskip("sqlalchemy", reason="the SQL catalog needs the [iceberg] extra")
@@ -48,7 +49,11 @@ class IcebergWorld(TableWorld):
         return self.location
 
     def table_format(self) -> IcebergFormat:
-        return IcebergFormat("test", "db.t", catalog_properties(self.tmp_path))
+        return IcebergFormat(
+            catalog_name="test",
+            identifier="db.t",
+            catalog_properties=catalog_properties(self.tmp_path),
+        )
 
     def commits_of_sink(self) -> list[int]:
         table = self.table_format().table()

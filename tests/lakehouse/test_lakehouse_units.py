@@ -8,19 +8,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.lakehouse import (
-    DeltaSinkConfig,
-    IcebergSinkConfig,
-    LakehouseError,
-    StagedFile,
-    VoteRecord,
-)
+from connectors.lakehouse import DeltaSinkConfig, IcebergSinkConfig, LakehouseCode, LakehouseError
 from connectors.lakehouse._changes import last_changes
 from connectors.lakehouse._schema import check_layout
-from connectors.lakehouse._staging import choose
+from connectors.lakehouse._staging import StagedFile, VoteRecord, choose
 from connectors.lakehouse._table import EpochCommit
-from connectors.stage import InputSchemaError, RecordError
-from txn import CommitMode, ConfigError, ErrorAction, TxnError
+from connectors.stage import StageCode, StageError
+from txn import CommitMode, ErrorAction, TxnCode, TxnError
 
 
 def delta(**options: Any) -> DeltaSinkConfig:
@@ -55,17 +49,17 @@ def test_defaults_and_the_epoch_log_beside_the_table() -> None:
 )
 def test_bad_options_are_named(options: dict[str, Any], named: str) -> None:
     base = {"table_uri": "/data/t", "sink_id": "s", **options}
-    with pytest.raises(ConfigError, match=named):
+    with pytest.raises(TxnError, match=named, check=lambda e: e.code is TxnCode.CONFIG):
         DeltaSinkConfig.build(**base)
 
 
 def test_a_remote_table_needs_an_epoch_log_and_iceberg_refuses_upserts() -> None:
-    with pytest.raises(ConfigError, match="epoch_log"):
+    with pytest.raises(TxnError, match="epoch_log", check=lambda e: e.code is TxnCode.CONFIG):
         DeltaSinkConfig.build(table_uri="s3://bucket/t", sink_id="s")
     assert DeltaSinkConfig.build(table_uri="s3://b/t", sink_id="s", epoch_log="/l").epoch_log
-    with pytest.raises(ConfigError, match="appends only"):
+    with pytest.raises(TxnError, match="appends only", check=lambda e: e.code is TxnCode.CONFIG):
         IcebergSinkConfig.build(table="db.t", sink_id="s", write_mode="upsert", key_columns=["k"])
-    with pytest.raises(ConfigError, match="namespace.table"):
+    with pytest.raises(TxnError, match="namespace.table", check=lambda e: e.code is TxnCode.CONFIG):
         IcebergSinkConfig.build(table="t", sink_id="s")
 
 
@@ -85,20 +79,26 @@ def test_the_fingerprint_covers_what_decides_where_rows_land() -> None:
 def test_what_crosses_a_process_boundary_pickles() -> None:
     record = VoteRecord(
         epoch=3, attempt=1, partition=2, token="t", prepared=True, rows=5, checksum="c",
-        files=(StagedFile("a.parquet", 10, 5, {"stats": "{}"}),),
+        files=(StagedFile(path="a.parquet", size=10, rows=5, detail={"stats": "{}"}),),
     )  # fmt: skip
-    for thing in (delta(), record, EpochCommit("s", 3, 1, {0: (5, "c")})):
+    for thing in (
+        delta(),
+        record,
+        EpochCommit(app="s", epoch=3, attempt=1, summaries={0: (5, "c")}),
+    ):
         assert pickle.loads(pickle.dumps(thing)) == thing
     assert VoteRecord.from_json(record.to_json()) == record
-    error = pickle.loads(pickle.dumps(LakehouseError("x", code="commit-failed")))
-    assert isinstance(error, TxnError) and error.code == "commit-failed"
-    assert error.action is ErrorAction.ABORT and type(error).retry_stage
+    error = pickle.loads(pickle.dumps(LakehouseError("x", code=LakehouseCode.COMMIT_FAILED)))
+    assert isinstance(error, TxnError) and error.code is LakehouseCode.COMMIT_FAILED
+    assert error.action is ErrorAction.ABORT and error.retry_stage
 
 
 def test_the_commit_metadata_round_trips() -> None:
-    commit = EpochCommit("s", 7, 2, {0: (3, "u01"), 1: (0, "u00")})
+    commit = EpochCommit(app="s", epoch=7, attempt=2, summaries={0: (3, "u01"), 1: (0, "u00")})
     assert EpochCommit.parse(commit.metadata()) == commit
-    with_input = EpochCommit("s", 7, 2, {}, {("in", 0): 40, ("in", 1): 7})
+    with_input = EpochCommit(
+        app="s", epoch=7, attempt=2, summaries={}, input_end={("in", 0): 40, ("in", 1): 7}
+    )
     assert EpochCommit.parse(with_input.metadata()) == with_input
     assert EpochCommit.parse({"operation": "WRITE"}) is None
 
@@ -121,17 +121,23 @@ def test_the_input_check_names_the_column_and_the_fix() -> None:
     table = pa.schema([("id", pa.int64()), ("v", pa.string())])
     ok = check_layout(pa.schema([("id", pa.int64())]), table, what="T")
     assert ok.schema.names == ["id"]  # a missing nullable column is written as null
-    with pytest.raises(InputSchemaError, match="cast it") as info:
+    with pytest.raises(
+        StageError, match="cast it", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         check_layout(pa.schema([("id", pa.string())]), table, what="T")
     assert info.value.column == "id"
-    with pytest.raises(InputSchemaError, match="evolve_schema=True"):
+    with pytest.raises(
+        StageError, match="evolve_schema=True", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         check_layout(pa.schema([("x", pa.int64())]), table, what="T")
     grown = check_layout(pa.schema([("x", pa.int64())]), table, what="T", evolve_schema=True)
     assert grown.added == ("x",)
     zoned = pa.schema([("ts", pa.timestamp("us", tz="Europe/Paris"))])
     made = check_layout(zoned, None, what="T", create_table=True)
     assert made.create and made.schema.field("ts").type == pa.timestamp("us", tz="UTC")
-    with pytest.raises(InputSchemaError, match="partition by"):
+    with pytest.raises(
+        StageError, match="partition by", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         check_layout(zoned, None, what="T", create_table=True, partition_by=["ts"])
 
 
@@ -142,7 +148,7 @@ def test_the_last_change_of_each_key_and_bad_changes() -> None:
         {"k": 3, "v": "d"},
         {"k": 2, "v": "e"},
     ]
-    with pytest.raises(RecordError, match="null"):
+    with pytest.raises(StageError, match="null", check=lambda e: e.code is StageCode.RECORD):
         last_changes(pa.table({"k": [1, None]}), ("k",), None)
-    with pytest.raises(RecordError, match="op column"):
+    with pytest.raises(StageError, match="op column", check=lambda e: e.code is StageCode.RECORD):
         last_changes(pa.table({"k": [1], "op": ["upsert"]}), ("k",), "op")

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from kio.schema.errors import ErrorCode
 
-from minikafka import BrokerConfig, BrokerConfigError, NodeOp, NodeOpError
+from minikafka import BrokerConfig, BrokerConfigError, NodeOp
 from minikafka._broker import Broker
 from minikafka._cluster import (
     GROUP_COORDINATOR,
@@ -17,6 +17,7 @@ from minikafka._cluster import (
     kafka_abs,
     partition_for,
 )
+from minikafka._control import NodeOpError
 from minikafka._handlers._base import COORDINATED, Connection, RequestContext, coordinator_answer
 from tests.minikafka.clock import ManualClock
 

@@ -3,8 +3,8 @@ import pickle
 import pytest
 from confluent_kafka import KafkaError
 
-from minikafka import ApiKey, BrokerConfig, BrokerConfigError, Faults
-from minikafka._faults import resolve_api
+from minikafka import BrokerConfig, BrokerConfigError
+from minikafka._faults import ApiKey, Faults, resolve_api
 from minikafka._journal import Journal
 
 

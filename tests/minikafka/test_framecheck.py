@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from minikafka import ProtocolError
+from minikafka._errors import ProtocolError
 from minikafka._framecheck import check_frame
 from minikafka._handlers import API_TABLE
 from minikafka._protocol import parse_request, request_class

@@ -37,7 +37,10 @@ def _join(groups: GroupCoordinator, group: str) -> dict:
 
 
 def _commit(offsets: OffsetStore, clock: ManualClock, group: str) -> None:
-    offsets.commit(group, {TP: CommittedOffset(1, None, -1, clock.wall_ms())})
+    offsets.commit(
+        group,
+        {TP: CommittedOffset(offset=1, metadata=None, leader_epoch=-1, commit_ms=clock.wall_ms())},
+    )
 
 
 def test_commit_without_generation_is_allowed_only_while_the_group_has_no_members():

@@ -1,7 +1,7 @@
 import pytest
 from kio.schema.errors import ErrorCode
 
-from minikafka import KafkaProtocolError
+from minikafka._errors import KafkaProtocolError
 from minikafka._log import PartitionLog
 from minikafka._records import parse_header, split_batches
 from tests.minikafka.batches import make_batch

@@ -19,7 +19,13 @@ def _store(tmp_path: Path | None = None, clock: ManualClock | None = None) -> Of
 
 
 def _at(offset: int, commit_ms: int = 0, expire_ms: int | None = None) -> CommittedOffset:
-    return CommittedOffset(offset, f"m{offset}", -1, commit_ms, expire_ms)
+    return CommittedOffset(
+        offset=offset,
+        metadata=f"m{offset}",
+        leader_epoch=-1,
+        commit_ms=commit_ms,
+        expire_ms=expire_ms,
+    )
 
 
 def test_plain_commit_is_visible_at_once():
@@ -72,7 +78,9 @@ def test_entries_without_commit_time_count_from_their_replay():
     store = OffsetStore(Journal(None, fsync=False), clock)
     assert store.apply({"t": "off", "g": "g", "o": [["t", 0, 4, "m", -1]]})
     value, _ = store.fetch("g", TP)
-    assert value == CommittedOffset(4, "m", -1, clock.wall_ms(), None)
+    assert value == CommittedOffset(
+        offset=4, metadata="m", leader_epoch=-1, commit_ms=clock.wall_ms(), expire_ms=None
+    )
 
 
 def test_retention_of_a_group_that_never_had_members_counts_from_each_commit():

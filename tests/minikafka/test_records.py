@@ -3,7 +3,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
-from minikafka import CorruptBatchError
+from minikafka._errors import KafkaProtocolError
 from minikafka._records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -40,18 +40,24 @@ def test_split_multiple_batches():
 def test_crc_mismatch_rejected():
     raw = bytearray(make_batch([b"hello"]))
     raw[-2] ^= 0xFF
-    with pytest.raises(CorruptBatchError) as info:
+    with pytest.raises(
+        KafkaProtocolError, check=lambda e: e.error_code is ErrorCode.corrupt_message
+    ) as info:
         split_batches(bytes(raw))
     assert info.value.error_code == ErrorCode.corrupt_message
 
 
 def test_truncated_and_bad_magic_rejected():
     raw = make_batch([b"hello"])
-    with pytest.raises(CorruptBatchError):
+    with pytest.raises(
+        KafkaProtocolError, check=lambda e: e.error_code is ErrorCode.corrupt_message
+    ):
         split_batches(raw[:-1])
     bad = bytearray(raw)
     bad[16] = 1
-    with pytest.raises(CorruptBatchError, match="magic"):
+    with pytest.raises(
+        KafkaProtocolError, match="magic", check=lambda e: e.error_code is ErrorCode.corrupt_message
+    ):
         split_batches(bytes(bad))
 
 

@@ -95,7 +95,9 @@ def test_timeout_aborts_with_a_bumped_epoch_and_fences_the_producer():
     _, pid, epoch = rig.init()
     rig.open_txn(pid, epoch)
     rig.txns.add_offsets(TID, pid, epoch, "g", 0)
-    rig.offsets.add_pending("g", pid, {("t", 0): CommittedOffset(5, None, -1, 0)})
+    rig.offsets.add_pending(
+        "g", pid, {("t", 0): CommittedOffset(offset=5, metadata=None, leader_epoch=-1, commit_ms=0)}
+    )
     rig.clock.advance(TIMEOUT_MS)
     rig.txns.expire()
     assert rig.markers() == [], "not after exactly the timeout"
@@ -118,7 +120,9 @@ def test_end_txn_writes_markers_settles_offsets_and_accepts_a_retry(commit):
     assert rig.txns.add_offsets(TID, pid, epoch, "g", 0) == ErrorCode.none
     assert rig.txns.check_offsets_commit(TID, pid, epoch, "g", 3) == ErrorCode.none
     assert rig.txns.check_offsets_commit(TID, pid, epoch, "other", 3) == ErrorCode.invalid_txn_state
-    rig.offsets.add_pending("g", pid, {("t", 0): CommittedOffset(5, None, -1, 0)})
+    rig.offsets.add_pending(
+        "g", pid, {("t", 0): CommittedOffset(offset=5, metadata=None, leader_epoch=-1, commit_ms=0)}
+    )
     assert rig.txns.end_txn(TID, pid, epoch, commit, 1) == ErrorCode.none
     assert rig.markers() == [(pid, epoch, 1 if commit else 0)]
     value, unstable = rig.offsets.fetch("g", ("t", 0))

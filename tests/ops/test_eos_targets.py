@@ -17,7 +17,7 @@ from connectors.ops._kafka import KafkaAdmin, KafkaLog
 from connectors.ops._postgres import DSN_ENV, PostgresAdmin, PostgresLog
 from connectors.ops._target import needs_kafka, sink_target, verify_log
 
-CLUSTER = Cluster("h:9092")
+CLUSTER = Cluster(bootstrap_servers="h:9092")
 DSN = "host=db dbname=app user=etl password=secret-pw"
 
 

@@ -8,24 +8,11 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from connectors.postgres import (
-    ConstraintViolationError,
-    InvalidValueError,
-    PostgresEpochLogFencedError,
-    PostgresFatalError,
-    PostgresInputSchemaError,
-    PostgresRecordError,
-    PostgresTableNotFoundError,
-    PostgresWriteError,
-    PreparedTransactionLostError,
-    ValueTooLargeError,
-    _classify,
-    call_with_retry,
-    classify,
-    to_sink_error,
-)
-from connectors.stage import InputError, InputSchemaError
-from txn import EpochLogLockedError, ErrorAction, PreparedWorkLostError, can_retry_stage
+from connectors.postgres import PostgresCode, PostgresSinkError, _classify, classify
+from connectors.postgres._classify import call_with_retry, to_sink_error
+from connectors.stage import StageCode
+from connectors.stage._errors import INPUT_CODES
+from txn import ErrorAction, TxnCode, can_retry_stage, has_code
 
 
 def err(sqlstate: str) -> psycopg.Error:
@@ -78,15 +65,15 @@ def test_message_text_never_decides() -> None:
 
 def test_typed_errors_carry_action_and_sqlstate() -> None:
     c = to_sink_error(err("23505"), "writing")
-    assert isinstance(c, ConstraintViolationError) and c.sqlstate == "23505"
+    assert c.code is PostgresCode.CONSTRAINT_VIOLATION and c.sqlstate == "23505"
     assert c.action is ErrorAction.ABORT and "nothing of it is visible" in str(c)
     v = to_sink_error(err("22003"), "writing")
-    assert isinstance(v, InvalidValueError) and not can_retry_stage(v)
-    assert isinstance(to_sink_error(err("42P01"), "writing"), PostgresTableNotFoundError)
+    assert v.code is PostgresCode.INVALID_VALUE and not can_retry_stage(v)
+    assert to_sink_error(err("42P01"), "writing").code is PostgresCode.TABLE_NOT_FOUND
     f = to_sink_error(err("28P01"), "connecting")
-    assert isinstance(f, PostgresFatalError) and not can_retry_stage(f)
+    assert f.code is PostgresCode.FATAL and not can_retry_stage(f)
     r = to_sink_error(err("40001"), "committing")
-    assert type(r) is PostgresWriteError and r.action is ErrorAction.RETRY and can_retry_stage(r)
+    assert r.code is PostgresCode.WRITE and r.action is ErrorAction.RETRY and can_retry_stage(r)
     assert "committing failed (retry, SQLSTATE 40001)" in str(r)
 
 
@@ -108,7 +95,9 @@ def test_call_with_retry_retries_transient_errors_then_escalates(
     def down() -> None:
         raise err("57P03")
 
-    with pytest.raises(PostgresWriteError, match="still failing after") as info:
+    with pytest.raises(
+        PostgresSinkError, match="still failing after", check=lambda e: e.code is PostgresCode.WRITE
+    ) as info:
         call_with_retry("down", down)
     assert info.value.action is ErrorAction.ABORT
 
@@ -118,24 +107,32 @@ def test_call_with_retry_retries_transient_errors_then_escalates(
         calls.append(1)
         raise err("23505")
 
-    with pytest.raises(ConstraintViolationError):
+    with pytest.raises(
+        PostgresSinkError, check=lambda e: e.code is PostgresCode.CONSTRAINT_VIOLATION
+    ):
         call_with_retry("bad", bad)
     assert len(calls) == 1  # an abort is never retried
 
 
 ERRORS = [
-    ConstraintViolationError("c", action=ErrorAction.ABORT, sqlstate="23505", column="id"),
-    PostgresWriteError("w", action=ErrorAction.RETRY, sqlstate=None),
-    PostgresInputSchemaError("s", column="name"),
-    ValueTooLargeError("v", column="name"),
-    PostgresTableNotFoundError("t"),
-    PostgresEpochLogFencedError("f"),
-    PreparedTransactionLostError("l"),
-    PreparedTransactionLostError("l", partition=3),
+    PostgresSinkError(
+        "c",
+        action=ErrorAction.ABORT,
+        sqlstate="23505",
+        column="id",
+        code=PostgresCode.CONSTRAINT_VIOLATION,
+    ),
+    PostgresSinkError("w", action=ErrorAction.RETRY, sqlstate=None, code=PostgresCode.WRITE),
+    PostgresSinkError("s", column="name", code=StageCode.INPUT_SCHEMA),
+    PostgresSinkError("v", column="name", code=PostgresCode.VALUE_TOO_LARGE),
+    PostgresSinkError("t", code=PostgresCode.TABLE_NOT_FOUND),
+    PostgresSinkError("f", code=TxnCode.EPOCH_LOG_LOCKED),
+    PostgresSinkError("l", code=TxnCode.PREPARED_WORK_LOST),
+    PostgresSinkError("l", partition=3, code=TxnCode.PREPARED_WORK_LOST),
 ]
 
 
-@pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("error", ERRORS, ids=lambda e: e.code.name)
 def test_errors_survive_pickling_with_their_attributes(error: Exception) -> None:
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error) and str(back) == str(error)
@@ -143,16 +140,19 @@ def test_errors_survive_pickling_with_their_attributes(error: Exception) -> None
 
 
 def test_error_families() -> None:
-    schema_error = PostgresInputSchemaError("s", column="x")
-    assert isinstance(schema_error, InputSchemaError) and isinstance(schema_error, ValueError)
-    assert isinstance(ValueTooLargeError("v"), PostgresRecordError)
-    assert isinstance(PostgresRecordError("r"), InputError)
-    assert not can_retry_stage(schema_error)
-    assert isinstance(PostgresEpochLogFencedError("f"), EpochLogLockedError)
-    assert not can_retry_stage(PostgresEpochLogFencedError("f"))
+    schema_error = PostgresSinkError("s", column="x", code=StageCode.INPUT_SCHEMA)
+    assert has_code(schema_error, StageCode.INPUT_SCHEMA) and schema_error.code in INPUT_CODES
+    assert schema_error.column == "x" and not can_retry_stage(schema_error)
+    assert not can_retry_stage(PostgresSinkError("v", code=PostgresCode.VALUE_TOO_LARGE))
+    assert PostgresSinkError("r", code=StageCode.RECORD).code in INPUT_CODES
+    locked = PostgresSinkError("f", code=TxnCode.EPOCH_LOG_LOCKED)
+    assert has_code(locked, TxnCode.EPOCH_LOG_LOCKED) and not can_retry_stage(locked)
+    assert PostgresSinkError("w").code is PostgresCode.ERROR and can_retry_stage(
+        PostgresSinkError("w")
+    )
 
 
 def test_a_lost_prepared_transaction_is_txn_lost_work() -> None:
-    lost = PreparedTransactionLostError("l", partition=2)
-    assert isinstance(lost, PreparedWorkLostError) and lost.partition == 2
+    lost = PostgresSinkError("l", partition=2, code=TxnCode.PREPARED_WORK_LOST)
+    assert has_code(lost, TxnCode.PREPARED_WORK_LOST) and lost.partition == 2
     assert not can_retry_stage(lost)  # the replay redoes it, not a stage re-run

@@ -8,13 +8,13 @@ import pytest
 
 from connectors.postgres import (
     CommitProtocol,
+    PostgresCode,
     PostgresSinkConfig,
-    PostgresSinkConfigError,
-    PreparedTransactionsUnavailableError,
+    PostgresSinkError,
     WriteMode,
-    choose_two_phase,
 )
-from txn import ConfigError, Guarantee
+from connectors.postgres._resource import choose_two_phase
+from txn import Guarantee, TxnCode, has_code
 
 # A DSN pointing at a port nothing listens on: construction must not connect.
 DSN = "host=127.0.0.1 port=1 dbname=nowhere connect_timeout=1"
@@ -62,9 +62,11 @@ def test_defaults_and_enum_parsing_without_connecting() -> None:
 def test_bad_options_raise_a_config_error_naming_the_option(
     kwargs: dict[str, object], match: str
 ) -> None:
-    with pytest.raises(PostgresSinkConfigError, match=match) as info:
+    with pytest.raises(
+        PostgresSinkError, match=match, check=lambda e: e.code is TxnCode.CONFIG
+    ) as info:
         build(**kwargs)
-    assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
+    assert has_code(info.value, TxnCode.CONFIG) and not info.value.retry_stage
 
 
 def test_fingerprint_covers_what_rows_do_to_the_table() -> None:
@@ -106,17 +108,30 @@ def test_protocol_choice(protocol: str, slots: int, two_phase: bool) -> None:
 
 
 def test_forcing_two_phase_without_slots_is_refused_with_the_fix() -> None:
-    with pytest.raises(PreparedTransactionsUnavailableError, match="max_prepared_transactions"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="max_prepared_transactions",
+        check=lambda e: e.code is PostgresCode.TWO_PHASE_UNAVAILABLE,
+    ):
         choose_two_phase(build(commit_protocol="two-phase"), 0)
 
 
 def test_resource_pickles_and_knows_who_completes_prepared_work() -> None:
-    from connectors.postgres import PostgresResource, TableLayout
+    from connectors.postgres._resource import PostgresResource
+    from connectors.postgres._schema import TableLayout
 
-    layout = TableLayout("public", "t", WriteMode.APPEND, (("id", "bigint"),), ("int64",))
-    two_phase = PostgresResource(build(), True).with_layout(layout)
+    layout = TableLayout(
+        schema="public",
+        table="t",
+        write_mode=WriteMode.APPEND,
+        columns=(("id", "bigint"),),
+        arrow_types=("int64",),
+    )
+    two_phase = PostgresResource(cfg=build(), two_phase=True).with_layout(layout)
     back = pickle.loads(pickle.dumps(two_phase))
     assert back == two_phase and back.layout == layout and back.completable_by_coordinator
-    assert not PostgresResource(build(), False).completable_by_coordinator
+    assert not PostgresResource(cfg=build(), two_phase=False).completable_by_coordinator
     # Without exactly-once no task prepares anything, whatever the server allows.
-    assert not PostgresResource(build(guarantee="at-least-once"), True).completable_by_coordinator
+    assert not PostgresResource(
+        cfg=build(guarantee="at-least-once"), two_phase=True
+    ).completable_by_coordinator

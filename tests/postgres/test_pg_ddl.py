@@ -9,17 +9,7 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from connectors.postgres import (
-    PostgresInputSchemaError,
-    PostgresResource,
-    PostgresSinkConfig,
-    PostgresSinkConfigError,
-    PostgresTableNotFoundError,
-    SchemaEvolutionError,
-    TableChangedError,
-    TableInfo,
-    check_input,
-)
+from connectors.postgres import PostgresCode, PostgresSinkConfig, PostgresSinkError
 from connectors.postgres._ddl import (
     check_layout,
     column_type,
@@ -27,9 +17,12 @@ from connectors.postgres._ddl import (
     planned_table,
     quote_ident,
 )
-from connectors.postgres._schema import written_fields
+from connectors.postgres._resource import PostgresResource
+from connectors.postgres._schema import TableInfo, check_input, written_fields
 from connectors.postgres._types import check_column_type
+from connectors.stage import StageCode
 from tests.postgres.test_pg_input_check import col
+from txn import TxnCode
 
 DSN = "host=127.0.0.1 port=1"
 
@@ -88,13 +81,17 @@ def test_created_columns_take_their_input_type_as_the_input_check_maps_it(
 def test_types_without_a_column_type_are_refused_naming_the_column(
     arrow: pa.DataType, hint: str
 ) -> None:
-    with pytest.raises(PostgresInputSchemaError, match=hint) as info:
+    with pytest.raises(
+        PostgresSinkError, match=hint, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         column_type("odd", arrow)
     assert info.value.column == "odd"
 
 
 def test_names_postgresql_would_truncate_are_refused() -> None:
-    with pytest.raises(PostgresInputSchemaError, match="63 bytes"):
+    with pytest.raises(
+        PostgresSinkError, match="63 bytes", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         column_type("x" * 64, pa.int64())
     assert column_type("é" * 31, pa.int64()) == ("bigint", "int8")  # 62 bytes
 
@@ -138,14 +135,18 @@ def test_changelog_op_and_hash_columns_are_not_created() -> None:
 
 
 def test_a_missing_table_without_create_table_says_how_to_create_it() -> None:
-    with pytest.raises(PostgresTableNotFoundError, match="create_table=True"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="create_table=True",
+        check=lambda e: e.code is PostgresCode.TABLE_NOT_FOUND,
+    ):
         planned_table(None, [pa.field("id", pa.int64())], cfg())
 
 
 EXISTING = TableInfo(
-    "my schema",
-    "Orders",
-    (col("id", "int4", "integer", not_null=True), col("name", "text")),
+    schema="my schema",
+    name="Orders",
+    columns=(col("id", "int4", "integer", not_null=True), col("name", "text")),
     primary_key=("id",),
     unique_keys=(frozenset({"id"}),),
 )
@@ -176,24 +177,36 @@ def test_without_evolve_schema_a_new_column_is_the_input_check_s_error() -> None
     schema = fields(("id", pa.int32()), ("note", pa.string()))
     table = planned_table(EXISTING, written_fields(schema, cfg()), cfg())
     assert table is EXISTING
-    with pytest.raises(PostgresInputSchemaError, match="'note' does not exist"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="'note' does not exist",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         check_input(schema, table, cfg())
 
 
 def test_a_type_change_is_refused_with_the_statement_it_would_need() -> None:
     c = cfg(evolve_schema=True)
     schema = fields(("id", pa.int64()), ("name", pa.string()))  # long into integer
-    with pytest.raises(SchemaEvolutionError, match="never changes a type") as info:
+    with pytest.raises(
+        PostgresSinkError,
+        match="never changes a type",
+        check=lambda e: e.code is PostgresCode.SCHEMA_EVOLUTION,
+    ) as info:
         planned_table(EXISTING, written_fields(schema, c), c)
     assert info.value.column == "id"
     assert info.value.needed == 'ALTER TABLE "my schema"."Orders" ALTER COLUMN "id" TYPE bigint'
-    assert isinstance(info.value, PostgresInputSchemaError)
+    assert not info.value.retry_stage
 
 
 def test_a_not_null_column_missing_from_the_input_is_refused() -> None:
     c = cfg(evolve_schema=True)
     schema = fields(("name", pa.string()))
-    with pytest.raises(SchemaEvolutionError, match="never drops") as info:
+    with pytest.raises(
+        PostgresSinkError,
+        match="never drops",
+        check=lambda e: e.code is PostgresCode.SCHEMA_EVOLUTION,
+    ) as info:
         planned_table(EXISTING, written_fields(schema, c), c)
     assert info.value.column == "id"
     assert info.value.needed.endswith('ALTER COLUMN "id" DROP NOT NULL')
@@ -206,11 +219,11 @@ def test_a_nullable_column_missing_from_the_input_is_fine() -> None:
 
 
 def test_the_evolution_error_pickles_with_its_attributes() -> None:
-    err = SchemaEvolutionError("m", column="c", needed="ALTER ...")
+    err = PostgresSinkError("m", column="c", needed="ALTER ...", code=PostgresCode.SCHEMA_EVOLUTION)
     back = pickle.loads(pickle.dumps(err))
     assert (type(back), str(back), back.column, back.needed) == (
-        SchemaEvolutionError,
-        "m",
+        PostgresSinkError,
+        "[schema-evolution] m",
         "c",
         "ALTER ...",
     )
@@ -220,12 +233,22 @@ def test_check_layout_refuses_a_table_changed_by_someone_else() -> None:
     c = cfg(evolve_schema=True)
     schema = fields(("id", pa.int32()), ("note", pa.string()))
     layout = check_input(schema, planned_table(EXISTING, written_fields(schema, c), c), c)
-    with pytest.raises(TableChangedError, match="'note' .* is missing"):
+    with pytest.raises(
+        PostgresSinkError,
+        match="'note' .* is missing",
+        check=lambda e: e.code is PostgresCode.TABLE_CHANGED,
+    ):
         check_layout(EXISTING, layout)
     other = TableInfo(
-        "my schema", "Orders", (*EXISTING.columns, col("note", "int8", "bigint")), ("id",), ()
+        schema="my schema",
+        name="Orders",
+        columns=(*EXISTING.columns, col("note", "int8", "bigint")),
+        primary_key=("id",),
+        unique_keys=(),
     )
-    with pytest.raises(TableChangedError, match="is bigint"):
+    with pytest.raises(
+        PostgresSinkError, match="is bigint", check=lambda e: e.code is PostgresCode.TABLE_CHANGED
+    ):
         check_layout(other, layout)
 
 
@@ -240,7 +263,7 @@ def test_check_layout_refuses_a_table_changed_by_someone_else() -> None:
 def test_bad_follow_options_are_refused_at_construction(
     kwargs: dict[str, object], match: str
 ) -> None:
-    with pytest.raises(PostgresSinkConfigError, match=match):
+    with pytest.raises(PostgresSinkError, match=match, check=lambda e: e.code is TxnCode.CONFIG):
         cfg(**kwargs)
 
 
@@ -251,9 +274,9 @@ def test_the_plan_fingerprint_covers_the_layout_only_when_the_table_follows() ->
         start = EXISTING if c.evolve_schema else None
         wide = check_input(schema, planned_table(start, written_fields(schema, c), c), c)
         less = check_input(narrow, planned_table(start, written_fields(narrow, c), c), c)
-        resource = PostgresResource(c, True)
+        resource = PostgresResource(cfg=c, two_phase=True)
         assert resource.with_layout(wide).fingerprint() != resource.with_layout(less).fingerprint()
         assert resource.with_layout(wide).fingerprint() == resource.with_layout(wide).fingerprint()
-    plain = PostgresResource(cfg(), True)
+    plain = PostgresResource(cfg=cfg(), two_phase=True)
     less = check_input(narrow, EXISTING, cfg())
     assert plain.with_layout(less).fingerprint() == cfg().fingerprint()  # unchanged for others

@@ -9,19 +9,13 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from connectors.postgres import (
-    Gid,
-    PostgresInputSchemaError,
-    PostgresRecordError,
-    TableLayout,
-    ValueTooLargeError,
-    WriteMode,
-    parse_gid,
-)
+from connectors.postgres import PostgresCode, PostgresSinkError, WriteMode
 from connectors.postgres._encode import encode_batch, hex_bytea
-from connectors.postgres._twophase import gid_prefix
+from connectors.postgres._schema import TableLayout
+from connectors.postgres._twophase import Gid, gid_prefix, parse_gid
 from connectors.postgres._writer import merge_statement
-from connectors.stage import HASH_COLUMN
+from connectors.stage import StageCode
+from connectors.stage._rows import HASH_COLUMN
 
 
 def layout(mode: WriteMode = WriteMode.APPEND, **kw: object) -> TableLayout:
@@ -88,10 +82,14 @@ def test_changelog_drops_update_before_and_appends_the_op() -> None:
 
 
 def test_unknown_op_and_null_keys_are_record_errors() -> None:
-    with pytest.raises(PostgresRecordError, match="'upsert'") as info:
+    with pytest.raises(
+        PostgresSinkError, match="'upsert'", check=lambda e: e.code is StageCode.RECORD
+    ) as info:
         encode_batch(batch([1], ["a"], ["upsert"]), layout(WriteMode.CHANGELOG), 0)
     assert info.value.column == "op"
-    with pytest.raises(PostgresRecordError, match="null in 1 row") as info:
+    with pytest.raises(
+        PostgresSinkError, match="null in 1 row", check=lambda e: e.code is StageCode.RECORD
+    ) as info:
         encode_batch(batch([1, None], ["a", "b"]), layout(WriteMode.UPSERT), 0)
     assert info.value.column == "id"
 
@@ -101,7 +99,11 @@ def test_too_long_values_are_refused_before_sending() -> None:
         columns=(("id", "bigint"), ("name", "character varying(3)")), max_chars=(("name", 3),)
     )
     encode_batch(batch([1], ["äöü"]), limited, 0)  # characters, not bytes
-    with pytest.raises(ValueTooLargeError, match="4 characters.*allows 3") as info:
+    with pytest.raises(
+        PostgresSinkError,
+        match="4 characters.*allows 3",
+        check=lambda e: e.code is PostgresCode.VALUE_TOO_LARGE,
+    ) as info:
         encode_batch(batch([1], ["abcd"]), limited, 0)
     assert info.value.column == "name"
 
@@ -114,7 +116,9 @@ def test_a_batch_of_another_schema_is_refused() -> None:
             HASH_COLUMN: pa.array([1], pa.int64()),
         }
     )
-    with pytest.raises(PostgresInputSchemaError, match="schema changed"):
+    with pytest.raises(
+        PostgresSinkError, match="schema changed", check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ):
         encode_batch(other, layout(), 0)
 
 
@@ -144,10 +148,10 @@ def test_merge_statements() -> None:
 
 
 def test_gid_round_trip_and_foreign_gids() -> None:
-    gid = Gid("orders-eos.v2_x", 12, 3, 7)
+    gid = Gid(sink_id="orders-eos.v2_x", epoch=12, attempt=3, partition=7)
     assert str(gid) == "eos:orders-eos.v2_x:12:3:7" and parse_gid(str(gid)) == gid
     assert str(gid).startswith(gid_prefix("orders-eos.v2_x"))
-    longest = Gid("s" * 64, 2**63 - 1, 2**31, 2**31)
+    longest = Gid(sink_id="s" * 64, epoch=2**63 - 1, attempt=2**31, partition=2**31)
     assert len(str(longest).encode()) < 200  # PostgreSQL's limit for a transaction id
     for foreign in [
         "xa:1:2",

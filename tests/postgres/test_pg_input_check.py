@@ -7,16 +7,10 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from connectors.postgres import (
-    ColumnInfo,
-    PostgresInputSchemaError,
-    PostgresSinkConfig,
-    TableInfo,
-    TableLayout,
-    WriteMode,
-    check_input,
-)
+from connectors.postgres import PostgresSinkConfig, PostgresSinkError, WriteMode
+from connectors.postgres._schema import ColumnInfo, TableInfo, TableLayout, check_input
 from connectors.postgres._types import check_column_type
+from connectors.stage import StageCode
 
 DSN = "host=127.0.0.1 port=1"
 
@@ -33,14 +27,22 @@ def col(
     max_chars: int | None = None,
 ) -> ColumnInfo:
     return ColumnInfo(
-        name, sql or base, base, "b", not_null, default, generated, identity, max_chars
+        name=name,
+        type_sql=sql or base,
+        base_type=base,
+        type_kind="b",
+        not_null=not_null,
+        has_default=default,
+        generated=generated,
+        identity_always=identity,
+        max_chars=max_chars,
     )
 
 
 TABLE = TableInfo(
-    "public",
-    "orders",
-    (
+    schema="public",
+    name="orders",
+    columns=(
         col("id", "int8", "bigint", not_null=True),
         col("name", "varchar", "character varying(5)", max_chars=5),
         col("amount", "numeric", "numeric(10,2)"),
@@ -105,14 +107,18 @@ def test_type_rules(arrow: pa.DataType, base: str, ok: bool) -> None:
     if ok:
         check_column_type("c", arrow, base, base)
     else:
-        with pytest.raises(PostgresInputSchemaError) as info:
+        with pytest.raises(
+            PostgresSinkError, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+        ) as info:
             check_column_type("c", arrow, base, base)
         assert info.value.column == "c" and "'c'" in str(info.value)
 
 
 def test_narrowing_names_the_spark_type_and_the_cast() -> None:
     with pytest.raises(
-        PostgresInputSchemaError, match=r"LongType .* integer; cast it in Spark .*'int'"
+        PostgresSinkError,
+        match=r"LongType .* integer; cast it in Spark .*'int'",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
     ):
         check_column_type("id", pa.int64(), "int4", "integer")
 
@@ -136,11 +142,21 @@ def test_upsert_uses_the_primary_key_or_a_unique_key() -> None:
     assert by_pk.keys == ("id",) and by_pk.update_columns == ("name", "amount")
     by_unique = check_input(s, TABLE, cfg(write_mode="upsert", key_columns=["amount", "name"]))
     assert by_unique.keys == ("amount", "name") and by_unique.update_columns == ("id",)
-    with pytest.raises(PostgresInputSchemaError, match="not a primary key or unique index") as info:
+    with pytest.raises(
+        PostgresSinkError,
+        match="not a primary key or unique index",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ) as info:
         check_input(s, TABLE, cfg(write_mode="upsert", key_columns=["name"]))
     assert info.value.column == "name"
-    no_pk = TableInfo("public", "log", (col("id", "int8"),), (), ())
-    with pytest.raises(PostgresInputSchemaError, match="has no primary key; pass key_columns"):
+    no_pk = TableInfo(
+        schema="public", name="log", columns=(col("id", "int8"),), primary_key=(), unique_keys=()
+    )
+    with pytest.raises(
+        PostgresSinkError,
+        match="has no primary key; pass key_columns",
+        check=lambda e: e.code is StageCode.INPUT_SCHEMA,
+    ):
         check_input(schema(("id", pa.int64())), no_pk, cfg(write_mode="upsert"))
 
 
@@ -160,7 +176,9 @@ def test_upsert_uses_the_primary_key_or_a_unique_key() -> None:
 def test_input_errors_name_the_column(
     fields: tuple[tuple[str, pa.DataType], ...], mode: str, column: str, match: str
 ) -> None:
-    with pytest.raises(PostgresInputSchemaError, match=match) as info:
+    with pytest.raises(
+        PostgresSinkError, match=match, check=lambda e: e.code is StageCode.INPUT_SCHEMA
+    ) as info:
         check_input(schema(*fields), TABLE, cfg(write_mode=mode))
     assert info.value.column == column
 
@@ -176,6 +194,20 @@ def test_changelog_layout_keeps_op_out_of_the_written_columns() -> None:
 
 
 def test_layout_digest_follows_the_columns() -> None:
-    a = TableLayout("s", "t", WriteMode.UPSERT, (("id", "bigint"),), ("int64",), ("id",))
-    b = TableLayout("s", "t", WriteMode.UPSERT, (("id", "integer"),), ("int32",), ("id",))
-    assert a.digest() != b.digest() and a.digest() == TableLayout(*vars(a).values()).digest()
+    a = TableLayout(
+        schema="s",
+        table="t",
+        write_mode=WriteMode.UPSERT,
+        columns=(("id", "bigint"),),
+        arrow_types=("int64",),
+        keys=("id",),
+    )
+    b = TableLayout(
+        schema="s",
+        table="t",
+        write_mode=WriteMode.UPSERT,
+        columns=(("id", "integer"),),
+        arrow_types=("int32",),
+        keys=("id",),
+    )
+    assert a.digest() != b.digest() and a.digest() == TableLayout(**vars(a)).digest()

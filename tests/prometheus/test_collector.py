@@ -15,8 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.async_io import AsyncMetrics
 from connectors.async_io._metrics import MetricsRecorder
-from connectors.prometheus import DURATION_BUCKETS_S, PrometheusCollector
-from connectors.stage import EpochMetrics, ProgressView
+from connectors.prometheus import PrometheusCollector
+from connectors.prometheus._totals import DURATION_BUCKETS_S
+from connectors.stage import EpochMetrics
+from connectors.stage._listener import ProgressView
 from connectors.stage._metrics import MetricsBook
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -32,7 +32,16 @@ from integration_tests.support.pushgateway import (
 
 
 def epoch(batch_id: int) -> EpochMetrics:
-    return EpochMetrics("orders", batch_id, batch_id, "q1", "exactly_once", "aligned", False, True)
+    return EpochMetrics(
+        sink_id="orders",
+        batch_id=batch_id,
+        epoch=batch_id,
+        query_id="q1",
+        guarantee="exactly_once",
+        mode="aligned",
+        skipped=False,
+        committed=True,
+    )
 
 
 def committed(text: str) -> float:

@@ -9,20 +9,13 @@ from typing import Any
 
 import pytest
 
-from connectors.stage import BackChannel, StageEvent, StageRun, TaskInfo, TaskStats
-from connectors.stage._backchannel import BackChannels, require_frozen
-from connectors.stage._metrics import EpochRecorder
+from connectors.stage import BackChannel, StageEvent, TaskInfo
+from connectors.stage._backchannel import BackChannels, StageRun, require_frozen
+from connectors.stage._metrics import EpochRecorder, TaskStats
 from connectors.stage._task import bind
-from txn import (
-    CommitMode,
-    CompositeResource,
-    EpochPlan,
-    EpochResult,
-    Guarantee,
-    Member,
-    PartitionOutcome,
-    PartitionReport,
-)
+from txn import CommitMode, CompositeResource, EpochPlan, EpochResult, Guarantee, PartitionReport
+from txn._composite import Member
+from txn._model import PartitionOutcome
 from txn.testing import CommitInTaskResource, MemoryStore
 
 
@@ -59,18 +52,35 @@ class Recording(BackChannel[Ticket, Note]):
 
 
 def plan(parallelism: int = 2, mode: CommitMode = CommitMode.ALIGNED, attempt: int = 0):
-    return EpochPlan("s", 1, parallelism, "f", Guarantee.EXACTLY_ONCE, mode, attempt=attempt)
+    return EpochPlan(
+        sink_id="s",
+        epoch=1,
+        parallelism=parallelism,
+        fingerprint="f",
+        guarantee=Guarantee.EXACTLY_ONCE,
+        mode=mode,
+        attempt=attempt,
+    )
 
 
 def report(partition: int) -> PartitionReport:
-    return PartitionReport(1, partition, PartitionOutcome.COMMITTED, 1, "u1")
+    return PartitionReport(
+        epoch=1, partition=partition, outcome=PartitionOutcome.COMMITTED, rows=1, checksum="u1"
+    )
 
 
 def test_a_stage_run_carries_the_plan_attempt_the_run_and_whether_commits_are_gated():
     run = StageRun(plan=plan(attempt=2), stage_run=1)
     assert (run.plan_attempt, run.stage_run, run.gated) == (2, 1, True)
     assert not StageRun(plan=plan(mode=CommitMode.UNALIGNED)).gated
-    at_least_once = EpochPlan("s", 1, 2, "f", Guarantee.AT_LEAST_ONCE, CommitMode.ALIGNED)
+    at_least_once = EpochPlan(
+        sink_id="s",
+        epoch=1,
+        parallelism=2,
+        fingerprint="f",
+        guarantee=Guarantee.AT_LEAST_ONCE,
+        mode=CommitMode.ALIGNED,
+    )
     assert not StageRun(plan=at_least_once).gated
     assert pickle.loads(pickle.dumps(run)) == run
 
@@ -146,11 +156,13 @@ def test_tickets_and_notes_must_be_frozen_dataclasses(value):
 
 
 def test_client_set_ups_are_counted_from_the_stats_not_from_notes():
-    recorder = EpochRecorder("s", 1, None)
+    recorder = EpochRecorder(sink_id="s", batch_id=1, query_id=None)
     stats = [
         TaskStats(partition=0, clients_new=1, notes=((0, Note(0, "new")),)),
         TaskStats(partition=1, clients_new=0, notes=((0, Note(1, "kept")),)),
     ]
     recorder.stage_ran(0.1, stats, failed=False)
-    result = EpochResult(1, plan(), skipped=False, committed=True, reports=(report(0), report(1)))
+    result = EpochResult(
+        epoch=1, plan=plan(), skipped=False, committed=True, reports=(report(0), report(1))
+    )
     assert recorder.finish(result, 1).clients_new == 1

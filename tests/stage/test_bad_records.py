@@ -11,21 +11,19 @@ import pyarrow as pa
 import pytest
 
 from connectors.stage import (
-    ERROR_CLASS_COLUMN,
-    HASH_COLUMN,
     ArrowPartition,
-    BadRecordThresholdError,
     BadRow,
     CompositeSink,
     DeadLetterContext,
     SimpleConnector,
+    StageCode,
+    StageError,
     StageOptions,
     TransactionalSink,
-    bad_batch,
-    drop_rows,
-    screened,
 )
-from txn import ConfigError, Marker, Participant, RowSummary
+from connectors.stage._bad_records import ERROR_CLASS_COLUMN, bad_batch, drop_rows, screened
+from connectors.stage._rows import HASH_COLUMN
+from txn import Marker, Participant, RowSummary, TxnCode, TxnError
 
 
 class NullValues:
@@ -85,7 +83,7 @@ def batch(values: list[str | None]) -> pa.RecordBatch:
     )
 
 
-CTX = DeadLetterContext("s", 7, 1)
+CTX = DeadLetterContext(sink_id="s", epoch=7, partition=1)
 
 
 def run(
@@ -98,11 +96,15 @@ def run(
 
 
 def test_options_are_validated_at_construction() -> None:
-    with pytest.raises(ConfigError, match="on_bad_record must be one of"):
+    with pytest.raises(
+        TxnError, match="on_bad_record must be one of", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         StageOptions(on_bad_record="drop")
-    with pytest.raises(ConfigError, match="from 0 to 1"):
+    with pytest.raises(TxnError, match="from 0 to 1", check=lambda e: e.code is TxnCode.CONFIG):
         StageOptions(on_bad_record="skip", max_bad_fraction=1.5)
-    with pytest.raises(ConfigError, match="only applies with"):
+    with pytest.raises(
+        TxnError, match="only applies with", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         StageOptions(max_bad_fraction=0.1)
     assert StageOptions(on_bad_record="skip", max_bad_fraction=0).max_bad_fraction == 0.0
     assert not StageOptions().screens_records
@@ -119,10 +121,14 @@ def test_a_connector_that_does_not_classify_refuses_the_policies(tmp_path: Any) 
         tmp_path / "log",
         StageOptions(on_bad_record="skip"),  # type: ignore[arg-type]
     )
-    with pytest.raises(ConfigError, match="cannot classify bad records"):
+    with pytest.raises(
+        TxnError, match="cannot classify bad records", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         TransactionalSink(connector)
     member = TransactionalSink(SimpleConnector("m", Recorder(), check, tmp_path / "m"))  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="member sink's option"):
+    with pytest.raises(
+        TxnError, match="member sink's option", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         CompositeSink([member], sink_id="c", on_bad_record="dead-letter")
 
 
@@ -135,7 +141,7 @@ def test_dead_letter_writes_good_rows_and_hands_over_exactly_the_bad_ones() -> N
     inner, rows, summary = run("dead-letter", ["a", None, "b", None])
     assert inner.written == ["a", "b"]
     [(records, ctx)] = inner.dead
-    assert ctx == DeadLetterContext("s", 7, 1, batch_id=42)
+    assert ctx == DeadLetterContext(sink_id="s", epoch=7, partition=1, batch_id=42)
     [record] = records
     assert record.column(record.schema.get_field_index("value")).to_pylist() == [None, None]
     assert (
@@ -169,7 +175,11 @@ def test_skip_counts_and_logs_each_record_with_its_reason(caplog: pytest.LogCapt
 
 
 def test_threshold_aborts_with_a_typed_error_and_allows_up_to_the_limit() -> None:
-    with pytest.raises(BadRecordThresholdError, match="2 of 4 rows are bad") as err:
+    with pytest.raises(
+        StageError,
+        match="2 of 4 rows are bad",
+        check=lambda e: e.code is StageCode.BAD_RECORD_THRESHOLD,
+    ) as err:
         run("dead-letter", ["a", None, None, "b"], max_bad_fraction=0.25)
     assert err.value.retry_stage is False
     assert pickle.loads(pickle.dumps(err.value)).args == err.value.args
@@ -185,7 +195,7 @@ def test_an_empty_partition_and_a_partition_of_only_bad_rows() -> None:
 
 
 def test_context_pickles() -> None:
-    ctx = DeadLetterContext("s", 1, 2, 3)
+    ctx = DeadLetterContext(sink_id="s", epoch=1, partition=2, batch_id=3)
     assert pickle.loads(pickle.dumps(ctx)) == ctx
 
 

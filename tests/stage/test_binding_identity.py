@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from connectors.stage import CheckpointError, SparkConnectError
+from connectors.stage import StageCode, StageError
 from connectors.stage._binding import (
     QUERY_ID_PROPERTY,
     QueryIdentity,
@@ -84,14 +84,18 @@ def test_the_checkpoint_names_the_query(tmp_path: Path) -> None:
 def test_no_metadata_is_a_typed_error(tmp_path: Path, content: str | None) -> None:
     if content is not None:
         (tmp_path / "metadata").write_text(content)
-    with pytest.raises(CheckpointError, match="checkpointLocation"):
+    with pytest.raises(
+        StageError, match="checkpointLocation", check=lambda e: e.code is StageCode.CHECKPOINT
+    ):
         QueryIdentity(str(tmp_path)).of(_frame(connect=True), connect=True)
 
 
 def test_classic_checks_the_checkpoint_against_the_running_query(tmp_path: Path) -> None:
     location = _checkpoint(tmp_path, "q-1")
     assert QueryIdentity(location).of(_frame("q-1"), connect=False) == "q-1"
-    with pytest.raises(CheckpointError, match="belongs to query q-1"):
+    with pytest.raises(
+        StageError, match="belongs to query q-1", check=lambda e: e.code is StageCode.CHECKPOINT
+    ):
         QueryIdentity(location).of(_frame("q-2"), connect=False)
 
 
@@ -119,5 +123,7 @@ def test_connect_foreach_batch_without_a_location_is_refused(
     assert not in_connect_foreach_batch()
     monkeypatch.setitem(sys.modules, "__main__", worker)
     assert in_connect_foreach_batch()
-    with pytest.raises(SparkConnectError, match="checkpoint_location"):
+    with pytest.raises(
+        StageError, match="checkpoint_location", check=lambda e: e.code is StageCode.SPARK_CONNECT
+    ):
         QueryIdentity(None).of(_frame(connect=True), connect=True)

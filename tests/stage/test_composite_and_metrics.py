@@ -12,7 +12,8 @@ from connectors.stage import CompositeSink
 from connectors.stage._composite import SelectColumns
 from connectors.stage._listener import source_name
 from connectors.stage._metrics import EpochRecorder
-from txn import ConfigError, EpochPlan, EpochResult, PartitionOutcome, PartitionReport
+from txn import EpochPlan, EpochResult, PartitionReport, TxnCode, TxnError
+from txn._model import PartitionOutcome
 
 
 def member(name: str) -> KafkaSink:
@@ -23,12 +24,20 @@ def member(name: str) -> KafkaSink:
 def test_a_select_that_is_neither_a_function_nor_column_names_fails_at_construction(
     select: object,
 ) -> None:
-    with pytest.raises(ConfigError, match="select of member 'm-k' must be a function"):
+    with pytest.raises(
+        TxnError,
+        match="select of member 'm-k' must be a function",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         CompositeSink([(member("m-k"), select)], sink_id="m")  # type: ignore[list-item]
 
 
 def test_a_pair_must_have_two_parts() -> None:
-    with pytest.raises(ConfigError, match="sink or a \\(sink, select\\) pair"):
+    with pytest.raises(
+        TxnError,
+        match="sink or a \\(sink, select\\) pair",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         CompositeSink([(member("m-k"), None, None)], sink_id="m")  # type: ignore[list-item]
 
 
@@ -48,41 +57,47 @@ def test_column_names_become_a_picklable_projection() -> None:
 
 
 def test_metrics_count_rows_per_member_not_once_per_member() -> None:
-    plan = EpochPlan("m", 3, 4, "fp")
-    recorder = EpochRecorder("m", 3, None)
+    plan = EpochPlan(sink_id="m", epoch=3, parallelism=4, fingerprint="fp")
+    recorder = EpochRecorder(sink_id="m", batch_id=3, query_id=None)
     recorder.add_member(0, "m-k", 0, 2)
     recorder.add_member(1, "m-p", 2, 2)
     reports = (
-        PartitionReport(3, 0, PartitionOutcome.COMMITTED, rows=2600),
-        PartitionReport(3, 1, PartitionOutcome.COMMITTED, rows=2400),
-        PartitionReport(3, 2, PartitionOutcome.PREPARED, rows=2500),
-        PartitionReport(3, 3, PartitionOutcome.PREPARED, rows=2500),
+        PartitionReport(epoch=3, partition=0, outcome=PartitionOutcome.COMMITTED, rows=2600),
+        PartitionReport(epoch=3, partition=1, outcome=PartitionOutcome.COMMITTED, rows=2400),
+        PartitionReport(epoch=3, partition=2, outcome=PartitionOutcome.PREPARED, rows=2500),
+        PartitionReport(epoch=3, partition=3, outcome=PartitionOutcome.PREPARED, rows=2500),
     )
-    metrics = recorder.finish(EpochResult(3, plan, False, True, reports), appends=3)
+    metrics = recorder.finish(
+        EpochResult(epoch=3, plan=plan, skipped=False, committed=True, reports=reports), appends=3
+    )
     assert metrics.member_rows == {"m-k": 5000, "m-p": 5000}
     assert (metrics.rows, metrics.rows_written) == (5000, 10000)
     assert pickle.loads(pickle.dumps(metrics)) == metrics
 
 
 def test_members_with_the_same_sink_id_are_told_apart() -> None:
-    recorder = EpochRecorder("m", 0, None)
+    recorder = EpochRecorder(sink_id="m", batch_id=0, query_id=None)
     recorder.add_member(0, "x", 0, 1)
     recorder.add_member(1, "x", 1, 1)
     assert [m.name for m in recorder.members.values()] == ["x", "x#1"]
 
 
 def test_metrics_of_a_single_sink_and_of_a_failed_epoch() -> None:
-    plan = EpochPlan("s", 0, 2, "fp")
-    one = EpochRecorder("s", 0, None)
+    plan = EpochPlan(sink_id="s", epoch=0, parallelism=2, fingerprint="fp")
+    one = EpochRecorder(sink_id="s", batch_id=0, query_id=None)
     one.add_member(0, "s", 0, 2)
     one.add_member(0, "s", 0, 2)  # a second plan attempt notes the same share again
     reports = (
-        PartitionReport(0, 0, PartitionOutcome.COMMITTED, rows=3),
-        PartitionReport(0, 1, PartitionOutcome.ALREADY_COMMITTED, rows=4),
+        PartitionReport(epoch=0, partition=0, outcome=PartitionOutcome.COMMITTED, rows=3),
+        PartitionReport(epoch=0, partition=1, outcome=PartitionOutcome.ALREADY_COMMITTED, rows=4),
     )
-    metrics = one.finish(EpochResult(0, plan, False, True, reports), appends=2)
+    metrics = one.finish(
+        EpochResult(epoch=0, plan=plan, skipped=False, committed=True, reports=reports), appends=2
+    )
     assert (metrics.rows, metrics.rows_written, metrics.member_rows) == (3, 3, {"s": 3})
-    failed = EpochRecorder("s", 1, None).finish(None, 0, RuntimeError("boom"))
+    failed = EpochRecorder(sink_id="s", batch_id=1, query_id=None).finish(
+        None, 0, RuntimeError("boom")
+    )
     assert (failed.rows, failed.rows_written, failed.member_rows) == (0, 0, {})
 
 

@@ -8,13 +8,22 @@ import threading
 
 import pytest
 
-from connectors.stage import EpochMetrics, offsets_lag
-from connectors.stage._listener import topic_lags
+from connectors.stage import EpochMetrics
+from connectors.stage._listener import offsets_lag, topic_lags
 from connectors.stage._metrics import MetricsBook
 
 
 def epoch(batch_id: int) -> EpochMetrics:
-    return EpochMetrics("s", batch_id, batch_id, "q", "exactly_once", "aligned", False, True)
+    return EpochMetrics(
+        sink_id="s",
+        batch_id=batch_id,
+        epoch=batch_id,
+        query_id="q",
+        guarantee="exactly_once",
+        mode="aligned",
+        skipped=False,
+        committed=True,
+    )
 
 
 def test_an_observer_sees_the_kept_epochs_then_each_new_one_once_in_order() -> None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.stage import NotKafkaInputError, ResumeInputMismatchError, StageOptions
+from connectors.stage import StageCode, StageError, StageOptions
 from connectors.stage._resume import (
     EARLIEST,
     check_resumed_batch,
@@ -22,16 +22,8 @@ from connectors.stage._resume import (
     resume_point,
     starting_offsets,
 )
-from txn import (
-    ConfigError,
-    EpochCompletion,
-    EpochHistory,
-    EpochPlan,
-    EpochUnresolvedError,
-    InputOffsets,
-    decode_record,
-    encode_record,
-)
+from txn import EpochCompletion, EpochHistory, EpochPlan, InputOffsets, TxnCode, TxnError
+from txn._codec import decode_record, encode_record
 
 SINK = "resume-sink"
 RECORD, MARKER, COMPACTED = "record", "marker", "compacted"
@@ -70,13 +62,13 @@ def _history(ends: list[dict], in_doubt: bool) -> EpochHistory:
     start: dict = {}
     for epoch, end in enumerate(ends):
         offsets = InputOffsets.of(start, end)
-        plan = EpochPlan(SINK, epoch, 2, "fp", input=offsets)
+        plan = EpochPlan(sink_id=SINK, epoch=epoch, parallelism=2, fingerprint="fp", input=offsets)
         records.append(decode_record(encode_record(plan)))  # through the codec
         last = epoch == len(ends) - 1
         if not (last and in_doubt):
             records.append(EpochCompletion(SINK, epoch, committed=True))
         start = end
-    if in_doubt:  # settled: nothing of it visible (txn.settle_in_doubt)
+    if in_doubt:  # settled: nothing of it visible (txn._settle.settle_in_doubt)
         records.append(EpochCompletion(SINK, len(ends) - 1, committed=False))
     return EpochHistory.from_records(records, sink_id=SINK)  # type: ignore[arg-type]
 
@@ -117,23 +109,43 @@ def test_committed_records_and_the_resumed_query_cover_every_record_once(
         return
     moved = known[0]
     wrong = InputOffsets.of({**resolved, moved: resolved[moved] + 1}, first.end_map())
-    with pytest.raises(ResumeInputMismatchError, match=f"{moved[0]}-{moved[1]} starts at"):
+    with pytest.raises(
+        StageError,
+        match=f"{moved[0]}-{moved[1]} starts at",
+        check=lambda e: e.code is StageCode.RESUME_INPUT_MISMATCH,
+    ):
         check_resumed_batch(point, wrong)
 
 
 def _one(end: dict, other: int = 0) -> EpochHistory:
-    plan = EpochPlan(SINK, 0, 1, "fp", input=InputOffsets.of({}, end, other))
+    plan = EpochPlan(
+        sink_id=SINK,
+        epoch=0,
+        parallelism=1,
+        fingerprint="fp",
+        input=InputOffsets.of({}, end, other),
+    )
     return EpochHistory.from_records([plan, EpochCompletion(SINK, 0, committed=True)], sink_id=SINK)
 
 
 def test_topics_or_partitions_that_differ_are_named() -> None:
     point = resume_point(_one({("a", 0): 5, ("a", 1): 7}))
-    with pytest.raises(ResumeInputMismatchError, match=r"not read now: \['a'\]; new: \['c'\]"):
+    with pytest.raises(
+        StageError,
+        match=r"not read now: \['a'\]; new: \['c'\]",
+        check=lambda e: e.code is StageCode.RESUME_INPUT_MISMATCH,
+    ):
         check_resumed_batch(point, InputOffsets.of({("c", 0): 5}, {("c", 0): 9}))
-    with pytest.raises(ResumeInputMismatchError, match="a-1 is not read"):
+    with pytest.raises(
+        StageError,
+        match="a-1 is not read",
+        check=lambda e: e.code is StageCode.RESUME_INPUT_MISMATCH,
+    ):
         check_resumed_batch(point, InputOffsets.of({("a", 0): 5}, {("a", 0): 9}))
     with pytest.raises(
-        ResumeInputMismatchError, match="partitions a-1 of the output's input are gone"
+        StageError,
+        match="partitions a-1 of the output's input are gone",
+        check=lambda e: e.code is StageCode.RESUME_INPUT_MISMATCH,
     ):
         starting_offsets(point, {"a": 1})
     assert starting_offsets(point, {"a": 3}) == {"a": {"0": 5, "1": 7, "2": EARLIEST}}
@@ -141,30 +153,54 @@ def test_topics_or_partitions_that_differ_are_named() -> None:
 
 
 def test_input_that_was_not_kafka_is_refused() -> None:
-    with pytest.raises(NotKafkaInputError, match="1 streaming source"):
+    with pytest.raises(
+        StageError, match="1 streaming source", check=lambda e: e.code is StageCode.NOT_KAFKA_INPUT
+    ):
         resume_point(_one({("a", 0): 5}, other=1))
     bare = EpochHistory.from_records(
-        [EpochPlan(SINK, 0, 1, "fp"), EpochCompletion(SINK, 0, committed=True)], sink_id=SINK
+        [
+            EpochPlan(sink_id=SINK, epoch=0, parallelism=1, fingerprint="fp"),
+            EpochCompletion(SINK, 0, committed=True),
+        ],
+        sink_id=SINK,
     )
-    with pytest.raises(NotKafkaInputError, match="recorded no input offsets"):
+    with pytest.raises(
+        StageError,
+        match="recorded no input offsets",
+        check=lambda e: e.code is StageCode.NOT_KAFKA_INPUT,
+    ):
         resume_point(bare)
     point = resume_point(_one({("a", 0): 5}))
-    with pytest.raises(NotKafkaInputError, match="could not be read"):
+    with pytest.raises(
+        StageError, match="could not be read", check=lambda e: e.code is StageCode.NOT_KAFKA_INPUT
+    ):
         check_resumed_batch(point, None)
 
 
 def test_an_epoch_in_doubt_must_be_settled_first() -> None:
     history = _one({("a", 0): 5}).with_record(
-        EpochPlan(SINK, 1, 1, "fp", input=InputOffsets.of({("a", 0): 5}, {("a", 0): 8}))
+        EpochPlan(
+            sink_id=SINK,
+            epoch=1,
+            parallelism=1,
+            fingerprint="fp",
+            input=InputOffsets.of({("a", 0): 5}, {("a", 0): 8}),
+        )
     )
-    with pytest.raises(EpochUnresolvedError, match="epoch 1 .* is in doubt"):
+    with pytest.raises(
+        TxnError, match="epoch 1 .* is in doubt", check=lambda e: e.code is TxnCode.EPOCH_UNRESOLVED
+    ):
         resume_point(history)
     assert committed_point(history).as_map() == {("a", 0): 5}  # eos offsets: read-only
 
 
 def test_resume_option_is_validated() -> None:
     assert StageOptions(resume="from-output").resume == "from-output"
-    with pytest.raises(ConfigError, match="resume must be None or one of"):
+    with pytest.raises(
+        TxnError, match="resume must be None or one of", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         StageOptions(resume="latest")
-    with pytest.raises(ConfigError, match="exclude each other"):
+    with pytest.raises(
+        TxnError, match="exclude each other", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         StageOptions(resume="from-output", start_over=True)

@@ -12,17 +12,11 @@ from typing import Any
 import pytest
 
 from connectors.kafka import KafkaSink
-from connectors.stage import CompositeSink, InsufficientSlotsError, StageOptions
+from connectors.stage import CompositeSink, StageCode, StageError, StageOptions
 from connectors.stage import _shares as shares
 from connectors.stage._shares import Width, pinned, shape_epoch, split
-from txn import (
-    CommitMode,
-    CompositeResource,
-    EpochHistory,
-    EpochPlan,
-    Guarantee,
-    Member,
-)
+from txn import CommitMode, CompositeResource, EpochHistory, EpochPlan, Guarantee
+from txn._composite import Member
 
 SHARED = None
 FAKE_SC = object()  # stands for a SparkContext: only usable_slots reads it, replaced below
@@ -85,20 +79,28 @@ def test_the_composites_parallelism_is_split_and_not_capped(slots: Any) -> None:
     shape = shape_epoch(StageOptions(parallelism=5), widths(SHARED, 2, SHARED), 99, FAKE_SC)
     assert shape.widths == (2, 2, 1)
     slots.total = 4
-    with pytest.raises(InsufficientSlotsError, match="lower the composite's parallelism by 1"):
+    with pytest.raises(
+        StageError,
+        match="lower the composite's parallelism by 1",
+        check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS,
+    ):
         shape_epoch(StageOptions(parallelism=5), widths(SHARED, SHARED), 99, FAKE_SC).check()
 
 
 def test_the_slot_error_names_the_member_to_change_and_by_how_much(slots: Any) -> None:
     slots.total = 2
-    with pytest.raises(InsufficientSlotsError) as caught:
+    with pytest.raises(
+        StageError, check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS
+    ) as caught:
         shape_epoch(StageOptions(mode="aligned"), widths(2, SHARED), 2, FAKE_SC).check()
     text = str(caught.value)
     assert "all 3 write tasks" in text and "only 2 task slot(s)" in text
     assert "'m0' 2 (its parallelism option), 'm1' 1 (a share of the slots)" in text
     assert "lower 'm0''s parallelism by 1 (to 1)" in text
     slots.total = 3
-    with pytest.raises(InsufficientSlotsError) as caught:
+    with pytest.raises(
+        StageError, check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS
+    ) as caught:
         shape_epoch(StageOptions(), widths(4, 3, SHARED), 3, FAKE_SC).check()
     text = str(caught.value)  # 8 tasks, 3 slots: the largest first, then the next
     assert "lower 'm0''s parallelism by 3 (to 1)" in text
@@ -111,10 +113,18 @@ def test_more_members_than_slots(slots: Any) -> None:
     auto = shape_epoch(StageOptions(), widths(SHARED, SHARED), 1, FAKE_SC, auto_mode=True)
     assert auto.widths == (1, 1) and auto.options.mode is CommitMode.UNALIGNED
     assert not auto.options.aligned
-    with pytest.raises(InsufficientSlotsError, match="give the application 1 more task slot"):
+    with pytest.raises(
+        StageError,
+        match="give the application 1 more task slot",
+        check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS,
+    ):
         shape_epoch(StageOptions(mode="aligned"), widths(SHARED, SHARED), 1, FAKE_SC).check()
     slots.total = 2  # two slots, three tasks: the explicit member has to change, not the mode
-    with pytest.raises(InsufficientSlotsError, match="lower 'm0''s parallelism by 1"):
+    with pytest.raises(
+        StageError,
+        match="lower 'm0''s parallelism by 1",
+        check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS,
+    ):
         shape_epoch(StageOptions(), widths(2, SHARED), 2, FAKE_SC, auto_mode=True).check()
     other = StageOptions(guarantee=Guarantee.AT_LEAST_ONCE)  # no barrier stage: no check
     assert shape_epoch(other, widths(SHARED, SHARED), 1, FAKE_SC).widths == (1, 1)
@@ -140,7 +150,13 @@ def composite_fingerprint(split_: list[int]) -> str:
 
 def test_an_epoch_in_doubt_keeps_its_split_and_mode(slots: Any) -> None:
     planned = [3, 1]  # on a 4-core application, unaligned: the default would now be 1 + 1
-    plan = EpochPlan("c", 7, 4, composite_fingerprint(planned), mode=CommitMode.UNALIGNED)
+    plan = EpochPlan(
+        sink_id="c",
+        epoch=7,
+        parallelism=4,
+        fingerprint=composite_fingerprint(planned),
+        mode=CommitMode.UNALIGNED,
+    )
     history = EpochHistory.from_records([plan], sink_id="c")
     slots.total = 2
     shape = shape_epoch(
@@ -154,8 +170,14 @@ def test_an_epoch_in_doubt_keeps_its_split_and_mode(slots: Any) -> None:
     )
     assert shape.widths == (3, 1) and shape.options.mode is CommitMode.UNALIGNED
     assert shape.refusal is None
-    aligned = EpochPlan("c", 7, 4, composite_fingerprint(planned))
-    with pytest.raises(InsufficientSlotsError, match="keeps the split and mode"):
+    aligned = EpochPlan(
+        sink_id="c", epoch=7, parallelism=4, fingerprint=composite_fingerprint(planned)
+    )
+    with pytest.raises(
+        StageError,
+        match="keeps the split and mode",
+        check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS,
+    ):
         shape_epoch(  # planned aligned: it needs its 4 slots until it has committed
             StageOptions(),
             widths(SHARED, SHARED),
@@ -169,15 +191,24 @@ def test_an_epoch_in_doubt_keeps_its_split_and_mode(slots: Any) -> None:
 
 def test_pinned_split_search() -> None:
     for planned in ([1, 1], [2, 5], [6, 1]):
-        plan = EpochPlan("c", 0, sum(planned), composite_fingerprint(planned))
+        plan = EpochPlan(
+            sink_id="c",
+            epoch=0,
+            parallelism=sum(planned),
+            fingerprint=composite_fingerprint(planned),
+        )
         assert pinned(plan, [1, 1], widths(SHARED, SHARED), composite_fingerprint) == planned
-    explicit = EpochPlan("c", 0, 5, composite_fingerprint([2, 2, 1]))
+    explicit = EpochPlan(
+        sink_id="c", epoch=0, parallelism=5, fingerprint=composite_fingerprint([2, 2, 1])
+    )
     assert pinned(explicit, [2, 1, 1], widths(2, SHARED, SHARED), composite_fingerprint) == [
         2,
         2,
         1,
     ]
-    changed = EpochPlan("c", 0, 4, composite_fingerprint([2, 2]))  # the explicit one changed
+    changed = EpochPlan(
+        sink_id="c", epoch=0, parallelism=4, fingerprint=composite_fingerprint([2, 2])
+    )  # the explicit one changed
     assert pinned(changed, [3, 1], widths(3, SHARED), composite_fingerprint) is None
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from connectors.stage import InsufficientSlotsError, SparkConnectError
+from connectors.stage import StageCode, StageError
 from connectors.stage._slots import (
     SOURCE_CONF,
     SOURCE_SCHEDULER,
@@ -49,12 +49,12 @@ def test_cluster_masters_are_not_parsed(master: str) -> None:
 
 
 def test_free_slots_never_negative() -> None:
-    assert TaskSlots(4, 1, 4, SOURCE_SCHEDULER).free == 3
-    assert TaskSlots(1, 3, 1, SOURCE_SCHEDULER).free == 0
+    assert TaskSlots(total=4, running=1, executors=4, source=SOURCE_SCHEDULER).free == 3
+    assert TaskSlots(total=1, running=3, executors=1, source=SOURCE_SCHEDULER).free == 0
 
 
 def test_task_slots_pickle_round_trip() -> None:
-    slots = TaskSlots(2, 0, 2, SOURCE_SCHEDULER)
+    slots = TaskSlots(total=2, running=0, executors=2, source=SOURCE_SCHEDULER)
     assert pickle.loads(pickle.dumps(slots)) == slots
 
 
@@ -83,16 +83,25 @@ class _ConnectLikeSession:
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({"spark.master": "local[2]"}, TaskSlots(2, 0, 0, SOURCE_CONF)),
-        ({"spark.master": "local[4]", "spark.task.cpus": "2"}, TaskSlots(2, 0, 0, SOURCE_CONF)),
-        ({"spark.master": "local-cluster[2, 3, 1024]"}, TaskSlots(6, 0, 2, SOURCE_CONF)),
+        (
+            {"spark.master": "local[2]"},
+            TaskSlots(total=2, running=0, executors=0, source=SOURCE_CONF),
+        ),
+        (
+            {"spark.master": "local[4]", "spark.task.cpus": "2"},
+            TaskSlots(total=2, running=0, executors=0, source=SOURCE_CONF),
+        ),
+        (
+            {"spark.master": "local-cluster[2, 3, 1024]"},
+            TaskSlots(total=6, running=0, executors=2, source=SOURCE_CONF),
+        ),
         (
             {"spark.master": "yarn", "spark.executor.instances": "3", "spark.executor.cores": "4"},
-            TaskSlots(12, 0, 3, SOURCE_CONF),
+            TaskSlots(total=12, running=0, executors=3, source=SOURCE_CONF),
         ),
         (
             {"spark.master": "spark://h:7077", "spark.cores.max": "5"},
-            TaskSlots(5, 0, 0, SOURCE_CONF),
+            TaskSlots(total=5, running=0, executors=0, source=SOURCE_CONF),
         ),
         (
             {
@@ -114,10 +123,12 @@ def test_conf_task_slots(settings: dict[str, str], expected: TaskSlots | None) -
 @pytest.mark.parametrize("error", [AttributeError, NotImplementedError])
 def test_connect_session_counts_from_its_configuration(error: type[Exception]) -> None:
     session = _ConnectLikeSession(error, {"spark.master": "local[3]"})
-    assert task_slots(session) == TaskSlots(3, 0, 0, SOURCE_CONF)
+    assert task_slots(session) == TaskSlots(total=3, running=0, executors=0, source=SOURCE_CONF)
     assert default_parallelism(session) == 3
     check_slots(session, 3)
-    with pytest.raises(InsufficientSlotsError, match="only 3 task slot"):
+    with pytest.raises(
+        StageError, match="only 3 task slot", check=lambda e: e.code is StageCode.INSUFFICIENT_SLOTS
+    ):
         check_slots(session, 4)
 
 
@@ -128,17 +139,25 @@ def test_connect_default_parallelism_prefers_the_setting() -> None:
 
 def test_connect_session_without_a_count_gets_a_typed_error() -> None:
     session = _ConnectLikeSession(AttributeError, {"spark.master": "yarn"})
-    with pytest.raises(SparkConnectError, match="parallelism"):
+    with pytest.raises(
+        StageError, match="parallelism", check=lambda e: e.code is StageCode.SPARK_CONNECT
+    ):
         task_slots(session)
-    with pytest.raises(SparkConnectError, match="parallelism"):
+    with pytest.raises(
+        StageError, match="parallelism", check=lambda e: e.code is StageCode.SPARK_CONNECT
+    ):
         default_parallelism(session)
     check_slots(session, 100)  # unknown: left to Spark's own barrier check
 
 
 def test_no_session_gets_a_typed_error() -> None:
-    with pytest.raises(SparkConnectError, match="SparkContext"):
+    with pytest.raises(
+        StageError, match="SparkContext", check=lambda e: e.code is StageCode.SPARK_CONNECT
+    ):
         task_slots(None)  # type: ignore[arg-type]
-    with pytest.raises(SparkConnectError, match="SparkContext"):
+    with pytest.raises(
+        StageError, match="SparkContext", check=lambda e: e.code is StageCode.SPARK_CONNECT
+    ):
         check_slots(None, 1)
 
 

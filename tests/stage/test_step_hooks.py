@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.stage import DRIVER_STEPS, TASK_STEPS, StageOptions, _hooks
+from connectors.stage import StageOptions, _hooks
+from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS
 from connectors.testing import FaultPlan, InjectedFault, inject_faults
 from txn import CoordinatorStep, TaskStep
 

@@ -140,5 +140,7 @@ def test_bad_plan_files_raise_typed_errors(tmp_path, content):
 def test_pickle_round_trips(tmp_path):
     plan = FaultPlan(str(tmp_path / "f.json"))
     assert pickle.loads(pickle.dumps(plan)) == plan
-    fault = Fault("a", "mid_write", "kill", 1, 2, 3, 4)
+    fault = Fault(
+        id="a", step="mid_write", action="kill", epoch=1, partition=2, after_rows=3, times=4
+    )
     assert pickle.loads(pickle.dumps(fault)) == fault

@@ -251,7 +251,26 @@ def test_kill_app_from_a_worker_group_kills_the_whole_session(tmp_path):
 
 
 def test_fault_with_seconds_pickle_round_trips():
-    fault = Fault("s", "before_commit", "sleep", 1, 1, 0, 1, 2.5)
+    fault = Fault(
+        id="s",
+        step="before_commit",
+        action="sleep",
+        epoch=1,
+        partition=1,
+        after_rows=0,
+        times=1,
+        seconds=2.5,
+    )
     assert pickle.loads(pickle.dumps(fault)) == fault
-    waiter = Fault("w", "before_commit", "await", 1, 0, 0, 1, 60.0, "s")
+    waiter = Fault(
+        id="w",
+        step="before_commit",
+        action="await",
+        epoch=1,
+        partition=0,
+        after_rows=0,
+        times=1,
+        seconds=60.0,
+        waits_for="s",
+    )
     assert pickle.loads(pickle.dumps(waiter)) == waiter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from connectors.stage import TASK_STEPS
+from connectors.stage._hooks import TASK_STEPS
 from integration_tests.support.soak import SOAK_DRIVER_STEPS, TASK_ACTIONS, draw_faults
 
 

@@ -10,20 +10,22 @@ import pytest
 from txn import (
     EpochCompletion,
     EpochHistory,
-    EpochLogError,
     EpochPlan,
     FileEpochLog,
-    IllegalTransitionError,
     QueryBinding,
-    decode_record,
-    encode_record,
+    TxnCode,
+    TxnError,
 )
+from txn._codec import decode_record, encode_record
 
 SINK = "sink-b"
 
 
 def committed(epoch: int) -> list[object]:
-    return [EpochPlan(SINK, epoch, 2, "fp"), EpochCompletion(SINK, epoch, committed=True)]
+    return [
+        EpochPlan(sink_id=SINK, epoch=epoch, parallelism=2, fingerprint="fp"),
+        EpochCompletion(SINK, epoch, committed=True),
+    ]
 
 
 def history(*records: object) -> EpochHistory:
@@ -44,7 +46,9 @@ def test_first_binding_adopts_the_logs_epochs() -> None:
 
 def test_new_query_starts_above_every_epoch() -> None:
     h = history(*committed(0), *committed(1), QueryBinding(SINK, "q-1", 0))
-    with pytest.raises(IllegalTransitionError, match="start above epoch 1"):
+    with pytest.raises(
+        TxnError, match="start above epoch 1", check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION
+    ):
         h.with_record(QueryBinding(SINK, "q-2", 1))
     moved = h.with_record(QueryBinding(SINK, "q-2", 2))
     assert moved.epoch_of(0) == 2 and moved.binding is not None
@@ -52,15 +56,27 @@ def test_new_query_starts_above_every_epoch() -> None:
 
 
 def test_no_new_query_while_an_epoch_is_in_doubt() -> None:
-    h = history(*committed(0), QueryBinding(SINK, "q-1", 0), EpochPlan(SINK, 1, 2, "fp"))
-    with pytest.raises(IllegalTransitionError, match="epoch 1 is not committed"):
+    h = history(
+        *committed(0),
+        QueryBinding(SINK, "q-1", 0),
+        EpochPlan(sink_id=SINK, epoch=1, parallelism=2, fingerprint="fp"),
+    )
+    with pytest.raises(
+        TxnError,
+        match="epoch 1 is not committed",
+        check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+    ):
         h.with_record(QueryBinding(SINK, "q-2", 2))
 
 
 def test_open_binding_is_filled_in_with_the_same_offset() -> None:
     h = history(*committed(0), QueryBinding(SINK, "", 1))
     assert h.with_record(QueryBinding(SINK, "q-9", 1)).binding == QueryBinding(SINK, "q-9", 1)
-    with pytest.raises(IllegalTransitionError, match="keeps the reset's epoch offset"):
+    with pytest.raises(
+        TxnError,
+        match="keeps the reset's epoch offset",
+        check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+    ):
         h.with_record(QueryBinding(SINK, "q-9", 5))
 
 
@@ -84,8 +100,10 @@ def test_read_only_log_reads_while_a_coordinator_holds_it(tmp_path: Path) -> Non
             owner.append(record)  # type: ignore[arg-type]
         reader = FileEpochLog(path, sink_id=SINK, read_only=True)
         assert reader.load().is_committed(0)
-        with pytest.raises(EpochLogError, match="read-only"):
-            reader.append(EpochPlan(SINK, 1, 1, "fp"))
+        with pytest.raises(
+            TxnError, match="read-only", check=lambda e: e.code is TxnCode.EPOCH_LOG
+        ):
+            reader.append(EpochPlan(sink_id=SINK, epoch=1, parallelism=1, fingerprint="fp"))
         for record in committed(1):
             owner.append(record)  # type: ignore[arg-type]  # the owner was not fenced
         assert reader.load().is_committed(1)

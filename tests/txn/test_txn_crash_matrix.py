@@ -25,4 +25,4 @@ from txn.testing import KINDS, SHAPES, Crash, MemoryWorld, crash_params, run_cra
 def test_crash_recover_replay_is_exactly_once(
     tmp_path: Path, kind: str, mode: CommitMode, crash: Crash, shape: str
 ) -> None:
-    run_crash_case(MemoryWorld(tmp_path, kind, mode=mode, shape=shape), crash)
+    run_crash_case(MemoryWorld(tmp_path=tmp_path, kind=kind, mode=mode, shape=shape), crash)

@@ -17,21 +17,19 @@ import pytest
 from txn import (
     CommitMode,
     CoordinatorStep,
-    DeferredCompletionLog,
-    EpochAbortedError,
     EpochCompletion,
     EpochLog,
     EpochPlan,
     EpochState,
-    EpochUnresolvedError,
     FileEpochLog,
     Guarantee,
-    IllegalTransitionError,
     LogRecord,
-    ParticipantError,
     QueryBinding,
     TaskStep,
+    TxnCode,
+    TxnError,
 )
+from txn._deferred import DeferredCompletionLog
 from txn.testing import KAFKA_LIKE, KINDS, MIXED, PG_LIKE, Crash, MemoryWorld
 
 
@@ -69,7 +67,7 @@ def _durable(world: MemoryWorld) -> FileEpochLog:
 def test_the_completion_is_written_with_the_next_plan_and_flushed_on_close(
     tmp_path: Path, mode: CommitMode
 ) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE, mode=mode)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE, mode=mode)
     world.run_epochs(3)
     assert world.writes == [
         ("EpochPlan(0)",),
@@ -89,7 +87,7 @@ def test_the_completion_is_written_with_the_next_plan_and_flushed_on_close(
 
 
 def test_an_append_of_another_record_carries_the_held_completion(tmp_path: Path) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
     world.run_epoch(0)
     assert world.log is not None
     world.log.append(QueryBinding(world.sink_id, "q-1", 0))
@@ -111,7 +109,7 @@ def test_an_append_of_another_record_carries_the_held_completion(tmp_path: Path)
 def test_other_epochs_log_their_completion_at_once(
     tmp_path: Path, kind: str, guarantee: Guarantee
 ) -> None:
-    world = RecordingWorld(tmp_path, kind, guarantee=guarantee)
+    world = RecordingWorld(tmp_path=tmp_path, kind=kind, guarantee=guarantee)
     world.run_epochs(2)
     assert world.log is not None
     assert world.log.pending is None
@@ -124,7 +122,7 @@ def test_other_epochs_log_their_completion_at_once(
 def test_a_crash_after_the_call_returned_is_settled_by_the_markers_never_redone(
     tmp_path: Path,
 ) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
     world.run_epoch(0)
     world.crash()  # after the call for epoch 0 returned: its completion is lost
     assert _durable(world).load().state(0) is EpochState.PLANNED
@@ -140,9 +138,9 @@ def test_a_crash_after_the_call_returned_is_settled_by_the_markers_never_redone(
 def test_a_crash_before_the_next_plan_is_durable_loses_only_the_held_completion(
     tmp_path: Path,
 ) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
     world.run_epoch(0)
-    world.crashes = [Crash("coordinator", CoordinatorStep.BEFORE_PLAN, epoch=1)]
+    world.crashes = [Crash(where="coordinator", step=CoordinatorStep.BEFORE_PLAN, epoch=1)]
     world.run_epoch(1)
     assert world.restarts == 1
     assert world.writes == [
@@ -156,8 +154,11 @@ def test_a_crash_before_the_next_plan_is_durable_loses_only_the_held_completion(
 @pytest.mark.parametrize(
     ("failing", "committed"),
     [
-        (Crash("task", TaskStep.DECIDED, epoch=0, partition=1), [0, 2]),  # partly committed
-        (Crash("task", TaskStep.OPENED, epoch=0, times=3), []),  # nothing committed
+        (
+            Crash(where="task", step=TaskStep.DECIDED, epoch=0, partition=1),
+            [0, 2],
+        ),  # partly committed
+        (Crash(where="task", step=TaskStep.OPENED, epoch=0, times=3), []),  # nothing committed
     ],
     ids=["partial", "none"],
 )
@@ -165,7 +166,7 @@ def test_a_next_epoch_after_an_epoch_that_did_not_commit_everywhere_is_a_typed_e
     tmp_path: Path, failing: Crash, committed: list[int]
 ) -> None:
     """A function around the sink swallowed epoch 0's error and asked for epoch 1."""
-    world = RecordingWorld(tmp_path, KAFKA_LIKE, mode=CommitMode.UNALIGNED)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE, mode=CommitMode.UNALIGNED)
     world.start()
     assert world.coordinator is not None
     world.crashes = [failing]
@@ -174,7 +175,11 @@ def test_a_next_epoch_after_an_epoch_that_did_not_commit_everywhere_is_a_typed_e
     world.crashes = []
     assert sorted({c.partition for c in world.store.commits if c.epoch == 0}) == committed
     writes = list(world.writes)
-    with pytest.raises(EpochUnresolvedError, match=r"epoch 1.*write partitions \[") as info:
+    with pytest.raises(
+        TxnError,
+        match=r"epoch 1.*write partitions \[",
+        check=lambda e: e.code is TxnCode.EPOCH_UNRESOLVED,
+    ) as info:
         world.coordinator.run_epoch(1, world.parallelism, world.executor())
     assert "epoch 0" in str(info.value)
     assert world.writes == writes, "something of epoch 1 was logged"
@@ -185,8 +190,8 @@ def test_a_next_epoch_after_an_epoch_that_did_not_commit_everywhere_is_a_typed_e
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_replay_of_the_same_epoch_after_the_crash_completes_it(tmp_path: Path, kind: str) -> None:
     """The call for epoch 1 did not return (Spark replays it): redo-or-skip as before."""
-    world = RecordingWorld(tmp_path, kind)
-    world.crashes = [Crash("coordinator", CoordinatorStep.BEFORE_PLAN, epoch=2)]
+    world = RecordingWorld(tmp_path=tmp_path, kind=kind)
+    world.crashes = [Crash(where="coordinator", step=CoordinatorStep.BEFORE_PLAN, epoch=2)]
     world.run_epochs(3)
     assert world.restarts == 1
     world.close()
@@ -196,12 +201,21 @@ def test_a_replay_of_the_same_epoch_after_the_crash_completes_it(tmp_path: Path,
 def test_a_completion_held_survives_a_failed_write_and_is_not_written_twice(
     tmp_path: Path,
 ) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
     world.run_epoch(0)
     log = world.log
     assert isinstance(log, DeferredCompletionLog)
-    plan = EpochPlan(world.sink_id, 0, 3, "v1", Guarantee.EXACTLY_ONCE, CommitMode.ALIGNED)
-    with pytest.raises(IllegalTransitionError, match="epoch 0"):  # planned again: refused
+    plan = EpochPlan(
+        sink_id=world.sink_id,
+        epoch=0,
+        parallelism=3,
+        fingerprint="v1",
+        guarantee=Guarantee.EXACTLY_ONCE,
+        mode=CommitMode.ALIGNED,
+    )
+    with pytest.raises(
+        TxnError, match="epoch 0", check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION
+    ):  # planned again: refused
         log.append(plan)
     assert log.pending is not None, "a refused write dropped the held completion"
     assert _durable(world).load().state(0) is EpochState.PLANNED
@@ -213,22 +227,26 @@ def test_a_completion_held_survives_a_failed_write_and_is_not_written_twice(
 
 
 def test_a_refused_completion_is_not_held(tmp_path: Path) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
     world.run_epoch(0)
     log = world.log
     assert isinstance(log, DeferredCompletionLog)
-    with pytest.raises(IllegalTransitionError, match="epoch 5"):
+    with pytest.raises(
+        TxnError, match="epoch 5", check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION
+    ):
         log.append_deferred(EpochCompletion(world.sink_id, 5, committed=True))
     assert log.pending == EpochCompletion(world.sink_id, 0, committed=True)
     world.close()
 
 
 def test_epoch_aborted_error_keeps_nothing_held(tmp_path: Path) -> None:
-    world = RecordingWorld(tmp_path, KAFKA_LIKE, mode=CommitMode.UNALIGNED)
+    world = RecordingWorld(tmp_path=tmp_path, kind=KAFKA_LIKE, mode=CommitMode.UNALIGNED)
     world.start()
     assert world.coordinator is not None and world.log is not None
     world.store.fail_write(0, 1)
-    with pytest.raises((EpochAbortedError, ParticipantError)):
+    with pytest.raises(
+        TxnError, check=lambda e: e.code in (TxnCode.EPOCH_ABORTED, TxnCode.PARTICIPANT)
+    ):
         world.coordinator.run_epoch(0, world.parallelism, world.executor())
     assert world.log.pending is None
     world.close()

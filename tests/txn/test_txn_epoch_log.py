@@ -12,18 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from txn import (
-    ConfigError,
-    EpochCompletion,
-    EpochDecision,
-    EpochLogCorruptError,
-    EpochLogError,
-    EpochLogLockedError,
-    EpochPlan,
-    EpochState,
-    FileEpochLog,
-    IllegalTransitionError,
-)
+from txn import EpochCompletion, EpochPlan, EpochState, FileEpochLog, TxnCode, TxnError
+from txn._model import EpochDecision
 
 SINK = "sink-log"
 # How long the writer subprocess may take to start and append its first records; generous
@@ -32,8 +22,8 @@ WRITER_START_TIMEOUT_S = 120.0
 
 
 def _commit_epoch(log: FileEpochLog, epoch: int, parallelism: int = 2) -> None:
-    log.append(EpochPlan(SINK, epoch, parallelism, "fp"))
-    log.append(EpochDecision(SINK, epoch, commit=True))
+    log.append(EpochPlan(sink_id=SINK, epoch=epoch, parallelism=parallelism, fingerprint="fp"))
+    log.append(EpochDecision(sink_id=SINK, epoch=epoch, commit=True))
     log.append(EpochCompletion(SINK, epoch, committed=True))
 
 
@@ -42,7 +32,7 @@ def test_records_survive_reopen_and_generation_increases(tmp_path: Path) -> None
     with FileEpochLog(path, sink_id=SINK) as log:
         assert log.generation == 1
         _commit_epoch(log, 0)
-        log.append(EpochPlan(SINK, 1, 3, "fp"))
+        log.append(EpochPlan(sink_id=SINK, epoch=1, parallelism=3, fingerprint="fp"))
     with FileEpochLog(path, sink_id=SINK) as log:
         assert log.generation == 2
         history = log.load()
@@ -57,12 +47,18 @@ def test_records_survive_reopen_and_generation_increases(tmp_path: Path) -> None
 def test_illegal_record_is_refused_and_not_written(tmp_path: Path) -> None:
     path = tmp_path / "log"
     with FileEpochLog(path, sink_id=SINK) as log:
-        log.append(EpochPlan(SINK, 0, 2, "fp"))
-        log.append(EpochDecision(SINK, 0, commit=True))
+        log.append(EpochPlan(sink_id=SINK, epoch=0, parallelism=2, fingerprint="fp"))
+        log.append(EpochDecision(sink_id=SINK, epoch=0, commit=True))
         before = path.read_bytes()
-        with pytest.raises(IllegalTransitionError, match="commit-decided -> aborted"):
+        with pytest.raises(
+            TxnError,
+            match="commit-decided -> aborted",
+            check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+        ):
             log.append(EpochCompletion(SINK, 0, committed=False))
-        with pytest.raises(IllegalTransitionError, match="belongs to sink"):
+        with pytest.raises(
+            TxnError, match="belongs to sink", check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION
+        ):
             log.append(EpochCompletion("other", 0, committed=True))
         assert path.read_bytes() == before
 
@@ -70,7 +66,9 @@ def test_illegal_record_is_refused_and_not_written(tmp_path: Path) -> None:
 def test_second_coordinator_is_locked_out(tmp_path: Path) -> None:
     path = tmp_path / "log"
     first = FileEpochLog(path, sink_id=SINK)
-    with pytest.raises(EpochLogLockedError, match=f"pid {os.getpid()}"):
+    with pytest.raises(
+        TxnError, match=f"pid {os.getpid()}", check=lambda e: e.code is TxnCode.EPOCH_LOG_LOCKED
+    ):
         FileEpochLog(path, sink_id=SINK)
     first.close()
     with FileEpochLog(path, sink_id=SINK) as second:
@@ -80,10 +78,12 @@ def test_second_coordinator_is_locked_out(tmp_path: Path) -> None:
 def test_coordinator_whose_lock_was_broken_is_fenced(tmp_path: Path) -> None:
     path = tmp_path / "log"
     first = FileEpochLog(path, sink_id=SINK)
-    first.append(EpochPlan(SINK, 0, 1, "fp"))
+    first.append(EpochPlan(sink_id=SINK, epoch=0, parallelism=1, fingerprint="fp"))
     (tmp_path / "log.lock").unlink()  # someone removed the lock file
     with FileEpochLog(path, sink_id=SINK) as second:
-        with pytest.raises(EpochLogLockedError, match="fenced"):
+        with pytest.raises(
+            TxnError, match="fenced", check=lambda e: e.code is TxnCode.EPOCH_LOG_LOCKED
+        ):
             first.append(EpochCompletion(SINK, 0, committed=True))
         second.append(EpochCompletion(SINK, 0, committed=True))
     first.close()
@@ -93,13 +93,15 @@ def test_closed_log_refuses_use(tmp_path: Path) -> None:
     log = FileEpochLog(tmp_path / "log", sink_id=SINK)
     log.close()
     log.close()
-    with pytest.raises(EpochLogError, match="closed"):
+    with pytest.raises(TxnError, match="closed", check=lambda e: e.code is TxnCode.EPOCH_LOG):
         log.load()
 
 
 def test_log_of_another_sink_is_refused(tmp_path: Path) -> None:
     FileEpochLog(tmp_path / "log", sink_id=SINK).close()
-    with pytest.raises(ConfigError, match="belongs to sink 'sink-log'"):
+    with pytest.raises(
+        TxnError, match="belongs to sink 'sink-log'", check=lambda e: e.code is TxnCode.CONFIG
+    ):
         FileEpochLog(tmp_path / "log", sink_id="other")
 
 
@@ -107,7 +109,7 @@ def _written_log(tmp_path: Path) -> Path:
     path = tmp_path / "log"
     with FileEpochLog(path, sink_id=SINK) as log:
         _commit_epoch(log, 0)
-        log.append(EpochPlan(SINK, 1, 2, "fp"))
+        log.append(EpochPlan(sink_id=SINK, epoch=1, parallelism=2, fingerprint="fp"))
     return path
 
 
@@ -116,7 +118,9 @@ def test_truncated_file_is_reported_with_its_name(tmp_path: Path, keep: int) -> 
     path = _written_log(tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[:keep] if keep >= 0 else data[: len(data) + keep])
-    with pytest.raises(EpochLogCorruptError, match=str(path)):
+    with pytest.raises(
+        TxnError, match=str(path), check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         FileEpochLog(path, sink_id=SINK)
 
 
@@ -127,7 +131,9 @@ def test_every_flipped_byte_is_detected(tmp_path: Path) -> None:
         damaged = bytearray(data)
         damaged[i] ^= 0x01
         path.write_bytes(bytes(damaged))
-        with pytest.raises(EpochLogCorruptError, match=str(path)):
+        with pytest.raises(
+            TxnError, match=str(path), check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+        ):
             FileEpochLog(path, sink_id=SINK).close()
     path.write_bytes(data)
     with FileEpochLog(path, sink_id=SINK) as log:
@@ -139,7 +145,9 @@ def test_removed_record_is_detected(tmp_path: Path) -> None:
     lines = path.read_bytes().split(b"\n")
     del lines[2]  # the decision of epoch 0
     path.write_bytes(b"\n".join(lines))
-    with pytest.raises(EpochLogCorruptError, match="trailer"):
+    with pytest.raises(
+        TxnError, match="trailer", check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         FileEpochLog(path, sink_id=SINK)
 
 
@@ -149,7 +157,7 @@ def test_compaction_keeps_recent_history_and_facts(tmp_path: Path) -> None:
         _commit_epoch(log, 0, parallelism=7)
         for epoch in range(1, 20):
             _commit_epoch(log, epoch)
-        log.append(EpochPlan(SINK, 20, 2, "fp"))
+        log.append(EpochPlan(sink_id=SINK, epoch=20, parallelism=2, fingerprint="fp"))
     with FileEpochLog(path, sink_id=SINK, retain_epochs=3) as log:
         history = log.load()
         assert history.epochs() == [16, 17, 18, 19, 20]
@@ -157,8 +165,12 @@ def test_compaction_keeps_recent_history_and_facts(tmp_path: Path) -> None:
         assert history.is_committed(0) and history.is_committed(15)
         assert history.max_parallelism() == 7  # remembered for abort_lingering
         assert [p.epoch for p in history.in_doubt()] == [20]
-        with pytest.raises(IllegalTransitionError, match="already committed"):
-            log.append(EpochPlan(SINK, 3, 2, "fp"))
+        with pytest.raises(
+            TxnError,
+            match="already committed",
+            check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+        ):
+            log.append(EpochPlan(sink_id=SINK, epoch=3, parallelism=2, fingerprint="fp"))
     assert path.read_bytes().count(b"\n") == 2 + 13  # header, trailer, records of 16..20
 
 
@@ -170,7 +182,7 @@ WRITER = textwrap.dedent(
     history = log.load()
     epoch = (history.max_epoch() if history.max_epoch() is not None else -1) + 1
     while True:
-        log.append(EpochPlan("sink-log", epoch, 2, "fp"))
+        log.append(EpochPlan(sink_id="sink-log", epoch=epoch, parallelism=2, fingerprint="fp"))
         print(f"plan {epoch}", flush=True)
         log.append(EpochCompletion("sink-log", epoch, committed=True))
         print(f"done {epoch}", flush=True)

@@ -19,29 +19,26 @@ from txn import (
     CoordinatorStep,
     EpochCompletion,
     EpochHistory,
-    EpochLogCorruptError,
     EpochPlan,
     EpochState,
-    EpochUnresolvedError,
     FileEpochLog,
-    IllegalTransitionError,
     InputOffsets,
-    PlanMismatchError,
     QueryBinding,
     TaskStep,
-    decode_record,
-    encode_record,
-    settle_in_doubt,
+    TxnCode,
+    TxnError,
 )
-from txn._codec import seal, unseal
-from txn.testing import KAFKA_LIKE, MIXED, PG_LIKE, SINK, Crash, MemoryWorld
+from txn._codec import decode_record, encode_record, seal, unseal
+from txn._settle import settle_in_doubt
+from txn.testing import KAFKA_LIKE, MIXED, PG_LIKE, Crash, MemoryWorld
+from txn.testing._memworld import SINK
 
 OFFSETS = InputOffsets.of({("in", 0): 10, ("in", 1): 4}, {("in", 0): 15, ("in", 1): 4})
 
 
 def test_input_offsets_pickle_and_json() -> None:
     assert pickle.loads(pickle.dumps(OFFSETS)) == OFFSETS
-    plan = EpochPlan(SINK, 3, 2, "fp", input=OFFSETS)
+    plan = EpochPlan(sink_id=SINK, epoch=3, parallelism=2, fingerprint="fp", input=OFFSETS)
     assert pickle.loads(pickle.dumps(plan)) == plan
     assert OFFSETS.end_json() == '{"in":{"0":15,"1":4}}'
     assert InputOffsets.from_body(json.loads(json.dumps(OFFSETS.to_body()))) == OFFSETS
@@ -51,9 +48,9 @@ def test_input_offsets_pickle_and_json() -> None:
 
 
 def test_plan_with_input_round_trips_and_without_is_the_old_format() -> None:
-    plan = EpochPlan(SINK, 3, 2, "fp", input=OFFSETS)
+    plan = EpochPlan(sink_id=SINK, epoch=3, parallelism=2, fingerprint="fp", input=OFFSETS)
     assert decode_record(encode_record(plan)) == plan
-    bare = EpochPlan(SINK, 3, 2, "fp")
+    bare = EpochPlan(sink_id=SINK, epoch=3, parallelism=2, fingerprint="fp")
     body = unseal(encode_record(bare), source="t")
     assert "input" not in body  # the earlier releases' record, byte for byte
     assert decode_record(encode_record(bare)) == bare
@@ -71,9 +68,14 @@ def test_plan_with_input_round_trips_and_without_is_the_old_format() -> None:
     ],
 )
 def test_bad_input_is_a_corrupt_record(value: object, match: str) -> None:
-    body = unseal(encode_record(EpochPlan(SINK, 1, 1, "fp", input=OFFSETS)), source="t")
+    body = unseal(
+        encode_record(
+            EpochPlan(sink_id=SINK, epoch=1, parallelism=1, fingerprint="fp", input=OFFSETS)
+        ),
+        source="t",
+    )
     body["input"] = value
-    with pytest.raises(EpochLogCorruptError, match=match):
+    with pytest.raises(TxnError, match=match, check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT):
         decode_record(seal(body))
 
 
@@ -82,7 +84,9 @@ def test_the_file_log_keeps_the_last_committed_input_through_compaction(tmp_path
     try:
         for epoch in range(5):
             offsets = InputOffsets.of({("in", 0): epoch}, {("in", 0): epoch + 1})
-            log.append(EpochPlan(SINK, epoch, 1, "fp", input=offsets))
+            log.append(
+                EpochPlan(sink_id=SINK, epoch=epoch, parallelism=1, fingerprint="fp", input=offsets)
+            )
             log.append(EpochCompletion(SINK, epoch, committed=True))
     finally:
         log.close()
@@ -98,28 +102,40 @@ def test_the_file_log_keeps_the_last_committed_input_through_compaction(tmp_path
 
 
 def test_a_retry_must_keep_its_plans_input() -> None:
-    planned = EpochPlan(SINK, 0, 2, "fp", input=OFFSETS)
+    planned = EpochPlan(sink_id=SINK, epoch=0, parallelism=2, fingerprint="fp", input=OFFSETS)
     history = EpochHistory.from_records([planned], sink_id=SINK)
     other = InputOffsets.of({("in", 0): 10}, {("in", 0): 16})
-    with pytest.raises(IllegalTransitionError, match="input"):
-        history.with_record(EpochPlan(SINK, 0, 2, "fp", attempt=1, input=other))
-    history.with_record(EpochPlan(SINK, 0, 2, "fp", attempt=1, input=OFFSETS))
+    with pytest.raises(
+        TxnError, match="input", check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION
+    ):
+        history.with_record(
+            EpochPlan(
+                sink_id=SINK, epoch=0, parallelism=2, fingerprint="fp", attempt=1, input=other
+            )
+        )
+    history.with_record(
+        EpochPlan(sink_id=SINK, epoch=0, parallelism=2, fingerprint="fp", attempt=1, input=OFFSETS)
+    )
 
 
 def test_coordinator_plans_with_the_input_and_refuses_another_replay(tmp_path: Path) -> None:
-    world = MemoryWorld(tmp_path, KAFKA_LIKE)
+    world = MemoryWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
     coordinator = world.start()
     result = coordinator.run_epoch(0, world.parallelism, world.executor(), input_offsets=OFFSETS)
     assert result.plan is not None and result.plan.input == OFFSETS
     assert world.history().last_committed_plan() == result.plan
-    world.crashes = [Crash("task", TaskStep.DECIDED, partition=1)]
+    world.crashes = [Crash(where="task", step=TaskStep.DECIDED, partition=1)]
     later = InputOffsets.of({("in", 0): 15}, {("in", 0): 20})
     with pytest.raises(BaseException, match="crash at"):
         coordinator.run_epoch(1, world.parallelism, world.executor(), input_offsets=later)
     world.crash()
     coordinator = world.start()
     other = InputOffsets.of({("in", 0): 15}, {("in", 0): 21})
-    with pytest.raises(PlanMismatchError, match="not the batch that was planned"):
+    with pytest.raises(
+        TxnError,
+        match="not the batch that was planned",
+        check=lambda e: e.code is TxnCode.PLAN_MISMATCH,
+    ):
         coordinator.run_epoch(1, world.parallelism, world.executor(), input_offsets=other)
     done = coordinator.run_epoch(1, world.parallelism, world.executor(), input_offsets=later)
     assert done.committed and done.plan is not None and done.plan.input == later
@@ -148,8 +164,8 @@ def _settle(world: MemoryWorld) -> object:
 
 
 def test_settle_commits_an_epoch_whose_markers_show_it(tmp_path: Path) -> None:
-    world = MemoryWorld(tmp_path, KAFKA_LIKE)
-    _in_doubt(world, Crash("coordinator", CoordinatorStep.REPORTS_RECEIVED))
+    world = MemoryWorld(tmp_path=tmp_path, kind=KAFKA_LIKE)
+    _in_doubt(world, Crash(where="coordinator", step=CoordinatorStep.REPORTS_RECEIVED))
     world.crash()  # the settling process opens the log itself
     settled = _settle(world)
     assert settled == type(settled)(committed=(1,), aborted=())
@@ -159,8 +175,8 @@ def test_settle_commits_an_epoch_whose_markers_show_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", [KAFKA_LIKE, MIXED, PG_LIKE])
 def test_settle_aborts_an_epoch_nothing_of_which_is_visible(tmp_path: Path, kind: str) -> None:
-    world = MemoryWorld(tmp_path, kind)
-    _in_doubt(world, Crash("coordinator", CoordinatorStep.PLAN_LOGGED))
+    world = MemoryWorld(tmp_path=tmp_path, kind=kind)
+    _in_doubt(world, Crash(where="coordinator", step=CoordinatorStep.PLAN_LOGGED))
     world.crash()
     settled = _settle(world)
     history = world.history()
@@ -169,15 +185,23 @@ def test_settle_aborts_an_epoch_nothing_of_which_is_visible(tmp_path: Path, kind
         assert settled == type(settled)(committed=(), aborted=(1,))
     # a new query takes the aborted epoch over: its batch 0 is epoch 1
     history.with_record(QueryBinding(SINK, "q-new", 1))
-    with pytest.raises(IllegalTransitionError, match="takes over the aborted epoch 1"):
+    with pytest.raises(
+        TxnError,
+        match="takes over the aborted epoch 1",
+        check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+    ):
         history.with_record(QueryBinding(SINK, "q-new", 2))
 
 
 @pytest.mark.parametrize("kind", [KAFKA_LIKE, MIXED])
 def test_settle_refuses_a_partly_committed_epoch(tmp_path: Path, kind: str) -> None:
-    world = MemoryWorld(tmp_path, kind)
-    _in_doubt(world, Crash("task", TaskStep.DECIDED, partition=1))
+    world = MemoryWorld(tmp_path=tmp_path, kind=kind)
+    _in_doubt(world, Crash(where="task", step=TaskStep.DECIDED, partition=1))
     world.crash()
-    with pytest.raises(EpochUnresolvedError, match=r"committed on write partitions \[0"):
+    with pytest.raises(
+        TxnError,
+        match=r"committed on write partitions \[0",
+        check=lambda e: e.code is TxnCode.EPOCH_UNRESOLVED,
+    ):
         _settle(world)
     assert world.history().state(1) is EpochState.PLANNED  # nothing logged

@@ -18,21 +18,20 @@ import pytest
 from txn import (
     CommitMode,
     CoordinatorStep,
-    EpochAbortedError,
     EpochCompletion,
-    EpochDecision,
     EpochHistory,
     EpochPlan,
     EpochState,
     FileEpochLog,
-    IllegalTransitionError,
-    ParticipantError,
-    PartitionOutcome,
     PartitionReport,
-    PreparedWorkLostError,
     TaskStep,
+    TxnCode,
+    TxnError,
+    has_code,
 )
-from txn.testing import MIXED, MIXED_SPLIT, PG_LIKE, SHAPES, SINK, Crash, Loss, MemoryWorld
+from txn._model import EpochDecision, PartitionOutcome
+from txn.testing import MIXED, PG_LIKE, SHAPES, Crash, MemoryWorld
+from txn.testing._memworld import MIXED_SPLIT, SINK, Loss
 
 C = CoordinatorStep
 REDO_CRASHES = (
@@ -50,13 +49,15 @@ def redo_crash(case: str, kind: str, lost: int) -> Crash | None:
     width = MIXED_SPLIT[1] if kind == MIXED else 3  # prepared partitions: deliveries per round
     return {
         "no-crash": None,
-        "after-redo-plan": Crash("coordinator", C.PLAN_LOGGED, after=2),
-        "after-redo-reports": Crash("coordinator", C.REPORTS_RECEIVED, after=2),
+        "after-redo-plan": Crash(where="coordinator", step=C.PLAN_LOGGED, after=2),
+        "after-redo-reports": Crash(where="coordinator", step=C.REPORTS_RECEIVED, after=2),
         # delivery rounds before the redo's: the decision's, recovery's, the replay's
-        "in-redo-delivery": Crash("coordinator", C.PARTITION_DELIVERED, after=3 * width + 1),
-        "after-redo-completion": Crash("coordinator", C.COMPLETED),
+        "in-redo-delivery": Crash(
+            where="coordinator", step=C.PARTITION_DELIVERED, after=3 * width + 1
+        ),
+        "after-redo-completion": Crash(where="coordinator", step=C.COMPLETED),
         "redo-task-after-pre-commit": Crash(
-            "task", TaskStep.PRE_COMMITTED, partition=lost, after=2
+            where="task", step=TaskStep.PRE_COMMITTED, partition=lost, after=2
         ),
     }[case]
 
@@ -79,7 +80,7 @@ def _params() -> list[object]:
 def test_lost_prepared_work_is_redone_by_the_replay(
     tmp_path: Path, kind: str, mode: CommitMode, shape: str, case: str
 ) -> None:
-    world = MemoryWorld(tmp_path, kind, mode=mode, shape=shape)
+    world = MemoryWorld(tmp_path=tmp_path, kind=kind, mode=mode, shape=shape)
     lost = MIXED_SPLIT[0] if kind == MIXED else 1  # a prepared (PG-like) partition
     world.losses = [Loss(epoch=1, partition=lost)]
     crash = redo_crash(case, kind, lost)
@@ -99,16 +100,19 @@ def test_lost_prepared_work_is_redone_by_the_replay(
 def _made_up_reports(plan: EpochPlan) -> Sequence[PartitionReport]:
     """What the stage of the current release returned when Spark ran no task (no work)."""
     return [
-        PartitionReport(plan.epoch, p, PartitionOutcome.PREPARED) for p in range(plan.parallelism)
+        PartitionReport(epoch=plan.epoch, partition=p, outcome=PartitionOutcome.PREPARED)
+        for p in range(plan.parallelism)
     ]
 
 
 @pytest.mark.parametrize("mode", list(CommitMode), ids=lambda m: m.value)
 def test_a_wedged_log_of_the_current_release_recovers(tmp_path: Path, mode: CommitMode) -> None:
-    world = MemoryWorld(tmp_path, PG_LIKE, mode=mode, shape="empty")
+    world = MemoryWorld(tmp_path=tmp_path, kind=PG_LIKE, mode=mode, shape="empty")
     world.run_epoch(0)
     assert world.coordinator is not None
-    with pytest.raises(EpochAbortedError, match="decided commit"):
+    with pytest.raises(
+        TxnError, match="decided commit", check=lambda e: e.code is TxnCode.EPOCH_ABORTED
+    ):
         world.coordinator.run_epoch(1, world.parallelism, _made_up_reports)
     world.crash()
     with FileEpochLog(world.log_path, sink_id=SINK) as log:  # the wedged state
@@ -121,15 +125,19 @@ def test_a_wedged_log_of_the_current_release_recovers(tmp_path: Path, mode: Comm
 
 
 def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
-    world = MemoryWorld(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path=tmp_path, kind=PG_LIKE)
     world.losses = [Loss(epoch=1, partition=0)]
     world.run_epoch(0)
     assert world.coordinator is not None
-    with pytest.raises(EpochAbortedError, match=r"partitions \[0\]"):
+    with pytest.raises(
+        TxnError, match=r"partitions \[0\]", check=lambda e: e.code is TxnCode.EPOCH_ABORTED
+    ):
         world.coordinator.run_epoch(1, world.parallelism, world.executor())
     world.store.fail_write(1, 0)
     for _ in range(2):  # the redo fails: the decision stays, the commits stay
-        with pytest.raises(ParticipantError, match="injected write failure"):
+        with pytest.raises(
+            TxnError, match="injected write failure", check=lambda e: e.code is TxnCode.PARTICIPANT
+        ):
             world.coordinator.run_epoch(1, world.parallelism, world.executor())
         history = world.history()
         assert history.state(1) is EpochState.COMMIT_DECIDED
@@ -144,9 +152,9 @@ def test_a_failing_redo_never_aborts_the_decided_epoch(tmp_path: Path) -> None:
 
 
 def test_recover_leaves_lost_partitions_for_the_replay(tmp_path: Path) -> None:
-    world = MemoryWorld(tmp_path, PG_LIKE)
+    world = MemoryWorld(tmp_path=tmp_path, kind=PG_LIKE)
     world.losses = [Loss(epoch=1, partition=2, step=C.REPORTS_RECEIVED)]
-    world.crashes = [Crash("coordinator", C.DECISION_LOGGED)]
+    world.crashes = [Crash(where="coordinator", step=C.DECISION_LOGGED)]
     world.run_epoch(0)
     assert world.coordinator is not None
     with pytest.raises(BaseException, match="crash at"):
@@ -161,12 +169,14 @@ def test_recover_leaves_lost_partitions_for_the_replay(tmp_path: Path) -> None:
 
 # -- the history's rules for a redo plan -----------------------------------------------------
 def _decided(parallelism: int = 2) -> EpochHistory:
-    plan = EpochPlan(SINK, 0, parallelism, "v1")
-    return EpochHistory.from_records([plan, EpochDecision(SINK, 0, commit=True)], sink_id=SINK)
+    plan = EpochPlan(sink_id=SINK, epoch=0, parallelism=parallelism, fingerprint="v1")
+    return EpochHistory.from_records(
+        [plan, EpochDecision(sink_id=SINK, epoch=0, commit=True)], sink_id=SINK
+    )
 
 
 def test_a_redo_plan_keeps_the_commit_decision() -> None:
-    redo = EpochPlan(SINK, 0, 2, "v1", attempt=1)
+    redo = EpochPlan(sink_id=SINK, epoch=0, parallelism=2, fingerprint="v1", attempt=1)
     history = _decided().with_record(redo)
     assert history.state(0) is EpochState.COMMIT_DECIDED and history.plan(0) == redo
     decision = history.decision(0)
@@ -178,33 +188,47 @@ def test_a_redo_plan_keeps_the_commit_decision() -> None:
 @pytest.mark.parametrize(
     "record",
     [
-        EpochPlan(SINK, 0, 3, "v1", attempt=1),  # another parallelism
-        EpochPlan(SINK, 0, 2, "v2", attempt=1),  # another fingerprint
-        EpochPlan(SINK, 0, 2, "v1", attempt=2),  # skips an attempt
+        EpochPlan(
+            sink_id=SINK, epoch=0, parallelism=3, fingerprint="v1", attempt=1
+        ),  # another parallelism
+        EpochPlan(
+            sink_id=SINK, epoch=0, parallelism=2, fingerprint="v2", attempt=1
+        ),  # another fingerprint
+        EpochPlan(
+            sink_id=SINK, epoch=0, parallelism=2, fingerprint="v1", attempt=2
+        ),  # skips an attempt
     ],
     ids=["parallelism", "fingerprint", "attempt"],
 )
 def test_a_redo_plan_is_pinned(record: EpochPlan) -> None:
-    with pytest.raises(IllegalTransitionError):
+    with pytest.raises(TxnError, check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION):
         _decided().with_record(record)
 
 
 @pytest.mark.parametrize(
     "record",
     [
-        EpochDecision(SINK, 0, commit=False),
+        EpochDecision(sink_id=SINK, epoch=0, commit=False),
         EpochCompletion(SINK, 0, committed=False),
     ],
     ids=["abort-decision", "aborted-completion"],
 )
 def test_no_abort_after_a_redo_plan(record: EpochDecision | EpochCompletion) -> None:
-    history = _decided().with_record(EpochPlan(SINK, 0, 2, "v1", attempt=1))
-    with pytest.raises(IllegalTransitionError):
+    history = _decided().with_record(
+        EpochPlan(sink_id=SINK, epoch=0, parallelism=2, fingerprint="v1", attempt=1)
+    )
+    with pytest.raises(TxnError, check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION):
         history.with_record(record)
 
 
 def test_the_lost_work_error_survives_pickling() -> None:
     import pickle
 
-    back = pickle.loads(pickle.dumps(PreparedWorkLostError("gone", partition=4)))
-    assert type(back) is PreparedWorkLostError and str(back) == "gone" and back.partition == 4
+    back = pickle.loads(
+        pickle.dumps(TxnError("gone", partition=4, code=TxnCode.PREPARED_WORK_LOST))
+    )
+    assert (
+        has_code(back, TxnCode.PREPARED_WORK_LOST)
+        and str(back) == "[prepared-work-lost] gone"
+        and back.partition == 4
+    )

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txn import CommitMode, CoordinatorStep, TaskStep
-from txn.testing import KAFKA_LIKE, KINDS, MIXED, MIXED_SPLIT, SHAPES, Crash, Loss, MemoryWorld
+from txn.testing import KAFKA_LIKE, KINDS, MIXED, SHAPES, Crash, MemoryWorld
+from txn.testing._memworld import MIXED_SPLIT, Loss
 
 EPOCHS = 5
 POINTS: list[tuple[str, CoordinatorStep | TaskStep | None]] = [
@@ -28,8 +29,8 @@ POINTS: list[tuple[str, CoordinatorStep | TaskStep | None]] = [
 def crashes(draw: st.DrawFn) -> Crash:
     where, step = draw(st.sampled_from(POINTS))
     return Crash(
-        where,
-        step,
+        where=where,
+        step=step,
         epoch=draw(st.integers(0, EPOCHS - 1)),
         partition=draw(st.one_of(st.none(), st.integers(0, 2))) if where == "task" else None,
         after=draw(st.integers(1, 3)),
@@ -75,7 +76,7 @@ def test_random_crash_schedules_keep_exactly_once(
     kind: str, mode: CommitMode, shape: str, schedule: list[Crash], data: st.DataObject
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        world = MemoryWorld(Path(tmp), kind, mode=mode, shape=shape)
+        world = MemoryWorld(tmp_path=Path(tmp), kind=kind, mode=mode, shape=shape)
         world.crashes = schedule
         world.losses = data.draw(losses(kind))
         world.run_epochs(EPOCHS)

@@ -8,20 +8,18 @@ import pytest
 
 from txn import (
     CommitMode,
-    ConfigError,
     EpochCompletion,
-    EpochDecision,
     EpochHistory,
-    EpochLogCorruptError,
     EpochPlan,
     EpochState,
     Guarantee,
-    IllegalTransitionError,
     LogRecord,
-    check_next_record,
-    decode_record,
-    encode_record,
+    TxnCode,
+    TxnError,
 )
+from txn._codec import decode_record, encode_record
+from txn._history import check_next_record
+from txn._model import EpochDecision
 
 S = EpochState
 SINK = "s"
@@ -45,7 +43,11 @@ def test_transition_table(src: EpochState, dst: EpochState) -> None:
     if (src, dst) in LEGAL:
         assert src.transition(dst) is dst
     else:
-        with pytest.raises(IllegalTransitionError, match=f"{src.value} -> {dst.value}"):
+        with pytest.raises(
+            TxnError,
+            match=f"{src.value} -> {dst.value}",
+            check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION,
+        ):
             src.transition(dst, epoch=4)
 
 
@@ -55,7 +57,9 @@ def test_state_flags() -> None:
 
 
 def plan(epoch: int, parallelism: int = 2, attempt: int = 0, fp: str = "fp") -> EpochPlan:
-    return EpochPlan(SINK, epoch, parallelism, fp, attempt=attempt)
+    return EpochPlan(
+        sink_id=SINK, epoch=epoch, parallelism=parallelism, fingerprint=fp, attempt=attempt
+    )
 
 
 def _history(*records: LogRecord) -> EpochHistory:
@@ -65,7 +69,7 @@ def _history(*records: LogRecord) -> EpochHistory:
 def test_history_folds_retries() -> None:
     h = _history(
         plan(0),
-        EpochDecision(SINK, 0, commit=False),
+        EpochDecision(sink_id=SINK, epoch=0, commit=False),
         EpochCompletion(SINK, 0, committed=False),
         plan(0, parallelism=4, attempt=1),
         plan(0, parallelism=4, attempt=2),
@@ -80,7 +84,7 @@ def test_history_folds_retries() -> None:
 @pytest.mark.parametrize(
     ("records", "bad", "match"),
     [
-        ((), EpochDecision(SINK, 0, commit=True), "no plan"),
+        ((), EpochDecision(sink_id=SINK, epoch=0, commit=True), "no plan"),
         ((), plan(0, attempt=1), "attempt 0"),
         ((), plan(0, parallelism=0), "parallelism must be >= 1"),
         ((plan(0),), plan(1), "epoch 0 is not committed"),
@@ -90,17 +94,17 @@ def test_history_folds_retries() -> None:
         ((plan(0),), plan(0, fp="other", attempt=1), "original parallelism"),
         ((plan(0),), plan(0, attempt=2), "attempt 1"),
         (
-            (plan(0), EpochDecision(SINK, 0, commit=True)),
-            EpochDecision(SINK, 0, commit=False),
+            (plan(0), EpochDecision(sink_id=SINK, epoch=0, commit=True)),
+            EpochDecision(sink_id=SINK, epoch=0, commit=False),
             "needs state planned",
         ),
         (
-            (plan(0), EpochDecision(SINK, 0, commit=True)),
+            (plan(0), EpochDecision(sink_id=SINK, epoch=0, commit=True)),
             EpochCompletion(SINK, 0, committed=False),
             "commit-decided -> aborted",
         ),
         (
-            (plan(0), EpochDecision(SINK, 0, commit=False)),
+            (plan(0), EpochDecision(sink_id=SINK, epoch=0, commit=False)),
             EpochCompletion(SINK, 0, committed=True),
             "abort-decided -> committed",
         ),
@@ -109,7 +113,7 @@ def test_history_folds_retries() -> None:
 )
 def test_illegal_records(records: tuple[LogRecord, ...], bad: LogRecord, match: str) -> None:
     history = _history(*records)
-    with pytest.raises(IllegalTransitionError, match=match):
+    with pytest.raises(TxnError, match=match, check=lambda e: e.code is TxnCode.ILLEGAL_TRANSITION):
         check_next_record(history, bad)
 
 
@@ -119,8 +123,16 @@ def test_aborted_epoch_may_be_replanned_freely() -> None:
 
 
 RECORDS: list[LogRecord] = [
-    EpochPlan("sink é", 12, 3, "f", Guarantee.AT_MOST_ONCE, CommitMode.UNALIGNED, 4),
-    EpochDecision("sink", 12, commit=True, reason='p1: "x"\n'),
+    EpochPlan(
+        sink_id="sink é",
+        epoch=12,
+        parallelism=3,
+        fingerprint="f",
+        guarantee=Guarantee.AT_MOST_ONCE,
+        mode=CommitMode.UNALIGNED,
+        attempt=4,
+    ),
+    EpochDecision(sink_id="sink", epoch=12, commit=True, reason='p1: "x"\n'),
     EpochCompletion("sink", 12, committed=False),
 ]
 
@@ -142,8 +154,8 @@ def test_codec_detects_any_flipped_bit(record: LogRecord) -> None:
             damaged[i] ^= bit
             try:
                 decoded = decode_record(bytes(damaged), source="topic t/0@5")
-            except EpochLogCorruptError as exc:
-                assert "topic t/0@5" in str(exc)
+            except TxnError as exc:
+                assert exc.code is TxnCode.EPOCH_LOG_CORRUPT and "topic t/0@5" in str(exc)
             else:  # a flip that leaves equivalent JSON (e.g. whitespace) must decode the same
                 assert decoded == record
 
@@ -185,19 +197,29 @@ def _sealed(body: dict[str, object]) -> bytes:
     ],
 )
 def test_codec_rejects_well_sealed_but_invalid_bodies(body: dict[str, object], match: str) -> None:
-    with pytest.raises(EpochLogCorruptError, match=match):
+    with pytest.raises(TxnError, match=match, check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT):
         decode_record(_sealed(body))
 
 
 def test_codec_rejects_non_json_and_missing_checksum() -> None:
-    with pytest.raises(EpochLogCorruptError, match="not valid JSON"):
+    with pytest.raises(
+        TxnError, match="not valid JSON", check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT
+    ):
         decode_record(b"\xff{")
-    with pytest.raises(EpochLogCorruptError, match="checksum field missing"):
+    with pytest.raises(
+        TxnError,
+        match="checksum field missing",
+        check=lambda e: e.code is TxnCode.EPOCH_LOG_CORRUPT,
+    ):
         decode_record(json.dumps({"type": "plan"}).encode())
 
 
 def test_enum_parsing() -> None:
     assert Guarantee.parse("at-least-once") is Guarantee.AT_LEAST_ONCE
     assert CommitMode.parse(CommitMode.UNALIGNED) is CommitMode.UNALIGNED
-    with pytest.raises(ConfigError, match="exactly-once, at-least-once, at-most-once"):
+    with pytest.raises(
+        TxnError,
+        match="exactly-once, at-least-once, at-most-once",
+        check=lambda e: e.code is TxnCode.CONFIG,
+    ):
         Guarantee.parse("exactly_once")

@@ -25,7 +25,7 @@ def _record(world: MemoryWorld) -> tuple[list[CoordinatorStep], list[TaskStep]]:
 
 
 def test_a_two_phase_epoch_fires_every_driver_step_in_declared_order(tmp_path: Path) -> None:
-    world = MemoryWorld(tmp_path, PG_LIKE, mode=CommitMode.ALIGNED)
+    world = MemoryWorld(tmp_path=tmp_path, kind=PG_LIKE, mode=CommitMode.ALIGNED)
     driver, task = _record(world)
     world.run_epoch(0)
     world.close()
@@ -47,7 +47,7 @@ def test_a_two_phase_epoch_fires_every_driver_step_in_declared_order(tmp_path: P
 
 
 def test_a_commit_in_task_epoch_fires_the_task_steps_in_declared_order(tmp_path: Path) -> None:
-    world = MemoryWorld(tmp_path, KAFKA_LIKE, mode=CommitMode.ALIGNED)
+    world = MemoryWorld(tmp_path=tmp_path, kind=KAFKA_LIKE, mode=CommitMode.ALIGNED)
     driver, task = _record(world)
     world.run_epoch(0)
     world.close()

@@ -19,15 +19,10 @@ How a database connector runs the matrix: docs/writing-a-db-connector.md. Nothin
 """
 
 from txn.testing._crash import (
-    CASE_EPOCHS,
     CASES,
-    EMPTY,
-    FULL,
     KAFKA_LIKE,
     KINDS,
-    MAX_RESTARTS,
     MIXED,
-    ONE_ROW,
     PG_LIKE,
     SHAPES,
     Crash,
@@ -36,59 +31,26 @@ from txn.testing._crash import (
     SimulatedCrash,
     crash_cases,
     crash_params,
-    epoch_size,
     run_crash_case,
 )
-from txn.testing._memworld import (
-    MIXED_SPLIT,
-    ROWS_PER_EPOCH,
-    SINK,
-    Loss,
-    MemoryWorld,
-    epoch_rows,
-)
-from txn.testing._participants import (
-    CommitInTaskResource,
-    Decode,
-    MemRows,
-    OnePassRows,
-    PreparedResource,
-    Store,
-    gid,
-    partition_rows,
-    read_rows,
-    summarize_rows,
-)
+from txn.testing._memworld import MemoryWorld, epoch_rows
+from txn.testing._participants import CommitInTaskResource, PreparedResource, Store, read_rows
 from txn.testing._remote import RemoteStore, serve_store
-from txn.testing._store import Commit, FencedError, MemoryStore
+from txn.testing._store import MemoryStore
 
 __all__ = [
     "CASES",
-    "CASE_EPOCHS",
-    "EMPTY",
-    "FULL",
     "KAFKA_LIKE",
     "KINDS",
-    "MAX_RESTARTS",
     "MIXED",
-    "MIXED_SPLIT",
-    "ONE_ROW",
     "PG_LIKE",
-    "ROWS_PER_EPOCH",
     "SHAPES",
-    "SINK",
-    "Commit",
     "CommitInTaskResource",
     "Crash",
     "CrashCase",
     "CrashWorld",
-    "Decode",
-    "FencedError",
-    "Loss",
-    "MemRows",
     "MemoryStore",
     "MemoryWorld",
-    "OnePassRows",
     "PreparedResource",
     "RemoteStore",
     "SimulatedCrash",
@@ -96,11 +58,7 @@ __all__ = [
     "crash_cases",
     "crash_params",
     "epoch_rows",
-    "epoch_size",
-    "gid",
-    "partition_rows",
     "read_rows",
     "run_crash_case",
     "serve_store",
-    "summarize_rows",
 ]

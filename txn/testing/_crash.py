@@ -19,13 +19,17 @@ from typing import Any, Generic, NamedTuple
 
 from txn._coordinator import Coordinator
 from txn._deferred import DeferredCompletionLog
-from txn._errors import EpochAbortedError, ParticipantError, TxnError
+from txn._errors import TxnCode, TxnError
 from txn._executor import InProcessExecutor
 from txn._history import EpochHistory
 from txn._log import EpochLog
 from txn._model import CommitMode, EpochPlan, Guarantee, Resource, Rows, Vote
 from txn._outcome import EpochResult
 from txn._steps import CoordinatorStep, TaskStep
+
+# The cases a crash world treats as a crash (the driver restarts and replays the epoch),
+# whatever ``retry_stage`` says: a partition that failed, or lost its prepared work.
+_REDONE_CODES = frozenset({TxnCode.EPOCH_ABORTED, TxnCode.PARTICIPANT, TxnCode.PREPARED_WORK_LOST})
 
 
 class SimulatedCrash(BaseException):
@@ -63,7 +67,7 @@ def epoch_size(epoch: int, shape: str, full: int) -> int:
     return 1 if shape == ONE_ROW else full
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Crash:
     """Where to crash. Fires on the ``after``-th matching call, up to ``times`` times."""
 
@@ -107,56 +111,71 @@ T = TaskStep
 
 # (id, crash, kinds it applies to, aligned-only); the worlds run 3 write partitions.
 CASES: list[tuple[str, Crash, tuple[str, ...], bool]] = [
-    ("coord-after-plan", Crash("coordinator", C.PLAN_LOGGED), KINDS, False),
-    ("coord-after-1-vote", Crash("vote", after=1), KINDS, True),
-    ("coord-after-2-votes", Crash("vote", after=2), KINDS, True),
-    ("coord-after-all-votes", Crash("vote", after=3), KINDS, True),
-    ("coord-after-kafka-votes", Crash("vote", after=2), (MIXED,), True),
-    ("coord-after-acks-before-outcome", Crash("coordinator", C.REPORTS_RECEIVED), KINDS, False),
-    ("coord-after-decision", Crash("coordinator", C.DECISION_LOGGED), (PG_LIKE, MIXED), False),
+    ("coord-after-plan", Crash(where="coordinator", step=C.PLAN_LOGGED), KINDS, False),
+    ("coord-after-1-vote", Crash(where="vote", after=1), KINDS, True),
+    ("coord-after-2-votes", Crash(where="vote", after=2), KINDS, True),
+    ("coord-after-all-votes", Crash(where="vote", after=3), KINDS, True),
+    ("coord-after-kafka-votes", Crash(where="vote", after=2), (MIXED,), True),
+    (
+        "coord-after-acks-before-outcome",
+        Crash(where="coordinator", step=C.REPORTS_RECEIVED),
+        KINDS,
+        False,
+    ),
+    (
+        "coord-after-decision",
+        Crash(where="coordinator", step=C.DECISION_LOGGED),
+        (PG_LIKE, MIXED),
+        False,
+    ),
     (
         "coord-delivered-1-of-3",
-        Crash("coordinator", C.PARTITION_DELIVERED),
+        Crash(where="coordinator", step=C.PARTITION_DELIVERED),
         (PG_LIKE, MIXED),
         False,
     ),
     (
         "coord-delivered-2-of-3",
-        Crash("coordinator", C.PARTITION_DELIVERED, after=2),
+        Crash(where="coordinator", step=C.PARTITION_DELIVERED, after=2),
         (PG_LIKE, MIXED),
         False,
     ),
     (
         "coord-delivery-then-again-in-recovery",
-        Crash("coordinator", C.PARTITION_DELIVERED, after=1, times=2),
+        Crash(where="coordinator", step=C.PARTITION_DELIVERED, after=1, times=2),
         (PG_LIKE, MIXED),
         False,
     ),
     (
         "coord-after-delivery-before-completion",
-        Crash("coordinator", C.DELIVERED),
+        Crash(where="coordinator", step=C.DELIVERED),
         (PG_LIKE, MIXED),
         False,
     ),
-    ("coord-after-completion", Crash("coordinator", C.COMPLETED), KINDS, False),
+    ("coord-after-completion", Crash(where="coordinator", step=C.COMPLETED), KINDS, False),
     # after the call for epoch 0 returned (Spark committed it), before the plan of epoch 1
     # is durable: epoch 0's deferred completion is lost ("Deferred completion")
-    ("coord-before-next-plan", Crash("coordinator", C.BEFORE_PLAN), KINDS, False),
-    ("task-p1-after-open", Crash("task", T.OPENED, partition=1), KINDS, False),
-    ("task-p1-after-write", Crash("task", T.WRITTEN, partition=1), KINDS, False),
-    ("task-p1-after-pre-commit", Crash("task", T.PRE_COMMITTED, partition=1), KINDS, False),
-    ("task-all-after-pre-commit", Crash("task", T.PRE_COMMITTED, after=3), KINDS, False),
-    ("task-p1-after-decision", Crash("task", T.DECIDED, partition=1), KINDS, False),
-    ("task-p2-after-decision", Crash("task", T.DECIDED, partition=2), KINDS, False),
+    ("coord-before-next-plan", Crash(where="coordinator", step=C.BEFORE_PLAN), KINDS, False),
+    ("task-p1-after-open", Crash(where="task", step=T.OPENED, partition=1), KINDS, False),
+    ("task-p1-after-write", Crash(where="task", step=T.WRITTEN, partition=1), KINDS, False),
+    (
+        "task-p1-after-pre-commit",
+        Crash(where="task", step=T.PRE_COMMITTED, partition=1),
+        KINDS,
+        False,
+    ),
+    ("task-all-after-pre-commit", Crash(where="task", step=T.PRE_COMMITTED, after=3), KINDS, False),
+    ("task-p1-after-decision", Crash(where="task", step=T.DECIDED, partition=1), KINDS, False),
+    ("task-p2-after-decision", Crash(where="task", step=T.DECIDED, partition=2), KINDS, False),
     (
         "task-p1-after-commit-before-ack",
-        Crash("task", T.COMMITTED, partition=1),
+        Crash(where="task", step=T.COMMITTED, partition=1),
         (KAFKA_LIKE, MIXED),
         False,
     ),
     (
         "task-p1-after-decision-twice",
-        Crash("task", T.DECIDED, partition=1, times=2),
+        Crash(where="task", step=T.DECIDED, partition=1, times=2),
         KINDS,
         False,
     ),
@@ -217,7 +236,7 @@ class CrashWorld(abc.ABC, Generic[Rows]):
     :meth:`run_epoch` runs an epoch like Spark: a crash, an aborted epoch or any error
     the stage would retry (``txn.can_retry_stage``) kills the driver (:meth:`crash`), a
     new one starts and replays the epoch; an error no re-run can fix is raised.
-    The write stage runs in :class:`txn.InProcessExecutor` (a thread per partition).
+    The write stage runs in :class:`txn._executor.InProcessExecutor` (a thread per partition).
     """
 
     mode: CommitMode = CommitMode.ALIGNED
@@ -328,10 +347,10 @@ class CrashWorld(abc.ABC, Generic[Rows]):
             try:
                 coordinator = self.coordinator or self.start()
                 return coordinator.run_epoch(epoch, self.parallelism, self.executor())
-            except (SimulatedCrash, EpochAbortedError, ParticipantError):
+            except SimulatedCrash:
                 self.crash()
             except TxnError as exc:
-                if not type(exc).retry_stage:
+                if exc.code not in _REDONE_CODES and not exc.retry_stage:
                     raise
                 self.crash()
 

@@ -36,7 +36,7 @@ def epoch_rows(epoch: int, shape: str = FULL) -> list[str]:
     return [f"e{epoch}-r{i}" for i in range(epoch_size(epoch, shape, ROWS_PER_EPOCH))]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Loss:
     """Prepared work of write ``partition`` of ``epoch`` rolled back by hand at ``step``."""
 
@@ -46,7 +46,7 @@ class Loss:
     fired: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MemoryWorld(CrashWorld[MemRows]):
     """``kind`` participants over in-memory stores; the log is ``tmp_path/epochs.log``."""
 

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from txn._errors import ParticipantError, PreparedWorkLostError
+from txn._errors import TxnCode, TxnError
 from txn._model import EpochPlan, Marker, Participant, Resource, RowSummary
 
 
@@ -35,10 +35,10 @@ class OnePassRows:
         self._read = False
 
     def read(self) -> tuple[str, ...]:
-        """Return the rows; raise :class:`ParticipantError` on a second call."""
+        """Return the rows; raise :class:`TxnCode.PARTICIPANT` on a second call."""
         if self._read:
             msg = "the rows of a write task were read twice; the contract allows one pass"
-            raise ParticipantError(msg)
+            raise TxnError(msg, code=TxnCode.PARTICIPANT)
         self._read = True
         return self._rows
 
@@ -187,7 +187,7 @@ class PreparedResource(_MemoryResource):
         """COMMIT PREPARED; a no-op if the partition's marker covers the epoch already.
 
         Raises:
-            PreparedWorkLostError: neither the prepared work nor a marker of the epoch
+            TxnCode.PREPARED_WORK_LOST: neither the prepared work nor a marker of the epoch
                 exists (like PostgreSQL after a ROLLBACK PREPARED by hand).
 
         """
@@ -199,7 +199,7 @@ class PreparedResource(_MemoryResource):
                 f"epoch {plan.epoch} partition {partition}: neither prepared work "
                 f"{gid(plan, partition)} nor a marker of the epoch (marker: {marker})"
             )
-            raise PreparedWorkLostError(msg, partition=partition)
+            raise TxnError(msg, partition=partition, code=TxnCode.PREPARED_WORK_LOST)
 
     def rollback_prepared(self, plan: EpochPlan, partition: int) -> None:
         """ROLLBACK PREPARED; a no-op if absent."""

@@ -11,15 +11,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from txn._errors import ParticipantError
+from txn._errors import TxnCode, TxnError
 from txn._model import Marker
 
 
-class FencedError(ParticipantError):
-    """A newer instance of the same partition was opened; this one must stop."""
-
-
-@dataclass
+@dataclass(kw_only=True)
 class _Txn:
     partition: int
     epoch: int
@@ -66,7 +62,7 @@ class MemoryStore:
     def _check(self, partition: int, token: int) -> None:
         if self.instances.get(partition) != token:
             msg = f"partition {partition}: fenced by a newer instance; stop this task"
-            raise FencedError(msg)
+            raise TxnError(msg, code=TxnCode.PARTICIPANT)
 
     def marker(self, partition: int, token: int) -> Marker | None:
         """Return the partition's committed marker, read by instance ``token``."""
@@ -79,7 +75,7 @@ class MemoryStore:
         """Begin instance ``token``'s transaction of ``epoch`` on ``partition``."""
         with self.lock:
             self._check(partition, token)
-            self.open_txns[partition] = _Txn(partition, epoch, token)
+            self.open_txns[partition] = _Txn(partition=partition, epoch=epoch, instance=token)
 
     def write(self, partition: int, rows: list[str], token: int) -> None:
         """Add ``rows`` to the open transaction (fails if its (epoch, partition) is marked)."""
@@ -88,7 +84,7 @@ class MemoryStore:
             txn = self.open_txns[partition]
             if (txn.epoch, partition) in self.fail_writes:
                 msg = f"injected write failure on epoch {txn.epoch} p{partition}"
-                raise ParticipantError(msg)
+                raise TxnError(msg, code=TxnCode.PARTICIPANT)
             txn.rows.extend(rows)
 
     def fail_write(self, epoch: int, partition: int) -> None:

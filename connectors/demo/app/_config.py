@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from connectors.kafka import PRODUCER_STRATEGIES
-from connectors.stage import BAD_RECORD_POLICIES
+from connectors.stage._options import BAD_RECORD_POLICIES
 
 # Seconds Spark waits for a python worker to connect back; generous on a busy machine.
 PYTHON_WORKER_TIMEOUT_S = 120
@@ -63,7 +63,7 @@ class PipelineConfigError(ValueError):
     """A :class:`PipelineConfig` is inconsistent; the message names the field to fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """Everything one run of the streaming query needs; JSON- and pickle-friendly.
 
@@ -214,7 +214,7 @@ def lake_catalog(lake_path: str) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochLine:
     """What one finished micro-batch reported (printed as a JSON line by the app)."""
 

@@ -290,11 +290,11 @@ def run_query(
         if on_epoch is not None:
             on_epoch(
                 EpochLine(
-                    batch_id,
-                    sum(r.rows for r in result.reports) // members,
-                    result.skipped,
-                    result.committed,
-                    round(time.monotonic() - started, 3),
+                    epoch=batch_id,
+                    rows=sum(r.rows for r in result.reports) // members,
+                    skipped=result.skipped,
+                    committed=result.committed,
+                    seconds=round(time.monotonic() - started, 3),
                 )
             )
 

@@ -15,7 +15,7 @@ the txn core's crash matrix (``txn.testing``). It takes the idempotency-table ap
 its first write to its commit. In aligned mode each partition's transaction stays open until
 every partition has voted, so the second partition waits for the first one's lock while the
 first waits for the second one's vote: a deadlock that ends as ``database is locked`` after
-the busy timeout. :class:`SqliteSinkConfig` refuses it with :class:`AlignedModeError`.
+the busy timeout. :class:`SqliteSinkConfig` refuses it with :class:`SqliteCode.ALIGNED_MODE`.
 
 Where it runs: the driver and every executor must reach the database file at the same path
 (local mode, or one machine); SQLite on a network file system is not reliable. Writable
@@ -25,44 +25,17 @@ Spark types: integers, floats, strings, booleans, binary. Usage::
     df.writeStream.foreachBatch(sink).option("checkpointLocation", ck).start()
 """
 
-from connectors.examples.sqlite._config import BUSY_TIMEOUT_S, SqliteSinkConfig
-from connectors.examples.sqlite._database import (
-    MARKER_TABLE,
-    prepare_database,
-    read_markers,
-    table_columns,
-)
-from connectors.examples.sqlite._errors import (
-    AlignedModeError,
-    SqliteConfigError,
-    SqlitePartitionConflictError,
-    SqliteRejectedError,
-    SqliteSinkError,
-    SqliteTableNotFoundError,
-    SqliteWriteError,
-    classify,
-)
-from connectors.examples.sqlite._participant import SqlitePartition, SqliteResource
-from connectors.examples.sqlite._sink import SqliteConnector, SqliteSink, check_input
+from connectors.examples.sqlite._config import SqliteSinkConfig
+from connectors.examples.sqlite._database import read_markers
+from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError, classify
+from connectors.examples.sqlite._sink import SqliteConnector, SqliteSink
 
 __all__ = [
-    "BUSY_TIMEOUT_S",
-    "MARKER_TABLE",
-    "AlignedModeError",
-    "SqliteConfigError",
+    "classify",
+    "read_markers",
+    "SqliteCode",
     "SqliteConnector",
-    "SqlitePartition",
-    "SqlitePartitionConflictError",
-    "SqliteRejectedError",
-    "SqliteResource",
     "SqliteSink",
     "SqliteSinkConfig",
     "SqliteSinkError",
-    "SqliteTableNotFoundError",
-    "SqliteWriteError",
-    "check_input",
-    "classify",
-    "prepare_database",
-    "read_markers",
-    "table_columns",
 ]

@@ -9,9 +9,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.examples.sqlite._errors import AlignedModeError, SqliteConfigError
-from connectors.stage import StageOptions, build_config
-from txn import CommitMode, Guarantee
+from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError
+from connectors.stage import StageOptions
+from connectors.stage._options import build_config
+from txn import CommitMode, Guarantee, TxnCode
 
 # Version of the write scheme (marker table, insert); part of the fingerprint.
 SCHEME_VERSION = 1
@@ -25,7 +26,7 @@ _SINK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 def _file_path(name: str, value: object) -> str:
     if not isinstance(value, (str, os.PathLike)) or str(value) in ("", ":memory:"):
         msg = f"{name} must be a file path (the executors open it too), got {value!r}"
-        raise SqliteConfigError(msg)
+        raise SqliteSinkError(msg, code=TxnCode.CONFIG)
     return os.path.abspath(value)
 
 
@@ -51,8 +52,8 @@ class SqliteSinkConfig(StageOptions):
 
     @classmethod
     def build(cls, **options: Any) -> SqliteSinkConfig:
-        """Validate raw options; every failure is a :class:`SqliteConfigError` naming the option."""
-        return build_config(cls, options, SqliteConfigError, "SqliteSink")
+        """Validate raw options; every failure is a :class:`TxnCode.CONFIG` naming the option."""
+        return build_config(cls, options, SqliteSinkError, "SqliteSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the stage options: parallelism >= 1, stage_retries >= 0, ...
@@ -61,20 +62,20 @@ class SqliteSinkConfig(StageOptions):
                 "mode='aligned' deadlocks on SQLite: every partition's transaction waits for "
                 "the vote holding the database's only write lock; use mode='unaligned'"
             )
-            raise AlignedModeError(msg)
+            raise SqliteSinkError(msg, code=SqliteCode.ALIGNED_MODE)
         if not isinstance(self.sink_id, str) or not _SINK_ID.match(self.sink_id):
             msg = f"sink_id must be 1-64 characters from A-Z a-z 0-9 . _ -, got {self.sink_id!r}"
-            raise SqliteConfigError(msg)
+            raise SqliteSinkError(msg, code=TxnCode.CONFIG)
         if not isinstance(self.table, str) or not self.table:
             msg = f"table must be a non-empty table name, got {self.table!r}"
-            raise SqliteConfigError(msg)
+            raise SqliteSinkError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "path", _file_path("path", self.path))
         if self.epoch_log is not None:
             object.__setattr__(self, "epoch_log", _file_path("epoch_log", self.epoch_log))
         timeout = self.busy_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             msg = f"busy_timeout_s must be a positive number of seconds, got {timeout!r}"
-            raise SqliteConfigError(msg)
+            raise SqliteSinkError(msg, code=TxnCode.CONFIG)
 
     @property
     def epoch_log_path(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
-from connectors.examples.sqlite._errors import SqliteTableNotFoundError, classify, to_sink_error
+from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError, classify, to_sink_error
 from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction, Marker
 
@@ -51,7 +51,12 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
         with contextlib.closing(connect(cfg)) as conn:
             return call(conn)
 
-    bound = RetryBound(RETRY_ATTEMPTS, 0.0, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+    bound = RetryBound(
+        attempts=RETRY_ATTEMPTS,
+        window_s=0.0,
+        wait_min_s=RETRY_WAIT_MIN_S,
+        wait_max_s=RETRY_WAIT_MAX_S,
+    )
     try:
         return retry(
             once,
@@ -61,12 +66,12 @@ def _driver_call(cfg: SqliteSinkConfig, what: str, call: Callable[[sqlite3.Conne
     except sqlite3.Error as exc:
         if not os.path.exists(cfg.path):
             msg = f"the database file {cfg.path} does not exist; create it and table {cfg.table!r}"
-            raise SqliteTableNotFoundError(msg) from exc
+            raise SqliteSinkError(msg, code=SqliteCode.TABLE_NOT_FOUND) from exc
         raise to_sink_error(exc, f"{what} of sink {cfg.sink_id!r}") from exc
 
 
 def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
-    """Return the target table's column names (raise :class:`SqliteTableNotFoundError`)."""
+    """Return the target table's column names (raise :class:`SqliteCode.TABLE_NOT_FOUND`)."""
     rows = _driver_call(
         cfg,
         "reading the table",
@@ -74,7 +79,7 @@ def table_columns(cfg: SqliteSinkConfig) -> tuple[str, ...]:
     )  # quoted name
     if not rows:
         msg = f"table {cfg.table!r} does not exist in {cfg.path}; create it first"
-        raise SqliteTableNotFoundError(msg)
+        raise SqliteSinkError(msg, code=SqliteCode.TABLE_NOT_FOUND)
     return tuple(str(row[1]) for row in rows)
 
 

@@ -1,61 +1,50 @@
-"""Errors of the SQLite example sink and the one classifier of ``sqlite3`` errors.
+"""The error of the SQLite example sink and the one classifier of ``sqlite3`` errors.
 
-The tree (each class says whether re-running the write stage can help, ``retry_stage``)::
+One class, :class:`SqliteSinkError` (a :class:`txn.TxnError`), with a code per case (a bad
+option is ``txn.TxnCode.CONFIG``); ``sqlite_code`` is SQLite's result code when SQLite
+refused a call, ``action`` its classification::
 
-    SqliteSinkError (a txn.TxnError)
-    +-- SqliteConfigError (txn.ConfigError)          a bad option; fix the value named
-    |   +-- AlignedModeError                         aligned exactly-once: deadlocks on SQLite
-    +-- SqliteTableNotFoundError (connectors.stage.InputError)  no database file or no table
-    +-- SqliteWriteError                             SQLite refused a call (busy, locked, ...)
-    |   +-- SqliteRejectedError                      a re-run cannot help (data, file)
-    +-- SqlitePartitionConflictError                 another instance committed the epoch
+    ALIGNED_MODE        aligned exactly-once was asked for: deadlocks on SQLite
+    TABLE_NOT_FOUND     no database file or no table
+    WRITE               SQLite refused a call (busy, locked, ...)
+    REJECTED            a re-run cannot help (data, file)
+    PARTITION_CONFLICT  another instance committed the epoch
 """
 
 from __future__ import annotations
 
 import sqlite3
+from typing import ClassVar
 
-from connectors.stage import InputError
-from connectors.stage._errors import rebuild_error
-from txn import ConfigError, ErrorAction, TxnError
+from txn import ErrorAction, ErrorCode, TxnError
+
+
+class SqliteCode(ErrorCode):
+    """The cases of the SQLite example sink (see the module docstring)."""
+
+    ERROR = ("sqlite", True)
+    ALIGNED_MODE = ("aligned-mode", False)
+    TABLE_NOT_FOUND = ("table-not-found", False)
+    WRITE = ("write", True)
+    REJECTED = ("rejected", False)
+    PARTITION_CONFLICT = ("partition-conflict", True)
 
 
 class SqliteSinkError(TxnError):
-    """Base class of the errors of :mod:`connectors.examples.sqlite`."""
+    """The error of :mod:`connectors.examples.sqlite`; ``sqlite_code`` as above."""
 
+    default_code: ClassVar[ErrorCode] = SqliteCode.ERROR
 
-class SqliteConfigError(SqliteSinkError, ConfigError):
-    """A sink option is invalid (raised at construction, before any I/O)."""
-
-
-class AlignedModeError(SqliteConfigError):
-    """Aligned exactly-once was asked for: SQLite's database-wide write lock deadlocks it."""
-
-
-class SqliteTableNotFoundError(SqliteSinkError, InputError):
-    """The database file or the target table does not exist."""
-
-
-class SqliteWriteError(SqliteSinkError):
-    """SQLite refused a call; ``action`` is its classification, ``code`` SQLite's result code."""
-
-    def __init__(self, message: str, *, action: ErrorAction, code: int | None = None) -> None:
-        super().__init__(message)
-        self.action = ErrorAction(action)
-        self.code = code
-
-    def __reduce__(self) -> tuple[object, ...]:  # travels from the write task pickled
-        return (rebuild_error, (type(self), str(self), {"action": self.action, "code": self.code}))
-
-
-class SqliteRejectedError(SqliteWriteError):
-    """A re-run cannot help: a constraint, a datatype mismatch, a read-only, full or bad file."""
-
-    retry_stage = False
-
-
-class SqlitePartitionConflictError(SqliteSinkError):
-    """Another instance of the write partition committed this epoch first (a task retry)."""
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        action: ErrorAction | None = None,
+        sqlite_code: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, action=action)
+        self.sqlite_code = sqlite_code
 
 
 # --8<-- [start:classify]
@@ -80,15 +69,16 @@ def classify(exc: sqlite3.Error) -> ErrorAction:
     return ErrorAction.FATAL if code & 0xFF in _FATAL_CODES else ErrorAction.ABORT
 
 
-def to_sink_error(exc: sqlite3.Error, where: str) -> SqliteWriteError:
+def to_sink_error(exc: sqlite3.Error, where: str) -> SqliteSinkError:
     """Return the typed error for ``exc`` raised while doing ``where``."""
     action, code = classify(exc), getattr(exc, "sqlite_errorcode", None)
     data = isinstance(exc, sqlite3.IntegrityError) or (
         code is not None and code & 0xFF in _DATA_CODES
     )
-    cls = SqliteRejectedError if data or action is ErrorAction.FATAL else SqliteWriteError
+    case = SqliteCode.REJECTED if data or action is ErrorAction.FATAL else SqliteCode.WRITE
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
-    return cls(f"{where}: SQLite said {name}: {exc}", action=action, code=code)
+    message = f"{where}: SQLite said {name}: {exc}"
+    return SqliteSinkError(message, code=case, action=action, sqlite_code=code)
 
 
 # --8<-- [end:classify]

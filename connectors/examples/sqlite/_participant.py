@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._database import MARKER_TABLE, connect, quote, read_marker
-from connectors.examples.sqlite._errors import SqlitePartitionConflictError, to_sink_error
+from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError, to_sink_error
 from connectors.stage import ArrowPartition
 from txn import EpochPlan, Marker, Participant, Resource, RowSummary
 
@@ -21,7 +21,7 @@ class SqlitePartition(Participant[ArrowPartition]):
     Fencing: ``begin`` takes the database's write lock (``BEGIN IMMEDIATE``) and reads the
     marker again under it, so of two live instances of the partition (a Spark task retry
     while the old attempt runs) the second to get the lock sees the first one's commit and
-    stops (:class:`SqlitePartitionConflictError`). A dead writer's transaction is rolled back by
+    stops (:class:`SqliteCode.PARTITION_CONFLICT`). A dead writer's transaction is rolled back by
     SQLite (its journal) before anyone else writes, so there is nothing to fence on ``open``.
     """
 
@@ -70,7 +70,7 @@ class SqlitePartition(Participant[ArrowPartition]):
                 f"partition {self._partition} of sink {self._cfg.sink_id!r}: another instance "
                 f"committed epoch {marker.epoch} while this one waited to write epoch {epoch}"
             )
-            raise SqlitePartitionConflictError(msg)
+            raise SqliteSinkError(msg, code=SqliteCode.PARTITION_CONFLICT)
 
     def write(self, rows: ArrowPartition) -> RowSummary:
         """Insert the rows inside the transaction; return their count and checksum."""

@@ -10,7 +10,7 @@ from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._database import prepare_database, table_columns
 from connectors.examples.sqlite._errors import SqliteSinkError
 from connectors.examples.sqlite._participant import SqliteResource
-from connectors.stage import InputSchemaError, InputSpec, SinkConnector, TransactionalSink
+from connectors.stage import InputSpec, SinkConnector, StageCode, StageError, TransactionalSink
 from txn import EpochLog, FileEpochLog
 
 if TYPE_CHECKING:
@@ -35,15 +35,15 @@ def check_input(
     """Check a Spark schema against the table's columns; errors name the column."""
     if not schema.fields:
         msg = "the DataFrame has no column to write"
-        raise InputSchemaError(msg)
+        raise StageError(msg, code=StageCode.INPUT_SCHEMA)
     for f in schema.fields:
         if f.name not in table:
             msg = f"column {f.name!r} is not a column of the table (it has {list(table)})"
-            raise InputSchemaError(msg, column=f.name)
+            raise StageError(msg, column=f.name, code=StageCode.INPUT_SCHEMA)
         kind = f.dataType.simpleString()
         if kind not in _SPARK_TYPES:
             msg = f"column {f.name!r} has type {kind}; this sink writes {', '.join(_SPARK_TYPES)}"
-            raise InputSchemaError(msg, column=f.name)
+            raise StageError(msg, column=f.name, code=StageCode.INPUT_SCHEMA)
     return InputSpec(columns=tuple(f.name for f in schema.fields), order_by=tuple(order_by))
 
 

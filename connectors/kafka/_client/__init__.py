@@ -17,7 +17,7 @@ What it promises them:
   hidden from repr; :func:`scrub` removes secret values from any text (the only
   redaction of the kit).
 * **First contact.** :func:`connect_admin` waits at most :data:`CONNECT_WAIT_S` for the
-  cluster to answer, or raises ``KafkaAuthenticationError`` / ``KafkaConnectError``
+  cluster to answer, or raises ``KafkaCode.AUTHENTICATION`` / ``KafkaCode.CONNECT``
   naming the address and the option to fix.
 * **Errors.** :func:`classify` maps any Kafka error to one ``txn.ErrorAction`` (by code
   and librdkafka's flags, never by message); :func:`call_with_retry` retries what is
@@ -32,7 +32,7 @@ What it promises them:
   ``min.insync.replicas`` of the topics the kit creates for its state;
   :class:`DurabilityRules`: the settings exactly-once needs of an output topic and the
   transaction state log, checked by the sink's preflight and ``eos preflight``
-  (:class:`DurabilityFinding` warnings, or a ``PreflightError`` when strict).
+  (:class:`DurabilityFinding` warnings, or a ``KafkaCode.PREFLIGHT`` when strict).
 * **Names.** What a sink owns on the cluster, derived from its ``sink_id`` once
   (:func:`transactional_id`, :func:`lane_ids`, :func:`marker_group`,
   :func:`coordinator_id`) and the default topics.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from connectors.kafka._client import _names
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Acl:
     """One ACL the sink's principal needs (Kafka's resource and pattern types)."""
 
@@ -47,51 +47,51 @@ def required_acls(
     """Return the ACLs sink ``sink_id`` needs to write ``topics`` (module doc)."""
     acls = [
         Acl(
-            "TOPIC",
-            "LITERAL",
-            t,
-            ("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"),
-            "the write tasks' producers; the preflight checks the topic's durability settings",
+            resource_type="TOPIC",
+            pattern_type="LITERAL",
+            name=t,
+            operations=("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"),
+            why="the write tasks' producers; the preflight checks the topic's durability settings",
         )
         for t in dict.fromkeys(topics)
     ]
     acls += [
         Acl(
-            "TOPIC",
-            "LITERAL",
-            epoch_log_topic,
-            ("READ", "WRITE", "DESCRIBE"),
-            "the Kafka epoch log (appended and re-read by the driver)",
+            resource_type="TOPIC",
+            pattern_type="LITERAL",
+            name=epoch_log_topic,
+            operations=("READ", "WRITE", "DESCRIBE"),
+            why="the Kafka epoch log (appended and re-read by the driver)",
         ),
         Acl(
-            "TOPIC",
-            "LITERAL",
-            marker_topic,
-            ("READ", "DESCRIBE"),
-            "the idempotency markers: offsets committed to this topic in each transaction",
+            resource_type="TOPIC",
+            pattern_type="LITERAL",
+            name=marker_topic,
+            operations=("READ", "DESCRIBE"),
+            why="the idempotency markers: offsets committed to this topic in each transaction",
         ),
         Acl(
-            "GROUP",
-            "PREFIXED",
-            f"{sink_id}.",
-            ("READ", "DESCRIBE"),
-            f"the marker groups {_names.marker_group(sink_id, 0)}, ... and the epoch "
+            resource_type="GROUP",
+            pattern_type="PREFIXED",
+            name=f"{sink_id}.",
+            operations=("READ", "DESCRIBE"),
+            why=f"the marker groups {_names.marker_group(sink_id, 0)}, ... and the epoch "
             "log's reader groups",
         ),
         Acl(
-            "TRANSACTIONAL_ID",
-            "PREFIXED",
-            sink_id,
-            ("WRITE", "DESCRIBE"),
-            f"the write tasks' ids {_names.transactional_id(sink_id, 0)}, ... and the epoch "
+            resource_type="TRANSACTIONAL_ID",
+            pattern_type="PREFIXED",
+            name=sink_id,
+            operations=("WRITE", "DESCRIBE"),
+            why=f"the write tasks' ids {_names.transactional_id(sink_id, 0)}, ... and the epoch "
             f"log's {_names.coordinator_id(sink_id)}",
         ),
         Acl(
-            "CLUSTER",
-            "LITERAL",
-            "kafka-cluster",
-            ("DESCRIBE_CONFIGS",),
-            "the preflight reads transaction.max.timeout.ms (IDEMPOTENT_WRITE too on brokers "
+            resource_type="CLUSTER",
+            pattern_type="LITERAL",
+            name="kafka-cluster",
+            operations=("DESCRIBE_CONFIGS",),
+            why="the preflight reads transaction.max.timeout.ms (IDEMPOTENT_WRITE too on brokers "
             "before Kafka 3.0; CREATE only to create missing topics)",
         ),
     ]

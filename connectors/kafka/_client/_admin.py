@@ -12,7 +12,7 @@ from connectors.kafka._client import _clients
 from connectors.kafka._client._classify import raise_if_denied
 from connectors.kafka._client._clients import Cluster
 from connectors.kafka._client._durability import WANTED_REPLICATION, StateTopicDurability
-from connectors.kafka._errors import BrokerUnavailableError, PreflightError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 # Seconds for one admin request (metadata, create topics, describe configs).
 ADMIN_TIMEOUT_S = 30.0
@@ -31,8 +31,8 @@ def admin_client(cluster: Cluster) -> AdminClient:
     clients, whose requests wait their own timeouts (a restarting broker is waited for).
 
     Raises:
-        KafkaAuthenticationError: authentication failed (within seconds, typed).
-        KafkaConnectError: no broker answered.
+        KafkaCode.AUTHENTICATION: authentication failed (within seconds, typed).
+        KafkaCode.CONNECT: no broker answered.
 
     """
     # _connect imports the source package, which imports this module: import at call time.
@@ -41,16 +41,16 @@ def admin_client(cluster: Cluster) -> AdminClient:
     return connect_admin(cluster)
 
 
-def _unreachable(exc: KafkaException) -> BrokerUnavailableError:
+def _unreachable(exc: KafkaException) -> KafkaConnectorError:
     msg = (
         f"Kafka stopped answering: {exc}; check that the brokers run and are reachable "
         "(the first contact succeeded)"
     )
-    return BrokerUnavailableError(msg)
+    return KafkaConnectorError(msg, code=KafkaCode.BROKER_UNAVAILABLE)
 
 
 def existing_topics(admin: AdminClient) -> dict[str, int]:
-    """Return topic name -> partition count, or PreflightError when the cluster does not answer."""
+    """Return topic name -> partition count, or KafkaCode.PREFLIGHT when the cluster does not answer."""
     try:
         md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
@@ -62,7 +62,7 @@ def wait_for_topic(admin: AdminClient, name: str, *, wait_s: float = TOPIC_METAD
     """Return whether topic ``name`` shows in fresh metadata within ``wait_s`` seconds.
 
     Raises:
-        BrokerUnavailableError: no broker answered (unreachable, as opposed to missing).
+        KafkaCode.BROKER_UNAVAILABLE: no broker answered (unreachable, as opposed to missing).
 
     """
     deadline = time.monotonic() + wait_s
@@ -98,8 +98,8 @@ def ensure_topics(
     ``min.insync.replicas``.
 
     Raises:
-        KafkaAuthorizationError: an ACL refused the creation (the message names it).
-        PreflightError: another failure to create a topic.
+        KafkaCode.AUTHORIZATION: an ACL refused the creation (the message names it).
+        KafkaCode.PREFLIGHT: another failure to create a topic.
 
     """
     admin = _clients.admin(cluster)
@@ -129,7 +129,7 @@ def ensure_topics(
                 continue
             raise_if_denied(exc, f"creating topic {name!r}", cluster.config_option)
             msg = f"cannot create topic {name!r}: {exc}; create it yourself or grant CREATE"
-            raise PreflightError(msg) from exc
+            raise KafkaConnectorError(msg, code=KafkaCode.PREFLIGHT) from exc
 
 
 def broker_config(cluster: Cluster, name: str) -> str | None:
@@ -144,6 +144,6 @@ def broker_config(cluster: Cluster, name: str) -> str | None:
     except (KafkaException, StopIteration) as exc:
         raise_if_denied(exc, "reading the broker configuration", cluster.config_option)
         msg = f"cannot read broker configuration ({exc}); DescribeConfigs must be allowed"
-        raise PreflightError(msg) from exc
+        raise KafkaConnectorError(msg, code=KafkaCode.PREFLIGHT) from exc
     entry = configs.get(name)
     return None if entry is None or entry.value is None else str(entry.value)

@@ -12,8 +12,8 @@ by matching message text, only by error code and librdkafka's flags):
 3. ``FATAL``: this producer instance is finished (``fatal()``, fenced by a newer
    instance of the same transactional id); drop it and create a new one, never call
    anything on it again. Failed authentication and refused authorization are FATAL too,
-   and their typed errors (:class:`KafkaAuthenticationError`,
-   :class:`KafkaAuthorizationError`) stop the query: they name the settings to fix or
+   and their typed errors (:class:`KafkaCode.AUTHENTICATION`,
+   :class:`KafkaCode.AUTHORIZATION`) stop the query: they name the settings to fix or
    the ACL to grant, and retrying cannot help until then.
 """
 
@@ -25,12 +25,10 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka._errors import (
-    KafkaAuthenticationError,
-    KafkaAuthorizationError,
-    KafkaWriteError,
-    ProducerFencedError,
-)
+from connectors.kafka._errors import WRITE_CODES, KafkaCode, KafkaConnectorError
+
+# The cases of a refused authentication or authorization (both FATAL).
+ACCESS_CODES = frozenset({KafkaCode.AUTHENTICATION, KafkaCode.AUTHORIZATION})
 from connectors.stage._retry import RetryBound, retry
 from txn import ErrorAction
 
@@ -195,9 +193,9 @@ def classify(error: KafkaError | BaseException) -> ErrorAction:
     exception that carries no ``KafkaError`` is an ``ABORT`` (fail the epoch, never
     continue blindly).
     """
-    if isinstance(error, ProducerFencedError):
+    if isinstance(error, KafkaConnectorError) and error.code is KafkaCode.PRODUCER_FENCED:
         return ErrorAction.FATAL
-    if isinstance(error, KafkaWriteError):
+    if isinstance(error, KafkaConnectorError) and error.code in WRITE_CODES:
         return error.action
     err = error if isinstance(error, KafkaError) else kafka_error_of(error)
     if err is None:
@@ -221,21 +219,23 @@ def fix_authentication(config_option: str) -> str:
 
 def access_error(
     exc: KafkaError | BaseException, what: str, config_option: str = "client_config"
-) -> KafkaWriteError | None:
+) -> KafkaConnectorError | None:
     """Return the typed error of a failed authentication or authorization, else None.
 
-    :class:`KafkaAuthenticationError` names the settings of ``config_option`` to fix,
-    :class:`KafkaAuthorizationError` the ACL to grant; both are FATAL.
+    ``KafkaCode.AUTHENTICATION`` names the settings of ``config_option`` to fix,
+    ``KafkaCode.AUTHORIZATION`` the ACL to grant; both are FATAL.
     """
-    if isinstance(exc, (KafkaAuthenticationError, KafkaAuthorizationError)):
+    if isinstance(exc, KafkaConnectorError) and exc.code in ACCESS_CODES:
         return exc
     code = code_of(exc)
     if code in AUTHENTICATION_CODES:
         msg = f"{what}: authentication failed ({exc}); {fix_authentication(config_option)}"
-        return KafkaAuthenticationError(msg, setting=config_option, code=code)
+        return KafkaConnectorError(
+            msg, setting=config_option, kafka_code=code, code=KafkaCode.AUTHENTICATION
+        )
     if code in AUTHORIZATION_ACLS:
         msg = f"{what}: not authorized ({exc}); grant the client's principal {AUTHORIZATION_ACLS[code]}"
-        return KafkaAuthorizationError(msg, code=code)
+        return KafkaConnectorError(msg, kafka_code=code, code=KafkaCode.AUTHORIZATION)
     return None
 
 
@@ -251,7 +251,7 @@ def raise_if_denied(
     raise denied from (exc if isinstance(exc, BaseException) else None)
 
 
-def to_write_error(exc: BaseException, what: str) -> KafkaWriteError:
+def to_write_error(exc: BaseException, what: str) -> KafkaConnectorError:
     """Wrap ``exc`` in the typed error of its action; ``what`` names the failed call."""
     denied = access_error(exc, what)
     if denied is not None:
@@ -265,14 +265,21 @@ def to_write_error(exc: BaseException, what: str) -> KafkaWriteError:
             "transactional id took over, or the producer is broken. This instance stops; the "
             "epoch is retried with a new producer."
         )
-        return ProducerFencedError(msg, action=action, code=code)
+        return KafkaConnectorError(
+            msg, action=action, kafka_code=code, code=KafkaCode.PRODUCER_FENCED
+        )
     msg = f"{what} failed ({action.value}): {exc}"
-    return KafkaWriteError(msg, action=action, code=code)
+    return KafkaConnectorError(msg, action=action, kafka_code=code, code=KafkaCode.WRITE)
 
 
 def _bound() -> RetryBound:
     """At least ``RETRY_ATTEMPTS`` attempts, and retry until ``BROKER_RESTART_WAIT_S`` passed."""
-    return RetryBound(RETRY_ATTEMPTS, BROKER_RESTART_WAIT_S, RETRY_WAIT_MIN_S, RETRY_WAIT_MAX_S)
+    return RetryBound(
+        attempts=RETRY_ATTEMPTS,
+        window_s=BROKER_RESTART_WAIT_S,
+        wait_min_s=RETRY_WAIT_MIN_S,
+        wait_max_s=RETRY_WAIT_MAX_S,
+    )
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -285,9 +292,9 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
     Inside an epoch step (``step_budget``) the step's one time budget bounds the retries.
 
     Raises:
-        KafkaWriteError: the call failed with an ABORT-class error, or kept failing
-            with RETRY-class errors (escalated to abort).
-        ProducerFencedError: the producer is fenced or fatal.
+        KafkaConnectorError: ``KafkaCode.WRITE``, the call failed with an ABORT-class
+            error, or kept failing with RETRY-class errors (escalated to abort);
+            ``KafkaCode.PRODUCER_FENCED``, the producer is fenced or fatal.
 
     """
     try:
@@ -299,14 +306,16 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
                 f"{what} still failing after {BROKER_RESTART_WAIT_S:.0f}s of retries: {exc}; "
                 "aborting the epoch"
             )
-            err = KafkaWriteError(msg, action=ErrorAction.ABORT, code=err.code)
+            err = KafkaConnectorError(
+                msg, action=ErrorAction.ABORT, kafka_code=err.kafka_code, code=KafkaCode.WRITE
+            )
         raise err from exc
 
 
 def code_of(exc: KafkaError | BaseException) -> int | None:
     """Return the Kafka error code carried by ``exc`` (a typed write error's too), if any."""
-    if isinstance(exc, KafkaWriteError):
-        return exc.code
+    if isinstance(exc, KafkaConnectorError):
+        return exc.kafka_code
     err = exc if isinstance(exc, KafkaError) else kafka_error_of(exc)
     return err.code() if err is not None else None
 

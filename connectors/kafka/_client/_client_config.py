@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 from connectors.kafka._client import _clients, _secrets
 from connectors.kafka._client._clients import Cluster
 from connectors.kafka._client._secrets import Settings
-from connectors.kafka._errors import ClientConfigError
+from connectors.kafka._errors import client_config_error
 
 # A user's ``client_config`` as the kit's functions take it (None: no shared settings).
 ClientConfig = Mapping[str, object] | Settings | None
@@ -107,18 +107,21 @@ def cluster_of(
     """Return the :class:`Cluster` of an address and a user's ``client_config``.
 
     Raises:
-        ClientConfigError: ``client_config`` is invalid (the message names the setting).
+        KafkaCode.CLIENT_CONFIG: ``client_config`` is invalid (the message names the setting).
 
     """
     settings = librdkafka_settings(
         client_config,
         option=config_option,
-        error=ClientConfigError,
+        error=client_config_error,
         owned=owned,
         address=address_option,
     )
     return Cluster(
-        bootstrap_servers, settings, address_option=address_option, config_option=config_option
+        bootstrap_servers=bootstrap_servers,
+        config=settings,
+        address_option=address_option,
+        config_option=config_option,
     )
 
 
@@ -129,7 +132,7 @@ def kafka_options(bootstrap_servers: str, client_config: ClientConfig = None) ->
     serves the sink and the source. Validated like the sink's option.
 
     Raises:
-        ClientConfigError: ``client_config`` is invalid (the message names the setting).
+        KafkaCode.CLIENT_CONFIG: ``client_config`` is invalid (the message names the setting).
 
     """
     return cluster_of(bootstrap_servers, client_config).spark_options()

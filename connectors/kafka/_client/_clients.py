@@ -123,7 +123,7 @@ def librdkafka_logger() -> logging.Logger:
     return logger
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """One Kafka cluster as the kit's clients reach it: the address and the shared settings.
 

@@ -8,9 +8,9 @@ instead, which:
 1. sends a metadata request every ``CONNECT_STEP_S`` and collects the client's
    connection errors (librdkafka's ``error_cb``) in between;
 2. returns the AdminClient as soon as the cluster answers;
-3. raises :class:`KafkaAuthenticationError` at the first authentication failure (SASL or
+3. raises :class:`KafkaCode.AUTHENTICATION` at the first authentication failure (SASL or
    TLS: retrying with the same settings cannot help), naming the settings to fix;
-4. raises :class:`KafkaConnectError` after ``CONNECT_WAIT_S`` without an answer, naming
+4. raises :class:`KafkaCode.CONNECT` after ``CONNECT_WAIT_S`` without an answer, naming
    the address, the option to fix and librdkafka's last connection error (connection
    refused, host not found) or, when nothing answered at all, the bound.
 """
@@ -30,7 +30,7 @@ from connectors.kafka._client._classify import (
     fix_authentication,
 )
 from connectors.kafka._client._clients import Cluster
-from connectors.kafka._errors import KafkaAuthenticationError, KafkaConnectError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 # Seconds the first contact may take before the cluster is reported unreachable: a wrong
 # address never answers, a restarting broker accepts connections again within seconds.
@@ -47,8 +47,8 @@ def connect_admin(cluster: Cluster) -> AdminClient:
     Errors name the options of ``cluster`` (``address_option``, ``config_option``).
 
     Raises:
-        KafkaAuthenticationError: authentication failed (SASL or TLS).
-        KafkaConnectError: no broker answered within ``CONNECT_WAIT_S``.
+        KafkaCode.AUTHENTICATION: authentication failed (SASL or TLS).
+        KafkaCode.CONNECT: no broker answered within ``CONNECT_WAIT_S``.
 
     """
     seen: collections.deque[KafkaError] = collections.deque(maxlen=_KEPT_ERRORS)
@@ -70,12 +70,19 @@ def connect_admin(cluster: Cluster) -> AdminClient:
                 f"({auth.name()}: {_secrets.scrub(auth.str())}, security.protocol="
                 f"{cluster.security_protocol}); {fix_authentication(cluster.config_option)}"
             )
-            raise KafkaAuthenticationError(
-                msg, address=address, setting=cluster.config_option, code=auth.code()
+            raise KafkaConnectorError(
+                msg,
+                address=address,
+                setting=cluster.config_option,
+                kafka_code=auth.code(),
+                code=KafkaCode.AUTHENTICATION,
             )
         if time.monotonic() >= deadline:
-            raise KafkaConnectError(
-                _unreachable(cluster, seen, last), address=address, setting=setting
+            raise KafkaConnectorError(
+                _unreachable(cluster, seen, last),
+                address=address,
+                setting=setting,
+                code=KafkaCode.CONNECT,
             )
 
 

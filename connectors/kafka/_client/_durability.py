@@ -10,7 +10,7 @@ Two owners:
   an output topic and the broker's transaction state log against. Each rule is a named
   predicate on one setting; a setting that breaks it is a :class:`DurabilityFinding`,
   one line naming the setting, its value and the fix. Findings are warnings, or one
-  ``PreflightError`` when the user asks for strict checks.
+  ``KafkaCode.PREFLIGHT`` when the user asks for strict checks.
 
 Why these values: with replication below 3, or ``min.insync.replicas`` below 2, an
 acknowledged write can live on one broker only, and losing that broker loses a committed
@@ -33,7 +33,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from connectors.kafka._client._classify import access_error
-from connectors.kafka._errors import KafkaSinkConfigError, PreflightError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
+from txn import TxnCode
 
 _log = logging.getLogger("connectors.kafka")
 
@@ -52,7 +53,7 @@ def _positive(option: str, value: int | None) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         msg = f"{option} must be an int >= 1 (or None for the default), got {value!r}"
-        raise KafkaSinkConfigError(msg)
+        raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
     return value
 
 
@@ -64,7 +65,7 @@ class StateTopicDurability:
     replicas. Frozen and picklable (part of a sink's config).
 
     Raises:
-        KafkaSinkConfigError: a value is not a positive int, or min ISR exceeds replication.
+        TxnCode.CONFIG: a value is not a positive int, or min ISR exceeds replication.
 
     """
 
@@ -79,13 +80,13 @@ class StateTopicDurability:
                 f"{MIN_ISR_OPTION}={min_isr} exceeds {REPLICATION_OPTION}={replication}: "
                 "no write could be acknowledged; lower it"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
 
     def settle(self, brokers: int) -> tuple[int, int]:
         """Return (replication, min.insync.replicas) for a cluster of ``brokers`` brokers.
 
         Raises:
-            PreflightError: the chosen min ISR exceeds the replication the cluster allows.
+            KafkaCode.PREFLIGHT: the chosen min ISR exceeds the replication the cluster allows.
 
         """
         replication = self.replication or min(WANTED_REPLICATION, brokers)
@@ -95,7 +96,7 @@ class StateTopicDurability:
                 f"{MIN_ISR_OPTION}={min_isr} exceeds the replication {replication} of a "
                 f"cluster of {brokers} broker(s); lower it or set {REPLICATION_OPTION}"
             )
-            raise PreflightError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.PREFLIGHT)
         return replication, min_isr
 
 
@@ -193,8 +194,8 @@ class DurabilityRules:
         """Return every finding on ``topics`` and the broker (network I/O).
 
         Raises:
-            KafkaAuthorizationError: DescribeConfigs was refused (the message names the ACL).
-            PreflightError: the cluster did not answer the requests.
+            KafkaCode.AUTHORIZATION: DescribeConfigs was refused (the message names the ACL).
+            KafkaCode.PREFLIGHT: the cluster did not answer the requests.
 
         """
         try:
@@ -210,7 +211,7 @@ class DurabilityRules:
             if denied is not None:
                 raise denied from exc
             msg = f"cannot read topic and broker configurations to check durability ({exc})"
-            raise PreflightError(msg) from exc
+            raise KafkaConnectorError(msg, code=KafkaCode.PREFLIGHT) from exc
         return found
 
     def _topic_findings(
@@ -226,7 +227,7 @@ class DurabilityRules:
         """Log each finding as a warning, or raise them together when ``strict``.
 
         Raises:
-            PreflightError: ``strict`` and there are findings (the message says how to
+            KafkaCode.PREFLIGHT: ``strict`` and there are findings (the message says how to
                 accept the settings instead: ``option``).
 
         """
@@ -238,7 +239,7 @@ class DurabilityRules:
                 f"the cluster is weaker than exactly-once needs: {lines} "
                 f"(or pass {option}=False to accept these settings with warnings)"
             )
-            raise PreflightError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.PREFLIGHT)
         for finding in findings:
             _log.warning("%s", finding.line())
 

@@ -20,39 +20,34 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from connectors.kafka._client import Settings
-from connectors.kafka._errors import KafkaSinkConfigError
-from connectors.kafka._formats._config import RecordFormat, registry_settings
-from connectors.kafka._formats._decode import decode_avro, decode_json_schema, decode_protobuf
-from connectors.kafka._formats._errors import (
-    RecordFormatError,
-    SchemaRegistryFormatError,
-    SchemaRegistryUnavailableError,
-    SchemaResolutionError,
+from connectors.kafka._errors import KafkaConnectorError
+from connectors.kafka._formats._config import RecordFormat as RecordFormat
+from connectors.kafka._formats._config import registry_settings
+from connectors.kafka._formats._decode import (
+    decode_avro as decode_avro,
 )
-from connectors.kafka._formats._participant import formatted
-from connectors.kafka._formats._plan import ColumnRequest, FormatPlan, Resolver, request
+from connectors.kafka._formats._decode import (
+    decode_json_schema as decode_json_schema,
+)
+from connectors.kafka._formats._decode import (
+    decode_protobuf as decode_protobuf,
+)
+from connectors.kafka._formats._participant import formatted as formatted
+from connectors.kafka._formats._plan import (
+    ColumnRequest,
+    Resolver,
+    request,
+)
+from connectors.kafka._formats._plan import (
+    FormatPlan as FormatPlan,
+)
 from connectors.stage import InputSpec
+from txn import TxnCode
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 _Config = TypeVar("_Config")
-
-__all__ = [
-    "FormatPlan",
-    "RecordFormat",
-    "RecordFormatError",
-    "SchemaRegistryFormatError",
-    "SchemaRegistryUnavailableError",
-    "SchemaResolutionError",
-    "SinkFormats",
-    "decode_avro",
-    "decode_json_schema",
-    "decode_protobuf",
-    "for_tasks",
-    "formatted",
-    "parse_formats",
-]
 
 
 def parse_formats(
@@ -61,7 +56,7 @@ def parse_formats(
     """Validate the three options of a sink (no network I/O); return them parsed.
 
     Raises:
-        KafkaSinkConfigError: a bad format or registry setting, or a format without
+        TxnCode.CONFIG: a bad format or registry setting, or a format without
             ``schema_registry``.
         MissingExtraError: a format is set and the ``schema-registry`` extra is missing.
 
@@ -71,14 +66,14 @@ def parse_formats(
     if key is None and value is None:
         if not _empty(schema_registry):
             msg = "schema_registry is set but neither key_format nor value_format uses it"
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         return None, None, Settings()
     if _empty(schema_registry):
         msg = (
             "key_format/value_format need schema_registry={'url': 'http://registry:8081', "
             "...} (the SchemaRegistryClient settings)"
         )
-        raise KafkaSinkConfigError(msg)
+        raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
     for fmt in (key, value):
         if fmt is not None and fmt.message is not None:
             fmt.message_class()  # importable now, not in a task

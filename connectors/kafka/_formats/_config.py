@@ -2,7 +2,7 @@
 
 Validated at construction of the sink, without network I/O: a missing extra raises
 :class:`~connectors._extras.MissingExtraError` naming it; a bad option
-:class:`~connectors.kafka.KafkaSinkConfigError` naming it. The registry settings are the
+:class:`txn.TxnCode.CONFIG` naming it. The registry settings are the
 ``SchemaRegistryClient`` configuration (``url``, ``basic.auth.user.info``, ``ssl.*``, ...)
 held as :class:`~connectors.kafka._client._secrets.Settings`, so the credentials never show in a
 repr, a log line or an error.
@@ -17,7 +17,8 @@ from typing import Any
 
 from connectors._extras import require
 from connectors.kafka._client import Settings, scrub
-from connectors.kafka._errors import KafkaSinkConfigError
+from connectors.kafka._errors import KafkaConnectorError
+from txn import TxnCode
 
 EXTRA = "schema-registry"
 AVRO, PROTOBUF, JSON_SCHEMA = "avro", "protobuf", "json-schema"
@@ -42,7 +43,7 @@ def confluent_registry() -> Any:
     return require("confluent_kafka.schema_registry", extra=EXTRA, needed_for="the formats")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecordFormat:
     """How a key or value column becomes bytes in the Confluent wire format.
 
@@ -141,14 +142,14 @@ class RecordFormat:
 
 
 def _fail(msg: str) -> None:
-    raise KafkaSinkConfigError(msg)
+    raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
 
 
 def registry_settings(raw: object) -> Settings:
     """Validate the ``schema_registry`` option (a mapping of client settings) without I/O.
 
     The library's own client checks every setting (constructing it opens no connection);
-    its complaint is re-raised as :class:`KafkaSinkConfigError` with secrets scrubbed.
+    its complaint is re-raised as :class:`TxnCode.CONFIG` with secrets scrubbed.
     """
     if isinstance(raw, Settings):
         raw = raw.as_dict()

@@ -8,9 +8,9 @@ or the message's descriptor; ``_read_types``). The executors decode with conflue
 ``AvroDeserializer`` / ``JSONDeserializer`` / ``ProtobufDeserializer`` on a
 :class:`~connectors.kafka._formats._registry.PinnedRegistry` holding those schemas, so they
 make no registry request and hold no registry credentials. A record whose schema id was
-registered after the decoder was built raises ``SchemaResolutionError`` (build it again:
+registered after the decoder was built raises ``KafkaCode.SCHEMA_RESOLUTION`` (build it again:
 restart the query). A record that is not in the wire format, or does not decode, raises
-``RecordFormatError``; a null stays null.
+``KafkaCode.RECORD_FORMAT``; a null stays null.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connectors.kafka._client import scrub
-from connectors.kafka._errors import KafkaInputSchemaError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA, PROTOBUF, registry_settings
-from connectors.kafka._formats._errors import RecordFormatError, SchemaResolutionError
 from connectors.kafka._formats._read_types import (
     message_row,
     spark_type_of_json_schema,
@@ -33,16 +32,18 @@ from connectors.kafka._formats._read_types import (
 )
 from connectors.kafka._formats._registry import PinnedRegistry, call, driver_client
 from connectors.kafka._formats._schemas import spark_type_of_avro
+from connectors.stage import StageCode
+from txn import TxnCode, has_code
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType
 
-# Characters of a deserializer's complaint kept in a RecordFormatError.
+# Characters of a deserializer's complaint kept in a KafkaCode.RECORD_FORMAT.
 _MAX_REASON = 300
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ColumnReader:
     """What the executors need to decode one column (picklable, no registry settings)."""
 
@@ -70,9 +71,9 @@ def decode_avro(
     (``mapInArrow``). Registry I/O happens here, once, on the driver.
 
     Raises:
-        KafkaSinkConfigError: a bad ``schema_registry`` setting.
-        KafkaInputSchemaError: the column is missing, or the reader schema has no Spark type.
-        SchemaResolutionError / SchemaRegistryUnavailableError: the registry refused or
+        TxnCode.CONFIG: a bad ``schema_registry`` setting.
+        StageCode.INPUT_SCHEMA: the column is missing, or the reader schema has no Spark type.
+        KafkaCode.SCHEMA_RESOLUTION / KafkaCode.SCHEMA_REGISTRY_UNAVAILABLE: the registry refused or
             did not answer.
 
     """
@@ -89,7 +90,13 @@ def avro_reader(
     writers = _writer_schemas(client, subject)
     if reader_schema is None:
         reader_schema = _latest(client, subject)
-    reader = ColumnReader(column, AVRO, subject, reader_schema, writers)
+    reader = ColumnReader(
+        column=column,
+        kind=AVRO,
+        subject=subject,
+        reader_schema=reader_schema,
+        writer_schemas=writers,
+    )
     return reader, spark_type_of_avro(reader_schema)
 
 
@@ -109,10 +116,10 @@ def decode_json_schema(
     else derived from the subject's latest version (docs/kafka-source.md).
 
     Raises:
-        KafkaSinkConfigError: a bad ``schema_registry`` setting.
-        KafkaInputSchemaError: the column is missing, or the latest schema has no derived
+        TxnCode.CONFIG: a bad ``schema_registry`` setting.
+        StageCode.INPUT_SCHEMA: the column is missing, or the latest schema has no derived
             Spark type (pass ``spark_schema=``).
-        SchemaResolutionError / SchemaRegistryUnavailableError: the registry refused or
+        KafkaCode.SCHEMA_RESOLUTION / KafkaCode.SCHEMA_REGISTRY_UNAVAILABLE: the registry refused or
             did not answer.
 
     """
@@ -129,7 +136,9 @@ def json_schema_reader(
     writers = _writer_schemas(client, subject)
     if spark_schema is None:
         spark_schema = spark_type_of_json_schema(_latest(client, subject), column)
-    return ColumnReader(column, JSON_SCHEMA, subject, None, writers), spark_schema
+    return ColumnReader(
+        column=column, kind=JSON_SCHEMA, subject=subject, reader_schema=None, writer_schemas=writers
+    ), spark_schema
 
 
 def decode_protobuf(df: DataFrame, column: str = "value", *, message: str | type) -> DataFrame:
@@ -141,8 +150,8 @@ def decode_protobuf(df: DataFrame, column: str = "value", *, message: str | type
     class is the schema).
 
     Raises:
-        KafkaSinkConfigError: ``message`` is not an importable generated message class.
-        KafkaInputSchemaError: the column is missing, or the message is recursive.
+        TxnCode.CONFIG: ``message`` is not an importable generated message class.
+        StageCode.INPUT_SCHEMA: the column is missing, or the message is recursive.
 
     """
     _has_column("decode_protobuf", df, column)
@@ -155,32 +164,40 @@ def protobuf_reader(column: str, message: str | type) -> tuple[ColumnReader, Dat
 
     path = message if isinstance(message, str) else _class_path(message)
     cls = RecordFormat(kind=PROTOBUF, message=path).message_class()
-    reader = ColumnReader(column, PROTOBUF, cls.DESCRIPTOR.full_name, None, (), path)
+    reader = ColumnReader(
+        column=column,
+        kind=PROTOBUF,
+        subject=cls.DESCRIPTOR.full_name,
+        reader_schema=None,
+        writer_schemas=(),
+        message=path,
+    )
     return reader, spark_type_of_message(cls.DESCRIPTOR, column)
 
 
 def _class_path(cls: type) -> str:
-    from connectors.kafka._errors import KafkaSinkConfigError
     from connectors.kafka._formats._config import RecordFormat
 
     path = f"{cls.__module__}:{cls.__qualname__}"
     try:
         same = RecordFormat(kind=PROTOBUF, message=path).message_class() is cls
-    except KafkaSinkConfigError:
+    except KafkaConnectorError as exc:
+        if exc.code is not TxnCode.CONFIG:
+            raise
         same = False
     if not same:
         msg = (
             f"message class {cls.__qualname__} cannot be imported by its module and name "
             f"({path!r}) on the executors; pass message='module:Class'"
         )
-        raise KafkaSinkConfigError(msg)
+        raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
     return path
 
 
 def _has_column(caller: str, df: DataFrame, column: str) -> None:
     if column not in df.columns:
         msg = f"{caller}: the DataFrame has no column {column!r}"
-        raise KafkaInputSchemaError(msg, column=column)
+        raise KafkaConnectorError(msg, column=column, code=StageCode.INPUT_SCHEMA)
 
 
 def subject_of(caller: str, column: str, topic: str | None, subject: str | None) -> str:
@@ -188,7 +205,7 @@ def subject_of(caller: str, column: str, topic: str | None, subject: str | None)
     if subject is None:
         if topic is None:
             msg = f"{caller} needs subject= or topic= (the subject is then {{topic}}-{column})"
-            raise KafkaInputSchemaError(msg, column=column)
+            raise KafkaConnectorError(msg, column=column, code=StageCode.INPUT_SCHEMA)
         subject = f"{topic}-{column}"
     return subject
 
@@ -271,11 +288,11 @@ def decode_batches(
 
 
 def _decode_error(reader: ColumnReader, row: int, exc: Exception) -> Exception:
-    if isinstance(exc, SchemaResolutionError):
+    if has_code(exc, KafkaCode.SCHEMA_RESOLUTION):
         return exc
     reason = scrub(f"{type(exc).__name__}: {exc}")[:_MAX_REASON]
     msg = (
         f"record {row} of column {reader.column!r} is not Confluent-framed {reader.kind} of "
         f"subject {reader.subject!r}: {reason}"
     )
-    return RecordFormatError(msg, column=reader.column)
+    return KafkaConnectorError(msg, column=reader.column, code=KafkaCode.RECORD_FORMAT)

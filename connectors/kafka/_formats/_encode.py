@@ -12,7 +12,7 @@ Per row: the column is converted once with Arrow's ``to_pylist`` (its dicts are 
 C++), then the serializer is mapped over it (``map``: no Python loop of ours). Avro and
 JSON take those dicts as they are; Protobuf builds the message from each dict (the library
 serializes messages only). A row the serializer refuses raises
-:class:`~connectors.kafka._formats._errors.RecordFormatError` naming the column and row.
+:class:`connectors.kafka.KafkaCode.RECORD_FORMAT` naming the column and row.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.kafka._client import scrub
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA
-from connectors.kafka._formats._errors import RecordFormatError, SchemaResolutionError
 from connectors.kafka._formats._plan import ColumnPlan, FormatPlan, _strategy, context
 from connectors.kafka._formats._registry import PinnedRegistry
+from txn import has_code
 
-# Characters of a serializer's complaint kept in a RecordFormatError (it may quote data).
+# Characters of a serializer's complaint kept in a KafkaCode.RECORD_FORMAT (it may quote data).
 _MAX_REASON = 300
 
 
@@ -96,18 +97,20 @@ class BatchEncoder:
         try:
             # list.extend keeps what it appended before an exception: len(out) is the row.
             out.extend(map(ser, rows, itertools.repeat(ctx)))
-        except SchemaResolutionError:  # the task would write otherwise than planned
-            raise
-        except Exception as exc:  # noqa: BLE001 - any serializer complaint is this row's
+        except Exception as exc:
+            if has_code(
+                exc, KafkaCode.SCHEMA_RESOLUTION
+            ):  # the task would write otherwise than planned
+                raise
             raise _row_error(col, len(out), exc) from None
         return out
 
 
-def _row_error(col: ColumnPlan, row: int, exc: Exception) -> RecordFormatError:
+def _row_error(col: ColumnPlan, row: int, exc: Exception) -> KafkaConnectorError:
     reason = scrub(f"{type(exc).__name__}: {exc}")[:_MAX_REASON]
     msg = (
         f"row {row} of the batch does not fit the {col.kind} writer schema of column "
         f"{col.column!r} (subject {col.subject!r}, schema id {col.schema_id}): {reason}. "
         "Fix the rows or the schema. The epoch was aborted."
     )
-    return RecordFormatError(msg, column=col.column)
+    return KafkaConnectorError(msg, column=col.column, code=KafkaCode.RECORD_FORMAT)

@@ -7,7 +7,7 @@ schema id, version), cached per request by :class:`Resolver` so a registry is as
 per schema and sink object. The plan travels to the write tasks inside the sink's
 resource, and its digest is part of the resource's fingerprint, which the epoch log's plan
 records: a replay of an epoch in doubt that would resolve another schema id is refused
-(``txn.PlanMismatchError``) instead of writing other bytes; the ids of a committed epoch
+(``txn.TxnCode.PLAN_MISMATCH``) instead of writing other bytes; the ids of a committed epoch
 never change. Frozen, picklable, without registry settings (no credentials in the tasks).
 """
 
@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.kafka._client import Settings
-from connectors.kafka._errors import KafkaInputSchemaError
+from connectors.kafka._errors import KafkaConnectorError
 from connectors.kafka._formats import _schemas
 from connectors.kafka._formats._config import AVRO, JSON_SCHEMA, PROTOBUF, RecordFormat
 from connectors.kafka._formats._registry import RecordingRegistry, Registered, call, driver_client
+from connectors.stage import StageCode
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 _SCHEMA_TYPES = {AVRO: "AVRO", JSON_SCHEMA: "JSON", PROTOBUF: "PROTOBUF"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ColumnRequest:
     """One formatted column as the driver's schema check sees it (no I/O yet)."""
 
@@ -41,7 +42,7 @@ class ColumnRequest:
     schema: str | None  # the writer schema text (avro, json-schema); None for protobuf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ColumnPlan:
     """One formatted column as the write tasks serialize it."""
 
@@ -83,7 +84,7 @@ def request(
     """Check the formatted columns of ``schema`` and derive their writer schemas (no I/O).
 
     Raises:
-        KafkaInputSchemaError: a formatted column has a type the derived schema cannot
+        StageCode.INPUT_SCHEMA: a formatted column has a type the derived schema cannot
             represent, or a topic-based subject strategy meets rows without a fixed topic.
 
     """
@@ -98,14 +99,14 @@ def request(
                 "names the subject after the topic: it needs the sink's topic= and no "
                 "'topic' column (or subject_strategy='record')"
             )
-            raise KafkaInputSchemaError(msg, column="topic")
+            raise KafkaConnectorError(msg, column="topic", code=StageCode.INPUT_SCHEMA)
         name = fmt.record_name or column.capitalize()
         text = fmt.schema
         if text is None and fmt.kind == AVRO:
             text = _schemas.avro_schema(dtype, column, name)
         elif text is None and fmt.kind == JSON_SCHEMA:
             text = _schemas.json_schema(dtype, column, name)
-        out.append(ColumnRequest(column, fmt, topic, text))
+        out.append(ColumnRequest(column=column, fmt=fmt, topic=topic, schema=text))
     return tuple(out)
 
 
@@ -151,7 +152,7 @@ def resolve(client: Any, req: ColumnRequest) -> ColumnPlan:
             f"{req.column}_format: the {fmt.subject_strategy!r} strategy needs a named schema "
             "(an Avro record name or a JSON Schema title); set record_name= or the schema's name"
         )
-        raise KafkaInputSchemaError(msg, column=req.column)
+        raise KafkaConnectorError(msg, column=req.column, code=StageCode.INPUT_SCHEMA)
     text = req.schema
     if fmt.version is not None:
         found = call(
@@ -175,8 +176,8 @@ def resolve(client: Any, req: ColumnRequest) -> ColumnPlan:
             )
     reg = Registered(subject, int(found.schema_id), found.version)
     return ColumnPlan(
-        req.column, fmt.kind, fmt.subject_strategy, req.topic, text, None, subject,
-        reg.schema_id, (reg,),
+        column=req.column, kind=fmt.kind, strategy=fmt.subject_strategy, topic=req.topic, schema=text, message=None, subject=subject,
+        schema_id=reg.schema_id, registered=(reg,),
     )  # fmt: skip
 
 
@@ -208,8 +209,8 @@ def _resolve_protobuf(client: Any, req: ColumnRequest) -> ColumnPlan:
         context(req.topic, req.column), cls.DESCRIPTOR.full_name
     )
     return ColumnPlan(
-        req.column, fmt.kind, fmt.subject_strategy, req.topic, None, fmt.message, subject,
-        schema_id, tuple(recording.registered),
+        column=req.column, kind=fmt.kind, strategy=fmt.subject_strategy, topic=req.topic, schema=None, message=fmt.message, subject=subject,
+        schema_id=schema_id, registered=tuple(recording.registered),
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ JSON Schema -> Spark: ``string`` -> string, ``integer`` -> bigint, ``number`` ->
 ``properties`` -> struct (fields in the schema's property order, all nullable); a type
 list or ``oneOf`` / ``anyOf`` of one type and ``null`` -> that type. Anything else (a
 ``$ref``, an object without properties, a union of several types) has no derived Spark
-type: :class:`~connectors.kafka.KafkaInputSchemaError` asks for ``spark_schema=``.
+type: :class:`connectors.stage.StageCode.INPUT_SCHEMA` asks for ``spark_schema=``.
 
 Protobuf -> Spark, from the message's descriptor: int32/sint32/sfixed32 -> int,
 uint32 and the 64-bit integers -> bigint, float -> float, double -> double, bool ->
@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from connectors.kafka._errors import KafkaInputSchemaError
+from connectors.kafka._errors import KafkaConnectorError
+from connectors.stage import StageCode
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
@@ -33,9 +34,11 @@ _JSON_TYPES = {
 }
 
 
-def _no_type(column: str, what: str, fix: str) -> KafkaInputSchemaError:
-    return KafkaInputSchemaError(
-        f"column {column!r}: {what} has no Spark type; {fix}", column=column
+def _no_type(column: str, what: str, fix: str) -> KafkaConnectorError:
+    return KafkaConnectorError(
+        f"column {column!r}: {what} has no Spark type; {fix}",
+        column=column,
+        code=StageCode.INPUT_SCHEMA,
     )
 
 
@@ -43,7 +46,7 @@ def spark_type_of_json_schema(schema_text: str, column: str) -> DataType:
     """Return the Spark type of values valid under the JSON Schema ``schema_text``.
 
     Raises:
-        KafkaInputSchemaError: a construct without a derived type (module docstring).
+        StageCode.INPUT_SCHEMA: a construct without a derived type (module docstring).
 
     """
     return _json(json.loads(schema_text), column, "the schema")
@@ -85,7 +88,7 @@ def spark_type_of_message(descriptor: Any, column: str, seen: tuple[str, ...] = 
     """Return the Spark struct type of a Protobuf message ``descriptor`` (module docstring).
 
     Raises:
-        KafkaInputSchemaError: a recursive message.
+        StageCode.INPUT_SCHEMA: a recursive message.
 
     """
     from pyspark.sql import types as T  # noqa: N812 - Spark's customary alias

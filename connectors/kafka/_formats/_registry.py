@@ -5,8 +5,8 @@
   ``MockSchemaRegistryClient``, one per scope and process (as Confluent's Java serdes
   scope ``mock://`` registries), so a test reads back through the registry the sink wrote to.
 * :func:`call` runs one registry request: a registry that does not answer is retried for
-  :data:`REGISTRY_WAIT_S` (tenacity), then :class:`SchemaRegistryUnavailableError`; an
-  HTTP refusal becomes :class:`SchemaResolutionError` at once (secrets scrubbed).
+  :data:`REGISTRY_WAIT_S` (tenacity), then :class:`KafkaCode.SCHEMA_REGISTRY_UNAVAILABLE`; an
+  HTTP refusal becomes :class:`KafkaCode.SCHEMA_RESOLUTION` at once (secrets scrubbed).
 * :class:`PinnedRegistry` answers the library's serializers and deserializers in a write
   (or read) task from the epoch's plan alone: the schema ids resolved on the driver. The
   tasks make no registry request and hold no registry credentials.
@@ -24,11 +24,8 @@ from typing import Any, TypeVar
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from connectors.kafka._client import Settings, scrub
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from connectors.kafka._formats._config import client_settings, confluent_registry
-from connectors.kafka._formats._errors import (
-    SchemaRegistryUnavailableError,
-    SchemaResolutionError,
-)
 
 # Seconds the driver keeps retrying a registry that does not answer (a registry restart
 # takes a few seconds; beyond this the epoch fails before it is logged and Spark replays it).
@@ -81,7 +78,7 @@ def call(what: str, request: Callable[[], _T]) -> _T:
             if exc.http_status_code >= 500 or exc.http_status_code == 429:
                 raise _Unavailable(_describe(exc)) from exc
             msg = f"the Schema Registry refused {what}: {_describe(exc)}; {_fix(exc)}"
-            raise SchemaResolutionError(msg) from None
+            raise KafkaConnectorError(msg, code=KafkaCode.SCHEMA_RESOLUTION) from None
         except (OSError, ConnectionError) as exc:
             raise _Unavailable(scrub(str(exc))) from None
         except Exception as exc:
@@ -96,7 +93,7 @@ def call(what: str, request: Callable[[], _T]) -> _T:
             f"the Schema Registry did not answer {what} for {REGISTRY_WAIT_S:.0f}s ({exc}); "
             "check schema_registry['url'] and that the registry runs"
         )
-        raise SchemaRegistryUnavailableError(msg) from None
+        raise KafkaConnectorError(msg, code=KafkaCode.SCHEMA_REGISTRY_UNAVAILABLE) from None
 
 
 def _is_transport_error(exc: Exception) -> bool:
@@ -129,7 +126,7 @@ class PinnedRegistry:
     Duck-types the part of ``SchemaRegistryClient`` the library's serdes call with
     ``auto.register.schemas`` off (``lookup_schema``, ``get_schema``, ``config``). A
     subject the plan does not hold means the task would serialize otherwise than the
-    driver planned: :class:`SchemaResolutionError`, never a silent registration.
+    driver planned: :class:`KafkaCode.SCHEMA_RESOLUTION`, never a silent registration.
     """
 
     def __init__(
@@ -152,7 +149,7 @@ class PinnedRegistry:
                 f"does not hold (planned: {planned}); the topic or format changed under the "
                 "plan. Restore the sink's options until the epoch committed."
             )
-            raise SchemaResolutionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SCHEMA_RESOLUTION)
         sr = confluent_registry()
         self._schemas.setdefault(found.schema_id, schema)
         return sr.RegisteredSchema(
@@ -173,7 +170,7 @@ class PinnedRegistry:
                 f"built ({sorted(self._schemas)}); build the decoder again (a new version "
                 "was registered since)"
             )
-            raise SchemaResolutionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SCHEMA_RESOLUTION)
         return self._schemas[schema_id]
 
 

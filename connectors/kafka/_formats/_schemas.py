@@ -3,7 +3,7 @@
 Derivation is deterministic (same Spark type, same schema text), so registering it again
 finds the same schema id. Nullable Spark fields become unions with null (default null)
 in Avro and are left out of ``required`` in JSON Schema. Types without a faithful mapping
-raise :class:`~connectors.kafka.KafkaInputSchemaError` naming the field and the fix.
+raise :class:`connectors.stage.StageCode.INPUT_SCHEMA` naming the field and the fix.
 
 Avro mapping (Spark -> Avro): string -> string, binary -> bytes, boolean -> boolean,
 byte/short/int -> int, long -> long, float -> float, double -> double, date -> int
@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from connectors.kafka._errors import KafkaInputSchemaError
+from connectors.kafka._errors import KafkaConnectorError
+from connectors.stage import StageCode
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -54,7 +55,7 @@ def _unsupported(column: str, path: str, dtype: DataType, what: str, fix: str) -
         f"column {column!r}: field {path or column!r} has type {dtype.simpleString()}, which "
         f"the derived {what} schema cannot represent; {fix}"
     )
-    raise KafkaInputSchemaError(msg, column=column)
+    raise KafkaConnectorError(msg, column=column, code=StageCode.INPUT_SCHEMA)
 
 
 def avro_schema(dtype: DataType, column: str, name: str) -> str:
@@ -165,7 +166,7 @@ def spark_type_of_avro(schema_text: str) -> DataType:
     """Return the Spark type of values read with the Avro ``schema_text`` (the reader schema).
 
     Raises:
-        KafkaInputSchemaError: a type without a Spark counterpart (a union of several
+        StageCode.INPUT_SCHEMA: a type without a Spark counterpart (a union of several
             non-null types, an enum is read as string, a map needs string keys).
 
     """
@@ -179,7 +180,7 @@ def _spark(schema: Any, named: dict[str, DataType]) -> DataType:
         branches = [s for s in schema if s != "null"]
         if len(branches) != 1:
             msg = f"an Avro union of {schema!r} has no Spark type; read the value as binary"
-            raise KafkaInputSchemaError(msg, column="value")
+            raise KafkaConnectorError(msg, column="value", code=StageCode.INPUT_SCHEMA)
         return _spark(branches[0], named)
     if isinstance(schema, str):
         if schema in _SPARK_SIMPLE:
@@ -187,7 +188,7 @@ def _spark(schema: Any, named: dict[str, DataType]) -> DataType:
         if schema in named:
             return named[schema]
         msg = f"Avro type {schema!r} is unknown here (named types must be defined first)"
-        raise KafkaInputSchemaError(msg, column="value")
+        raise KafkaConnectorError(msg, column="value", code=StageCode.INPUT_SCHEMA)
     kind, logical = schema.get("type"), schema.get("logicalType")
     if logical == "date":
         return T.DateType()

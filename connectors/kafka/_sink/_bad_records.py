@@ -4,14 +4,14 @@
 row, from the row and the sink's options alone (so a replay decides the same, and the
 verdicts enter the partition's checksum, see ``connectors.stage._bad_records``):
 
-* ``KafkaRecordError``: a null value where none is allowed (only ``op='delete'`` rows of a
+* ``record`` (``StageCode.RECORD``): a null value where none is allowed (only ``op='delete'`` rows of a
   changelog are tombstones), a changelog op other than insert / update_after / delete
   (or null), a changelog row without a key, a row without a topic when the sink has no
   default topic;
-* ``RecordFormatError``: a formatted key or value that does not fit its writer schema
+* ``record-format`` (``KafkaCode.RECORD_FORMAT``): a formatted key or value that does not fit its writer schema
   (``key_format`` / ``value_format``; the formats' encoder, row by row only for a batch
   that has such a row);
-* ``RecordTooLargeError``: key, value and headers larger than the producers'
+* ``record-too-large`` (``KafkaCode.RECORD_TOO_LARGE``): key, value and headers larger than the producers'
   ``message.max.bytes`` minus :data:`RECORD_OVERHEAD_BYTES`, checked before producing
   (librdkafka would refuse the record, or the broker answer it, only later).
 
@@ -36,7 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 
-from connectors.kafka._formats import FormatPlan, RecordFormatError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
+from connectors.kafka._formats import FormatPlan
 from connectors.kafka._formats._encode import BatchEncoder
 from connectors.kafka._sink._config import DEAD_LETTER_SOURCE_HEADERS, SinkConfig
 from connectors.kafka._sink._writer import (
@@ -46,13 +47,8 @@ from connectors.kafka._sink._writer import (
     RecordLayout,
     RecordWriter,
 )
-from connectors.stage import (
-    ERROR_CLASS_COLUMN,
-    ERROR_MESSAGE_COLUMN,
-    BadRow,
-    DeadLetterContext,
-    drop_rows,
-)
+from connectors.stage import BadRow, DeadLetterContext, StageCode
+from connectors.stage._bad_records import ERROR_CLASS_COLUMN, ERROR_MESSAGE_COLUMN, drop_rows
 
 # Bytes of a record's framing counted against message.max.bytes besides its key, value and
 # headers (record batch header of 61 bytes, the record's varints, header key lengths);
@@ -105,11 +101,11 @@ class KafkaClassifier:
         if self._encoder is not None:
             good, failed = self._encode(good)
             for j, message in failed:
-                bad[rows[j]] = BadRow(rows[j], "RecordFormatError", message)
+                bad[rows[j]] = BadRow(rows[j], KafkaCode.RECORD_FORMAT.text, message)
             rows = [i for i in rows if i not in bad]
         large = self._too_large(good)
         for j, message in large:
-            bad[rows[j]] = BadRow(rows[j], "RecordTooLargeError", message)
+            bad[rows[j]] = BadRow(rows[j], KafkaCode.RECORD_TOO_LARGE.text, message)
         return drop_rows(good, [j for j, _ in large]), [bad[i] for i in sorted(bad)]
 
     def _check_values(self, batch: pa.RecordBatch) -> list[BadRow]:
@@ -120,25 +116,27 @@ class KafkaClassifier:
             unknown = pc.invert(pc.fill_null(pc.is_in(op, value_set=pa.array(WRITTEN_OPS)), False))
             ops = op.to_pylist()
             out += [
-                BadRow(i, "KafkaRecordError", f"op {ops[i]!r} is not one of {', '.join(ALL_OPS)}")
+                BadRow(
+                    i, StageCode.RECORD.text, f"op {ops[i]!r} is not one of {', '.join(ALL_OPS)}"
+                )
                 for i in _rows(unknown)
             ]
             key = batch.column(batch.schema.get_field_index("key"))
             out += [
-                BadRow(i, "KafkaRecordError", "a changelog row needs a key (upserts, deletes)")
+                BadRow(i, StageCode.RECORD.text, "a changelog row needs a key (upserts, deletes)")
                 for i in _rows(pc.is_null(key))
             ]
             missing = pc.and_(pc.is_null(value), pc.not_equal(op, "delete"))
         else:
             missing = pc.is_null(value)
         out += [
-            BadRow(i, "KafkaRecordError", "null value (only a changelog delete is a tombstone)")
+            BadRow(i, StageCode.RECORD.text, "null value (only a changelog delete is a tombstone)")
             for i in _rows(missing)
         ]
         topic = _column(batch, "topic")
         if topic is not None and self._topic is None:
             out += [
-                BadRow(i, "KafkaRecordError", "null topic and the sink has no default topic")
+                BadRow(i, StageCode.RECORD.text, "null topic and the sink has no default topic")
                 for i in _rows(pc.is_null(topic))
             ]
         first: dict[int, BadRow] = {}
@@ -155,13 +153,16 @@ class KafkaClassifier:
         assert self._encoder is not None  # noqa: S101 - called only with formats
         try:
             return self._encoder.encode(batch), []
-        except RecordFormatError:
-            pass
+        except KafkaConnectorError as exc:
+            if exc.code is not KafkaCode.RECORD_FORMAT:
+                raise
         failed: list[tuple[int, str]] = []
         for i in range(batch.num_rows):
             try:
                 self._encoder.encode(batch.slice(i, 1))
-            except RecordFormatError as exc:
+            except KafkaConnectorError as exc:
+                if exc.code is not KafkaCode.RECORD_FORMAT:
+                    raise
                 failed.append((i, str(exc)))
         return self._encoder.encode(drop_rows(batch, [i for i, _ in failed])), failed
 

@@ -18,11 +18,12 @@ from typing import Any
 
 from connectors.kafka import _client
 from connectors.kafka._client import Cluster, Settings, StateTopicDurability, librdkafka_settings
-from connectors.kafka._errors import ClientConfigError, KafkaSinkConfigError
+from connectors.kafka._errors import KafkaConnectorError, client_config_error, config_error
 from connectors.kafka._formats import RecordFormat, parse_formats
 from connectors.kafka._sink._strategy import PRODUCER_STRATEGIES, ProducerStrategy
-from connectors.stage import StageOptions, build_config
-from txn import Guarantee
+from connectors.stage import StageOptions
+from connectors.stage._options import build_config
+from txn import Guarantee, TxnCode
 
 # Version of the row-routing and checksum scheme; part of the fingerprint so that a
 # change of scheme while an epoch is in doubt is detected instead of mis-compared.
@@ -90,7 +91,7 @@ def _producer_settings(raw: object, shared: Settings) -> Settings:
     return librdkafka_settings(
         raw,
         option="producer_config",
-        error=KafkaSinkConfigError,
+        error=config_error,
         owned=_SHARED_SETTINGS,
         base={**DEFAULT_PRODUCER_CONFIG, **shared.as_dict()},
     )
@@ -102,7 +103,7 @@ def _client_settings(raw: object) -> Settings:
         k: "is a producer setting: put it in producer_config" for k in DEFAULT_PRODUCER_CONFIG
     }
     return librdkafka_settings(
-        raw, option="client_config", error=ClientConfigError, owned=producer_only
+        raw, option="client_config", error=client_config_error, owned=producer_only
     )
 
 
@@ -115,19 +116,19 @@ def _strategy(value: object) -> ProducerStrategy:
     except ValueError:
         choices = ", ".join(repr(s) for s in PRODUCER_STRATEGIES)
         msg = f"producer_strategy must be one of {choices}, got {value!r}"
-        raise KafkaSinkConfigError(msg) from None
+        raise KafkaConnectorError(msg, code=TxnCode.CONFIG) from None
 
 
 def _require_name(what: str, value: object, max_len: int) -> str:
     if not isinstance(value, str) or not value:
         msg = f"{what} must be a non-empty string, got {value!r}"
-        raise KafkaSinkConfigError(msg)
+        raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
     if len(value) > max_len or not _NAME.match(value) or value in {".", ".."}:
         msg = (
             f"{what} {value!r} is not a valid Kafka name: use at most {max_len} characters "
             "from A-Z a-z 0-9 . _ -"
         )
-        raise KafkaSinkConfigError(msg)
+        raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
     return value
 
 
@@ -153,7 +154,7 @@ class SinkConfig(StageOptions):
       topics with (None: ``min(3, brokers)`` and ``min(2, replication)``);
     * ``strict_cluster_checks``: the preflight's durability findings on the output topic
       and the transaction state log (replication below 3, ``min.insync.replicas`` below 2,
-      unclean leader election on; exactly-once only) raise ``PreflightError`` instead of
+      unclean leader election on; exactly-once only) raise ``KafkaCode.PREFLIGHT`` instead of
       being logged as warnings (docs/deploying.md, section 9);
     * ``transaction_timeout_ms``: the producers' transaction timeout (at most the
       broker's ``transaction.max.timeout.ms``, checked at preflight);
@@ -218,10 +219,10 @@ class SinkConfig(StageOptions):
         """Validate raw options (as :class:`KafkaSink` takes them) and return the config.
 
         Raises:
-            KafkaSinkConfigError: an option is unknown or invalid; the message names it.
+            TxnCode.CONFIG: an option is unknown or invalid; the message names it.
 
         """
-        return build_config(cls, options, KafkaSinkConfigError, "KafkaSink")
+        return build_config(cls, options, KafkaConnectorError, "KafkaSink")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -230,7 +231,7 @@ class SinkConfig(StageOptions):
                 "bootstrap_servers must be 'host:port[,host:port...]', "
                 f"got {self.bootstrap_servers!r}"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         if self.topic is not None:
             _require_name("topic", self.topic, _MAX_TOPIC_LEN)
         _require_name("sink_id", self.sink_id, _MAX_SINK_ID_LEN)
@@ -246,7 +247,7 @@ class SinkConfig(StageOptions):
                 f"transaction_timeout_ms must be an int >= {MIN_TRANSACTION_TIMEOUT_MS}, "
                 f"got {timeout!r}"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         lanes = self.producer_lanes
         if (
             isinstance(lanes, bool)
@@ -254,12 +255,12 @@ class SinkConfig(StageOptions):
             or not 1 <= lanes <= MAX_PRODUCER_LANES
         ):
             msg = f"producer_lanes must be an int from 1 to {MAX_PRODUCER_LANES}, got {lanes!r}"
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "producer_strategy", _strategy(self.producer_strategy))
         log_path = None if self.epoch_log is None else os.fspath(self.epoch_log)
         if log_path is not None and not log_path:
             msg = "epoch_log must be a file path, or None for the Kafka epoch log"
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         object.__setattr__(self, "epoch_log", log_path)
         object.__setattr__(self, "client_config", _client_settings(self.client_config))
         shared = self.client_config
@@ -268,7 +269,7 @@ class SinkConfig(StageOptions):
         )
         object.__setattr__(self, "create_topics", bool(self.create_topics))
         object.__setattr__(self, "strict_cluster_checks", bool(self.strict_cluster_checks))
-        _ = self.state_topics  # validates the two values (KafkaSinkConfigError)
+        _ = self.state_topics  # validates the two values (TxnCode.CONFIG)
         object.__setattr__(self, "changelog", bool(self.changelog))
         formats = parse_formats(self.key_format, self.value_format, self.schema_registry)
         for name, value in zip(
@@ -285,7 +286,7 @@ class SinkConfig(StageOptions):
             return None
         if self.on_bad_record != "dead-letter":
             msg = "dead_letter_source only applies with on_bad_record='dead-letter'; remove it"
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         names = tuple(raw) if isinstance(raw, (tuple, list)) else ()
         if len(names) != len(DEAD_LETTER_SOURCE_HEADERS) or not all(
             isinstance(n, str) and n for n in names
@@ -294,7 +295,7 @@ class SinkConfig(StageOptions):
                 "dead_letter_source must name three input columns (topic, partition, offset), "
                 f"e.g. ('in_topic', 'in_partition', 'in_offset'); got {raw!r}"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         reserved = sorted(set(names) & set(SINK_COLUMNS))
         if reserved or len(set(names)) != len(names):
             msg = (
@@ -302,7 +303,7 @@ class SinkConfig(StageOptions):
                 f"sink's own ({', '.join(SINK_COLUMNS)}); rename them, e.g. "
                 "df.withColumnRenamed('topic', 'in_topic')"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         return (names[0], names[1], names[2])
 
     def _dead_letter_topic(self) -> str | None:
@@ -310,7 +311,7 @@ class SinkConfig(StageOptions):
         if self.on_bad_record != "dead-letter":
             if topic is not None:
                 msg = "dead_letter_topic only applies with on_bad_record='dead-letter'; remove it"
-                raise KafkaSinkConfigError(msg)
+                raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
             return None
         if topic is None:
             if self.topic is None:
@@ -318,12 +319,12 @@ class SinkConfig(StageOptions):
                     "on_bad_record='dead-letter' needs dead_letter_topic= when the sink has "
                     "no default topic (rows name their topics)"
                 )
-                raise KafkaSinkConfigError(msg)
+                raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
             topic = f"{self.topic[: _MAX_TOPIC_LEN - len(DEAD_LETTER_SUFFIX)]}{DEAD_LETTER_SUFFIX}"
         _require_name("dead_letter_topic", topic, _MAX_TOPIC_LEN)
         if topic in (self.topic, self.marker_topic, self.epoch_log_topic):
             msg = f"dead_letter_topic {topic!r} must differ from the sink's other topics"
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         return topic
 
     @property
@@ -351,13 +352,13 @@ class SinkConfig(StageOptions):
                 "commit_offsets_to_group needs guarantee='exactly-once': the input offsets "
                 "are committed inside the output's Kafka transaction"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
         if group.startswith(_client.marker_group(self.sink_id, 0)[:-1]):
             msg = (
                 f"commit_offsets_to_group {group!r} is a marker group of sink {self.sink_id!r}; "
                 "use a group id of its own (no active members)"
             )
-            raise KafkaSinkConfigError(msg)
+            raise KafkaConnectorError(msg, code=TxnCode.CONFIG)
 
     @property
     def transactional(self) -> bool:
@@ -376,7 +377,7 @@ class SinkConfig(StageOptions):
     @property
     def cluster(self) -> Cluster:
         """The cluster every Kafka client of the sink connects to, with ``client_config``."""
-        return Cluster(self.bootstrap_servers, self.client_config)
+        return Cluster(bootstrap_servers=self.bootstrap_servers, config=self.client_config)
 
     def producer_settings(self, transactional_id: str | None) -> dict[str, str]:
         """Return a write-task producer's own settings.

@@ -6,7 +6,7 @@ Needs nothing but the cluster's address (and the settings every client of the si
 starts with ``{sink_id}/``:
 
 * ``{sink_id}/r/{epoch:020d}/{attempt:06d}/{plan|decision|completion}``: one record,
-  encoded with :func:`txn.encode_record` (checksummed);
+  encoded with :func:`txn._codec.encode_record` (checksummed);
 * ``{sink_id}/binding``: the latest :class:`txn.QueryBinding` (compaction keeps one);
 * ``{sink_id}/floor``: JSON ``{"committed_through": n, "parallelism_floor": p}`` left by
   compaction when old committed epochs are tombstoned away.
@@ -23,7 +23,7 @@ Protocol:
 3. each ``append`` validates the record against the folded history, then writes it
    (plus tombstones and a new floor when old epochs are compacted) in one Kafka
    transaction; it returns once the transaction committed (durable);
-4. a fenced coordinator gets :class:`KafkaEpochLogFencedError` and must stop.
+4. a fenced coordinator gets :class:`TxnCode.EPOCH_LOG_LOCKED` and must stop.
 """
 
 from __future__ import annotations
@@ -53,22 +53,29 @@ from connectors.kafka._client import (
     stale_topic_verdict,
     with_delivery_cause,
 )
-from connectors.kafka._errors import KafkaEpochLogFencedError
+from connectors.kafka._errors import KafkaConnectorError
 from txn import (
-    DEFAULT_RETAIN_EPOCHS,
     EpochHistory,
     EpochLog,
-    EpochLogError,
     EpochPlan,
     ErrorAction,
-    IllegalTransitionError,
     LogRecord,
     QueryBinding,
-    decode_record,
-    encode_record,
+    TxnCode,
+    TxnError,
+    has_code,
 )
+from txn._codec import decode_record, encode_record
+from txn._log import DEFAULT_RETAIN_EPOCHS
 
 # Seconds to read the whole log topic before giving up (it is compacted, so small).
+# The cases an append passes through as they are; any other failure is the log's.
+_LOG_CODES = (
+    TxnCode.EPOCH_LOG,
+    TxnCode.EPOCH_LOG_CORRUPT,
+    TxnCode.EPOCH_LOG_LOCKED,
+    TxnCode.ILLEGAL_TRANSITION,
+)
 LOAD_TIMEOUT_S = 60.0
 # Seconds one poll() waits for the next message while reading the log.
 CONSUME_POLL_S = 1.0
@@ -90,7 +97,7 @@ class KafkaEpochLog(EpochLog):
 
     ``client_config``: the librdkafka settings the sink's clients share (its
     ``client_config`` option: security, ``client.id``, ...); validated here (no network
-    I/O), :class:`ClientConfigError` names a bad one. ``durability``: the replication
+    I/O), :class:`KafkaCode.CLIENT_CONFIG` names a bad one. ``durability``: the replication
     and ``min.insync.replicas`` the topic is created with if missing (default: the kit's,
     :class:`~connectors.kafka._client.StateTopicDurability`).
     """
@@ -196,7 +203,7 @@ class KafkaEpochLog(EpochLog):
         finally:
             consumer.close()
         msg = f"reading epoch log topic {self._topic} took over {LOAD_TIMEOUT_S}s; check the broker"
-        raise EpochLogError(msg)
+        raise TxnError(msg, code=TxnCode.EPOCH_LOG)
 
     def _take(self, m: Message, out: dict[str, tuple[int, bytes]]) -> bool:
         """Fold one consumed message into ``out``; True at the end of the partition."""
@@ -208,7 +215,7 @@ class KafkaEpochLog(EpochLog):
                 return False
             raise_if_denied(err, f"reading epoch log topic {self._topic}")
             msg = f"reading epoch log topic {self._topic} failed: {err}"
-            raise EpochLogError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG)
         raw_key = m.key()
         key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
         if key.startswith(f"{self._sink_id}/"):
@@ -255,7 +262,7 @@ class KafkaEpochLog(EpochLog):
             if broker_restart(exc):
                 raise  # the append's retries ride it out (``retry_over_restart``)
             msg = f"cannot take over epoch log {self._topic} for sink {self._sink_id!r}: {exc}"
-            raise EpochLogError(msg) from exc
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG) from exc
         return producer
 
     def _key(self, record: LogRecord, attempt: int) -> str:
@@ -279,7 +286,7 @@ class KafkaEpochLog(EpochLog):
         re-read) before it validates and writes the records again. A failure that may be
         the producer's stale Unknown-topic verdict (``stale_topic_verdict``: the broker
         has the topic again, a new producer sees it at once) gets a new producer, without
-        reading the log again. A record the history refuses raises :class:`~txn.IllegalTransitionError` as every epoch log does (nothing
+        reading the log again. A record the history refuses raises :class:`txn.TxnCode.ILLEGAL_TRANSITION` as every epoch log does (nothing
         is written).
         """
         self._check_open()
@@ -289,11 +296,11 @@ class KafkaEpochLog(EpochLog):
             retry_over_restart(
                 f"appending to epoch log {self._topic}", lambda: self._append_once(records)
             )
-        except (EpochLogError, KafkaEpochLogFencedError, IllegalTransitionError):
-            raise
         except Exception as exc:
+            if has_code(exc, *_LOG_CODES):
+                raise
             msg = f"appending to epoch log {self._topic} failed: {exc}; the record is not durable"
-            raise EpochLogError(msg) from exc
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG) from exc
 
     def _append_once(self, records: Sequence[LogRecord]) -> None:
         producer = self._acquire()
@@ -371,7 +378,7 @@ class KafkaEpochLog(EpochLog):
                 f"(fenced: {kafka_error_of(exc) or exc}); only one driver may run this sink: "
                 "stop this one"
             )
-            raise KafkaEpochLogFencedError(msg) from exc
+            raise KafkaConnectorError(msg, code=TxnCode.EPOCH_LOG_LOCKED) from exc
         try:
             call_with_retry(
                 "epoch log abort", lambda: producer.abort_transaction(LOG_TXN_TIMEOUT_S)
@@ -390,4 +397,4 @@ class KafkaEpochLog(EpochLog):
     def _check_open(self) -> None:
         if self._closed:
             msg = f"epoch log {self._topic} of sink {self._sink_id!r} is closed"
-            raise EpochLogError(msg)
+            raise TxnError(msg, code=TxnCode.EPOCH_LOG)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from connectors.kafka._errors import KafkaInputSchemaError
+from connectors.kafka._errors import KafkaConnectorError
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import InputSpec
+from connectors.stage import InputSpec, StageCode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -34,7 +34,7 @@ def input_layout(schema: StructType, cfg: SinkConfig) -> RecordLayout:
     """Check ``schema`` (a Spark StructType); return which optional columns are present.
 
     Raises:
-        KafkaInputSchemaError: a required column is missing or a column has a wrong type.
+        StageCode.INPUT_SCHEMA: a required column is missing or a column has a wrong type.
 
     """
     types = {f.name: _type_name(f.dataType) for f in schema.fields}
@@ -45,14 +45,14 @@ def input_layout(schema: StructType, cfg: SinkConfig) -> RecordLayout:
                 f"column {name!r} has type {types[name]}; the Kafka sink needs "
                 f"{' or '.join(allowed)}: {fix}"
             )
-            raise KafkaInputSchemaError(msg, column=name)
+            raise KafkaConnectorError(msg, column=name, code=StageCode.INPUT_SCHEMA)
 
     if "value" not in types:
         msg = (
             "the DataFrame has no 'value' column; select one, e.g. "
             "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')"
         )
-        raise KafkaInputSchemaError(msg, column="value")
+        raise KafkaConnectorError(msg, column="value", code=StageCode.INPUT_SCHEMA)
     if cfg.value_format is None:  # a formatted column: its format checks it (_formats)
         check("value", _STRING_OR_BINARY, "cast it, e.g. col('value').cast('string') or to_json")
     if cfg.key_format is None:
@@ -66,22 +66,22 @@ def input_layout(schema: StructType, cfg: SinkConfig) -> RecordLayout:
     )
     if cfg.topic is None and "topic" not in types:
         msg = "no default topic and no 'topic' column; pass topic= to KafkaSink or add the column"
-        raise KafkaInputSchemaError(msg, column="topic")
+        raise KafkaConnectorError(msg, column="topic", code=StageCode.INPUT_SCHEMA)
     if cfg.changelog:
         if "op" not in types:
             msg = (
                 "changelog=True needs an 'op' column (insert / update_before / update_after / "
                 "delete); add it or use changelog=False"
             )
-            raise KafkaInputSchemaError(msg, column="op")
+            raise KafkaConnectorError(msg, column="op", code=StageCode.INPUT_SCHEMA)
         check("op", ("string",), "cast it with col('op').cast('string')")
         if "key" not in types:
             msg = "changelog=True needs a 'key' column: upserts and deletes are keyed"
-            raise KafkaInputSchemaError(msg, column="key")
+            raise KafkaConnectorError(msg, column="key", code=StageCode.INPUT_SCHEMA)
     for name in cfg.order_by:
         if name not in types:
             msg = f"order_by names column {name!r}, which the DataFrame does not have"
-            raise KafkaInputSchemaError(msg, column=name)
+            raise KafkaConnectorError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     return RecordLayout(
         key="key" in types,
         topic="topic" in types,
@@ -115,7 +115,7 @@ def check_source_columns(schema: StructType, cfg: SinkConfig) -> tuple[str, ...]
     """Check the ``dead_letter_source`` columns of ``schema``; return them (or none).
 
     Raises:
-        KafkaInputSchemaError: a named column is missing or has a wrong type.
+        StageCode.INPUT_SCHEMA: a named column is missing or has a wrong type.
 
     """
     if cfg.dead_letter_source is None:
@@ -125,13 +125,13 @@ def check_source_columns(schema: StructType, cfg: SinkConfig) -> tuple[str, ...]
     for name, allowed in wanted:
         if name not in types:
             msg = f"dead_letter_source names column {name!r}, which the DataFrame does not have"
-            raise KafkaInputSchemaError(msg, column=name)
+            raise KafkaConnectorError(msg, column=name, code=StageCode.INPUT_SCHEMA)
         if types[name] not in allowed:
             msg = (
                 f"dead_letter_source column {name!r} has type {types[name]}; it needs "
                 f"{' or '.join(allowed)} (topic, partition, offset)"
             )
-            raise KafkaInputSchemaError(msg, column=name)
+            raise KafkaConnectorError(msg, column=name, code=StageCode.INPUT_SCHEMA)
     return cfg.dead_letter_source
 
 

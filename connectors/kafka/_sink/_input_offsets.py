@@ -27,7 +27,7 @@ import threading
 from confluent_kafka import TopicPartition
 
 from connectors.kafka import _client
-from connectors.stage import NotKafkaInputError
+from connectors.stage import StageCode, StageError
 from txn import EpochPlan
 
 # Write partition whose transaction carries the input offsets.
@@ -61,7 +61,7 @@ def require_kafka_input(plan: EpochPlan, sink_id: str, group: str) -> None:
     """Refuse an epoch whose Kafka input offsets are unknown (before anything is written).
 
     Raises:
-        NotKafkaInputError: the plan recorded no Kafka input offsets.
+        StageCode.NOT_KAFKA_INPUT: the plan recorded no Kafka input offsets.
 
     """
     if plan.input is not None and plan.input.end:
@@ -71,7 +71,7 @@ def require_kafka_input(plan: EpochPlan, sink_id: str, group: str) -> None:
         f"{plan.epoch} recorded no Kafka input offsets (the query reads no Kafka source, or "
         "runs under Spark Connect); remove commit_offsets_to_group or read Kafka"
     )
-    raise NotKafkaInputError(msg)
+    raise StageError(msg, code=StageCode.NOT_KAFKA_INPUT)
 
 
 def group_offsets(plan: EpochPlan) -> list[TopicPartition]:

@@ -30,7 +30,7 @@ from connectors.kafka._client import (
     cluster_of,
     raise_if_denied,
 )
-from connectors.kafka._errors import MarkerError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from txn import Marker
 
 # Seconds one committed() call may take; it waits for pending transactional offsets
@@ -51,7 +51,7 @@ def decode_marker(offset: int, metadata: str | None) -> Marker | None:
     """Return the marker stored as ``offset`` / ``metadata``; None when nothing is committed.
 
     Raises:
-        MarkerError: the group holds an offset the sink did not write.
+        KafkaCode.MARKER: the group holds an offset the sink did not write.
 
     """
     if offset < 0:
@@ -66,10 +66,10 @@ def decode_marker(offset: int, metadata: str | None) -> Marker | None:
             f"marker offset {offset} has unreadable metadata {metadata!r} ({exc}); another "
             "application commits offsets to this sink's marker group. Use a sink_id of your own."
         )
-        raise MarkerError(msg) from None
+        raise KafkaConnectorError(msg, code=KafkaCode.MARKER) from None
     if marker.epoch + 1 != offset:
         msg = f"marker offset {offset} disagrees with its metadata epoch {marker.epoch}"
-        raise MarkerError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.MARKER)
     return marker
 
 
@@ -100,7 +100,7 @@ def read_marker(consumer: Consumer, marker_topic: str) -> Marker | None:
     if tp.error is not None:
         raise_if_denied(tp.error, f"reading the marker of {marker_topic}[0]")
         msg = f"reading marker of {marker_topic}[0] failed: {tp.error}"
-        raise MarkerError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.MARKER)
     return decode_marker(tp.offset, tp.metadata)
 
 
@@ -118,10 +118,10 @@ def read_markers(
     ``client_config`` option: security, ``client.id``, ...).
 
     Raises:
-        ClientConfigError: ``client_config`` is invalid.
-        KafkaConnectError: the cluster did not answer (``KafkaAuthenticationError``:
+        KafkaCode.CLIENT_CONFIG: ``client_config`` is invalid.
+        KafkaCode.CONNECT: the cluster did not answer (``KafkaCode.AUTHENTICATION``:
             authentication failed).
-        MarkerError: a marker group holds an offset the sink did not write.
+        KafkaCode.MARKER: a marker group holds an offset the sink did not write.
 
     """
     cluster = cluster_of(bootstrap_servers, client_config)

@@ -17,7 +17,8 @@ from connectors.kafka._sink._reference import NewProducerPerTask
 from connectors.kafka._sink._strategy import ProducerStrategy, TaskProducers
 from connectors.kafka._sink._transactional import TransactionalKafkaParticipant
 from connectors.kafka._sink._writer import RecordLayout
-from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo, screened
+from connectors.stage import ArrowPartition, DeadLetterContext, TaskInfo
+from connectors.stage._bad_records import screened
 from txn import EpochPlan, Marker, Resource
 
 
@@ -63,7 +64,7 @@ class KafkaResource(Resource[ArrowPartition]):
             return formatted(participant, self.formats)  # type: ignore[no-any-return]
         # The classifier encodes the formatted columns itself (a misfit is a bad record).
         classifier = KafkaClassifier(self.cfg, self.layout, self.formats)
-        context = DeadLetterContext(self.cfg.sink_id, plan.epoch, partition)
+        context = DeadLetterContext(sink_id=self.cfg.sink_id, epoch=plan.epoch, partition=partition)
         return screened(participant, classifier, self.cfg, context)  # type: ignore[return-value]
 
     def fingerprint(self) -> str:

@@ -27,9 +27,11 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from connectors.stage import BackChannel, StageEvent, StageRun
+from connectors.stage import BackChannel, StageEvent
+from connectors.stage._backchannel import StageRun
 from connectors.stage._states import ParticipantState
-from txn import Marker, PartitionOutcome, PartitionReport
+from txn import Marker, PartitionReport
+from txn._model import PartitionOutcome
 
 log = logging.getLogger("connectors.kafka.sink.reuse")
 

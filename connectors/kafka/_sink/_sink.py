@@ -14,7 +14,7 @@ from connectors.kafka._client import (
     existing_topics,
     wait_for_topic,
 )
-from connectors.kafka._errors import PreflightError, TopicMissingError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from connectors.kafka._formats import SinkFormats, for_tasks
 from connectors.kafka._sink import _input
 from connectors.kafka._sink._config import SinkConfig
@@ -103,7 +103,7 @@ class KafkaConnector(SinkConnector):
         with ``state_topics``' replication and min ISR);
         3. ``transaction_timeout_ms`` is at most the broker's ``transaction.max.timeout.ms``;
         4. exactly-once: the output topic and the transaction state log satisfy
-        ``DurabilityRules`` (each finding a warning, or ``PreflightError`` with
+        ``DurabilityRules`` (each finding a warning, or ``KafkaCode.PREFLIGHT`` with
         ``strict_cluster_checks=True``).
         The dead-letter topic is created if missing (``on_bad_record="dead-letter"``).
 
@@ -113,17 +113,17 @@ class KafkaConnector(SinkConnector):
         ``_connect.CONNECT_WAIT_S``.
 
         Raises:
-            KafkaConnectError: no broker answered (the message names the address and the
-                reason); KafkaAuthenticationError: authentication failed (the message
+            KafkaCode.CONNECT: no broker answered (the message names the address and the
+                reason); KafkaCode.AUTHENTICATION: authentication failed (the message
                 names the client_config settings to fix).
-            KafkaAuthorizationError: an ACL refused a topic creation or DescribeConfigs.
-            BrokerUnavailableError: the broker stopped answering afterwards.
-            TopicMissingError: the output topic stayed absent.
-            PreflightError: another problem, with what to fix.
+            KafkaCode.AUTHORIZATION: an ACL refused a topic creation or DescribeConfigs.
+            KafkaCode.BROKER_UNAVAILABLE: the broker stopped answering afterwards.
+            KafkaCode.TOPIC_MISSING: the output topic stayed absent.
+            KafkaCode.PREFLIGHT: another problem, with what to fix.
 
         """
         cfg = self.cfg
-        admin = connect_admin(cfg.cluster)  # KafkaConnectError: unreachable
+        admin = connect_admin(cfg.cluster)  # KafkaCode.CONNECT: unreachable
         topics = existing_topics(admin)
         if cfg.topic is not None and cfg.topic not in topics:
             if cfg.create_topics:
@@ -134,7 +134,7 @@ class KafkaConnector(SinkConnector):
                     f"fresh metadata did not show it for {TOPIC_METADATA_WAIT_S:.0f}s); "
                     "create it or pass create_topics=True"
                 )
-                raise TopicMissingError(msg)
+                raise KafkaConnectorError(msg, code=KafkaCode.TOPIC_MISSING)
         if cfg.dead_letter_topic is not None:
             ensure_topics(cfg.cluster, [cfg.dead_letter_topic])
         if cfg.transactional:
@@ -157,7 +157,7 @@ class KafkaConnector(SinkConnector):
                 f"transaction.max.timeout.ms={raw}; lower transaction_timeout_ms or raise "
                 "the broker setting"
             )
-            raise PreflightError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.PREFLIGHT)
 
 
 class KafkaSink(TransactionalSink):
@@ -171,7 +171,7 @@ class KafkaSink(TransactionalSink):
     ``options`` are the fields of :class:`~connectors.kafka.SinkConfig` (guarantee, mode,
     parallelism, epoch_log, transaction_timeout_ms, client_config, producer_config,
     producer_strategy, changelog, order_by, ...), validated here without network I/O
-    (:class:`KafkaSinkConfigError` names a bad one). One call ``sink(df, batch_id)`` runs
+    (:class:`TxnCode.CONFIG` names a bad one). One call ``sink(df, batch_id)`` runs
     epoch ``batch_id`` through the generic stage
     (:class:`connectors.stage.TransactionalSink`); the protocol: docs/architecture.md,
     the Kafka specifics (transactions, markers, producer strategies): docs/kafka-sink.md.

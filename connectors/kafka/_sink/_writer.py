@@ -3,7 +3,7 @@
 Steps per batch:
 
 1. validate it vectorized (null values, unknown changelog ops, missing keys or
-   topics) and raise a :class:`KafkaRecordError` naming the column and the fix;
+   topics) and raise a :class:`StageCode.RECORD` naming the column and the fix;
 2. convert the needed columns once with ``to_pylist()``; string keys and values as their
    UTF-8 bytes (a zero-copy cast to binary first: no decoding into ``str`` and no
    encoding back in ``produce``, the same bytes on the wire);
@@ -51,7 +51,8 @@ from connectors.kafka._client import (
     code_of,
     to_write_error,
 )
-from connectors.kafka._errors import KafkaRecordError, KafkaWriteError, RecordTooLargeError
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
+from connectors.stage import StageCode
 from txn import ErrorAction
 
 # Seconds one poll waits for the producer queue to drain when it is full (back-pressure).
@@ -61,7 +62,7 @@ WRITTEN_OPS = ("insert", "update_after", "delete")
 ALL_OPS = (*WRITTEN_OPS, "update_before")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecordLayout:
     """Which of the optional input columns the DataFrame has (decided on the driver)."""
 
@@ -86,7 +87,7 @@ class DeliveryErrors:
                 self.first = (err, msg)
 
 
-def _too_large(exc: KafkaError, key: object, value: object) -> RecordTooLargeError:
+def _too_large(exc: KafkaError, key: object, value: object) -> KafkaConnectorError:
     key_len = len(key) if isinstance(key, (bytes, str)) else 0
     value_len = len(value) if isinstance(value, (bytes, str)) else 0
     column = "key" if key_len > value_len else "value"
@@ -96,7 +97,7 @@ def _too_large(exc: KafkaError, key: object, value: object) -> RecordTooLargeErr
         "records, or raise the limits: producer_config={'message.max.bytes': ...} and the "
         "topic's max.message.bytes on the broker. The epoch was aborted."
     )
-    return RecordTooLargeError(msg, column=column)
+    return KafkaConnectorError(msg, column=column, code=KafkaCode.RECORD_TOO_LARGE)
 
 
 def _headers(raw: object) -> list[tuple[str, bytes | None]] | None:
@@ -130,14 +131,14 @@ class RecordWriter:
                     f"column 'op' holds {sample!r}; a changelog row's op must be one of "
                     f"{', '.join(ALL_OPS)}. The epoch was aborted."
                 )
-                raise KafkaRecordError(msg, column="op")
+                raise KafkaConnectorError(msg, column="op", code=StageCode.RECORD)
             key = batch.column(batch.schema.get_field_index("key"))
             if key.null_count:
                 msg = (
                     f"column 'key' is null in {key.null_count} changelog row(s); upserts and "
                     "deletes need a key. Filter or fill null keys. The epoch was aborted."
                 )
-                raise KafkaRecordError(msg, column="key")
+                raise KafkaConnectorError(msg, column="key", code=StageCode.RECORD)
             missing = pc.and_(pc.is_null(value), pc.not_equal(op, "delete"))
             nulls = pc.sum(pc.cast(missing, pa.int64())).as_py() or 0
         else:
@@ -152,7 +153,7 @@ class RecordWriter:
                 f"column 'value' is null in {nulls} row(s); every record needs a value ({hint}). "
                 "Fill or filter null values. The epoch was aborted."
             )
-            raise KafkaRecordError(msg, column="value")
+            raise KafkaConnectorError(msg, column="value", code=StageCode.RECORD)
         if layout.topic and self._topic is None:
             topic = batch.column(batch.schema.get_field_index("topic"))
             if topic.null_count:
@@ -161,7 +162,7 @@ class RecordWriter:
                     "default topic; pass topic= to KafkaSink or fill the column. "
                     "The epoch was aborted."
                 )
-                raise KafkaRecordError(msg, column="topic")
+                raise KafkaConnectorError(msg, column="topic", code=StageCode.RECORD)
 
     # -- producing ----------------------------------------------------------------
     def write(self, batches: Iterable[pa.RecordBatch]) -> int:
@@ -300,14 +301,16 @@ class RecordWriter:
                 f"{BROKER_RESTART_WAIT_S:.0f} s ({err}); it existed when the sink started: "
                 "was it deleted? Recreate it; the epoch was aborted."
             )
-            return KafkaWriteError(msg, action=ErrorAction.ABORT, code=UNKNOWN_TOPIC)
+            return KafkaConnectorError(
+                msg, action=ErrorAction.ABORT, kafka_code=UNKNOWN_TOPIC, code=KafkaCode.WRITE
+            )
         if err is not None and err.code() in (UNKNOWN_TOPIC, UNKNOWN_PARTITION):
             column = "partition" if err.code() == UNKNOWN_PARTITION else "topic"
             msg = (
                 f"cannot produce to topic {topic or self._topic!r} partition {partition}: "
                 f"{err.str()}; fix column {column!r} (or create the topic). The epoch was aborted."
             )
-            return KafkaRecordError(msg, column=column)
+            return KafkaConnectorError(msg, column=column, code=StageCode.RECORD)
         return to_write_error(exc, "produce")
 
     def _serve(self, call: Callable[[], int], what: str) -> int:

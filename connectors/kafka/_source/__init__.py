@@ -28,60 +28,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._arrow import arrow_schema, spark_schema
-from ._bounds import OffsetBound
-from ._errors import (
-    DataLossError,
-    KafkaReadTimeoutError,
-    KafkaSourceError,
-    KafkaSourceFatalError,
-    KafkaUnavailableError,
-    OffsetSpecError,
-    SourceOptionError,
-    SparkVersionError,
+from ._arrow import arrow_schema as arrow_schema
+from ._arrow import spark_schema as spark_schema
+from ._bounds import OffsetBound as OffsetBound
+from ._offsets import EARLIEST as EARLIEST
+from ._offsets import LATEST as LATEST
+from ._offsets import KafkaOffsets as KafkaOffsets
+from ._options import SourceOptions as SourceOptions
+from ._options import Subscription as Subscription
+from ._ranges import OffsetRange as OffsetRange
+from ._spark_api import (
+    MINIMUM_SPARK as MINIMUM_SPARK,
 )
-from ._offsets import EARLIEST, LATEST, KafkaOffsets
-from ._options import SourceOptions, Subscription
-from ._ranges import OffsetRange
-from ._spark_api import MINIMUM_SPARK, SOURCE_NAME, require_source_api, spark_has_source_api
+from ._spark_api import (
+    SOURCE_NAME as SOURCE_NAME,
+)
+from ._spark_api import (
+    require_source_api as require_source_api,
+)
+from ._spark_api import (
+    spark_has_source_api as spark_has_source_api,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ._source import KafkaBatchReader, KafkaInputPartition, KafkaRcDataSource, KafkaStreamReader
+    from ._source import KafkaBatchReader as KafkaBatchReader
+    from ._source import KafkaInputPartition as KafkaInputPartition
+    from ._source import KafkaRcDataSource as KafkaRcDataSource
+    from ._source import KafkaStreamReader as KafkaStreamReader
 
-__all__ = [
-    "EARLIEST",
-    "LATEST",
-    "MINIMUM_SPARK",
-    "SOURCE_NAME",
-    "DataLossError",
-    "KafkaOffsets",
-    "KafkaReadTimeoutError",
-    "KafkaSourceError",
-    "KafkaSourceFatalError",
-    "KafkaUnavailableError",
-    "OffsetBound",
-    "OffsetRange",
-    "OffsetSpecError",
-    "SourceOptionError",
-    "SourceOptions",
-    "SparkVersionError",
-    "Subscription",
-    "arrow_schema",
-    "register",
-    "require_source_api",
-    "spark_has_source_api",
-    "spark_schema",
-]
-
-# Built on PySpark's data source API: imported on first use (require_source_api), public
-# where PySpark has it (a star import on older PySpark leaves them out instead of failing).
+# Built on PySpark's data source API: imported on first use (require_source_api).
 SPARK_CLASSES = frozenset(
     {"KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"}
 )
-if spark_has_source_api():
-    __all__ += ["KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"]
 
 
 def register(spark: SparkSession) -> str:
@@ -90,7 +70,7 @@ def register(spark: SparkSession) -> str:
     Call once per SparkSession, before ``spark.read/readStream.format("kafka-rc")``.
 
     Raises:
-        SparkVersionError: the installed PySpark is older than :data:`MINIMUM_SPARK`.
+        KafkaCode.SPARK_VERSION: the installed PySpark is older than :data:`MINIMUM_SPARK`.
 
     """
     require_source_api()
@@ -104,7 +84,7 @@ def spark_classes(module: str) -> Callable[[str], object]:
     """Return the module ``__getattr__`` of ``module`` that imports :data:`SPARK_CLASSES`.
 
     A class is imported on first use; on PySpark older than :data:`MINIMUM_SPARK` that
-    raises :class:`SparkVersionError`. Any other name raises ``AttributeError``.
+    raises :class:`KafkaCode.SPARK_VERSION`. Any other name raises ``AttributeError``.
     """
 
     def __getattr__(name: str) -> object:  # noqa: N807 - a module's __getattr__

@@ -23,8 +23,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["arrow_schema", "build_batch", "spark_schema"]
-
 _HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 _HEADERS_TYPE = pa.list_(pa.field("element", _HEADER_STRUCT))
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")

@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._errors import SourceOptionError
-from ._offsets import KafkaOffsets
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
-__all__ = ["NO_MATCH_STRATEGIES", "OffsetBound", "ending_bound", "starting_bound"]
+from ._offsets import KafkaOffsets
 
 BoundKind = Literal["earliest", "latest", "specific", "timestamp"]
 NoMatch = Literal["error", "latest"]
@@ -31,7 +30,7 @@ NO_MATCH_STRATEGIES: tuple[NoMatch, ...] = ("error", "latest")
 STRATEGY_OPTION = "startingOffsetsByTimestampStrategy"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OffsetBound:
     """A starting or ending bound: earliest, latest, specific offsets, or timestamps.
 
@@ -53,11 +52,15 @@ class OffsetBound:
         value = text.strip()
         if value.lower() in ("earliest", "latest"):
             kind: BoundKind = "earliest" if value.lower() == "earliest" else "latest"
-            return cls(kind, option=option)
+            return cls(kind=kind, option=option)
         if value.startswith("{"):
-            return cls("specific", _partition_json(option, value, sentinels=True), option=option)
+            return cls(
+                kind="specific",
+                offsets=_partition_json(option, value, sentinels=True),
+                option=option,
+            )
         msg = f"{option}: expected 'earliest', 'latest' or JSON like {{\"t\": {{\"0\": 5}}}}, got {text!r}"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
 
     def has_sentinel(self, sentinel: int) -> bool:
         """Whether specific offsets use ``sentinel`` (EARLIEST or LATEST) anywhere."""
@@ -74,7 +77,7 @@ def starting_bound(opts: Mapping[str, str]) -> OffsetBound | None:
     text = opts.get(STRATEGY_OPTION.lower(), "error").strip().lower()
     if text not in NO_MATCH_STRATEGIES:
         msg = f"option {STRATEGY_OPTION!r} must be one of {NO_MATCH_STRATEGIES}, got {text!r}"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     strategy: NoMatch = "latest" if text == "latest" else "error"
     return _bound(opts, "starting", strategy)
 
@@ -92,10 +95,10 @@ def _bound(opts: Mapping[str, str], side: str, no_match: NoMatch) -> OffsetBound
     )
     if single.lower() in opts:
         ts = _timestamp(single, opts[single.lower()])
-        return OffsetBound("timestamp", timestamp=ts, no_match=no_match, option=single)
+        return OffsetBound(kind="timestamp", timestamp=ts, no_match=no_match, option=single)
     if by_partition.lower() in opts:
         times = _partition_json(by_partition, opts[by_partition.lower()], sentinels=False)
-        return OffsetBound("timestamp", times, no_match=no_match, option=by_partition)
+        return OffsetBound(kind="timestamp", offsets=times, no_match=no_match, option=by_partition)
     text = opts.get(offsets.lower())
     return None if text is None else OffsetBound.parse(offsets, text)
 
@@ -110,7 +113,7 @@ def _timestamp(option: str, text: str) -> int:
             f"option {option!r} takes a timestamp in milliseconds since the epoch "
             f"(an integer >= 0, e.g. '1700000000000'), got {text!r}"
         )
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return value
 
 
@@ -118,5 +121,5 @@ def _partition_json(option: str, value: str, *, sentinels: bool) -> KafkaOffsets
     found = KafkaOffsets.from_json(value.strip(), option=option, allow_sentinels=sentinels)
     if not found.entries:
         msg = f"{option}: the JSON object names no topic-partition"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return found

@@ -8,13 +8,13 @@ A transient error is never a smaller answer. Every lookup runs inside one bounde
 
 1. a retriable Kafka error, or a subscribed topic answered with a transient error
    (``_metadata.read_metadata``), is retried; when it persists for the whole bound the
-   lookup fails with :class:`KafkaUnavailableError` naming the bootstrap address;
+   lookup fails with :class:`KafkaCode.UNAVAILABLE` naming the bootstrap address;
 2. an error-free answer that lacks something the caller expects (a partition the query
    read before, an explicitly subscribed topic, any topic at all, or that reports a
    latest offset below one already read) is retried too, and believed only when every
    error-free answer says the same for :data:`GONE_CONFIRM_S`; an error in between
    starts that interval again;
-3. a non-retriable error raises :class:`KafkaSourceFatalError`, naming the error code.
+3. a non-retriable error raises :class:`KafkaCode.SOURCE_FATAL`, naming the error code.
 
 With ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs`` (Spark's bounds,
 :class:`~._options.OffsetFetchRetry`) a lookup makes at most that many attempts that fail
@@ -46,13 +46,11 @@ from tenacity import (
 
 from connectors.kafka import _client
 from connectors.kafka._client import TOPIC_METADATA_WAIT_S, access_error, kafka_error_of
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
-from ._errors import KafkaSourceFatalError, KafkaUnavailableError, SourceOptionError
 from ._metadata import MetadataView, is_transient, read_metadata
 from ._offsets import TopicPartitionKey
 from ._options import BOOTSTRAP_OPTION, CLIENT_OPTIONS, OffsetFetchRetry, SourceOptions
-
-__all__ = ["GONE_CONFIRM_S", "UNAVAILABLE_WAIT_S", "ClusterView"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +61,7 @@ ADMIN_BACKOFF_MAX_S = 2.0
 """Upper bound (seconds) of the exponential backoff between two attempts of a lookup."""
 UNAVAILABLE_WAIT_S = 90.0
 """Seconds a lookup retries transient errors (broker down, restarting, loading its topics)
-before the batch fails with KafkaUnavailableError: a restarted broker normally answers
+before the batch fails with KafkaCode.UNAVAILABLE: a restarted broker normally answers
 within a minute; longer is an outage the user must see. One request in flight may add
 up to ADMIN_REQUEST_TIMEOUT_S."""
 GONE_CONFIRM_S = TOPIC_METADATA_WAIT_S
@@ -172,7 +170,7 @@ class ClusterView:
                 self._admin = _client.connect_admin(self._options.consumer_cluster(admin=True))
             except KafkaException as exc:
                 msg = f"invalid Kafka client option (check the 'kafka.*' options): {exc}"
-                raise SourceOptionError(msg) from exc
+                raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION) from exc
         return self._admin
 
     def _call(self, what: str, fn: Callable[[], T], *, wait_s: float | None = None) -> T:
@@ -187,15 +185,19 @@ class ClusterView:
         try:
             return retrying(fn)
         except _NotSettled as exc:
-            raise KafkaUnavailableError(self._unavailable(what, str(exc))) from exc
+            raise KafkaConnectorError(
+                self._unavailable(what, str(exc)), code=KafkaCode.UNAVAILABLE
+            ) from exc
         except KafkaException as exc:
             err = kafka_error_of(exc)
             name = err.name() if err is not None else repr(exc)
             if is_transient(exc):
-                raise KafkaUnavailableError(self._unavailable(what, name)) from exc
+                raise KafkaConnectorError(
+                    self._unavailable(what, name), code=KafkaCode.UNAVAILABLE
+                ) from exc
             denied = access_error(exc, what, CLIENT_OPTIONS)
             msg = str(denied) if denied is not None else f"{what}: non-retriable Kafka error {name}"
-            raise KafkaSourceFatalError(msg) from exc
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_FATAL) from exc
 
     def _unavailable(self, what: str, reason: str) -> str:
         return (
@@ -223,8 +225,8 @@ class ClusterView:
         :data:`GONE_CONFIRM_S` (the partition is then missing, or lower: data loss).
 
         Raises:
-            KafkaUnavailableError: transient errors for :data:`UNAVAILABLE_WAIT_S`.
-            KafkaSourceFatalError: a non-retriable error.
+            KafkaCode.UNAVAILABLE: transient errors for :data:`UNAVAILABLE_WAIT_S`.
+            KafkaCode.SOURCE_FATAL: a non-retriable error.
 
         """
         return self._settle("looking up the latest offsets", dict(expected), with_offsets=True)
@@ -276,7 +278,9 @@ class ClusterView:
     def _metadata(self) -> MetadataView:
         sub = self._options.subscription
         if sub.kind == "assign":
-            return MetadataView(tuple(sorted(set(sub.partitions))), (), (), empty=False)
+            return MetadataView(
+                partitions=tuple(sorted(set(sub.partitions))), not_ready=(), absent=(), empty=False
+            )
         return read_metadata(self._client().list_topics(timeout=ADMIN_REQUEST_TIMEOUT_S), sub)
 
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
@@ -359,5 +363,7 @@ class ClusterView:
 
         try:
             self._call(f"committing offsets to group {group!r}", send, wait_s=MONITOR_COMMIT_WAIT_S)
-        except (KafkaUnavailableError, KafkaSourceFatalError) as exc:
+        except KafkaConnectorError as exc:
+            if exc.code not in (KafkaCode.UNAVAILABLE, KafkaCode.SOURCE_FATAL):
+                raise
             _log.warning("kafka-rc: monitoring commit to group %r failed: %s", group, exc)

@@ -53,16 +53,6 @@ from confluent_kafka import TopicPartition
 from ._options import SourceOptions
 from ._ranges import OffsetRange
 
-__all__ = [
-    "ConsumerStats",
-    "Lease",
-    "close_idle",
-    "lease",
-    "position_of",
-    "stats",
-    "wait_for_closes",
-]
-
 _log = logging.getLogger(__name__)
 
 Key = tuple[Any, ...]
@@ -84,7 +74,7 @@ class ConsumerStats:
     idle: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Idle:
     consumer: Any
     position: int  # the consumer's position when put back
@@ -122,7 +112,13 @@ class Lease:
         if position is None or self._capacity <= 0:
             _close(self.consumer)
             return
-        idle = _Idle(self.consumer, position, min(rng.end, position), overflow, time.monotonic())
+        idle = _Idle(
+            consumer=self.consumer,
+            position=position,
+            low=min(rng.end, position),
+            pending=overflow,
+            since=time.monotonic(),
+        )
         self._cache.give_back(self._key, idle, self._capacity)
 
 

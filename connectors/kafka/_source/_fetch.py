@@ -17,7 +17,7 @@ Protocol (one task, one range):
     4. If the start offset was deleted (``auto.offset.reset=error`` fires), apply
        ``failOnDataLoss``: raise, or warn and continue from the earliest offset.
     5. If neither the position nor the row count moves for ``kafkaConsumer.pollTimeoutMs``,
-       raise :class:`KafkaReadTimeoutError` (never wait forever for a missing record).
+       raise :class:`KafkaCode.READ_TIMEOUT` (never wait forever for a missing record).
     6. Yield each poll's rows as one Arrow batch (up to ``ARROW_BATCH_ROWS`` rows, built
        column-wise, the messages dropped at once); give the consumer back to the cache
        at its position when the range completed, close it otherwise.
@@ -44,20 +44,13 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _client
 from connectors.kafka._client import PARTITION_EOF, access_error, classify
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from txn import ErrorAction
 
 from . import _consumers
 from ._arrow import arrow_schema, build_batch
-from ._errors import (
-    DataLossError,
-    KafkaReadTimeoutError,
-    KafkaSourceFatalError,
-    SourceOptionError,
-)
 from ._options import CLIENT_OPTIONS, SourceOptions
 from ._ranges import OffsetRange
-
-__all__ = ["read_range"]
 
 _log = logging.getLogger(__name__)
 
@@ -202,7 +195,7 @@ class _RangeReader:
                 if denied is not None
                 else f"reading {self._rng}: non-retriable Kafka error {err.name()} ({code})"
             )
-            raise KafkaSourceFatalError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_FATAL)
         self._last_error = err  # transient: librdkafka retries; the poll timeout bounds it
         _log.debug("kafka-rc: transient consumer error on %s: %s", self._rng, err.name())
         return False
@@ -214,7 +207,7 @@ class _RangeReader:
         )
         if self._options.fail_on_data_loss:
             msg = f"{detail}. Set failOnDataLoss=false to skip lost offsets with a warning."
-            raise DataLossError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.DATA_LOSS)
         _log.warning("kafka-rc: possible data loss: %s (failOnDataLoss=false, skipping)", detail)
         if low >= self._rng.end:
             return True
@@ -232,7 +225,7 @@ class _RangeReader:
             f"position {pos}{last}. Is the broker reachable and the range below the last "
             "stable offset? Raise 'kafkaConsumer.pollTimeoutMs' for slow clusters."
         )
-        raise KafkaReadTimeoutError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.READ_TIMEOUT)
 
 
 @contextlib.contextmanager
@@ -279,5 +272,5 @@ def _new_consumer(options: SourceOptions) -> Any:
         err = exc.args[0]
         if isinstance(err, KafkaError) and err.code() == _INVALID_ARG:
             msg = f"invalid Kafka client option (check the 'kafka.*' options): {err.str()}"
-            raise SourceOptionError(msg) from exc
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION) from exc
         raise

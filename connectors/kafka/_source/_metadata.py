@@ -16,13 +16,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka._client import classify, kafka_error_of
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from txn import ErrorAction
 
-from ._errors import KafkaSourceFatalError
 from ._offsets import TopicPartitionKey
 from ._options import Subscription
-
-__all__ = ["MetadataView", "is_transient", "read_metadata"]
 
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -54,7 +52,7 @@ def is_transient(error: KafkaError | BaseException) -> bool:
     return err.code() in _NOT_READY_CODES or classify(err) is ErrorAction.RETRY
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MetadataView:
     """One metadata answer as the subscription sees it.
 
@@ -76,7 +74,7 @@ def read_metadata(md: Any, sub: Subscription) -> MetadataView:
     """Sort the topics of ``md`` (a ``ClusterMetadata``) for ``sub``.
 
     Raises:
-        KafkaSourceFatalError: a subscribed topic carries an error retrying cannot fix
+        KafkaCode.SOURCE_FATAL: a subscribed topic carries an error retrying cannot fix
             (authorization, invalid name); the message names the topic and the code.
 
     """
@@ -94,6 +92,13 @@ def read_metadata(md: Any, sub: Subscription) -> MetadataView:
                 f"topic {name!r}: the broker answered its metadata with {topic.error.name()}, "
                 "which retrying cannot fix (check the topic name and the client's ACLs)"
             )
-            raise KafkaSourceFatalError(msg) from KafkaException(topic.error)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_FATAL) from KafkaException(
+                topic.error
+            )
     absent = [t for t in sub.topics if t not in md.topics] if sub.kind == "subscribe" else []
-    return MetadataView(tuple(sorted(found)), tuple(not_ready), tuple(absent), not md.topics)
+    return MetadataView(
+        partitions=tuple(sorted(found)),
+        not_ready=tuple(not_ready),
+        absent=tuple(absent),
+        empty=not md.topics,
+    )

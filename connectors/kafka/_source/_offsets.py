@@ -17,9 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import SourceOptionError
-
-__all__ = ["EARLIEST", "LATEST", "KafkaOffsets", "TopicPartitionKey"]
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 EARLIEST = -2
 """Sentinel offset meaning "the earliest available offset" in user-supplied JSON."""
@@ -86,27 +84,35 @@ class KafkaOffsets:
             allow_sentinels: accept ``-2`` (earliest) and ``-1`` (latest) as offsets.
 
         Raises:
-            SourceOptionError: the value is not of the expected shape.
+            KafkaCode.SOURCE_OPTION: the value is not of the expected shape.
 
         """
         if not isinstance(obj, dict):
-            raise SourceOptionError(_shape_msg(option, f"top level is {type(obj).__name__}"))
+            raise KafkaConnectorError(
+                _shape_msg(option, f"top level is {type(obj).__name__}"),
+                code=KafkaCode.SOURCE_OPTION,
+            )
         result: dict[TopicPartitionKey, int] = {}
         lowest = EARLIEST if allow_sentinels else 0
         for topic, parts in obj.items():
             if not isinstance(topic, str) or not topic:
-                raise SourceOptionError(_shape_msg(option, f"bad topic name {topic!r}"))
+                raise KafkaConnectorError(
+                    _shape_msg(option, f"bad topic name {topic!r}"), code=KafkaCode.SOURCE_OPTION
+                )
             if not isinstance(parts, dict):
-                raise SourceOptionError(_shape_msg(option, f"topic {topic!r} maps to {parts!r}"))
+                raise KafkaConnectorError(
+                    _shape_msg(option, f"topic {topic!r} maps to {parts!r}"),
+                    code=KafkaCode.SOURCE_OPTION,
+                )
             for part, offset in parts.items():
                 partition = _parse_partition(part, option, topic)
                 if isinstance(offset, bool) or not isinstance(offset, int):
                     msg = f"{option}: offset of {topic}-{partition} must be an integer, got {offset!r}"
-                    raise SourceOptionError(msg)
+                    raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
                 if offset < lowest:
                     allowed = ">= 0, or -2 (earliest) / -1 (latest)" if allow_sentinels else ">= 0"
                     msg = f"{option}: offset of {topic}-{partition} is {offset}; allowed: {allowed}"
-                    raise SourceOptionError(msg)
+                    raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
                 result[(topic, partition)] = offset
         return cls.from_mapping(result)
 
@@ -119,7 +125,7 @@ class KafkaOffsets:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             msg = f"{option}: not valid JSON ({exc.msg} at char {exc.pos}): {text!r}"
-            raise SourceOptionError(msg) from exc
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION) from exc
         return cls.from_json_dict(obj, option=option, allow_sentinels=allow_sentinels)
 
 
@@ -127,7 +133,7 @@ def _parse_partition(part: object, option: str, topic: str) -> int:
     if isinstance(part, str) and part.isdigit():
         return int(part)
     msg = f"{option}: partition key {part!r} of topic {topic!r} must be a non-negative integer"
-    raise SourceOptionError(msg)
+    raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
 
 
 def _shape_msg(option: str, detail: str) -> str:

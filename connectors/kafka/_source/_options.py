@@ -18,12 +18,10 @@ from typing import Literal
 
 from connectors.kafka import _client
 from connectors.kafka._client import Cluster, Settings
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 from ._bounds import OffsetBound, ending_bound, starting_bound
-from ._errors import SourceOptionError
 from ._offsets import EARLIEST, LATEST, TopicPartitionKey
-
-__all__ = ["OPTION_NAMES", "OffsetFetchRetry", "SourceOptions", "Subscription"]
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 """Default ``kafkaConsumer.pollTimeoutMs`` (ms): how long a read task may see no progress
@@ -99,7 +97,7 @@ _MANAGED_KAFKA = {
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Subscription:
     """Which topic-partitions to read: exactly one of the three Spark strategies."""
 
@@ -140,7 +138,7 @@ class OffsetFetchRetry:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SourceOptions:
     """Validated options of the source; frozen and picklable (sent to every read task).
 
@@ -173,7 +171,7 @@ class SourceOptions:
         """Validate Spark reader options (any key case) into a :class:`SourceOptions`.
 
         Raises:
-            SourceOptionError: unknown, malformed or conflicting options; the message
+            KafkaCode.SOURCE_OPTION: unknown, malformed or conflicting options; the message
                 names the option and what to change.
 
         """
@@ -183,7 +181,7 @@ class SourceOptions:
         bootstrap = kafka_config.pop(_client.BOOTSTRAP, "").strip()
         if not bootstrap:
             msg = f"option {BOOTSTRAP_OPTION!r} is required (e.g. 'host1:9092,host2:9092')"
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         subscription = _parse_subscription(opts)
         starting, ending = starting_bound(opts), ending_bound(opts)
         for bound in (starting, ending):
@@ -218,7 +216,7 @@ class SourceOptions:
         """Validate for a streaming query and return its starting bound (default latest).
 
         Raises:
-            SourceOptionError: an ending bound was given (it has no meaning in streaming).
+            KafkaCode.SOURCE_OPTION: an ending bound was given (it has no meaning in streaming).
 
         """
         if self.ending_offsets is not None:
@@ -226,26 +224,26 @@ class SourceOptions:
                 f"option {self.ending_offsets.option or 'endingOffsets'!r} is only valid for "
                 "batch reads (spark.read), not streams"
             )
-            raise SourceOptionError(msg)
-        return self.starting_offsets or OffsetBound("latest")
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
+        return self.starting_offsets or OffsetBound(kind="latest")
 
     def batch_bounds(self) -> tuple[OffsetBound, OffsetBound]:
         """Validate for a batch query; return (starting, ending), defaults earliest/latest.
 
         Raises:
-            SourceOptionError: starting at latest or ending at earliest (Spark rejects both).
+            KafkaCode.SOURCE_OPTION: starting at latest or ending at earliest (Spark rejects both).
 
         """
-        start = self.starting_offsets or OffsetBound("earliest")
-        end = self.ending_offsets or OffsetBound("latest")
+        start = self.starting_offsets or OffsetBound(kind="earliest")
+        end = self.ending_offsets or OffsetBound(kind="latest")
         if start.kind == "latest" or start.has_sentinel(LATEST):
             msg = (
                 "batch reads cannot use 'latest' (-1) in 'startingOffsets'; use earliest or offsets"
             )
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         if end.kind == "earliest" or end.has_sentinel(EARLIEST):
             msg = "batch reads cannot use 'earliest' (-2) in 'endingOffsets'; use latest or offsets"
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         return start, end
 
     def consumer_cluster(self, *, admin: bool = False) -> Cluster:
@@ -257,7 +255,7 @@ class SourceOptions:
         if admin:
             items = tuple(i for i in items if not i[0].startswith(_CONSUMER_ONLY))
         where = {"address_option": BOOTSTRAP_OPTION, "config_option": CLIENT_OPTIONS}
-        return Cluster(self.bootstrap_servers, Settings(items), **where)
+        return Cluster(bootstrap_servers=self.bootstrap_servers, config=Settings(items), **where)
 
     def consumer_config(self, group_id: str) -> dict[str, str]:
         """Return a range reader's own consumer settings (it never joins or commits).
@@ -283,10 +281,10 @@ def _kafka_passthrough(opts: dict[str, str]) -> dict[str, str]:
         prop = key[len(_KAFKA_PREFIX) :]
         if prop in _MANAGED_KAFKA:
             msg = f"Kafka option 'kafka.{prop}' is not supported: {_MANAGED_KAFKA[prop]}"
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         if prop == "isolation.level" and value not in _ISOLATION_LEVELS:
             msg = f"'kafka.isolation.level' must be one of {_ISOLATION_LEVELS}, got {value!r}"
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         config[prop] = value
     return config
 
@@ -303,7 +301,7 @@ def _reject_unknown(opts: dict[str, str]) -> None:
                 f"unknown option {key!r}; Kafka client properties need the 'kafka.' prefix "
                 f"(e.g. 'kafka.{key}'); the source's own options are {', '.join(OPTION_NAMES)}"
             )
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
 
 
 def _parse_subscription(opts: dict[str, str]) -> Subscription:
@@ -311,25 +309,25 @@ def _parse_subscription(opts: dict[str, str]) -> Subscription:
     if len(given) != 1:
         what = "none" if not given else ", ".join(given)
         msg = f"exactly one of 'subscribe', 'subscribePattern', 'assign' is required (got {what})"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     kind, value = given[0], opts[given[0]].strip()
     if kind == "subscribe":
         topics = tuple(t.strip() for t in value.split(","))
         if not value or not all(topics):
             msg = f"'subscribe' must be a comma-separated list of topic names, got {value!r}"
-            raise SourceOptionError(msg)
-        return Subscription("subscribe", topics=tuple(dict.fromkeys(topics)))
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
+        return Subscription(kind="subscribe", topics=tuple(dict.fromkeys(topics)))
     if kind == "subscribepattern":
         try:
             re.compile(value)
         except re.error as exc:
             msg = f"'subscribePattern' is not a valid regular expression: {value!r} ({exc})"
-            raise SourceOptionError(msg) from exc
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION) from exc
         if not value:
             msg = "'subscribePattern' must not be empty"
-            raise SourceOptionError(msg)
-        return Subscription("subscribePattern", pattern=value)
-    return Subscription("assign", partitions=_parse_assign(value))
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
+        return Subscription(kind="subscribePattern", pattern=value)
+    return Subscription(kind="assign", partitions=_parse_assign(value))
 
 
 def _parse_assign(value: str) -> tuple[TopicPartitionKey, ...]:
@@ -338,10 +336,10 @@ def _parse_assign(value: str) -> tuple[TopicPartitionKey, ...]:
         obj = json.loads(value)
     except json.JSONDecodeError as exc:
         msg = f"{shape}; not valid JSON: {value!r}"
-        raise SourceOptionError(msg) from exc
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION) from exc
     if not isinstance(obj, dict) or not obj:
         msg = f"{shape}, got {value!r}"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     parts: set[TopicPartitionKey] = set()
     for topic, plist in obj.items():
         ok = isinstance(plist, list) and all(
@@ -349,7 +347,7 @@ def _parse_assign(value: str) -> tuple[TopicPartitionKey, ...]:
         )
         if not topic or not ok or not plist:
             msg = f"{shape}; bad entry {topic!r}: {plist!r}"
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         parts.update((topic, p) for p in plist)
     return tuple(sorted(parts))
 
@@ -366,12 +364,12 @@ def _check_bound_subscription(bound: OffsetBound | None, subscription: Subscript
                 f"{name!r} must name exactly the assigned partitions; "
                 f"missing {sorted(wanted - given)}, not assigned {sorted(given - wanted)}"
             )
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
         return
     stray = sorted(t for t in bound.offsets.topics() if not subscription.matches(t))
     if stray:
         msg = f"{name!r} names topics outside the subscription: {stray}"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
 
 
 def _opt_int(opts: Mapping[str, str], name: str, *, minimum: int = 1) -> int | None:
@@ -385,7 +383,7 @@ def _opt_int(opts: Mapping[str, str], name: str, *, minimum: int = 1) -> int | N
     if value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         msg = f"option {name!r} must be {what}, got {text!r}"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return value
 
 
@@ -401,7 +399,7 @@ def _max_trigger_delay_ms(opts: Mapping[str, str]) -> int:
             f"option {name!r} takes a duration such as '15m', '30s' or '500ms' (units "
             f"{', '.join(_DURATION_UNITS_MS)}; a number alone is milliseconds), got {text!r}"
         )
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return int(int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2), 1))
 
 
@@ -418,7 +416,7 @@ def _min_offsets(opts: Mapping[str, str]) -> int | None:
             f"option 'minOffsetsPerTrigger' ({low}) is higher than 'maxOffsetsPerTrigger' "
             f"({high}); lower it or raise the maximum"
         )
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return low
 
 
@@ -429,7 +427,7 @@ def _opt_bool(opts: dict[str, str], name: str, *, default: bool) -> bool:
     lowered = text.strip().lower()
     if lowered not in ("true", "false"):
         msg = f"option {name!r} must be 'true' or 'false', got {text!r}"
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return lowered == "true"
 
 
@@ -443,5 +441,5 @@ def _opt_group(opts: dict[str, str]) -> str | None:
             "option 'commitOffsetsToGroup' takes the consumer group id to commit offsets to "
             f"(for lag monitoring), got {text!r}"
         )
-        raise SourceOptionError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
     return group

@@ -5,7 +5,7 @@ Spark hands ``latestOffset`` and ``partitions`` the previous batch's end offsets
 discovery answer with fewer topics; such an end carries no information about the missing
 partitions. :class:`ReadPosition` keeps, for one query run, the last offsets
 Spark or the reader saw per partition, so the reader can fill them in instead of reading
-those partitions again from 0 (duplicates) or calling them lost (a false DataLossError).
+those partitions again from 0 (duplicates) or calling them lost (a false KafkaCode.DATA_LOSS).
 The rules are in docs/kafka-source.md ("Broker outages and restarts").
 """
 
@@ -15,8 +15,6 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from ._offsets import TopicPartitionKey
-
-__all__ = ["ReadPosition", "merge_max"]
 
 _log = logging.getLogger(__name__)
 

@@ -14,22 +14,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._errors import DataLossError
-from ._offsets import TopicPartitionKey
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
-__all__ = [
-    "OffsetRange",
-    "lost_offsets",
-    "plan_ranges",
-    "rate_limit",
-    "report_data_loss",
-    "split_ranges",
-]
+from ._offsets import TopicPartitionKey
 
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OffsetRange:
     """Offsets ``[start, end)`` of one topic-partition, read by a single task."""
 
@@ -64,7 +56,7 @@ def plan_ranges(
         4. ``start < earliest`` (retention or DeleteRecords removed offsets): data loss;
            the range then starts at ``earliest`` (and is dropped if nothing remains).
 
-    Data loss raises :class:`DataLossError` when ``fail_on_data_loss``; otherwise it logs
+    Data loss raises :class:`KafkaCode.DATA_LOSS` when ``fail_on_data_loss``; otherwise it logs
     a warning and continues as described.
 
     Returns:
@@ -88,7 +80,7 @@ def plan_ranges(
             )
             lo = min(low_water, hi)
         if hi > lo:
-            ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
+            ranges.append(OffsetRange(topic=tp[0], partition=tp[1], start=lo, end=hi))
     return ranges
 
 
@@ -183,7 +175,7 @@ def _cut(r: OffsetRange, pieces: int) -> list[OffsetRange]:
     lo = r.start
     for i in range(pieces):
         hi = lo + base + (1 if i < extra else 0)
-        out.append(OffsetRange(r.topic, r.partition, lo, hi))
+        out.append(OffsetRange(topic=r.topic, partition=r.partition, start=lo, end=hi))
         lo = hi
     return out
 
@@ -193,11 +185,11 @@ def _tp(tp: TopicPartitionKey) -> str:
 
 
 def report_data_loss(message: str, fail: bool) -> None:
-    """Raise :class:`DataLossError` for ``message`` when ``fail``, else log a warning."""
+    """Raise :class:`KafkaCode.DATA_LOSS` for ``message`` when ``fail``, else log a warning."""
     if fail:
         msg = (
             f"{message}. Set failOnDataLoss=false to skip lost offsets with a warning, "
             "or restart the query from a new checkpoint."
         )
-        raise DataLossError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.DATA_LOSS)
     _log.warning("kafka-rc: possible data loss: %s (failOnDataLoss=false, continuing)", message)

@@ -44,10 +44,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
+
 from ._arrow import spark_schema
 from ._bounds import OffsetBound
 from ._cluster import ClusterView
-from ._errors import OffsetSpecError, SourceOptionError
 from ._fetch import read_range
 from ._offsets import EARLIEST, LATEST, KafkaOffsets, TopicPartitionKey
 from ._options import SourceOptions
@@ -63,8 +64,6 @@ from ._ranges import (
 from ._spark_api import SOURCE_NAME
 from ._trigger import MinOffsetsGate
 
-__all__ = ["KafkaBatchReader", "KafkaInputPartition", "KafkaRcDataSource", "KafkaStreamReader"]
-
 Offsets = dict[TopicPartitionKey, int]
 
 
@@ -79,7 +78,7 @@ class KafkaRcDataSource(DataSource):
     """Kafka source reading with ``isolation.level=read_committed`` (never aborted data).
 
     Construction validates the options (no network I/O) and raises
-    :class:`~connectors.kafka.SourceOptionError` on bad input.
+    :class:`connectors.kafka.KafkaCode.SOURCE_OPTION` on bad input.
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -114,7 +113,7 @@ class KafkaRcDataSource(DataSource):
                 f"kafka-rc has a fixed schema and does not accept a user schema; expected "
                 f"{expected.simpleString()}, got {schema.simpleString()}. Cast columns instead."
             )
-            raise SourceOptionError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_OPTION)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -156,7 +155,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Never lacks a partition of ``start`` nor goes below it, and under
         ``Trigger.AvailableNow`` never below the target frozen at the start, unless the
-        cluster confirmed the loss (then :class:`DataLossError` under ``failOnDataLoss``).
+        cluster confirmed the loss (then :class:`KafkaCode.DATA_LOSS` under ``failOnDataLoss``).
         """
         given = _parse_offsets(start)
         begin = self._position.begin(given)
@@ -230,7 +229,7 @@ class KafkaBatchReader(DataSourceReader):
         """Resolve both bounds against the cluster and plan ranges.
 
         Raises:
-            OffsetSpecError: offsets JSON does not match the partitions, an ending offset
+            KafkaCode.OFFSET_SPEC: offsets JSON does not match the partitions, an ending offset
                 lies beyond the last stable offset, or a start lies past its end.
 
         """
@@ -245,7 +244,7 @@ class KafkaBatchReader(DataSourceReader):
         if backwards:
             detail = ", ".join(f"{t}-{p}: {start[(t, p)]} > {end[(t, p)]}" for t, p in backwards)
             msg = f"startingOffsets lie after endingOffsets for {detail}"
-            raise OffsetSpecError(msg)
+            raise KafkaConnectorError(msg, code=KafkaCode.OFFSET_SPEC)
         return _plan(self._options, self._cluster, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -259,7 +258,7 @@ def resolve_bound(
     """Concrete offsets of ``bound`` for exactly ``partitions``.
 
     Raises:
-        OffsetSpecError: specific offsets name partitions that do not exist, or leave out
+        KafkaCode.OFFSET_SPEC: specific offsets name partitions that do not exist, or leave out
             partitions that do (like Spark, every partition must be given).
 
     """
@@ -286,7 +285,7 @@ def _every_partition(
             f"{option} must give a value for every partition of the subscription: "
             f"missing {missing}, not found in the cluster {unknown}"
         )
-        raise OffsetSpecError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.OFFSET_SPEC)
     return given
 
 
@@ -296,7 +295,7 @@ def _resolve_times(
     """Return a timestamp bound's offsets (``_bounds``); a match at or past latest is none.
 
     Raises:
-        OffsetSpecError: a starting bound with ``startingOffsetsByTimestampStrategy=error``
+        KafkaCode.OFFSET_SPEC: a starting bound with ``startingOffsetsByTimestampStrategy=error``
             and a partition without a record at or after its timestamp.
 
     """
@@ -313,7 +312,7 @@ def _resolve_times(
             "earlier timestamp, or set startingOffsetsByTimestampStrategy=latest to start "
             "those partitions at their latest offset"
         )
-        raise OffsetSpecError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.OFFSET_SPEC)
     return {tp: latest[tp] if tp in unmatched else int(found[tp] or 0) for tp in times}
 
 
@@ -325,7 +324,7 @@ def _check_not_beyond_latest(end: Offsets, latest: Offsets) -> None:
             f"endingOffsets lie beyond the last stable offset ({detail}); a read_committed "
             "reader cannot read there yet (an open transaction or no such data)"
         )
-        raise OffsetSpecError(msg)
+        raise KafkaConnectorError(msg, code=KafkaCode.OFFSET_SPEC)
 
 
 def _cap(latest: Offsets, cap: Offsets, begin: Offsets) -> Offsets:

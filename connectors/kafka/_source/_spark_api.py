@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ._errors import SparkVersionError
-
-__all__ = ["MINIMUM_SPARK", "SOURCE_NAME", "require_source_api", "spark_has_source_api"]
+from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 SOURCE_NAME = "kafka-rc"
 """The format name: ``spark.readStream.format("kafka-rc")`` after :func:`register`."""
@@ -34,9 +32,20 @@ def spark_has_source_api() -> bool:
 
 
 def require_source_api() -> None:
-    """Raise :class:`SparkVersionError` unless the installed PySpark runs the source."""
+    """Raise ``KafkaCode.SPARK_VERSION`` unless the installed PySpark runs the source."""
     if spark_has_source_api():
         return
     import pyspark
 
-    raise SparkVersionError(pyspark.__version__, MINIMUM_SPARK)
+    raise spark_version_error(pyspark.__version__)
+
+
+def spark_version_error(installed: str) -> KafkaConnectorError:
+    """Return the error of a PySpark (``installed``) older than :data:`MINIMUM_SPARK`."""
+    msg = (
+        f"the kafka-rc source needs PySpark {MINIMUM_SPARK} or later (its Python data source "
+        f"API with read limits); the installed PySpark is {installed}. Upgrade PySpark "
+        f"(pip install 'pyspark>={MINIMUM_SPARK}'), or read with Spark's built-in 'kafka' "
+        "format (the kit's sinks run on this version)"
+    )
+    return KafkaConnectorError(msg, code=KafkaCode.SPARK_VERSION)

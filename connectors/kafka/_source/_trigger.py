@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping
 
 from ._offsets import TopicPartitionKey
 
-__all__ = ["MinOffsetsGate"]
-
 
 class MinOffsetsGate:
     """Whether a trigger waits for ``min_offsets`` new offsets (driver state of one reader).

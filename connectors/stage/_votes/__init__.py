@@ -20,7 +20,7 @@ Protocol of one round (one run of the write stage of one epoch):
 4. when all P votes are in, every waiting task is answered with the same full list of
    votes (sorted by partition), so every task reaches the same commit decision;
 5. a task that waited :data:`txn.GATHER_TIMEOUT_S` breaks the round: it and every other
-   task of the round get a timeout answer (:class:`VoteTimeoutError` in the task), and the
+   task of the round get a timeout answer (:class:`StageCode.VOTE_TIMEOUT` in the task), and the
    tasks abort. A partial set of votes is never answered;
 6. the driver closes the round when the job ends (waiting tasks get an error answer).
 
@@ -44,17 +44,20 @@ JSON over a socket), ``_server`` (rounds and the TCP server), ``_client`` (the t
 ``_hosts`` (which address the driver binds and advertises).
 """
 
-from connectors.stage._votes._client import claim_partition, gather_votes
-from connectors.stage._votes._codec import VoteTicket, vote_from_doc, vote_to_doc
-from connectors.stage._votes._hosts import server_hosts
-from connectors.stage._votes._server import VoteServer
-
-__all__ = [
-    "VoteServer",
-    "VoteTicket",
-    "claim_partition",
-    "gather_votes",
-    "server_hosts",
-    "vote_from_doc",
-    "vote_to_doc",
-]
+from connectors.stage._votes._client import (
+    claim_partition as claim_partition,
+)
+from connectors.stage._votes._client import (
+    gather_votes as gather_votes,
+)
+from connectors.stage._votes._codec import (
+    VoteTicket as VoteTicket,
+)
+from connectors.stage._votes._codec import (
+    vote_from_doc as vote_from_doc,
+)
+from connectors.stage._votes._codec import (
+    vote_to_doc as vote_to_doc,
+)
+from connectors.stage._votes._hosts import server_hosts as server_hosts
+from connectors.stage._votes._server import VoteServer as VoteServer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from connectors.stage._errors import VoteChannelError, VoteRejectedError, VoteTimeoutError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._votes._codec import PROTOCOL_VERSION, VoteTicket, vote_from_doc, vote_to_doc
 from connectors.stage._votes._framing import (
     MAX_MESSAGE_BYTES,
@@ -31,9 +31,9 @@ def gather_votes(
     """Send ``vote`` to the driver and return every partition's vote (run in the task).
 
     Raises:
-        VoteTimeoutError: the round did not complete in time (the caller must abort).
-        VoteRejectedError: the server refused the vote (wrong token, stale round, ...).
-        VoteChannelError: the driver cannot be reached or answered garbage.
+        StageCode.VOTE_TIMEOUT: the round did not complete in time (the caller must abort).
+        StageCode.VOTE_REJECTED: the server refused the vote (wrong token, stale round, ...).
+        StageCode.VOTE_CHANNEL: the driver cannot be reached or answered garbage.
 
     """
     request = {**_round_fields(ticket), "vote": vote_to_doc(vote)}
@@ -48,7 +48,7 @@ def claim_partition(ticket: VoteTicket, partition: int, attempt_id: int) -> bool
     when it asks again), False for every other attempt.
 
     Raises:
-        VoteRejectedError / VoteChannelError: as :func:`gather_votes`; the caller must not write.
+        StageCode.VOTE_REJECTED / StageCode.VOTE_CHANNEL: as :func:`gather_votes`; the caller must not write.
 
     """
     request = {
@@ -64,7 +64,7 @@ def claim_partition(ticket: VoteTicket, partition: int, attempt_id: int) -> bool
             return granted
     _parse_answer(answer, where)  # raises the typed refusal
     msg = f"the vote server at {where} answered a claim without a verdict"
-    raise VoteChannelError(msg)
+    raise StageError(msg, code=StageCode.VOTE_CHANNEL)
 
 
 def _round_fields(ticket: VoteTicket) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def _exchange(
             f"cannot reach the driver's vote server at {where} ({exc}); executors must be "
             "able to connect to the driver, otherwise use vote_channel='barrier'"
         )
-        raise VoteChannelError(msg) from exc
+        raise StageError(msg, code=StageCode.VOTE_CHANNEL) from exc
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
@@ -100,28 +100,28 @@ def _exchange(
             )
         except TimeoutError as exc:
             msg = f"no answer from the vote server at {where} within {reply_timeout_s:.0f}s"
-            raise VoteTimeoutError(msg) from exc
+            raise StageError(msg, code=StageCode.VOTE_TIMEOUT) from exc
         except (OSError, ValueError, TooLargeError) as exc:
             msg = f"vote exchange with {where} failed: {exc}"
-            raise VoteChannelError(msg) from exc
+            raise StageError(msg, code=StageCode.VOTE_CHANNEL) from exc
     return answer, where
 
 
 def _parse_answer(answer: Any, where: str) -> list[Vote]:
     if not isinstance(answer, dict):
         msg = f"the vote server at {where} answered a non-object"
-        raise VoteChannelError(msg)
+        raise StageError(msg, code=StageCode.VOTE_CHANNEL)
     if answer.get("ok") is True:
         raw = answer.get("votes")
         if not isinstance(raw, list):
             msg = f"the vote server at {where} answered without a vote list"
-            raise VoteChannelError(msg)
+            raise StageError(msg, code=StageCode.VOTE_CHANNEL)
         try:
             return [vote_from_doc(doc) for doc in raw]
         except ValueError as exc:
             msg = f"the vote server at {where} answered a malformed vote: {exc}"
-            raise VoteChannelError(msg) from exc
+            raise StageError(msg, code=StageCode.VOTE_CHANNEL) from exc
     text = f"vote server at {where}: {answer.get('error')}"
     if answer.get("code") == "timeout":
-        raise VoteTimeoutError(text)
-    raise VoteRejectedError(text)
+        raise StageError(text, code=StageCode.VOTE_TIMEOUT)
+    raise StageError(text, code=StageCode.VOTE_REJECTED)

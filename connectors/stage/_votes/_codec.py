@@ -6,14 +6,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from txn import Vote, VoteKind
+from txn import Vote
+from txn._model import VoteKind
 
 PROTOCOL_VERSION = 1
 # Characters of a NO vote's error text that are sent (the task raises the full error).
 MAX_ERROR_CHARS = 2_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VoteTicket:
     """What a write task needs to vote in one round (picklable; travels in the task spec)."""
 
@@ -59,12 +60,12 @@ def vote_from_doc(doc: Any) -> Vote:
         msg = "vote field checksum must be a string and error a string or null"
         raise ValueError(msg)
     return Vote(
-        doc["epoch"],
-        doc["partition"],
-        VoteKind(doc.get("kind")),
-        doc["rows"],
-        doc["checksum"],
-        error,
+        epoch=doc["epoch"],
+        partition=doc["partition"],
+        kind=VoteKind(doc.get("kind")),
+        rows=doc["rows"],
+        checksum=doc["checksum"],
+        error=error,
     )
 
 

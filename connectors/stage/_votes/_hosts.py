@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.stage._errors import VoteChannelError
+from connectors.stage._errors import StageCode, StageError
 
 
 def server_hosts(master: str, conf_get: Any) -> tuple[str, str]:
@@ -16,7 +16,7 @@ def server_hosts(master: str, conf_get: Any) -> tuple[str, str]:
     ``conf_get(key)`` returns a setting or None (``SparkConf.get``).
 
     Raises:
-        VoteChannelError: a cluster master without ``spark.driver.host``.
+        StageCode.VOTE_CHANNEL: a cluster master without ``spark.driver.host``.
 
     """
     if master.startswith("local"):
@@ -27,5 +27,5 @@ def server_hosts(master: str, conf_get: Any) -> tuple[str, str]:
             "spark.driver.host is not set, so the vote server does not know the driver's "
             "address; set it or use vote_channel='barrier'"
         )
-        raise VoteChannelError(msg)
+        raise StageError(msg, code=StageCode.VOTE_CHANNEL)
     return str(conf_get("spark.driver.bindAddress") or host), str(host)

@@ -15,7 +15,7 @@ from txn import Vote
 RoundKey = tuple[str, int, int]  # (sink_id, epoch, plan attempt)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Round:
     """Votes of one round; guarded by the server's condition."""
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from connectors.stage._errors import VoteChannelError
+from connectors.stage._errors import StageCode, StageError
 from connectors.stage._votes._codec import PROTOCOL_VERSION, VoteTicket, vote_from_doc
 from connectors.stage._votes._framing import (
     MAX_MESSAGE_BYTES,
@@ -115,7 +115,7 @@ class VoteServer:
         """``(host, port)`` the tasks connect to."""
         if self._server is None:
             msg = "the vote server is not running; call start() first"
-            raise VoteChannelError(msg)
+            raise StageError(msg, code=StageCode.VOTE_CHANNEL)
         return self._advertise_host, int(self._server.server_address[1])
 
     @property
@@ -134,7 +134,7 @@ class VoteServer:
                 f"cannot start the vote server on {self._bind_host!r} ({exc}); check "
                 "spark.driver.bindAddress / spark.driver.host or use vote_channel='barrier'"
             )
-            raise VoteChannelError(msg) from exc
+            raise StageError(msg, code=StageCode.VOTE_CHANNEL) from exc
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -173,7 +173,7 @@ class VoteServer:
         closed (its waiting tasks get an error; its late votes are rejected).
 
         Raises:
-            VoteChannelError: not running, or ``stage_run`` is not newer than the open one.
+            StageCode.VOTE_CHANNEL: not running, or ``stage_run`` is not newer than the open one.
 
         """
         ticket = self._ticket(plan, stage_run)
@@ -185,11 +185,11 @@ class VoteServer:
                     f"round {key} stage run {stage_run} is not newer than the open "
                     f"stage run {old.ticket.stage_run}"
                 )
-                raise VoteChannelError(msg)
+                raise StageError(msg, code=StageCode.VOTE_CHANNEL)
             if old is not None:
                 old.broken = error_answer("rejected", f"superseded by stage run {stage_run}")
                 self._cond.notify_all()
-            self._rounds[key] = Round(ticket)
+            self._rounds[key] = Round(ticket=ticket)
         return ticket
 
     def close_round(self, ticket: VoteTicket) -> None:
@@ -225,14 +225,14 @@ class VoteServer:
         """Return a ticket to this server for ``plan``'s tasks, with a fresh secret token."""
         host, port = self.address
         return VoteTicket(
-            host,
-            port,
-            plan.sink_id,
-            plan.epoch,
-            plan.attempt,
-            stage_run,
-            plan.parallelism,
-            secrets.token_hex(16),
+            host=host,
+            port=port,
+            sink_id=plan.sink_id,
+            epoch=plan.epoch,
+            plan_attempt=plan.attempt,
+            stage_run=stage_run,
+            parallelism=plan.parallelism,
+            token=secrets.token_hex(16),
         )
 
     @contextlib.contextmanager

@@ -13,17 +13,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.demo.app import EpochLine, PipelineConfig, write_chunks
+from connectors.demo.app import EpochLine, PipelineConfig
+from connectors.demo.app._chunks import write_chunks
 from connectors.verify import Record, json_identity, make_input_value
 
 
 def test_pipeline_config_round_trips_through_json_and_pickle() -> None:
     cfg = PipelineConfig(
-        "h:1",
-        "/in",
-        "/ck",
-        "out",
-        "sink",
+        bootstrap="h:1",
+        input_dir="/in",
+        checkpoint="/ck",
+        output_topic="out",
+        sink_id="sink",
         mode="unaligned",
         parallelism=3,
         fault_plan="/f.json",
@@ -41,7 +42,12 @@ def test_epoch_line_round_trips_and_ignores_other_lines() -> None:
 
 
 def test_write_chunks_keeps_input_order_and_file_age_order(tmp_path: Path) -> None:
-    records = [Record("in", i % 2, i // 2, b"k", make_input_value(i, "k", i)) for i in range(25)]
+    records = [
+        Record(
+            topic="in", partition=i % 2, offset=i // 2, key=b"k", value=make_input_value(i, "k", i)
+        )
+        for i in range(25)
+    ]
     random.Random(3).shuffle(records)
     assert write_chunks(records, tmp_path, 10) == 3
     files = sorted(tmp_path.glob("chunk-*.parquet"))
@@ -52,7 +58,10 @@ def test_write_chunks_keeps_input_order_and_file_age_order(tmp_path: Path) -> No
     positions = [(r["in_partition"], r["in_offset"]) for r in rows]
     assert positions == sorted(positions) and len(rows) == 25
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
-    ids = {json_identity(Record("in", 0, 0, None, r["value"])).id for r in rows}
+    ids = {
+        json_identity(Record(topic="in", partition=0, offset=0, key=None, value=r["value"])).id
+        for r in rows
+    }
     assert ids == {str(i) for i in range(25)}
 
 
@@ -60,11 +69,11 @@ def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
     from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig(
-        "h:1",
-        "/in",
-        "/ck",
-        "out",
-        "sink",
+        bootstrap="h:1",
+        input_dir="/in",
+        checkpoint="/ck",
+        output_topic="out",
+        sink_id="sink",
         source="kafka",
         input_topic="in",
         max_offsets_per_trigger=100,
@@ -72,16 +81,30 @@ def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
     assert PipelineConfig.from_json(cfg.to_json()) == cfg
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     with pytest.raises(PipelineConfigError, match="source must be one of"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="jdbc")
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            source="jdbc",
+        )
     with pytest.raises(PipelineConfigError, match="needs input_topic"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", source="kafka")
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            source="kafka",
+        )
     with pytest.raises(PipelineConfigError):
         PipelineConfig(
-            "h:1",
-            "/in",
-            "/ck",
-            "out",
-            "sink",
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
             source="kafka",
             input_topic="in",
             max_offsets_per_trigger=0,
@@ -95,11 +118,11 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
     from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig(
-        "h:1",
-        "/in",
-        "/ck",
-        "",
-        "sink",
+        bootstrap="h:1",
+        input_dir="/in",
+        checkpoint="/ck",
+        output_topic="",
+        sink_id="sink",
         sink="postgres",
         postgres_write_mode="changelog",
         postgres_protocol="two-phase",
@@ -108,39 +131,87 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
     assert PipelineConfig.from_json(cfg.to_json()) == cfg
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     assert (cfg.writes_kafka, cfg.writes_postgres) == (False, True)
-    both = PipelineConfig("h:1", "/in", "/ck", "out", "sink", sink="kafka+postgres", **PG)
+    both = PipelineConfig(
+        bootstrap="h:1",
+        input_dir="/in",
+        checkpoint="/ck",
+        output_topic="out",
+        sink_id="sink",
+        sink="kafka+postgres",
+        **PG,
+    )
     assert (both.writes_kafka, both.writes_postgres) == (True, True)
     with pytest.raises(PipelineConfigError, match="sink must be one of"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", sink="jdbc")
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            sink="jdbc",
+        )
     with pytest.raises(PipelineConfigError, match="needs postgres_dsn and postgres_table"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", sink="postgres")
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            sink="postgres",
+        )
     with pytest.raises(PipelineConfigError, match="postgres_write_mode must be one of"):
         PipelineConfig(
-            "h:1", "/in", "/ck", "out", "sink", sink="postgres", postgres_write_mode="merge", **PG
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            sink="postgres",
+            postgres_write_mode="merge",
+            **PG,
         )
     with pytest.raises(PipelineConfigError, match="postgres_protocol must be one of"):
         PipelineConfig(
-            "h:1", "/in", "/ck", "out", "sink", sink="postgres", postgres_protocol="3pc", **PG
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            sink="postgres",
+            postgres_protocol="3pc",
+            **PG,
         )
     with pytest.raises(PipelineConfigError, match="on_bad_record must be one of"):
-        PipelineConfig("h:1", "/in", "/ck", "out", "sink", on_bad_record="ignore")
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="sink",
+            on_bad_record="ignore",
+        )
 
 
 def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
-    from connectors.demo.app import build_sink, member_ids
+    from connectors.demo.app._config import member_ids
+    from connectors.demo.app._pipeline import build_sink
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
     from connectors.stage import CompositeSink
 
-    kafka = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s1"))
+    kafka = build_sink(
+        PipelineConfig(
+            bootstrap="h:1", input_dir="/in", checkpoint="/ck", output_topic="out", sink_id="s1"
+        )
+    )
     assert isinstance(kafka, KafkaSink)
     pg = build_sink(
         PipelineConfig(
-            "h:1",
-            "/in",
-            "/ck",
-            "",
-            "s2",
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="",
+            sink_id="s2",
             sink="postgres",
             postgres_write_mode="upsert",
             postgres_protocol="idempotency-table",
@@ -156,14 +227,39 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
     assert cfg.on_bad_record == "fail"
     policy = {"on_bad_record": "dead-letter"}
     dead = build_sink(
-        PipelineConfig("h:1", "/in", "/ck", "out", "s4", sink="postgres", **policy, **PG)
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="s4",
+            sink="postgres",
+            **policy,
+            **PG,
+        )
     )
     assert isinstance(dead, PostgresSink) and dead.config.dead_letter_table == "dead_letters"
-    kafka_dead = build_sink(PipelineConfig("h:1", "/in", "/ck", "out", "s5", **policy))
+    kafka_dead = build_sink(
+        PipelineConfig(
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="s5",
+            **policy,
+        )
+    )
     assert isinstance(kafka_dead, KafkaSink) and kafka_dead.config.dead_letter_topic == "out.dlq"
     both = build_sink(
         PipelineConfig(
-            "h:1", "/in", "/ck", "out", "s3", sink="kafka+postgres", mode="unaligned", **PG
+            bootstrap="h:1",
+            input_dir="/in",
+            checkpoint="/ck",
+            output_topic="out",
+            sink_id="s3",
+            sink="kafka+postgres",
+            mode="unaligned",
+            **PG,
         )
     )
     assert isinstance(both, CompositeSink)
@@ -173,11 +269,20 @@ def test_build_sink_builds_the_sink_of_each_kind_without_network_io() -> None:
 
 @pytest.mark.parametrize("sink", ["kafka", "kafka+postgres"])
 def test_the_producer_strategy_reaches_the_kafka_sink_and_a_bad_one_is_refused(sink) -> None:
-    from connectors.demo.app import PipelineConfigError, build_sink
+    from connectors.demo.app import PipelineConfigError
+    from connectors.demo.app._pipeline import build_sink
     from connectors.kafka import KafkaSink
 
     pg = PG if sink != "kafka" else {}
-    cfg = PipelineConfig("h:1", "/in", "/ck", "out", "s", sink=sink, **pg)  # type: ignore[arg-type]
+    cfg = PipelineConfig(
+        bootstrap="h:1",
+        input_dir="/in",
+        checkpoint="/ck",
+        output_topic="out",
+        sink_id="s",
+        sink=sink,
+        **pg,
+    )  # type: ignore[arg-type]
     assert cfg.producer_strategy == "pooled"
     built = build_sink(replace(cfg, producer_strategy="reference"))
     kafka = built.connector
@@ -189,8 +294,13 @@ def test_the_producer_strategy_reaches_the_kafka_sink_and_a_bad_one_is_refused(s
 
 
 def test_changelog_op_rule() -> None:
-    from connectors.demo.app import changelog_op, record_op
+    from connectors.demo.app._tables import changelog_op, record_op
 
     assert [changelog_op(i, 0) for i in range(5)] == ["insert"] * 4 + ["delete"]
     assert changelog_op(6, 3) == "update_after"
-    assert record_op(Record("in", 0, 0, b"k", make_input_value(9, "k", 2))) == "delete"
+    assert (
+        record_op(
+            Record(topic="in", partition=0, offset=0, key=b"k", value=make_input_value(9, "k", 2))
+        )
+        == "delete"
+    )

@@ -55,15 +55,25 @@ def clean_world(n: int = 40, keys: int = 4, out_parts: int = 2) -> World:
         k = i % keys
         value = make_input_value(i, f"k{k}", seq[k])
         seq[k] += 1
-        inputs.append(Record("in", 0, i, f"k{k}".encode(), value))
+        inputs.append(Record(topic="in", partition=0, offset=i, key=f"k{k}".encode(), value=value))
         p = k % out_parts
         off = next_off[p]
-        committed.append(Record("out", p, off, f"k{k}".encode(), value))
-        spans[p].append(BatchSpan(off, off, 1000 + p, 0, True))
+        committed.append(
+            Record(topic="out", partition=p, offset=off, key=f"k{k}".encode(), value=value)
+        )
+        spans[p].append(
+            BatchSpan(
+                first=off, last=off, producer_id=1000 + p, producer_epoch=0, transactional=True
+            )
+        )
         next_off[p] = off + 2  # record + commit marker
     scans = {
         p: PartitionScan(
-            p, next_off[p], next_off[p], committed=tuple(spans[p]), commit_markers=len(spans[p])
+            partition=p,
+            high_watermark=next_off[p],
+            last_stable_offset=next_off[p],
+            committed=tuple(spans[p]),
+            commit_markers=len(spans[p]),
         )
         for p in range(out_parts)
     }
@@ -92,7 +102,7 @@ def test_flags_duplicate_from_distinct_producers() -> None:
     dup = w.committed[5]
     p = dup.partition
     hwm = w.scans[p].high_watermark
-    copy = Record("out", p, hwm, dup.key, dup.value)
+    copy = Record(topic="out", partition=p, offset=hwm, key=dup.key, value=dup.value)
     w.committed.append(copy)
     w.uncommitted.append(copy)
     scan = w.scans[p]
@@ -100,7 +110,8 @@ def test_flags_duplicate_from_distinct_producers() -> None:
         scan,
         high_watermark=hwm + 2,
         last_stable_offset=hwm + 2,
-        committed=scan.committed + (BatchSpan(hwm, hwm, 4242, 0, True),),
+        committed=scan.committed
+        + (BatchSpan(first=hwm, last=hwm, producer_id=4242, producer_epoch=0, transactional=True),),
     )
     report = w.check()
     assert report.count(AnomalyKind.DUPLICATE) == 1
@@ -113,7 +124,7 @@ def test_duplicate_from_older_producer_epoch_is_a_zombie_commit() -> None:
     dup = w.committed[4]
     p = dup.partition
     hwm = w.scans[p].high_watermark
-    copy = Record("out", p, hwm, dup.key, dup.value)
+    copy = Record(topic="out", partition=p, offset=hwm, key=dup.key, value=dup.value)
     w.committed.append(copy)
     w.uncommitted.append(copy)
     scan = w.scans[p]
@@ -122,7 +133,12 @@ def test_duplicate_from_older_producer_epoch_is_a_zombie_commit() -> None:
         scan,
         high_watermark=hwm + 2,
         last_stable_offset=hwm + 2,
-        committed=scan.committed + (BatchSpan(hwm, hwm, 1000 + p, 3, True),),
+        committed=scan.committed
+        + (
+            BatchSpan(
+                first=hwm, last=hwm, producer_id=1000 + p, producer_epoch=3, transactional=True
+            ),
+        ),
     )
     report = w.check()
     assert report.count(AnomalyKind.ZOMBIE_COMMIT) == 1
@@ -159,14 +175,18 @@ def test_flags_aborted_data_visible_to_read_committed() -> None:
     scan = w.scans[p]
     hwm = scan.high_watermark
     # an aborted attempt wrote record 0 again at hwm; a broken reader returned it
-    leaked = Record("out", p, hwm, w.committed[0].key, w.committed[0].value)
+    leaked = Record(
+        topic="out", partition=p, offset=hwm, key=w.committed[0].key, value=w.committed[0].value
+    )
     w.committed.append(leaked)
     w.uncommitted.append(leaked)
     w.scans[p] = replace(
         scan,
         high_watermark=hwm + 2,
         last_stable_offset=hwm + 2,
-        aborted=(BatchSpan(hwm, hwm, 1000, 1, True),),
+        aborted=(
+            BatchSpan(first=hwm, last=hwm, producer_id=1000, producer_epoch=1, transactional=True),
+        ),
         abort_markers=1,
     )
     report = w.check()
@@ -179,13 +199,17 @@ def test_aborted_data_hidden_from_read_committed_is_fine() -> None:
     p = 0
     scan = w.scans[p]
     hwm = scan.high_watermark
-    aborted = Record("out", p, hwm, w.committed[0].key, w.committed[0].value)
+    aborted = Record(
+        topic="out", partition=p, offset=hwm, key=w.committed[0].key, value=w.committed[0].value
+    )
     w.uncommitted.append(aborted)
     w.scans[p] = replace(
         scan,
         high_watermark=hwm + 2,
         last_stable_offset=hwm + 2,
-        aborted=(BatchSpan(hwm, hwm, 1000, 1, True),),
+        aborted=(
+            BatchSpan(first=hwm, last=hwm, producer_id=1000, producer_epoch=1, transactional=True),
+        ),
         abort_markers=1,
     )
     report = w.check()
@@ -198,12 +222,18 @@ def test_flags_open_transaction() -> None:
     p = 1
     scan = w.scans[p]
     hwm = scan.high_watermark
-    w.uncommitted.append(Record("out", p, hwm, b"k1", make_input_value(999, "k1", 0)))
+    w.uncommitted.append(
+        Record(
+            topic="out", partition=p, offset=hwm, key=b"k1", value=make_input_value(999, "k1", 0)
+        )
+    )
     w.scans[p] = replace(
         scan,
         high_watermark=hwm + 1,
         last_stable_offset=hwm,
-        open=(BatchSpan(hwm, hwm, 1001, 2, True),),
+        open=(
+            BatchSpan(first=hwm, last=hwm, producer_id=1001, producer_epoch=2, transactional=True),
+        ),
     )
     report = w.check()
     # the open batch, and the LSO below the high watermark
@@ -220,7 +250,13 @@ def test_flags_committed_data_hidden_from_read_committed() -> None:
 
 def test_flags_view_mismatch_and_unknown_ids() -> None:
     w = clean_world()
-    bogus = Record("out", 0, w.committed[0].offset, b"k0", make_input_value(12345, "k0", 0))
+    bogus = Record(
+        topic="out",
+        partition=0,
+        offset=w.committed[0].offset,
+        key=b"k0",
+        value=make_input_value(12345, "k0", 0),
+    )
     w.committed[0] = bogus
     report = w.check()
     assert report.count(AnomalyKind.VIEW_MISMATCH) == 1
@@ -230,7 +266,7 @@ def test_flags_view_mismatch_and_unknown_ids() -> None:
 
 def test_bad_record_format_is_a_typed_error() -> None:
     with pytest.raises(RecordFormatError, match="record_identity"):
-        json_identity(Record("out", 0, 0, None, b"not json"))
+        json_identity(Record(topic="out", partition=0, offset=0, key=None, value=b"not json"))
 
 
 @dataclass(frozen=True)
@@ -285,5 +321,5 @@ def test_epoch_log_mismatches_are_flagged() -> None:
 def test_report_and_records_pickle_round_trip() -> None:
     report = clean_world().check()
     assert pickle.loads(pickle.dumps(report)) == report
-    rec = Record("t", 1, 2, b"k", b"v")
+    rec = Record(topic="t", partition=1, offset=2, key=b"k", value=b"v")
     assert pickle.loads(pickle.dumps(rec)) == rec

@@ -22,7 +22,7 @@ from connectors.verify import (
 def rec(
     value: bytes | None, offset: int = 0, key: bytes | None = None, partition: int = 0
 ) -> Record:
-    return Record("t", partition, offset, key, value)
+    return Record(topic="t", partition=partition, offset=offset, key=key, value=value)
 
 
 def js(doc: object, offset: int = 0, key: bytes | None = None) -> Record:
@@ -111,7 +111,10 @@ def test_ordering_key_other_than_the_kafka_key_finds_a_reordering() -> None:
     # Kafka key would see nothing wrong.
     inputs = [js({"id": i, "acct": "a"}, offset=i, key=f"k{i}".encode()) for i in range(3)]
     swapped = [inputs[0], inputs[2], inputs[1]]
-    output = [Record("out", 0, n, r.key, r.value) for n, r in enumerate(swapped)]
+    output = [
+        Record(topic="out", partition=0, offset=n, key=r.key, value=r.value)
+        for n, r in enumerate(swapped)
+    ]
     kwargs = {"scans": {}, "committed_ends": {}}
     by_field = analyze(inputs, output, output, identity=record_identity("id", "acct"), **kwargs)
     assert by_field.count(AnomalyKind.REORDERED) == 1

@@ -36,7 +36,11 @@ def inputs(n: int = 40) -> list[Record]:
         part = k % 2
         out.append(
             Record(
-                "in", part, offsets[part], f"k{k}".encode(), make_input_value(i, f"k{k}", seq[k])
+                topic="in",
+                partition=part,
+                offset=offsets[part],
+                key=f"k{k}".encode(),
+                value=make_input_value(i, f"k{k}", seq[k]),
             )
         )
         seq[k] += 1
@@ -139,8 +143,8 @@ def test_a_prepared_transaction_left_is_an_open_transaction() -> None:
 
 def test_epoch_log_anomalies_found_elsewhere_are_reported() -> None:
     extra = [
-        Anomaly(AnomalyKind.EPOCH_LOG_MISMATCH, "p1 behind", partition=1),
-        Anomaly(AnomalyKind.IN_DOUBT_EPOCH, "epoch 3 in doubt"),
+        Anomaly(kind=AnomalyKind.EPOCH_LOG_MISMATCH, detail="p1 behind", partition=1),
+        Anomaly(kind=AnomalyKind.IN_DOUBT_EPOCH, detail="epoch 3 in doubt"),
     ]
     report = check(appended(inputs()), extra=extra, epoch_log_checked=True, last_committed_epoch=2)
     assert report.count(AnomalyKind.EPOCH_LOG_MISMATCH) == 1

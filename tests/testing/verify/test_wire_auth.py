@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from connectors.kafka import KafkaAuthenticationError
+from connectors.kafka import KafkaCode, KafkaConnectorError
 from connectors.kafka._client import Cluster, Settings
 from connectors.verify import WireError, _wire_auth
 from connectors.verify._wire_auth import Scram, open_broker, tls_context
@@ -102,7 +102,7 @@ def broker() -> Iterator[Callable[[list[Reply]], tuple[str, int, list[bytes]]]]:
 
 
 def cluster(**settings: str) -> Cluster:
-    return Cluster("127.0.0.1:1", Settings.of(settings))
+    return Cluster(bootstrap_servers="127.0.0.1:1", config=Settings.of(settings))
 
 
 def test_scram_exchange_on_the_wire(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,7 +135,11 @@ def test_plain_login_and_its_refusal(broker: Any) -> None:
         pass
     assert received == [b"PLAIN", b"\0app\0SENTINEL-wire"]
     host, port, _ = broker([lambda _b: (58, b"")])
-    with pytest.raises(KafkaAuthenticationError, match="authentication failed") as info:
+    with pytest.raises(
+        KafkaConnectorError,
+        match="authentication failed",
+        check=lambda e: e.code is KafkaCode.AUTHENTICATION,
+    ) as info:
         open_broker(host, port, cluster(**settings), TIMEOUT_S)
     assert "SENTINEL" not in str(info.value) and "sasl.password" in str(info.value)
 
