@@ -65,4 +65,5 @@ def offsets(
                 f"the output's own record of epoch {epoch}'s input offsets disagrees with the "
                 "epoch log's"
             )
-    return Result(data, PROBLEM if problems else OK, problems)
+    cause = "an epoch in doubt, or the output's offsets disagree (the problems above)"
+    return Result(data, PROBLEM if problems else OK, problems, cause if problems else "")

@@ -42,6 +42,7 @@ from connectors.stage._errors import (
     VoteChannelError,
     VoteRejectedError,
     VoteTimeoutError,
+    rebuild_error,
 )
 from connectors.stage._hooks import DRIVER_STEPS, TASK_STEPS, StepHooks
 from connectors.stage._input import InputSpec
@@ -61,6 +62,7 @@ from connectors.stage._resume import (
     committed_point,
     starting_offsets,
 )
+from connectors.stage._retry import RetryBound, retry, step_budget
 from connectors.stage._rows import HASH_COLUMN, ArrowPartition, RowsConsumedError
 from connectors.stage._sink import TransactionalSink
 from connectors.stage._slots import TaskSlots, task_slots, wait_for_task_slots
@@ -100,6 +102,7 @@ __all__ = [
     "ResumeError",
     "ResumeInputMismatchError",
     "ResumePoint",
+    "RetryBound",
     "RowsConsumedError",
     "SimpleConnector",
     "SinkConnector",
@@ -126,6 +129,9 @@ __all__ = [
     "bad_batch",
     "drop_rows",
     "query_id_of",
+    "rebuild_error",
+    "retry",
+    "step_budget",
     "screened",
     "start_over_offset",
     "starting_offsets",

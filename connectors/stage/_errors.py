@@ -91,7 +91,11 @@ class VoteRejectedError(VoteChannelError):
 
 
 def rebuild_error(cls: type[Exception], message: str, kwargs: dict[str, Any]) -> Exception:
-    """Unpickle an error whose constructor takes keyword-only arguments."""
+    """Unpickle an error whose constructor takes keyword-only arguments.
+
+    A connector's error with keyword-only fields crosses the process boundary (a task to
+    the driver) by ``__reduce__`` returning ``(rebuild_error, (cls, message, kwargs))``.
+    """
     return cls(message, **kwargs)
 
 

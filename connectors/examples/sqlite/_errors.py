@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from connectors.stage import InputError
-from connectors.stage._errors import rebuild_error
+from connectors.stage import InputError, rebuild_error
 from txn import ConfigError, ErrorAction, TxnError
 
 
