@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from connectors.kafka._client import call_with_retry, classify, to_write_error
+from connectors.kafka._client import call_bounded, call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets
 from connectors.kafka._sink._markers import encode_marker, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
@@ -65,12 +65,22 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         offset, meta = encode_marker(marker)
         tp = TopicPartition(self._cfg.marker_topic, 0, offset, metadata=meta)
         group = self._clients.consumer.consumer_group_metadata()
-        producer = self._live()
-        call_with_retry(
-            "send_offsets_to_transaction",
-            lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
-        )
+        self._send_offsets("send_offsets_to_transaction", [tp], group)
         self._put_input_offsets()
+
+    def _send_offsets(self, what: str, offsets: list[TopicPartition], group: object) -> None:
+        """Stage ``offsets`` of ``group`` in the transaction; a producer stuck there is dropped."""
+        producer = self._live()
+
+        def send() -> None:
+            producer.send_offsets_to_transaction(offsets, group, TXN_CALL_TIMEOUT_S)
+
+        try:
+            call_with_retry(what, lambda: call_bounded(what, send, TXN_CALL_TIMEOUT_S))
+        except Exception as exc:
+            if classify(exc) is ErrorAction.FATAL:
+                self._drop()
+            raise
 
     def _put_input_offsets(self) -> None:
         """Partition 0 with ``commit_offsets_to_group``: the epoch's input offsets, in its txn."""
@@ -79,11 +89,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             return
         offsets = _input_offsets.group_offsets(self._plan)
         metadata = _input_offsets.group_metadata(group)
-        producer = self._live()
-        call_with_retry(
-            "send_offsets_to_transaction (input offsets)",
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S),
-        )
+        self._send_offsets("send_offsets_to_transaction (input offsets)", offsets, metadata)
 
     def _commit(self) -> None:
         """Commit the transaction (retried while retriable; fenced raises)."""
