@@ -280,7 +280,7 @@ class Writers:
 
     def _new_topic(self, variant: str) -> str:
         topic = f"bench-{variant}-{self._run}"
-        self._admin.create_topics([NewTopic(topic, OUTPUT_PARTITIONS, 1)])[topic].result(
+        self._admin.create_topics([NewTopic(topic, OUTPUT_PARTITIONS, -1)])[topic].result(
             timeout=ADMIN_TIMEOUT_S
         )
         self.topics[variant] = topic

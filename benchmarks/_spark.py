@@ -48,12 +48,14 @@ def open_job_bench(
     bootstrap_servers: str | None,
     log_path: Path | None,
     console: Console,
+    nodes: int = 1,
 ) -> tuple[str, Any, Progress]:
     """Set up a Spark job benchmark on ``stack``: its broker, session and progress display.
 
     With ``log_path``, every Kafka client of this process and of the Python workers logs
     its protocol requests there (``benchmarks._requests``; None: no request counting).
-    Returns the bootstrap address, the SparkSession and the started rich ``Progress``.
+    ``nodes``: of the minikafka cluster started without ``bootstrap_servers``
+    (``benchmarks._broker``). Returns the bootstrap address, the SparkSession and the started rich ``Progress``.
     """
     from benchmarks import _requests
     from benchmarks._broker import broker
@@ -62,7 +64,7 @@ def open_job_bench(
         os.environ.update(_requests.worker_env())
         _requests.install()
         stack.enter_context(_requests.capture_stderr(log_path))
-    bootstrap = stack.enter_context(broker(bootstrap_servers))
+    bootstrap = stack.enter_context(broker(bootstrap_servers, nodes))
     spark = bench_session(app_name)
     stack.callback(spark.stop)
     progress = stack.enter_context(

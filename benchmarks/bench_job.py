@@ -296,6 +296,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-requests", action="store_true", help="do not log and count broker requests"
     )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="minikafka nodes (without --bootstrap-servers); 3: replication 3, min ISR 2",
+    )
     parser.add_argument("--out", default="bench_job", help="file stem under benchmarks/results")
     args = parser.parse_args(argv)
     args.rows = args.rows or (20_000 if args.quick else DEFAULT_ROWS)
@@ -317,6 +323,7 @@ def run(args: argparse.Namespace, console: Console, log_path: Path) -> list[JobR
             stack,
             "bench-job",
             bootstrap_servers=args.bootstrap_servers,
+            nodes=args.nodes,
             log_path=None if args.no_requests else log_path,
             console=console,
         )

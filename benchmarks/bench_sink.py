@@ -369,6 +369,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="minikafka nodes (without --bootstrap-servers); 3: replication 3, min ISR 2",
+    )
+    parser.add_argument(
         "--vote-channel",
         choices=VOTE_CHANNELS,
         default=DEFAULT_VOTE_CHANNEL,
@@ -406,6 +412,7 @@ def run(
             stack,
             "bench-sink",
             bootstrap_servers=args.bootstrap_servers,
+            nodes=args.nodes,
             log_path=None if args.no_requests else log_path,
             console=console,
         )

@@ -194,3 +194,25 @@ def test_changelog_op_rule() -> None:
     assert [changelog_op(i, 0) for i in range(5)] == ["insert"] * 4 + ["delete"]
     assert changelog_op(6, 3) == "update_after"
     assert record_op(Record("in", 0, 0, b"k", make_input_value(9, "k", 2))) == "delete"
+
+
+@pytest.mark.parametrize("sink", ["kafka", "kafka+postgres"])
+def test_producer_lanes_reach_the_kafka_sink_and_none_keeps_its_default(sink) -> None:
+    from connectors.demo.app import build_sink
+    from connectors.kafka import KafkaSink
+
+    pg = PG if sink != "kafka" else {}
+    cfg = PipelineConfig("h:1", "/in", "/ck", "out", "s", sink=sink, **pg)  # type: ignore[arg-type]
+
+    def lanes(c: PipelineConfig) -> int:
+        built = build_sink(c)
+        kafka = built.connector
+        config = built.config if isinstance(built, KafkaSink) else kafka.options  # type: ignore[attr-defined]
+        return int(config.producer_lanes)
+
+    default = lanes(cfg)
+    assert cfg.producer_lanes is None and default > 1
+    one = replace(cfg, producer_lanes=1)
+    assert lanes(one) == 1
+    assert PipelineConfig.from_json(one.to_json()) == one
+    assert pickle.loads(pickle.dumps(one)) == one
