@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.kafka._client import stale_topic_verdict
@@ -211,3 +211,163 @@ def test_the_epoch_log_rides_through_a_stale_verdict(flapping):
     history = KafkaEpochLog(kafka.bootstrap_servers, sink_id, topic=topic).load()
     assert history.entry(0) is not None and history.entry(1) is not None
     log.close()
+
+
+def _aged(since: float) -> None:
+    """Wait until clients known to their topics since ``since`` can reach a verdict at once."""
+    _wait(lambda: time.monotonic() - since > PROPAGATION_MS / 1000, "aged clients")
+
+
+def _flap_then_recover(kafka: EmbeddedKafka, reached: object, what: str) -> None:
+    """Restart into flap mode until ``reached()``, then restart loaded; wait for the topic."""
+    _restart(kafka, BrokerConfig(topic_load_delay_ms=LOAD_DELAY_MS, topic_load_mode="flap"))
+    _wait(reached, what)
+    _restart(kafka, BrokerConfig())
+
+
+def test_a_pooled_producer_inside_its_transaction_rides_through_a_stale_verdict(flapping):
+    """Issue 38, the sink's producers (pooled, prepared, per task: one write path).
+
+    A transactional producer that wrote before the restart begins its next transaction
+    while it refuses the sink's topic; the writer asks the brokers for the topic with the
+    producer itself until the verdict lifts, and the transaction commits with the same
+    producer. Before, it retried ``produce`` alone until ``BROKER_RESTART_WAIT_S`` and
+    aborted the epoch with "was it deleted?".
+    """
+    import pyarrow as pa
+
+    from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
+
+    kafka = flapping
+    topic = f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(CLIENT_TIMEOUT_S)
+    conf = _client_conf(kafka.bootstrap_servers)
+    producer = Producer({**conf, "transactional.id": f"pooled-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    errors = DeliveryErrors()
+    rows = pa.RecordBatch.from_pydict({"key": [b"k1", b"k2"], "value": [b"v1", b"v2"]})
+
+    def epoch() -> None:
+        producer.begin_transaction()
+        writer = RecordWriter(producer, errors, RecordLayout(key=True), topic)
+        writer.write([rows])
+        writer.flush(CLIENT_TIMEOUT_S)
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+
+    epoch()
+    _aged(time.monotonic())
+    probe = Producer(conf)  # the same age and settings: shows when the verdict is reached
+    probe.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    _aged(time.monotonic())
+    _flap_then_recover(kafka, lambda: _refuses(probe, topic), "the probe's verdict")
+    _wait(lambda: _leader_known(admin, topic), "the restarted broker listing the topic again")
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            epoch()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            failures.append(exc)
+
+    writer_thread = threading.Thread(target=run, daemon=True)
+    writer_thread.start()
+    writer_thread.join(APPEND_TIMEOUT_S)
+    assert not writer_thread.is_alive(), "the epoch did not end"
+    assert failures == []
+    assert errors.first is None
+    assert _committed_values(kafka.bootstrap_servers, topic) == [b"v1", b"v2"] * 2
+
+
+def _committed_values(bootstrap: str, topic: str) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + REACH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        msg = consumer.poll(POLL_S)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                break
+            continue
+        values.append(msg.value())
+    consumer.close()
+    return values
+
+
+def test_the_sources_admin_client_and_cached_consumer_ride_through_a_stale_verdict(flapping):
+    """Issue 38, the kafka-rc source: its driver's AdminClient and a worker's idle consumer.
+
+    Both lived through the restart (the driver's ``ClusterView`` keeps one AdminClient; a
+    worker keeps the consumer of a completed range for the next one). After it, the
+    latest offsets are looked up and the next range read on the cached consumer.
+    """
+    from connectors.kafka._source import _consumers
+    from connectors.kafka._source._cluster import ClusterView
+    from connectors.kafka._source._fetch import read_range
+    from connectors.kafka._source._options import SourceOptions
+    from connectors.kafka._source._ranges import OffsetRange
+
+    kafka = flapping
+    topic = f"in-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(CLIENT_TIMEOUT_S)
+    writer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 0})
+    for i in range(4):
+        writer.produce(topic, f"v{i}".encode(), partition=0)
+    assert writer.flush(CLIENT_TIMEOUT_S) == 0
+    opts = SourceOptions.from_options(
+        {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "subscribe": topic,
+            "kafka.topic.metadata.propagation.max.ms": str(PROPAGATION_MS),
+            "kafkaConsumer.pollTimeoutMs": str(int(APPEND_TIMEOUT_S * 1000)),
+        }
+    )
+    view = ClusterView(opts)
+    tp = (topic, 0)
+    assert view.settled_latest({tp: 0}) == {tp: 4}
+    first = [
+        r["value"] for b in read_range(opts, OffsetRange(topic, 0, 0, 2)) for r in b.to_pylist()
+    ]
+    assert first == [b"v0", b"v1"] and _consumers.stats().idle >= 1
+    probe = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "topic.metadata.propagation.max.ms": PROPAGATION_MS,
+        }
+    )
+    _aged(time.monotonic())
+    plain = Producer(_client_conf(kafka.bootstrap_servers))
+    plain.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    _aged(time.monotonic())
+    _flap_then_recover(kafka, lambda: _refuses(plain, topic), "an aged client's verdict")
+    probe.close()
+    _wait(lambda: _leader_known(admin, topic), "the restarted broker listing the topic again")
+    results: dict[str, object] = {}
+
+    def batch() -> None:
+        try:
+            results["latest"] = view.settled_latest({tp: 4})
+            rng = OffsetRange(topic, 0, 2, 4)
+            results["rows"] = [r["value"] for b in read_range(opts, rng) for r in b.to_pylist()]
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            results["error"] = exc
+
+    runner = threading.Thread(target=batch, daemon=True)
+    runner.start()
+    runner.join(2 * APPEND_TIMEOUT_S)
+    assert not runner.is_alive(), "the lookup and the read did not end"
+    assert results == {"latest": {tp: 4}, "rows": [b"v2", b"v3"]}
