@@ -371,3 +371,80 @@ def test_the_sources_admin_client_and_cached_consumer_ride_through_a_stale_verdi
     runner.join(2 * APPEND_TIMEOUT_S)
     assert not runner.is_alive(), "the lookup and the read did not end"
     assert results == {"latest": {tp: 4}, "rows": [b"v2", b"v3"]}
+
+
+def test_the_marker_writer_and_reader_ride_through_a_stale_verdict(flapping, monkeypatch):
+    """Issue 38, the markers: a pooled producer's marker write and a pooled marker consumer.
+
+    The marker is a transactional offset commit (``send_offsets_to_transaction``) and is
+    read with ``committed()``. An aged producer that holds a stale verdict on the marker
+    topic can block in ``send_offsets_to_transaction`` past its timeout (librdkafka 2.16,
+    seen in most runs here); the kit's ``send_offsets`` gives such a producer up (FATAL)
+    and the epoch's retry writes with a new instance of the transactional id. Before, the
+    write task hung. The marker consumer needs no change: ``committed()`` asks the group
+    coordinator without librdkafka's topic state in between.
+    """
+    from confluent_kafka import TopicPartition
+
+    from connectors.kafka._client import cluster_of
+    from connectors.kafka._errors import ProducerFencedError
+    from connectors.kafka._sink import _transactional
+    from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
+    from txn import Marker
+
+    # Short call timeouts (the kit's: 60 s + 10 s) so that a blocked call is given up soon.
+    monkeypatch.setattr(_transactional, "TXN_CALL_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(_transactional, "SEND_OFFSETS_GRACE_S", 2.0)
+    kafka = flapping
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(marker_topic, 1, 1)])[marker_topic].result(CLIENT_TIMEOUT_S)
+    conf = _client_conf(kafka.bootstrap_servers)
+    tid = f"marker-{uuid.uuid4().hex[:8]}"
+
+    def new_producer() -> Producer:
+        producer = Producer({**conf, "transactional.id": tid})
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        return producer
+
+    cluster = cluster_of(
+        kafka.bootstrap_servers, {"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)}
+    )
+    consumer = marker_consumer(cluster, f"sink.marker.{uuid.uuid4().hex[:6]}")
+
+    def put(producer: Producer, epoch: int) -> None:
+        offset, meta = encode_marker(Marker(epoch, 1, "c"))
+        tp = TopicPartition(marker_topic, 0, offset, metadata=meta)
+        producer.begin_transaction()
+        _transactional.send_offsets(producer, [tp], consumer.consumer_group_metadata(), "put")
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+
+    pooled = new_producer()
+    put(pooled, 0)
+    assert read_marker(consumer, marker_topic) == Marker(0, 1, "c")
+    plain = Producer(conf)
+    plain.list_topics(marker_topic, timeout=CLIENT_TIMEOUT_S)
+    _aged(time.monotonic())
+    _flap_then_recover(kafka, lambda: _refuses(plain, marker_topic), "an aged client's verdict")
+    _wait(lambda: _leader_known(admin, marker_topic), "the restarted broker listing the topic")
+    results: dict[str, object] = {}
+
+    def epoch() -> None:
+        try:
+            try:
+                put(pooled, 1)
+            except ProducerFencedError as exc:  # given up: the epoch's retry, a new instance
+                results["given up"] = exc.action.value
+                put(new_producer(), 1)
+            results["marker"] = read_marker(consumer, marker_topic)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            results["error"] = exc
+
+    runner = threading.Thread(target=epoch, daemon=True)
+    runner.start()
+    runner.join(2 * APPEND_TIMEOUT_S)
+    assert not runner.is_alive(), "the marker write and read did not end"
+    assert results.get("error") is None, results
+    assert results["marker"] == Marker(1, 1, "c")
+    assert results.get("given up", "fatal") == "fatal"
+    consumer.close()

@@ -6,9 +6,13 @@ The part it shares with the plain participant (states, clients, writer):
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException, TopicPartition
+import threading
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._client import call_with_retry, classify, to_write_error
+from connectors.kafka._errors import ProducerFencedError
 from connectors.kafka._sink import _input_offsets
 from connectors.kafka._sink._markers import encode_marker, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
@@ -19,6 +23,59 @@ _S = ParticipantState
 
 # Seconds for commit/abort/send_offsets of one transaction (each is retried too).
 TXN_CALL_TIMEOUT_S = 60.0
+# Seconds beyond its own timeout one send_offsets_to_transaction call may block before its
+# producer is given up: librdkafka (2.16) ignores that timeout when the producer holds a
+# stale Unknown-topic verdict on the offsets' topic after a broker restart (issue 38; a new
+# instance of the transactional id is not affected).
+SEND_OFFSETS_GRACE_S = 10.0
+
+
+def send_offsets(
+    producer: Producer, offsets: list[TopicPartition], group: object, what: str
+) -> None:
+    """Add ``offsets`` of ``group`` to the producer's transaction (retried while retriable).
+
+    Each attempt runs on a daemon thread and is waited for at most ``TXN_CALL_TIMEOUT_S``
+    plus ``SEND_OFFSETS_GRACE_S``; one that blocks longer leaves its producer to that
+    thread and raises :class:`ProducerFencedError` (FATAL: the producer is dropped, never
+    called again, and the epoch is retried with a new instance of its transactional id,
+    whose ``init_transactions`` fences the old one).
+    """
+
+    def attempt() -> None:
+        _bounded(
+            what,
+            lambda: producer.send_offsets_to_transaction(offsets, group, TXN_CALL_TIMEOUT_S),
+            TXN_CALL_TIMEOUT_S + SEND_OFFSETS_GRACE_S,
+        )
+
+    call_with_retry(what, attempt)
+
+
+def _bounded(what: str, call: Callable[[], None], wait_s: float) -> None:
+    """Run ``call`` on a daemon thread; raise its error, or FATAL if it outlasts ``wait_s``."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=run, name="kafka-txn-call", daemon=True)
+    worker.start()
+    worker.join(wait_s)
+    if not outcome:
+        msg = (
+            f"{what} did not return within {wait_s:.0f} s although its timeout is "
+            f"{TXN_CALL_TIMEOUT_S:.0f} s: the producer may hold a stale Unknown-topic verdict "
+            "after a broker restart; it is given up and the epoch retried with a new producer"
+        )
+        raise ProducerFencedError(msg, action=ErrorAction.FATAL)
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 class TransactionalKafkaParticipant(KafkaParticipant):
@@ -65,12 +122,17 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         offset, meta = encode_marker(marker)
         tp = TopicPartition(self._cfg.marker_topic, 0, offset, metadata=meta)
         group = self._clients.consumer.consumer_group_metadata()
-        producer = self._live()
-        call_with_retry(
-            "send_offsets_to_transaction",
-            lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
-        )
+        self._send_offsets([tp], group, "send_offsets_to_transaction")
         self._put_input_offsets()
+
+    def _send_offsets(self, offsets: list[TopicPartition], group: object, what: str) -> None:
+        """``send_offsets``; a producer it gave up (or fenced, fatal) is dropped."""
+        try:
+            send_offsets(self._live(), offsets, group, what)
+        except Exception as exc:
+            if classify(exc) is ErrorAction.FATAL:
+                self._drop()
+            raise
 
     def _put_input_offsets(self) -> None:
         """Partition 0 with ``commit_offsets_to_group``: the epoch's input offsets, in its txn."""
@@ -79,11 +141,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             return
         offsets = _input_offsets.group_offsets(self._plan)
         metadata = _input_offsets.group_metadata(group)
-        producer = self._live()
-        call_with_retry(
-            "send_offsets_to_transaction (input offsets)",
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S),
-        )
+        self._send_offsets(offsets, metadata, "send_offsets_to_transaction (input offsets)")
 
     def _commit(self) -> None:
         """Commit the transaction (retried while retriable; fenced raises)."""
