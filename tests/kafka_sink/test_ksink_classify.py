@@ -346,9 +346,9 @@ def test_a_participant_stuck_in_send_offsets_drops_its_producer(monkeypatch):
         with pytest.raises(KafkaWriteError) as caught:
             _transactional.TransactionalKafkaParticipant._send_offsets(
                 part,  # type: ignore[arg-type]
-                "send_offsets_to_transaction",
                 [],
                 object(),
+                "send_offsets_to_transaction",
             )
     finally:
         release.set()

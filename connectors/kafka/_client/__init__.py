@@ -22,7 +22,9 @@ What it promises them:
 * **Errors.** :func:`classify` maps any Kafka error to one ``txn.ErrorAction`` (by code
   and librdkafka's flags, never by message); :func:`call_with_retry` retries what is
   retriable within a bound, :func:`retry_over_restart` also over a broker restart (at most
-  :data:`BROKER_RESTART_WAIT_S`); :func:`to_write_error`, :func:`raise_if_denied` and
+  :data:`BROKER_RESTART_WAIT_S`); :func:`stale_topic_verdict` names a client's stale
+  "Unknown topic" verdict after a restart and :class:`TopicRefresher` lifts it (issue 38);
+  :func:`to_write_error`, :func:`raise_if_denied` and
   :func:`access_error` turn an exception into the connector's typed error (an
   authorization error names the ACL to grant).
 * **Admin.** Topics (:func:`existing_topics`, :func:`wait_for_topic`,
@@ -98,6 +100,7 @@ from connectors.kafka._client._names import (
     transactional_id,
 )
 from connectors.kafka._client._secrets import Settings, scrub
+from connectors.kafka._client._verdict import STALE_REFRESH_S, TopicRefresher
 
 __all__ = [
     "BOOTSTRAP",
@@ -107,6 +110,7 @@ __all__ = [
     "DEFAULT_MARKER_TOPIC",
     "FATAL",
     "PARTITION_EOF",
+    "STALE_REFRESH_S",
     "TIMED_OUT",
     "TOPIC_METADATA_WAIT_S",
     "UNKNOWN_PARTITION",
@@ -117,6 +121,7 @@ __all__ = [
     "DurabilityRules",
     "Settings",
     "StateTopicDurability",
+    "TopicRefresher",
     "access_error",
     "admin_client",
     "broker_config",

@@ -6,7 +6,7 @@ The part it shares with the plain participant (states, clients, writer):
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from connectors.kafka._client import call_bounded, call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets
@@ -19,6 +19,26 @@ _S = ParticipantState
 
 # Seconds for commit/abort/send_offsets of one transaction (each is retried too).
 TXN_CALL_TIMEOUT_S = 60.0
+
+
+def send_offsets(
+    producer: Producer, offsets: list[TopicPartition], group: object, what: str
+) -> None:
+    """Add ``offsets`` of ``group`` to the producer's transaction (retried while retriable).
+
+    Each attempt is bounded by ``call_bounded``: librdkafka (2.x) can block this call far
+    past its timeout, when the producer holds a stale Unknown-topic verdict on the offsets'
+    topic after a broker restart (issue 38) or when the broker it cached as the group
+    coordinator stopped (librdkafka #5511, #5456). Such an attempt raises a FATAL
+    ``KafkaWriteError``: the producer is dropped, never called again, and the epoch is
+    retried with a new instance of its transactional id, whose ``init_transactions``
+    fences the old one.
+    """
+
+    def attempt() -> None:
+        producer.send_offsets_to_transaction(offsets, group, TXN_CALL_TIMEOUT_S)
+
+    call_with_retry(what, lambda: call_bounded(what, attempt, TXN_CALL_TIMEOUT_S))
 
 
 class TransactionalKafkaParticipant(KafkaParticipant):
@@ -65,18 +85,13 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         offset, meta = encode_marker(marker)
         tp = TopicPartition(self._cfg.marker_topic, 0, offset, metadata=meta)
         group = self._clients.consumer.consumer_group_metadata()
-        self._send_offsets("send_offsets_to_transaction", [tp], group)
+        self._send_offsets([tp], group, "send_offsets_to_transaction")
         self._put_input_offsets()
 
-    def _send_offsets(self, what: str, offsets: list[TopicPartition], group: object) -> None:
-        """Stage ``offsets`` of ``group`` in the transaction; a producer stuck there is dropped."""
-        producer = self._live()
-
-        def send() -> None:
-            producer.send_offsets_to_transaction(offsets, group, TXN_CALL_TIMEOUT_S)
-
+    def _send_offsets(self, offsets: list[TopicPartition], group: object, what: str) -> None:
+        """``send_offsets``; a producer it gave up (or fenced, fatal) is dropped."""
         try:
-            call_with_retry(what, lambda: call_bounded(what, send, TXN_CALL_TIMEOUT_S))
+            send_offsets(self._live(), offsets, group, what)
         except Exception as exc:
             if classify(exc) is ErrorAction.FATAL:
                 self._drop()
@@ -89,7 +104,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             return
         offsets = _input_offsets.group_offsets(self._plan)
         metadata = _input_offsets.group_metadata(group)
-        self._send_offsets("send_offsets_to_transaction (input offsets)", offsets, metadata)
+        self._send_offsets(offsets, metadata, "send_offsets_to_transaction (input offsets)")
 
     def _commit(self) -> None:
         """Commit the transaction (retried while retriable; fenced raises)."""
