@@ -31,16 +31,14 @@ query itself never reaches). Afterwards each query's output passes ``check_exact
 (every input record once, no open transaction, the epoch log agrees), and the table its
 ``check_table`` with no prepared transaction left.
 
-Not in ``make test`` yet (skipped, saying why): the first runs on the 3-node minikafka
-(2026-11-29) showed librdkafka's ``send_offsets_to_transaction`` (the sink's marker, in
-every exactly-once epoch) blocking past its own timeout once the node its producer had
-cached as the marker group's coordinator stopped and left the Metadata (librdkafka issues
-#5511, a decommissioned broker kept as coordinator, and #5456, the call ignoring its
-timeout; both open). An aligned query got out of it only by the vote timeout (120 s) and
-an epoch retry, twice in one run; an unaligned one stayed blocked until its transaction
-timed out. A real cluster removes a stopped broker from Metadata too, so this is not a
-minikafka artefact. The sink needs a bound on that call of its own first (a call it can
-give up on, dropping the producer); then this test goes into ``make test``.
+The first runs (2026-11-29) showed librdkafka's ``send_offsets_to_transaction`` (the
+sink's marker, in every exactly-once epoch) blocking past its own timeout once the node its
+producer had cached as the marker group's coordinator stopped and left the Metadata
+(librdkafka issues #5511 and #5456, both open; pinned as F6 in the semantics suite). A real
+cluster removes a stopped broker from Metadata too, so this is not a minikafka artefact. The
+sink now bounds that call (``call_bounded``: the producer is dropped and the epoch redone
+with a new one), and this proof runs in ``make test``: 285 s on a loaded 2-core machine,
+where it had not finished in 900 s before the bound.
 
 The order is b first: the test picks sink ids whose transactional ids of write partition
 0 (one worker lane, ``LANES``, and the shared lane) all have the same coordinator, which
@@ -73,11 +71,6 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.e2e,
     pytest.mark.timeout(900),
-    pytest.mark.skip(
-        reason="librdkafka's send_offsets_to_transaction blocks past its timeout after the "
-        "marker group's coordinator node stops (librdkafka #5511, #5456): the sink needs its "
-        "own bound on that call first (module docstring)"
-    ),
 ]
 
 RECORDS = 1000
