@@ -80,7 +80,7 @@ def sample(spark: Any, minute: float, epochs: int) -> Sample:
     workers = {
         f"{pid} {_python_module(cmd)}": rss
         for pid, cmd in procs.items()
-        if "pyspark" in cmd and (rss := _memory.rss_mib(pid)) is not None
+        if pid not in java and "pyspark" in cmd and (rss := _memory.rss_mib(pid)) is not None
     }
     jvm = spark._jvm  # noqa: SLF001 - PySpark has no public handle on the JVM runtime
     runtime = jvm.java.lang.Runtime.getRuntime()
