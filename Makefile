@@ -137,10 +137,13 @@ model-long: $(STAMP)
 	$(PY) -m pytest -q --model-long $(MODEL_LONG_TESTS)
 
 # The longer duplicates of scenarios make test covers (tests marked soak, run with --soak:
-# the e2e chaos tests under the reference producer strategy), then the randomized soak run.
+# the e2e chaos tests under the reference producer strategy), the randomized soak run, then
+# the memory soak of a streaming exactly-once query (SOAK_MINUTES long).
+SOAK_MINUTES ?= 60
 soak: $(PYSPARK_ZIP)
 	$(PY) -m pytest -q --soak -m soak integration_tests
 	$(PY) -m integration_tests.support.soak
+	$(PY) -m benchmarks.soak_memory --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf $(VENV) $(COMPAT_DIR) .pytest_cache .mypy_cache .ruff_cache
