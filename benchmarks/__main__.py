@@ -1,5 +1,8 @@
 """Run every benchmark in turn: ``python -m benchmarks`` (or ``make bench``).
 
+``python -m benchmarks <name> [options]`` runs one of them (``latency`` is
+``benchmarks.bench_latency``, ``growth`` ``benchmarks.bench_growth``), with its own options.
+
 Each benchmark prints its own table and saves a PNG plot under ``benchmarks/results/``;
 each can also run alone as ``python -m benchmarks.bench_<name> --help``.
 """
@@ -23,11 +26,21 @@ BENCHMARKS = (
     "bench_pg_write",
     "bench_lakehouse",
     "bench_cluster",
+    "bench_latency",
+    "bench_growth",
 )
 
 
-def main() -> int:
-    """Run all benchmarks with their default settings; return the worst exit code."""
+def main(argv: list[str] | None = None) -> int:
+    """Run all benchmarks with their default settings (or the one named); return the exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and not args[0].startswith("-"):
+        name = args[0] if args[0].startswith("bench_") else f"bench_{args[0]}"
+        if name not in BENCHMARKS:
+            names = ", ".join(b.removeprefix("bench_") for b in BENCHMARKS)
+            print(f"unknown benchmark {args[0]!r}; choose from {names}", file=sys.stderr)
+            return 2
+        return int(importlib.import_module(f"benchmarks.{name}").main(args[1:]) or 0)
     console = Console()
     worst = 0
     for name in BENCHMARKS:

@@ -245,9 +245,15 @@ class Writers:
     """One writer per variant, each with its own output topic (and sink id)."""
 
     def __init__(
-        self, bootstrap: str, variants: Sequence[str], *, vote_channel: str = DEFAULT_VOTE_CHANNEL
+        self,
+        bootstrap: str,
+        variants: Sequence[str],
+        *,
+        vote_channel: str = DEFAULT_VOTE_CHANNEL,
+        partitions: int = OUTPUT_PARTITIONS,
     ) -> None:
         self.bootstrap = bootstrap
+        self.partitions = partitions  # of every output topic
         self.topics: dict[str, str] = {}
         self._sinks: list[Any] = []
         self._write: dict[str, Callable[[Any, int], Any]] = {}
@@ -280,7 +286,7 @@ class Writers:
 
     def _new_topic(self, variant: str) -> str:
         topic = f"bench-{variant}-{self._run}"
-        self._admin.create_topics([NewTopic(topic, OUTPUT_PARTITIONS, 1)])[topic].result(
+        self._admin.create_topics([NewTopic(topic, self.partitions, -1)])[topic].result(
             timeout=ADMIN_TIMEOUT_S
         )
         self.topics[variant] = topic
@@ -331,7 +337,7 @@ class Writers:
             return {
                 v: sum(
                     consumer.get_watermark_offsets(TopicPartition(t, p), timeout=ADMIN_TIMEOUT_S)[1]
-                    for p in range(OUTPUT_PARTITIONS)
+                    for p in range(self.partitions)
                 )
                 for v, t in self.topics.items()
             }

@@ -82,3 +82,71 @@ def grouped_bar_plot(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def cdf_plot(
+    path: Path,
+    title: str,
+    panels: dict[str, dict[str, tuple[Sequence[float], Sequence[float]]]],
+) -> Path:
+    """Draw one panel per title: one CDF line per label, ``(values, fractions)``, log x.
+
+    ``panels`` maps a panel title to ``{label: (values, fractions)}``. Returns ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = min(2, max(1, len(panels)))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.2 * rows), squeeze=False)
+    for ax, (panel, lines) in zip(axes.flat, panels.items(), strict=False):
+        for label, (xs, ys) in lines.items():
+            if xs:
+                ax.step(xs, ys, where="post", label=label)
+        ax.set_xscale("log")
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel("latency ms (log)")
+        ax.set_ylabel("fraction of records")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+Series = dict[str, tuple[Sequence[float], Sequence[float]]]
+
+
+def line_plot(
+    path: Path,
+    title: str,
+    panels: Sequence[tuple[str, str, Series, Series]],
+    *,
+    log2_x: bool = True,
+) -> Path:
+    """Draw one panel per ``(xlabel, ylabel, series, references)`` (x axis log-2 if ``log2_x``).
+
+    ``series`` maps a label to ``(xs, ys)`` drawn as lines with markers; ``references``
+    the same, drawn dashed (a bound to compare with). Returns ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    for ax, (xlabel, ylabel, series, references) in zip(axes[0], panels, strict=True):
+        for label, (xs, ys) in series.items():
+            ax.plot(xs, ys, marker="o", label=label)
+        for label, (xs, ys) in references.items():
+            ax.plot(xs, ys, linestyle="dashed", color="#C44E52", label=label)
+        if log2_x:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

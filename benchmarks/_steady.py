@@ -65,6 +65,7 @@ class Summary:
     startup_s: float | None
     cpu_ms: float | None
     x_arrow: float | None = None
+    x_arrow_produce: float | None = None
     x_alo: float | None = None
     x_baseline: float | None = None
     x_noop: float | None = None
@@ -147,6 +148,7 @@ def summarize(
             replace(
                 s,
                 x_arrow=ratio(s, "arrow-drop"),
+                x_arrow_produce=ratio(s, "arrow-produce"),
                 x_alo=ratio(s, "alo-sink"),
                 x_baseline=ratio(s, "baseline"),
                 x_noop=ratio(s, "noop"),

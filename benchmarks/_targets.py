@@ -1,4 +1,4 @@
-"""The performance targets of issue 23 as report lines: each printed MET / NOT MET with the number.
+"""The performance targets (issue 23, restated by issue 36) as report lines: MET / NOT MET.
 
 A benchmark builds one :class:`Target` per target it measures, prints them with
 :func:`print_targets` and saves them in its JSON result (``"targets"``), from which
@@ -18,9 +18,13 @@ from benchmarks import _requests
 
 # Client set-up requests: a write task that reuses its pooled clients sends none of them.
 SETUP_APIS = ("ApiVersion", "Metadata", "FindCoordinator", "InitProducerId")
-# Issue 23's thresholds.
-MIN_X_ARROW_DROP = 0.8  # exactly-once vs arrow-drop at 200k-row epochs
-MIN_X_ALO = 0.95  # exactly-once vs the sink's at-least-once, 10k and 200k
+# Issue 23's thresholds, the throughput ones restated by issue 36 against the bounds issue 23
+# measured: `arrow-produce` (every row produced where it is, no exchange, no transaction) is
+# the fastest Kafka writer from Python on Spark, so exactly-once is measured against it
+# rather than against `arrow-drop`; the aligned mode pays its barrier stage (gang
+# scheduling, docs/architecture.md section 4, step 4d) on top, hence its lower thresholds.
+MIN_X_ARROW_PRODUCE = {"eos-aligned": 0.85, "eos-unaligned": 0.90}  # at 200k-row epochs
+MIN_X_ALO = {"eos-aligned": 0.92, "eos-unaligned": 0.95}  # vs the sink's at-least-once
 MAX_STARTUP_EXTRA_S = 0.5  # first two batches vs the hand-written sink
 MAX_ROUND_TRIPS = 11  # sequential round trips of a pooled exactly-once epoch ("down from 12")
 MIN_PG_X_EXECUTEMANY = 2.5  # PostgreSQL two-phase vs the hand-written executemany writer
@@ -54,16 +58,17 @@ def at_most(benchmark: str, name: str, value: float | None, bound: float, fmt: s
     return Target(benchmark, name, value, shown, None if value is None else value <= bound)
 
 
-def x_arrow_drop_format(bound: float | None) -> str:
-    """Format of a ratio to ``arrow-drop``, with the bound ``arrow-produce`` reached beside it.
+def x_arrow_produce_format(x_arrow_drop: float | None) -> str:
+    """Format of a ratio to ``arrow-produce``, with the variant's ratio to ``arrow-drop`` beside it.
 
     ``arrow-produce`` (``benchmarks._job``) produces every row where ``arrow-drop`` drops
     it, without shuffle or transaction: no Kafka writer from Python on Spark is faster, so
-    its own ratio to ``arrow-drop`` in the same run is the most a sink can reach there.
+    the target is a ratio to it; the ratio to ``arrow-drop`` (what Spark's Arrow path alone
+    costs) is shown for reading it.
     """
-    if bound is None:
+    if x_arrow_drop is None:
         return "x{:.2f}"
-    return "x{:.2f}; arrow-produce, the bound: x" + f"{bound:.2f}"
+    return "x{:.2f}; x" + f"{x_arrow_drop:.2f} arrow-drop"
 
 
 def print_targets(targets: Sequence[Target], console: Console) -> None:

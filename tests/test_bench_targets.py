@@ -74,20 +74,23 @@ def test_summary_replaces_only_the_marked_block(tmp_path):
         summary.replace_block(text, "bench-summary", "x")
 
 
-def test_the_readme_summary_is_one_short_row_per_target_pointing_at_the_details(tmp_path):
+def test_the_readme_summary_is_one_short_row_per_benchmark_pointing_at_the_details(tmp_path):
     targets = [
         _targets.at_least(
-            "bench_sink", "eos >= 0.8x arrow-drop", 0.49, 0.8, "x{:.2f}; bound x0.58"
+            "bench_sink", "eos >= 0.85x arrow-produce", 0.49, 0.85, "x{:.2f}; x0.58 arrow-drop"
         ),
         _targets.at_most("bench_sink", "set-up requests", 0, 0, "{:.0f} per epoch (median)"),
+        _targets.at_most("bench_sink", "round trips", None, 11, "{:.0f}"),
     ]
     doc = {"command": "python -m benchmarks.bench_sink", "targets": _targets.as_dicts(targets)}
     (tmp_path / "bench_sink.json").write_text(json.dumps(doc))
-    table = summary.readme_summary(summary.load(("bench_sink",), tmp_path))
-    rows = [line for line in table.splitlines() if line.startswith("| bench_sink")]
+    met = [_targets.at_least("bench_source", "read >= 0.9x", 1.1, 0.9, "x{:.2f}")]
+    (tmp_path / "bench_source.json").write_text(json.dumps({"targets": _targets.as_dicts(met)}))
+    table = summary.readme_summary(summary.load(("bench_sink", "bench_source"), tmp_path))
+    rows = [line for line in table.splitlines() if line.startswith("| bench_")]
     assert rows == [
-        "| bench_sink | eos >= 0.8x arrow-drop | x0.49 | **NOT MET** |",
-        "| bench_sink | set-up requests | 0 per epoch | **MET** |",
+        "| bench_sink | 1 of 3 | eos >= 0.85x arrow-produce (x0.49) |",
+        "| bench_source | 1 of 1 | none |",
     ]
     assert "docs/performance.md" in table.splitlines()[0]
 
@@ -120,17 +123,18 @@ def test_job_summary_keeps_each_steady_batch_set_up_count_beside_the_ratios():
     assert by["eos-aligned"].x_alo == pytest.approx(0.5)
 
 
-def test_a_ratio_to_arrow_drop_shows_the_bound_arrow_produce_reached_in_the_same_run() -> None:
-    with_bound = _targets.at_least(
-        "bench_sink", "eos >= 0.8x arrow-drop", 0.62, 0.8, _targets.x_arrow_drop_format(0.79)
+def test_a_ratio_to_arrow_produce_shows_the_ratio_to_arrow_drop_beside_it() -> None:
+    with_drop = _targets.at_least(
+        "bench_sink", "eos >= 0.85x arrow-produce", 0.84, 0.85, _targets.x_arrow_produce_format(0.5)
     )
     alone = _targets.at_least(
-        "bench_sink", "eos >= 0.8x arrow-drop", 0.62, 0.8, _targets.x_arrow_drop_format(None)
+        "bench_sink", "eos >= 0.85x arrow-produce", 0.9, 0.85, _targets.x_arrow_produce_format(None)
     )
 
-    assert with_bound.shown == "x0.62; arrow-produce, the bound: x0.79"
-    assert with_bound.met is False
-    assert alone.shown == "x0.62"
+    assert with_drop.shown == "x0.84; x0.50 arrow-drop"
+    assert with_drop.met is False
+    assert alone.shown == "x0.90"
+    assert alone.met is True
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,6 @@ from connectors.ops._errors import UnknownSinkError, UnreadableLogError, UsageEr
 from connectors.ops._postgres import DSN_ENV, secrets_of
 from connectors.ops._properties import ENV_PREFIX, PropertiesError, command_cluster
 from connectors.ops._result import (
-    EXIT_CODES,
     REFUSED,
     UNAVAILABLE,
     USAGE,
@@ -30,30 +29,52 @@ from connectors.ops._result import (
     failed,
 )
 from connectors.ops._target import needs_kafka
+from connectors.stage import StageCode
 from connectors.verify import IdentityOptionError, RecordFormatError, VerifyError
 from txn import ErrorCode, TxnCode, TxnError, has_code
 
-# The exit code of an error a command raised, by its class or its code: the first match
-# applies.
-_ERROR_CODES: tuple[tuple[tuple[type[BaseException] | ErrorCode, ...], int], ...] = (
-    ((UsageError, IdentityOptionError, RecordFormatError, KafkaCode.AUTHENTICATION), USAGE),
-    ((UnknownSinkError,), UNAVAILABLE),
-    ((UnreadableLogError,), REFUSED),
+# The exit code of an error a command raised, by its class or its code, and the cause the
+# footer names: the first match applies.
+_ERROR_CODES: tuple[tuple[tuple[type[BaseException] | ErrorCode, ...], int, str], ...] = (
+    ((TxnCode.EPOCH_LOG_LOCKED,), REFUSED, "a running coordinator holds the sink's epoch log"),
+    ((UsageError,), USAGE, "bad arguments (the problem above)"),
+    ((IdentityOptionError,), USAGE, "bad arguments: an identity or expected-set option"),
+    ((RecordFormatError,), USAGE, "records that do not fit the verify identity options"),
+    (
+        (KafkaCode.AUTHENTICATION,),
+        USAGE,
+        "the cluster refused the client settings (authentication)",
+    ),
+    (
+        (UnknownSinkError,),
+        UNAVAILABLE,
+        "the epoch log holds no record of the sink id (unknown sink)",
+    ),
+    ((UnreadableLogError,), REFUSED, "a PostgreSQL connection string given as --epoch-log"),
+    (
+        (StageCode.NOT_KAFKA_INPUT,),
+        REFUSED,
+        "the sink's input is not Kafka: no input offsets to show",
+    ),
+    (
+        (TxnCode.EPOCH_LOG, TxnCode.EPOCH_LOG_CORRUPT),
+        UNAVAILABLE,
+        "the epoch log could not be read",
+    ),
+    ((VerifyError,), UNAVAILABLE, "a topic could not be read to its end"),
     (
         (
             KafkaCode.PREFLIGHT,
             KafkaCode.BROKER_UNAVAILABLE,
             KafkaCode.CONNECT,
             KafkaCode.TOPIC_MISSING,
-            TxnCode.EPOCH_LOG,
-            TxnCode.EPOCH_LOG_CORRUPT,
-            VerifyError,
             KafkaException,
-            LakehouseError,
         ),
         UNAVAILABLE,
+        "the Kafka cluster could not be read",
     ),
-    ((TxnError,), REFUSED),
+    ((LakehouseError,), UNAVAILABLE, "the table or its storage could not be read"),
+    ((TxnError,), REFUSED, "the command was refused (the problem above)"),
 )
 # A coordinator holds the log (a running sink): the command never acts beside it.
 _HELD_LOG_HINT = " (stop the sink's query first)"
@@ -77,24 +98,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             connect_admin(cluster)  # first contact: a wrong address or credentials fail fast
         result = COMMANDS[args.command](args, cluster)
     except Exception as exc:
-        code = exit_code(exc)
-        if code is None:
+        known = error_code(exc)
+        if known is None:
             raise
-        held = has_code(exc, TxnCode.EPOCH_LOG_LOCKED)
-        result = failed(exc, code, _HELD_LOG_HINT if held else "")
+        hint = _HELD_LOG_HINT if has_code(exc, TxnCode.EPOCH_LOG_LOCKED) else ""
+        result = failed(exc, *known, hint)
     result = _scrub(result, args)
     _render(args, result)
     return result.code
 
 
-def exit_code(exc: Exception) -> int | None:
-    """Return the exit code of ``exc`` (:data:`EXIT_CODES`); None: not an error ``eos`` maps."""
-    if has_code(exc, TxnCode.EPOCH_LOG_LOCKED):
-        return REFUSED
-    code = _postgres.exit_code(exc)
-    if code is not None:
-        return code
-    return next((code for kinds, code in _ERROR_CODES if _matches(exc, kinds)), None)
+def error_code(exc: Exception) -> tuple[int, str] | None:
+    """Return the exit code of ``exc`` (:data:`EXIT_CODES`) and its cause for the footer.
+
+    None: not an error ``eos`` maps (a bug: it propagates with its trace).
+    """
+    found = _postgres.error_code(exc)
+    if found is not None:
+        return found
+    return next(((code, why) for kinds, code, why in _ERROR_CODES if _matches(exc, kinds)), None)
 
 
 def _matches(exc: Exception, kinds: tuple[type[BaseException] | ErrorCode, ...]) -> bool:
@@ -135,7 +157,7 @@ def _scrub(result: Result, args: argparse.Namespace) -> Result:
     for secret in secrets:
         text = text.replace(secret, "***")
     data, problems = json.loads(text)
-    return Result(data, result.code, problems)
+    return Result(data=data, code=result.code, problems=problems, cause=result.cause)
 
 
 def _render(args: argparse.Namespace, result: Result) -> None:
@@ -143,6 +165,7 @@ def _render(args: argparse.Namespace, result: Result) -> None:
         doc = {
             "command": args.command,
             "exit_code": result.code,
+            "cause": result.reason(),
             "problems": result.problems,
             **result.data,
         }
@@ -152,15 +175,19 @@ def _render(args: argparse.Namespace, result: Result) -> None:
     table = Table(title=f"eos {args.command}", show_header=True)
     table.add_column("item")
     table.add_column("value")
+    verbose = getattr(args, "verbose", False)
     for key, value in result.data.items():
-        table.add_row(key, _cell(value))
+        table.add_row(key, _cell(value, verbose))
     console.print(table)
     for problem in result.problems:
         console.print(f"[red]problem:[/] {problem}")
-    console.print(f"exit code {result.code}: {EXIT_CODES[result.code]}")
+    console.print(result.footer(), markup=False, soft_wrap=True)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, verbose: bool) -> str:
+    """Return a value as a table cell: a list of records one line each unless ``verbose``."""
+    if not verbose and isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        return "\n".join(" ".join(f"{k}={v}" for k, v in item.items()) for item in value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, indent=1, default=str)
     return str(value)

@@ -15,11 +15,9 @@ from dataclasses import asdict
 from typing import Any
 
 from connectors.kafka._client import Cluster
-from connectors.ops import _kafka, _parser
-from connectors.ops._errors import UnknownSinkError, UsageError
-from connectors.ops._lakehouse import LakeCheck, verify_lake
+from connectors.ops import _kafka
+from connectors.ops._errors import UnknownSinkError
 from connectors.ops._offsets import offsets as offsets_of
-from connectors.ops._postgres import TableCheck, verify_table
 from connectors.ops._preflight import SinkPlan, preflight
 from connectors.ops._result import (
     OK,
@@ -29,16 +27,9 @@ from connectors.ops._result import (
     history_view,
     in_doubt_problems,
 )
-from connectors.ops._target import (
-    LogRef,
-    Target,
-    lake_admin,
-    postgres_admin,
-    sink_target,
-    verify_log,
-)
+from connectors.ops._target import LogRef, Target, sink_target
+from connectors.ops._verify import verify
 from connectors.stage._binding import start_over_offset
-from connectors.verify import HistoryLike, IdentityOptionError, load_callable, member_history
 from txn import EpochHistory, QueryBinding, TxnCode, TxnError
 
 
@@ -60,7 +51,7 @@ def status(args: argparse.Namespace, cluster: Cluster | None) -> Result:
     data: dict[str, Any] = {
         "sink_id": target.log.sink_id,
         "epoch_log": target.log.where,
-        **history_view(history),
+        **history_view(history, verbose=args.verbose),
     }
     problems = in_doubt_problems(history)
     states = []
@@ -74,7 +65,8 @@ def status(args: argparse.Namespace, cluster: Cluster | None) -> Result:
     if args.topic and cluster is not None:
         data["outputs"], open_problems = _kafka.output_view(cluster, args.topic, args.scan)
         problems += open_problems
-    return Result(data, PROBLEM if problems else OK, problems)
+    cause = "an epoch in doubt or the sink's open work (the problems above)" if problems else ""
+    return Result(data=data, code=PROBLEM if problems else OK, problems=problems, cause=cause)
 
 
 def _abort_history(target: Target, parallelism: int | None) -> EpochHistory:
@@ -119,7 +111,7 @@ def abort_lingering(args: argparse.Namespace, cluster: Cluster | None) -> Result
             log.close()
     data: dict[str, Any] = {"sink_id": target.log.sink_id, "dry_run": args.dry_run}
     _per_side(target, data, states)
-    return Result(data)
+    return Result(data=data)
 
 
 def offsets(args: argparse.Namespace, cluster: Cluster | None) -> Result:
@@ -148,7 +140,7 @@ def bind_new_query(ref: LogRef, query_id: str | None) -> Result:
     binding = QueryBinding(ref.sink_id, query_id or "", start_over_offset(known))
     if known.binding == binding:
         return Result(
-            {
+            data={
                 "sink_id": ref.sink_id,
                 "reset": False,
                 "binding": asdict(binding),
@@ -172,7 +164,13 @@ def bind_new_query(ref: LogRef, query_id: str | None) -> Result:
         except TxnError as exc:
             if exc.code is not TxnCode.ILLEGAL_TRANSITION:
                 raise
-            return Result({"sink_id": ref.sink_id, "reset": False}, REFUSED, [str(exc)])
+            refused = "the reset was refused (the problem above)"
+            return Result(
+                data={"sink_id": ref.sink_id, "reset": False},
+                code=REFUSED,
+                problems=[str(exc)],
+                cause=refused,
+            )
     finally:
         log.close()
     if ref.read_log().binding != binding:
@@ -182,80 +180,12 @@ def bind_new_query(ref: LogRef, query_id: str | None) -> Result:
         )
         raise TxnError(msg, code=TxnCode.EPOCH_LOG)
     return Result(
-        {
+        data={
             "sink_id": ref.sink_id,
             "reset": True,
             "binding": asdict(binding),
             "note": "the next query's batch b is written as epoch b + epoch_offset",
         }
-    )
-
-
-def _checked_history(args: argparse.Namespace, log: LogRef | None) -> HistoryLike | None:
-    """Return the log's history ``verify`` compares (a composite's, cut to the member)."""
-    if log is None:
-        return None
-    history: HistoryLike = log.read_log()  # an unknown sink or an unreadable log is refused
-    return history if args.members is None else member_history(history, args.members)
-
-
-def verify(args: argparse.Namespace, cluster: Cluster | None) -> Result:
-    """``eos verify``: the checker of the output's kind (a topic, a PostgreSQL or a lake table)."""
-    assert cluster is not None  # noqa: S101 - verify reads its input topic: _cli requires one
-    if args.output_topic is not None:
-        if (args.composite_id is None) != (args.members is None) or (
-            args.composite_id is not None and args.sink_id is None
-        ):
-            msg = "--composite-id and --members go together, with the member's --sink-id"
-            raise IdentityOptionError(msg)
-        return _kafka.verify_topic(
-            _kafka.TopicCheck(
-                cluster=cluster,
-                input_topic=args.input_topic,
-                output_topic=args.output_topic,
-                identity=_parser.identity(args),
-                history=_checked_history(args, verify_log(args, cluster)),
-                sink_id=args.sink_id,
-                marker_topic=args.marker_topic,
-            )
-        )
-    if (args.composite_id is None) != (args.members is None) or args.sink_id is None:
-        msg = (
-            "verify --table / --delta / --iceberg needs the sink's --sink-id (and "
-            "--composite-id with --members)"
-        )
-        raise UsageError(msg)
-    history = _checked_history(args, verify_log(args, cluster))
-    assert history is not None  # noqa: S101 - --sink-id is given: there is a log
-    if args.table is None:
-        return verify_lake(
-            LakeCheck(
-                table=lake_admin(args).table,
-                bootstrap=cluster.bootstrap_servers,
-                client_config=cluster.config,
-                history=history,
-                input_topic=args.input_topic,
-                identity=_parser.identity(args),
-                id_column=args.id_column,
-                key_column=args.key_column,
-                sink_id=args.sink_id,
-            )
-        )
-    return verify_table(
-        TableCheck(
-            admin=postgres_admin(args),
-            cluster=cluster,
-            history=history,
-            input_topic=args.input_topic,
-            table=args.table,
-            schema=args.schema,
-            write_mode=args.write_mode,
-            identity=_parser.identity(args),
-            op=load_callable(args.op_fn) if args.op_fn else None,
-            id_column=args.id_column,
-            key_column=args.key_column,
-            sink_id=args.sink_id,
-        )
     )
 
 
@@ -282,6 +212,6 @@ COMMANDS: dict[str, Command] = {
     "abort-lingering": abort_lingering,
     "offsets": offsets,
     "reset": reset,
-    "verify": verify,
+    "verify": verify,  # _verify
     "preflight": check_cluster,
 }

@@ -9,6 +9,7 @@ cluster settings (``--command-config``, ``EOS_KAFKA_*``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from connectors.verify import (
     READ_UNCOMMITTED,
     HistoryLike,
     IdentityFn,
+    Record,
     check_exactly_once,
     end_offsets,
     scan_topic,
@@ -234,20 +236,22 @@ class TopicCheck:
     """
 
     cluster: Cluster
-    input_topic: str
+    inputs: Sequence[Record]
     output_topic: str
     identity: IdentityFn
     history: HistoryLike | None = None
     sink_id: str | None = None
     marker_topic: str = DEFAULT_MARKER_TOPIC
+    dead_letter_topic: str | None = None
 
 
 def verify_topic(spec: TopicCheck) -> Result:
     """``eos verify --output-topic``: the exactly-once checker; anomalies exit 1."""
     report = check_exactly_once(
         spec.cluster.bootstrap_servers,
-        input_topic=spec.input_topic,
+        inputs=spec.inputs,
         output_topic=spec.output_topic,
+        dead_letter_topic=spec.dead_letter_topic,
         sink_id=spec.sink_id or "",
         key_fn=spec.identity,
         epoch_log=spec.history,
@@ -258,6 +262,7 @@ def verify_topic(spec: TopicCheck) -> Result:
     data = {
         "input_records": report.input_records,
         "committed_records": report.committed_records,
+        "dead_letter_records": report.dead_letter_records,
         "notes": list(report.notes),
     }
     return checked(report.ok, report.anomaly_counts, data)

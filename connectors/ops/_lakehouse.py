@@ -17,17 +17,17 @@ Imports the table libraries (the ``delta`` / ``iceberg`` extras) only when used.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from connectors.kafka._client import ClientConfig
 from connectors.lakehouse import delta_table, iceberg_table
 from connectors.lakehouse._staging import VoteRecord
 from connectors.lakehouse._table import TableFormat, TableResource
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._result import Result, checked
-from connectors.verify import HistoryLike, IdentityFn, check_lake_table
+from connectors.verify import HistoryLike, IdentityFn, Record, check_lake_table
 from txn import EpochHistory, EpochLog, EpochPlan, EpochState, FileEpochLog
 
 DELTA, ICEBERG = "delta", "iceberg"
@@ -196,16 +196,13 @@ class LakeLog:
 
 @dataclass(frozen=True, kw_only=True)
 class LakeCheck:
-    """What ``eos verify --delta/--iceberg`` checks: the input topic against the table."""
+    """What ``eos verify --delta/--iceberg`` checks: the input records against the table."""
 
     table: TableFormat
-    bootstrap: str
-    client_config: ClientConfig
     history: HistoryLike
-    input_topic: str
+    inputs: Sequence[Record]
     identity: IdentityFn
     id_column: str
-    key_column: str
     sink_id: str
 
 
@@ -215,12 +212,9 @@ def verify_lake(spec: LakeCheck) -> Result:
         spec.table,
         sink_id=spec.sink_id,
         epoch_log=spec.history,
-        bootstrap=spec.bootstrap,
-        input_topic=spec.input_topic,
+        inputs=spec.inputs,
         key_fn=spec.identity,
         id_column=spec.id_column,
-        key_column=spec.key_column,
-        client_config=spec.client_config,
     )
     data = {
         "table": report.table,

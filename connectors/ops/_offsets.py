@@ -65,4 +65,10 @@ def offsets(
                 f"the output's own record of epoch {epoch}'s input offsets disagrees with the "
                 "epoch log's"
             )
-    return Result(data, PROBLEM if problems else OK, problems)
+    cause = "an epoch in doubt, or the output's offsets disagree (the problems above)"
+    return Result(
+        data=data,
+        code=PROBLEM if problems else OK,
+        problems=problems,
+        cause=cause if problems else "",
+    )

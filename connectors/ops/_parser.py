@@ -11,7 +11,13 @@ from connectors.kafka._sink._config import DEFAULT_PRODUCER_LANES
 from connectors.ops._postgres import DEFAULT_CONTROL_SCHEMA, DSN_ENV
 from connectors.ops._properties import ENV_PREFIX
 from connectors.ops._result import EXIT_CODES
-from connectors.verify import IdentityFn, kafka_key, load_callable, record_identity
+from connectors.verify import (
+    IdentityFn,
+    kafka_key,
+    load_callable,
+    record_identity,
+    with_expected,
+)
 
 WRITE_MODES = ("append", "upsert", "changelog")
 # Transaction timeout preflight checks when none is given: KafkaSink's default, in ms.
@@ -84,6 +90,12 @@ def build() -> argparse.ArgumentParser:
         "--scan",
         action="store_true",
         help="also list open transactions by a raw scan of the output topics",
+    )
+    s.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every epoch's plan (parallelism, attempt, mode, guarantee) and the full views; "
+        "by default one line per epoch",
     )
     s = sink_command(
         "abort-lingering",
@@ -190,7 +202,26 @@ def _lake_options(s: argparse.ArgumentParser, tables: Any) -> None:
 
 
 def _verify_options(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--input-topic", required=True)
+    expected = s.add_mutually_exclusive_group(required=True)
+    expected.add_argument("--input-topic", help="the topic the query read: the expected records")
+    expected.add_argument(
+        "--expected-range",
+        metavar="START:END",
+        help="the expected ids are START..END-1 (a rate source's values: 0:N for N rows)",
+    )
+    expected.add_argument(
+        "--expected-file", metavar="FILE", help="the expected ids, one per line of FILE"
+    )
+    expected.add_argument(
+        "--expected-query",
+        metavar="SQL",
+        help="the expected ids: the first column of this query's rows in --dsn's database",
+    )
+    s.add_argument(
+        "--dead-letter-topic",
+        help="the sink's dead-letter topic (--output-topic): every input record is in the "
+        "output or there, once, never in both",
+    )
     output = s.add_mutually_exclusive_group(required=True)
     output.add_argument("--output-topic")
     output.add_argument("--table", help="the table a PostgresSink wrote (with --dsn)")
@@ -214,11 +245,17 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
         help="the id as a function of a record, 'pkg.mod:func' "
         "(func(connectors.verify.Record) -> id)",
     )
+    ident.add_argument(
+        "--id-by-kafka-key",
+        action="store_true",
+        help="the id is the record's Kafka key (no JSON value needed; no order to check)",
+    )
     order = s.add_mutually_exclusive_group()
     order.add_argument(
         "--order-key-field",
-        default="key",
-        help="dotted path of the key whose records must keep their order (default: %(default)s)",
+        help="dotted path of the key whose records must keep their order (default: key, "
+        "when there is an order to check: an --input-topic, a topic output or a keyed "
+        "table, and the id not the Kafka key)",
     )
     order.add_argument(
         "--order-key-fn", help="the ordering key as a function of a record, 'pkg.mod:func'"
@@ -233,13 +270,27 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--schema", default="public", help="the table's schema (default: public)")
     s.add_argument("--write-mode", choices=WRITE_MODES, default="append")
     s.add_argument("--id-column", default="id", help="column holding the record id")
-    s.add_argument("--key-column", default="key", help="column holding the record key")
+    s.add_argument(
+        "--key-column",
+        default="key",
+        help="upsert and changelog: the column holding the record key (default: %(default)s; "
+        "an append check reads ids only)",
+    )
     s.add_argument("--op-fn", help="changelog: a record's op as a function, 'pkg.mod:func'")
 
 
 def identity(args: argparse.Namespace) -> IdentityFn:
-    """Return the record identity of ``verify``'s options (id and ordering key)."""
-    id_of: Any = load_callable(args.id_fn) if args.id_fn else args.id_field
+    """Return the record identity of ``verify``'s options (id and ordering key).
+
+    The ordering key defaults to the JSON field ``key`` only where there is an order to
+    check (:func:`order_checked`); records of an expected set are identified by their id
+    (``with_expected``).
+    """
+    id_of: Any = args.id_field
+    if args.id_fn:
+        id_of = load_callable(args.id_fn)
+    elif args.id_by_kafka_key:
+        id_of = kafka_key
     order: Any = args.order_key_field
     if args.order_key_fn:
         order = load_callable(args.order_key_fn)
@@ -247,4 +298,16 @@ def identity(args: argparse.Namespace) -> IdentityFn:
         order = kafka_key
     elif args.no_order_check:
         order = None
-    return record_identity(id_of, order)
+    elif order is None and order_checked(args):
+        order = "key"
+    return with_expected(record_identity(id_of, order))
+
+
+def order_checked(args: argparse.Namespace) -> bool:
+    """Whether a default ordering key applies: a topic input, an output that keeps an order.
+
+    Not for an expected set (no input order), an id that is the Kafka key (one record per
+    key), nor a table in append mode (its rows have no order; the check compares ids).
+    """
+    appended_table = args.output_topic is None and args.write_mode == "append"
+    return args.input_topic is not None and not args.id_by_kafka_key and not appended_table

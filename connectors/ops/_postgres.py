@@ -18,16 +18,16 @@ runs every Kafka command.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.ops._errors import UnknownSinkError, UsageError
 from connectors.ops._result import UNAVAILABLE, USAGE, Result, checked
-from connectors.verify import IdentityFn, check_table
+from connectors.verify import IdentityFn, Record, check_table
 from txn import EpochHistory, EpochLog, EpochState, TxnCode, has_code
 
 if TYPE_CHECKING:
-    from connectors.kafka._client import Cluster
     from connectors.postgres import PostgresSinkConfig
     from connectors.postgres._twophase import Gid
     from connectors.verify import HistoryLike
@@ -234,8 +234,9 @@ class PostgresLog:
             msg = (
                 f"sink {self.sink_id!r} is unknown here: the {self.where} holds no record of "
                 "it. Check the sink id and --control-schema (the sink's control_schema "
-                "option); a sink with a file log needs --epoch-log PATH, a Kafka sink's log "
-                "is read without --dsn"
+                "option); a sink with a file log needs --epoch-log PATH, one whose log is "
+                "a Kafka topic (a Kafka sink's, or a composite's whose first member is one) "
+                "--epoch-log-topic TOPIC (--dsn still names the table's database)"
             )
             raise UnknownSinkError(msg)
         return history
@@ -268,9 +269,8 @@ class TableCheck:
     """
 
     admin: PostgresAdmin
-    cluster: Cluster
     history: HistoryLike
-    input_topic: str
+    inputs: Sequence[Record]
     table: str
     schema: str
     write_mode: str
@@ -287,8 +287,7 @@ def verify_table(spec: TableCheck) -> Result:
         spec.admin.dsn,
         table=spec.table,
         sink_id=spec.sink_id,
-        bootstrap=spec.cluster.bootstrap_servers,
-        input_topic=spec.input_topic,
+        inputs=spec.inputs,
         schema=spec.schema,
         control_schema=spec.admin.control_schema,
         write_mode=spec.write_mode,
@@ -297,7 +296,6 @@ def verify_table(spec: TableCheck) -> Result:
         id_column=spec.id_column,
         key_column=spec.key_column,
         epoch_log=spec.history,
-        client_config=spec.cluster.config,
     )
     data = {
         "table": report.table,
@@ -311,16 +309,17 @@ def verify_table(spec: TableCheck) -> Result:
     return checked(report.ok, report.anomaly_counts, data)
 
 
-def exit_code(exc: Exception) -> int | None:
-    """Return the exit code of a PostgreSQL error (None: not one).
+def error_code(exc: Exception) -> tuple[int, str] | None:
+    """Return the exit code of a PostgreSQL error and its cause (None: not one).
 
-    2 for an option the sink config refuses (a control schema too long), 3 for a database
-    that cannot be reached or read, or a missing ``postgres`` extra.
+    2 for an option the sink config refuses (a control schema too long) or a table or
+    column the options name that the database does not have; 3 for a database that cannot
+    be reached or read, or a missing ``postgres`` extra.
     """
     from connectors._extras import MissingExtraError
 
     if isinstance(exc, MissingExtraError):
-        return UNAVAILABLE
+        return UNAVAILABLE, "the postgres extra is not installed"
     try:
         import psycopg
 
@@ -328,7 +327,14 @@ def exit_code(exc: Exception) -> int | None:
     except ImportError:
         return None
     if isinstance(exc, PostgresSinkError) and exc.code is TxnCode.CONFIG:
-        return USAGE
+        return USAGE, "bad arguments: an option the PostgreSQL sink refuses"
+    if isinstance(exc, (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable)):
+        return USAGE, (
+            "bad arguments: the database has no such table or column (--table, --schema, "
+            "--id-column, --key-column, --expected-query)"
+        )
+    if isinstance(exc, psycopg.errors.SyntaxError):
+        return USAGE, "bad arguments: PostgreSQL refused the query's syntax (--expected-query)"
     if isinstance(exc, psycopg.Error) or has_code(exc, PostgresCode.WRITE, PostgresCode.FATAL):
-        return UNAVAILABLE
+        return UNAVAILABLE, "the PostgreSQL database could not be reached or read"
     return None

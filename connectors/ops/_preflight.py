@@ -74,4 +74,5 @@ def preflight(cluster: Cluster, plan: SinkPlan) -> Result:
             marker_topic=plan.marker_topic,
         )
         data["acls"] = [asdict(a) | {"operations": list(a.operations)} for a in acls]
-    return Result(data, PROBLEM if problems else OK, problems)
+    cause = "the cluster is not ready for the sink (the problems above)" if problems else ""
+    return Result(data=data, code=PROBLEM if problems else OK, problems=problems, cause=cause)

@@ -11,8 +11,9 @@ Where a command reads the epoch log (the first rule that applies):
 1. ``--epoch-log PATH``: that ``FileEpochLog``;
 2. ``--epoch-log-topic TOPIC`` given: that Kafka epoch log topic;
 3. ``verify``: the log of its output's kind (``--output-topic``: Kafka; ``--table``: the
-   table's database); a sink command with ``--member``: the log of the first member's
-   kind, as the composite's default;
+   table's database), and if that one does not know the sink id, the Kafka epoch log (a
+   cluster known) or the PostgreSQL one (a DSN known); a sink command with ``--member``:
+   the log of the first member's kind, as the composite's default;
 4. ``--dsn`` given: the sink's epoch log table in its control schema; ``--delta`` /
    ``--iceberg`` given: the table sink's log file (``--epoch-log``, or for a local Delta
    table ``<table>/_eos/<sink_id>.epochlog``);
@@ -145,8 +146,12 @@ def needs_kafka(args: argparse.Namespace) -> bool:
 
     Asked before the command runs: a malformed ``--member`` is the command's to refuse.
     """
+    if args.command == "verify":
+        topics = args.input_topic or args.output_topic or args.dead_letter_topic
+        log = args.sink_id is not None and _log_kind(args, _verify_output_kind(args)) == KAFKA
+        return bool(topics) or log
     if args.command not in SINK_COMMANDS:
-        return True  # preflight, and verify (it reads its input topic)
+        return True  # preflight
     kinds = [m.partition(":")[0] for m in args.member] or [single_kind(args)]
     topics = args.command == "status" and bool(args.topic)
     return KAFKA in kinds or _log_kind(args, kinds[0]) == KAFKA or topics
@@ -223,14 +228,35 @@ def sink_target(args: argparse.Namespace, cluster: Cluster | None) -> Target:
     return Target(admins.log(kind, args.sink_id), sides, bool(members))
 
 
-def verify_log(args: argparse.Namespace, cluster: Cluster | None) -> LogRef | None:
-    """Return the log ``verify --sink-id`` checks (the composite's with ``--composite-id``)."""
+def verify_logs(args: argparse.Namespace, cluster: Cluster | None) -> list[LogRef]:
+    """Return where ``verify --sink-id``'s log may be, first choice first (none: no sink id).
+
+    The log is the composite's with ``--composite-id``. First the log rules 1-3 choose;
+    unless ``--epoch-log`` or ``--epoch-log-topic`` named it, then the other logs the
+    options reach: the Kafka epoch log when a cluster is known, the PostgreSQL epoch log
+    table when a DSN is (a composite's log is its first member's kind, which the output's
+    kind need not be).
+    """
     if args.sink_id is None:
-        return None
-    output = POSTGRES if args.table is not None else KAFKA
+        return []
+    output = _verify_output_kind(args)
+    admins = _Admins(args, cluster)
+    owner = args.composite_id or args.sink_id
+    first = _log_kind(args, output)
+    logs = [admins.log(first, owner)]
+    if args.epoch_log is not None or args.epoch_log_topic_given:
+        return logs
+    if first != KAFKA and cluster is not None:
+        logs.append(admins.log(KAFKA, owner))
+    if first != POSTGRES and (args.dsn or os.environ.get(DSN_ENV)):
+        logs.append(admins.log(POSTGRES, owner))
+    return logs
+
+
+def _verify_output_kind(args: argparse.Namespace) -> str:
     if args.delta or args.iceberg:
-        output = DELTA if args.delta else ICEBERG
-    return _Admins(args, cluster).log(_log_kind(args, output), args.composite_id or args.sink_id)
+        return DELTA if args.delta else ICEBERG
+    return POSTGRES if args.table is not None else KAFKA
 
 
 def lake_admin(args: argparse.Namespace) -> LakeAdmin:

@@ -18,12 +18,14 @@ from connectors.stage._hooks import StepHooks
 from connectors.stage._input import InputSpec
 from connectors.stage._listener import MetricsListener
 from connectors.stage._metrics import EpochMetrics
-from connectors.stage._options import StageOptions
-from connectors.stage._rows import ArrowPartition
+from connectors.stage._options import StageOptions, build_config
+from connectors.stage._retry import RetryBound, retry, step_budget
+from connectors.stage._rows import HASH_COLUMN, ArrowPartition
 from connectors.stage._sink import TransactionalSink
 from connectors.stage._task import TaskInfo
 
 __all__ = [
+    "HASH_COLUMN",
     "ArrowPartition",
     "BackChannel",
     "BadRow",
@@ -33,6 +35,7 @@ __all__ = [
     "EpochMetrics",
     "InputSpec",
     "MetricsListener",
+    "RetryBound",
     "SimpleConnector",
     "SinkConnector",
     "StageCode",
@@ -42,4 +45,7 @@ __all__ = [
     "StepHooks",
     "TaskInfo",
     "TransactionalSink",
+    "build_config",
+    "retry",
+    "step_budget",
 ]

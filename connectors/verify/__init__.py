@@ -9,7 +9,11 @@ PostgreSQL table: every input record once (append) or the last change of every k
 (upsert, changelog), no prepared transaction of the sink left, the epoch log agreeing with
 the idempotency table. ``check_lake_table`` checks a Delta Lake or Iceberg table a table sink
 wrote: every input record once, no vote record left in the staging area, the epoch log
-agreeing with the epochs the table records.
+agreeing with the epochs the table records. An input that is not a Kafka topic (a
+``rate`` source, files, a table) is checked against an expected set of ids
+(:func:`expected_records` from :func:`id_range`, :func:`ids_in_file` or
+:func:`ids_of_query`, identified through :func:`with_expected`); a dead-letter topic is
+counted beside the output (every input record once in one of them).
 
 Part of the product: the shipped ``eos verify`` (``connectors.ops``) runs it, and users call
 it from their own tests.
@@ -30,6 +34,14 @@ from connectors.verify._errors import (
     RecordFormatError,
     VerifyError,
     WireError,
+)
+from connectors.verify._expected import (
+    EXPECTED,
+    expected_records,
+    id_range,
+    ids_in_file,
+    ids_of_query,
+    with_expected,
 )
 from connectors.verify._identity import (
     FieldPath,
@@ -62,6 +74,7 @@ from connectors.verify._table_check import check_table
 from connectors.verify._wire import BatchSpan, PartitionScan, scan_topic
 
 __all__ = [
+    "EXPECTED",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
     "TABLE_KINDS",
@@ -90,6 +103,10 @@ __all__ = [
     "check_lake_table",
     "check_table",
     "end_offsets",
+    "expected_records",
+    "id_range",
+    "ids_in_file",
+    "ids_of_query",
     "json_identity",
     "kafka_key",
     "load_callable",
@@ -104,4 +121,5 @@ __all__ = [
     "record_identity",
     "report_table",
     "scan_topic",
+    "with_expected",
 ]

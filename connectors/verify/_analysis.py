@@ -10,7 +10,10 @@ No I/O here, so unit tests can feed synthetic records. Checks, in order:
 4. exactly once: every input id appears once in the committed output (``lost``,
    ``duplicate``; a duplicate whose copies share a producer id with different producer epochs
    is a ``zombie_commit``: a fenced attempt's data became visible), and no output id is
-   unknown to the input (``unknown``);
+   unknown to the input (``unknown``); with dead letters (the records a sink's
+   ``on_bad_record="dead-letter"`` sent to its dead-letter topic), every input id is in the
+   output or among the dead letters, once: a dead letter twice is a ``duplicate``, an id
+   both written and dead-lettered is ``dead_lettered_and_written``;
 5. per-key order: within each (key, output partition) the first copies follow the input order
    of that key (per input partition).
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -45,6 +48,7 @@ class AnomalyKind(str, enum.Enum):
     EPOCH_LOG_MISMATCH = "epoch_log_mismatch"
     IN_DOUBT_EPOCH = "in_doubt_epoch"
     STALE_ROW = "stale_row"  # tables only: a key's row is not its last change
+    DEAD_LETTERED_AND_WRITTEN = "dead_lettered_and_written"  # in the output and dead-lettered
 
 
 # The anomaly kinds a topic check can report, in report order.
@@ -98,6 +102,7 @@ class CheckReport(_Counted):
     notes: tuple[str, ...] = ()
     epoch_log_checked: bool = False
     last_committed_epoch: int | None = None
+    dead_letter_records: int = 0
 
 
 @dataclass
@@ -129,12 +134,14 @@ def analyze(
     notes: Sequence[str] = (),
     epoch_log_checked: bool = False,
     last_committed_epoch: int | None = None,
+    dead_letters: Sequence[Record] = (),
 ) -> CheckReport:
     """Run checks 1-5 of the module docstring and return the report.
 
     ``scans`` is the raw log per output partition; ``committed_ends`` the last stable offset
     per output partition as ListOffsets reported it; ``extra`` anomalies found elsewhere (the
-    epoch log check) are merged into the report.
+    epoch log check) are merged into the report; ``dead_letters`` the committed records of
+    the sink's dead-letter topic (identified as the input is).
     """
     found = _Collector()
     for anomaly in extra:
@@ -144,7 +151,9 @@ def analyze(
     _check_open(scans, committed_ends, found)
     in_ids = [identity(r) for r in inputs]
     out_ids = [identity(r) for r in committed]
-    _check_exactly_once(in_ids, committed, out_ids, scans, found)
+    dead_ids = [identity(r) for r in dead_letters]
+    _check_exactly_once(in_ids, committed, out_ids, scans, found, dead_ids)
+    _check_dead_letters(in_ids, out_ids, dead_ids, found)
     _check_order(inputs, in_ids, committed, out_ids, found)
     committed_pos = {(r.partition, r.offset) for r in committed}
     return CheckReport(
@@ -160,6 +169,7 @@ def analyze(
         notes=tuple(notes),
         epoch_log_checked=epoch_log_checked,
         last_committed_epoch=last_committed_epoch,
+        dead_letter_records=len(dead_letters),
     )
 
 
@@ -261,17 +271,20 @@ def _check_exactly_once(
     out_ids: Sequence[RecordIdentity],
     scans: Mapping[int, PartitionScan],
     found: _Collector,
+    dead_ids: Sequence[RecordIdentity] = (),
 ) -> None:
     expected = {i.id for i in in_ids}
+    dead = {i.id for i in dead_ids}
     copies: dict[str, list[Record]] = defaultdict(list)
     for rec, ident in zip(committed, out_ids, strict=True):
         copies[ident.id].append(rec)
     for ident in in_ids:
-        if ident.id not in copies:
+        if ident.id not in copies and ident.id not in dead:
             found.add(
                 Anomaly(
                     kind=AnomalyKind.LOST,
-                    detail="input record missing from the committed output",
+                    detail="input record missing from the committed output"
+                    + (" and the dead letters" if dead_ids else ""),
                     record_id=ident.id,
                 )
             )
@@ -289,6 +302,43 @@ def _check_exactly_once(
             )
         if len(recs) > 1:
             found.add(_duplicate(rid, recs, indexes))
+
+
+def _check_dead_letters(
+    in_ids: Sequence[RecordIdentity],
+    out_ids: Sequence[RecordIdentity],
+    dead_ids: Sequence[RecordIdentity],
+    found: _Collector,
+) -> None:
+    """Check 4 for the dead letters: each input id's only copy, never one the output has."""
+    expected = {i.id for i in in_ids}
+    written = {i.id for i in out_ids}
+    letters = Counter(i.id for i in dead_ids)
+    for rid, n in letters.items():
+        if rid not in expected:
+            found.add(
+                Anomaly(
+                    kind=AnomalyKind.UNKNOWN,
+                    detail="dead letter id not in the input",
+                    record_id=rid,
+                )
+            )
+        if n > 1:
+            found.add(
+                Anomaly(
+                    kind=AnomalyKind.DUPLICATE,
+                    detail=f"{n} dead letters of this record",
+                    record_id=rid,
+                )
+            )
+        if rid in written:
+            found.add(
+                Anomaly(
+                    kind=AnomalyKind.DEAD_LETTERED_AND_WRITTEN,
+                    detail="the record is in the committed output and in the dead-letter topic",
+                    record_id=rid,
+                )
+            )
 
 
 def _duplicate(rid: str, recs: Sequence[Record], indexes: Mapping[int, _SpanIndex]) -> Anomaly:

@@ -4,8 +4,10 @@ Steps:
 
 1. end offsets of the output: last stable offsets (ListOffsets, ``read_committed``) and high
    watermarks (``read_uncommitted``);
-2. read the input and the output with ``read_committed`` consumers up to the end by position,
-   and the output again with ``read_uncommitted``;
+2. read the input (unless its records are given: an expected set, ``connectors.verify``'s
+   ``expected_records``), the output and the dead-letter topic if any with
+   ``read_committed`` consumers up to the end by position, and the output again with
+   ``read_uncommitted``;
 3. scan the raw output log (Fetch v4) for committed, aborted and open transactional batches;
 4. load the sink's epoch log and its idempotency markers and compare them;
 5. :func:`connectors.verify._analysis.analyze` lists the anomalies.
@@ -15,7 +17,7 @@ Nothing is written to Kafka; the consumers use throw-away group ids and never co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from connectors.kafka import DEFAULT_EPOCH_LOG_TOPIC, DEFAULT_MARKER_TOPIC
@@ -32,6 +34,7 @@ from connectors.verify._records import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     IdentityFn,
+    Record,
     end_offsets,
     json_identity,
     read_topic,
@@ -44,9 +47,11 @@ Progress = Callable[[str], None]
 def check_exactly_once(
     bootstrap: str,
     *,
-    input_topic: str,
+    input_topic: str | None = None,
     output_topic: str,
     sink_id: str,
+    inputs: Sequence[Record] | None = None,
+    dead_letter_topic: str | None = None,
     parallelism: int | None = None,
     key_fn: IdentityFn = json_identity,
     epoch_log: str | HistoryLike | None = None,
@@ -64,6 +69,10 @@ def check_exactly_once(
         input_topic: topic the query read; every record must carry a unique id.
         output_topic: topic the sink wrote.
         sink_id: the sink's id (names its markers and epoch log records).
+        inputs: the input records instead of ``input_topic`` (e.g. ``expected_records``
+            of the ids a rate source or a table produced, with ``with_expected(key_fn)``).
+        dead_letter_topic: the sink's dead-letter topic: every input record must be in
+            the output or there, once, never in both.
         parallelism: write partitions whose markers to read; default: the largest
             parallelism the epoch log ever planned.
         key_fn: maps a record to its id and ordering key (default: JSON ``id``/``key``;
@@ -86,13 +95,25 @@ def check_exactly_once(
     Returns:
         The report; ``report.ok`` is true iff no anomaly was found.
 
+    Raises:
+        ValueError: neither ``inputs`` nor ``input_topic`` is given.
+
     """
     say = progress or (lambda _step: None)
     shared = cluster_of(bootstrap, client_config).config  # KafkaCode.CLIENT_CONFIG before any I/O
+    if inputs is None and input_topic is None:
+        msg = "pass the input records (inputs=...) or the topic to read them from (input_topic)"
+        raise ValueError(msg)
     say("end offsets")
     committed_ends = end_offsets(bootstrap, output_topic, READ_COMMITTED, client_config=shared)
-    say("reading input (read_committed)")
-    inputs = read_topic(bootstrap, input_topic, isolation=READ_COMMITTED, client_config=shared)
+    if inputs is None:
+        assert input_topic is not None  # noqa: S101 - checked above
+        say("reading input (read_committed)")
+        inputs = read_topic(bootstrap, input_topic, isolation=READ_COMMITTED, client_config=shared)
+    dead_letters: list[Record] = []
+    if dead_letter_topic is not None:
+        say("reading the dead letters (read_committed)")
+        dead_letters = read_topic(bootstrap, dead_letter_topic, client_config=shared)
     say("reading output (read_committed)")
     committed = read_topic(
         bootstrap,
@@ -131,6 +152,7 @@ def check_exactly_once(
         notes=notes,
         epoch_log_checked=checked,
         last_committed_epoch=last,
+        dead_letters=dead_letters,
     )
 
 

@@ -20,4 +20,8 @@ class RecordFormatError(VerifyError):
 
 
 class IdentityOptionError(VerifyError):
-    """An identity option is malformed: a bad field path, or an import path naming nothing."""
+    """An identity option is malformed, or an expected set cannot be read.
+
+    A bad field path, an import path naming nothing, a range that does not parse, a file
+    that cannot be read.
+    """

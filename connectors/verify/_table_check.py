@@ -30,7 +30,7 @@ from connectors.verify._epochs import (
     open_history,
 )
 from connectors.verify._records import IdentityFn, Record, json_identity, read_topic
-from connectors.verify._table import OpFn, TableReport, TableRow, analyze_table
+from connectors.verify._table import APPEND, OpFn, TableReport, TableRow, analyze_table
 
 Progress = Callable[[str], None]
 
@@ -71,7 +71,8 @@ def check_table(
         key_fn: maps an input record to its id and key (default: JSON ``id``/``key``).
         op_fn: the changelog op of an input record (``changelog`` only).
         id_column: the table column holding the record id.
-        key_column: the table column holding the record key.
+        key_column: the table column holding the record key (upsert and changelog; an
+            append check reads ids only).
         epoch_log: a ``FileEpochLog`` path, an already loaded history, or ``None`` for the
             sink's epoch log table.
         allow_in_doubt: do not report epochs planned but never completed.
@@ -105,11 +106,10 @@ def check_table(
         inputs = read_topic(bootstrap, input_topic, client_config=client_config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         say("reading the table")
+        # An append check compares ids only: the key column is not read (it may not exist).
+        key = sql.SQL("''") if write_mode == APPEND else sql.Identifier(key_column)
         query = sql.SQL("SELECT {}::text, {}::text FROM {}.{}").format(
-            sql.Identifier(id_column),
-            sql.Identifier(key_column),
-            sql.Identifier(schema),
-            sql.Identifier(table),
+            sql.Identifier(id_column), key, sql.Identifier(schema), sql.Identifier(table)
         )
         rows = [TableRow(str(i), str(k)) for i, k in conn.execute(query).fetchall()]
         say("prepared transactions")

@@ -26,6 +26,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
+from ._wire import WireClient
+
 # Seconds for one client call (init/commit/abort transaction, flush, admin request); generous
 # because coordinator lookups on a busy 2-core machine can take several seconds.
 CLIENT_TIMEOUT_S = 60.0
@@ -53,6 +55,10 @@ class Record:
 
     offset: int
     value: str
+
+
+# FindCoordinator key types: a consumer group, a transactional id.
+GROUP_KEY, TXN_KEY = 0, 1
 
 
 def unique(prefix: str) -> str:
@@ -248,3 +254,12 @@ def fatal_error_of(exc: KafkaException) -> KafkaError:
     err = exc.args[0]
     assert isinstance(err, KafkaError), f"exception without KafkaError: {exc!r}"
     return err
+
+
+def coordinator_of(admin: AdminClient, key: str, key_type: int) -> int:
+    """The broker FindCoordinator names for a group (key type 0) or transactional id (1)."""
+    broker = next(iter(admin.list_topics(timeout=CLIENT_TIMEOUT_S).brokers.values()))
+    with WireClient(broker.host, broker.port) as client:
+        found = client.find_coordinator(key, key_type)
+    assert found.error_code == 0, f"FindCoordinator({key!r}) answered error {found.error_code}"
+    return found.node_id

@@ -7,6 +7,7 @@ query's epoch log and make that query fail at its next append.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,8 +52,10 @@ def test_a_second_sink_object_is_refused_while_the_query_runs_and_takes_over_aft
     new_topic: Any,
     tmp_path: Path,
     closing: Callable[[KafkaSink], KafkaSink],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic, sink_id, source = new_topic("ks-life", 2), sid(), tmp_path / "in"
+    caplog.set_level(logging.ERROR, logger="connectors.stage")
     running = {"processingTime": "200 milliseconds"}
 
     def make() -> KafkaSink:
@@ -72,6 +75,10 @@ def test_a_second_sink_object_is_refused_while_the_query_runs_and_takes_over_aft
         with pytest.raises(Exception, match="sink-in-use") as info:
             second.awaitTermination(QUERY_TIMEOUT_S)
         assert f"its query {first.id} is still active" in str(info.value)
+        # the message is the first line a user reads, before Spark's Py4J trace
+        [line] = [r.getMessage() for r in caplog.records if r.name == "connectors.stage"]
+        assert line.startswith("StageError: [sink-in-use] ")
+        assert f"{first.id} is still active" in line
         assert first.isActive and first.exception() is None
     finally:
         first.stop()

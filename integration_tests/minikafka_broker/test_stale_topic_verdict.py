@@ -214,3 +214,236 @@ def test_the_epoch_log_rides_through_a_stale_verdict(flapping):
     history = KafkaEpochLog(kafka.bootstrap_servers, sink_id, topic=topic).load()
     assert history.entry(0) is not None and history.entry(1) is not None
     log.close()
+
+
+def _aged(since: float) -> None:
+    """Wait until clients known to their topics since ``since`` can reach a verdict at once."""
+    _wait(lambda: time.monotonic() - since > PROPAGATION_MS / 1000, "aged clients")
+
+
+def _flap_then_recover(kafka: EmbeddedKafka, reached: object, what: str) -> None:
+    """Restart into flap mode until ``reached()``, then restart loaded; wait for the topic."""
+    _restart(kafka, BrokerConfig(topic_load_delay_ms=LOAD_DELAY_MS, topic_load_mode="flap"))
+    _wait(reached, what)
+    _restart(kafka, BrokerConfig())
+
+
+def test_a_pooled_producer_inside_its_transaction_rides_through_a_stale_verdict(flapping):
+    """Issue 38, the sink's producers (pooled, prepared, per task: one write path).
+
+    A transactional producer that wrote before the restart begins its next transaction
+    while it refuses the sink's topic; the writer asks the brokers for the topic with the
+    producer itself until the verdict lifts, and the transaction commits with the same
+    producer. Before, it retried ``produce`` alone until ``BROKER_RESTART_WAIT_S`` and
+    aborted the epoch with "was it deleted?".
+    """
+    import pyarrow as pa
+
+    from connectors.kafka._sink._writer import DeliveryErrors, RecordLayout, RecordWriter
+
+    kafka = flapping
+    topic = f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(CLIENT_TIMEOUT_S)
+    conf = _client_conf(kafka.bootstrap_servers)
+    producer = Producer({**conf, "transactional.id": f"pooled-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    errors = DeliveryErrors()
+    rows = pa.RecordBatch.from_pydict({"key": [b"k1", b"k2"], "value": [b"v1", b"v2"]})
+
+    def epoch() -> None:
+        producer.begin_transaction()
+        writer = RecordWriter(producer, errors, RecordLayout(key=True), topic)
+        writer.write([rows])
+        writer.flush(CLIENT_TIMEOUT_S)
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+
+    probe = Producer(conf)  # the same age and settings: shows when the verdict is reached
+    probe.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    epoch()
+    _aged(time.monotonic())
+    _flap_then_recover(kafka, lambda: _refuses(probe, topic), "the probe's verdict")
+    _wait(lambda: _leader_known(admin, topic), "the restarted broker listing the topic again")
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            epoch()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            failures.append(exc)
+
+    writer_thread = threading.Thread(target=run, daemon=True)
+    writer_thread.start()
+    writer_thread.join(APPEND_TIMEOUT_S)
+    assert not writer_thread.is_alive(), "the epoch did not end"
+    assert failures == []
+    assert errors.first is None
+    assert _committed_values(kafka.bootstrap_servers, topic) == [b"v1", b"v2"] * 2
+
+
+def _committed_values(bootstrap: str, topic: str) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + REACH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        msg = consumer.poll(POLL_S)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                break
+            continue
+        values.append(msg.value())
+    consumer.close()
+    return values
+
+
+def test_the_sources_admin_client_and_cached_consumer_ride_through_a_stale_verdict(flapping):
+    """Issue 38, the kafka-rc source: its driver's AdminClient and a worker's idle consumer.
+
+    Both lived through the restart (the driver's ``ClusterView`` keeps one AdminClient; a
+    worker keeps the consumer of a completed range for the next one). After it, the
+    latest offsets are looked up and the next range read on the cached consumer.
+    """
+    from connectors.kafka._source import _consumers
+    from connectors.kafka._source._cluster import ClusterView
+    from connectors.kafka._source._fetch import read_range
+    from connectors.kafka._source._options import SourceOptions
+    from connectors.kafka._source._ranges import OffsetRange
+
+    kafka = flapping
+    topic = f"in-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(CLIENT_TIMEOUT_S)
+    writer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 0})
+    for i in range(4):
+        writer.produce(topic, f"v{i}".encode(), partition=0)
+    assert writer.flush(CLIENT_TIMEOUT_S) == 0
+    opts = SourceOptions.from_options(
+        {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "subscribe": topic,
+            "kafka.topic.metadata.propagation.max.ms": str(PROPAGATION_MS),
+            "kafkaConsumer.pollTimeoutMs": str(int(APPEND_TIMEOUT_S * 1000)),
+        }
+    )
+    view = ClusterView(opts)
+    tp = (topic, 0)
+    assert view.settled_latest({tp: 0}) == {tp: 4}
+    first = [
+        r["value"]
+        for b in read_range(opts, OffsetRange(topic=topic, partition=0, start=0, end=2))
+        for r in b.to_pylist()
+    ]
+    assert first == [b"v0", b"v1"] and _consumers.stats().idle >= 1
+    plain = Producer(_client_conf(kafka.bootstrap_servers))
+    plain.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    _aged(time.monotonic())
+    _flap_then_recover(kafka, lambda: _refuses(plain, topic), "an aged client's verdict")
+    _wait(lambda: _leader_known(admin, topic), "the restarted broker listing the topic again")
+    results: dict[str, object] = {}
+
+    def batch() -> None:
+        try:
+            results["latest"] = view.settled_latest({tp: 4})
+            rng = OffsetRange(topic=topic, partition=0, start=2, end=4)
+            results["rows"] = [r["value"] for b in read_range(opts, rng) for r in b.to_pylist()]
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            results["error"] = exc
+
+    runner = threading.Thread(target=batch, daemon=True)
+    runner.start()
+    runner.join(2 * APPEND_TIMEOUT_S)
+    assert not runner.is_alive(), "the lookup and the read did not end"
+    assert results == {"latest": {tp: 4}, "rows": [b"v2", b"v3"]}
+
+
+def test_the_marker_writer_and_reader_ride_through_a_stale_verdict(flapping, monkeypatch):
+    """Issue 38, the markers: a pooled producer's marker write and a pooled marker consumer.
+
+    The marker is a transactional offset commit (``send_offsets_to_transaction``) and is
+    read with ``committed()``. An aged producer that holds a stale verdict on the marker
+    topic can block in ``send_offsets_to_transaction`` past its timeout (librdkafka 2.16,
+    seen in most runs here); the kit's ``send_offsets`` gives such a producer up (FATAL)
+    and the epoch's retry writes with a new instance of the transactional id. Before, the
+    write task hung. The marker consumer needs no change: ``committed()`` asks the group
+    coordinator without librdkafka's topic state in between.
+    """
+    from confluent_kafka import TopicPartition
+
+    from connectors.kafka import KafkaConnectorError
+    from connectors.kafka._client import _classify, cluster_of
+    from connectors.kafka._sink import _transactional
+    from connectors.kafka._sink._markers import encode_marker, marker_consumer, read_marker
+    from txn import ErrorAction, Marker
+
+    # Short call timeouts (the kit's: 60 s + 10 s) so that a blocked call is given up soon.
+    monkeypatch.setattr(_transactional, "TXN_CALL_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(_classify, "HUNG_CALL_MARGIN_S", 2.0)
+    kafka = flapping
+    marker_topic = f"markers-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(marker_topic, 1, 1)])[marker_topic].result(CLIENT_TIMEOUT_S)
+    conf = _client_conf(kafka.bootstrap_servers)
+    tid = f"marker-{uuid.uuid4().hex[:8]}"
+
+    def new_producer() -> Producer:
+        producer = Producer({**conf, "transactional.id": tid})
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        return producer
+
+    cluster = cluster_of(
+        kafka.bootstrap_servers, {"topic.metadata.propagation.max.ms": str(PROPAGATION_MS)}
+    )
+    consumer = marker_consumer(cluster, f"sink.marker.{uuid.uuid4().hex[:6]}")
+
+    def put(producer: Producer, epoch: int) -> None:
+        offset, meta = encode_marker(Marker(epoch, 1, "c"))
+        tp = TopicPartition(marker_topic, 0, offset, metadata=meta)
+        producer.begin_transaction()
+        _transactional.send_offsets(producer, [tp], consumer.consumer_group_metadata(), "put")
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+
+    pooled = new_producer()
+    put(pooled, 0)
+    assert read_marker(consumer, marker_topic) == Marker(0, 1, "c")
+    plain = Producer(conf)
+    plain.list_topics(marker_topic, timeout=CLIENT_TIMEOUT_S)
+    _aged(time.monotonic())
+    _flap_then_recover(kafka, lambda: _refuses(plain, marker_topic), "an aged client's verdict")
+    _wait(lambda: _leader_known(admin, marker_topic), "the restarted broker listing the topic")
+    results: dict[str, object] = {}
+
+    def epoch() -> None:
+        try:
+            try:
+                put(pooled, 1)
+            except (
+                KafkaConnectorError
+            ) as exc:  # given up (FATAL): the epoch's retry, a new instance
+                if exc.action is not ErrorAction.FATAL:
+                    raise
+                results["given up"] = exc.action.value
+                put(new_producer(), 1)
+            results["marker"] = read_marker(consumer, marker_topic)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            results["error"] = exc
+
+    runner = threading.Thread(target=epoch, daemon=True)
+    runner.start()
+    runner.join(2 * APPEND_TIMEOUT_S)
+    assert not runner.is_alive(), "the marker write and read did not end"
+    assert results.get("error") is None, results
+    assert results["marker"] == Marker(1, 1, "c")
+    assert results.get("given up", "fatal") == "fatal"
+    consumer.close()

@@ -499,3 +499,61 @@ def test_verify_a_member_of_a_composite_sink(spark, kafka_bootstrap, new_topic, 
         capsys=capsys,
     )
     assert code == 2 and "--composite-id and --members go together" in bad["error"]
+
+
+def test_status_prints_one_line_per_epoch_and_the_plans_with_verbose(
+    kafka_bootstrap, tmp_path, capsys
+):
+    sink_id = f"eos-{uuid.uuid4().hex[:8]}"
+    epochs = [
+        r
+        for e in range(15)
+        for r in (
+            EpochPlan(sink_id=sink_id, epoch=e, parallelism=2, fingerprint="fp"),
+            EpochCompletion(sink_id, e, committed=True),
+        )
+    ]
+    log = sink_log(tmp_path, sink_id, *epochs)
+    argv = ["--bootstrap-servers", kafka_bootstrap, "status", sink_id, "--epoch-log", log]
+    capsys.readouterr()
+    assert main(argv) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "epoch=" in line]
+    assert len(lines) == 15 and all("state=committed" in line for line in lines), lines
+    assert not any("parallelism" in line for line in lines)
+    assert main([*argv, "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    assert verbose.count('"parallelism": 2') == 15 and verbose.count('"attempt": 0') == 15
+    code, doc = eos(
+        kafka_bootstrap, "status", sink_id, "--epoch-log", log, "--verbose", capsys=capsys
+    )
+    assert code == 0 and doc["epochs"][3] == {
+        "epoch": 3,
+        "state": "committed",
+        "parallelism": 2,
+        "attempt": 0,
+        "mode": "aligned",
+        "guarantee": "exactly-once",
+    }
+
+
+def test_verify_counts_the_dead_letter_topic_with_the_kafka_key_as_id(
+    kafka_bootstrap, new_topic, capsys
+):
+    source, output, dlq = new_topic("eos-in", 2), new_topic("eos-out", 1), new_topic("eos-dlq", 1)
+    both = new_topic("eos-dlq-both", 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(20):  # values in no JSON format: the id is the Kafka key
+        producer.produce(source, f"\x00payload {i}".encode(), f"r{i}".encode())
+        producer.produce(output if i < 15 else dlq, f"\x00out {i}".encode(), f"r{i}".encode())
+        if i >= 15 or i == 2:
+            producer.produce(both, b"\x00dead", f"r{i}".encode())
+    producer.flush(TXN_TIMEOUT_S)
+    check = ("verify", "--input-topic", source, "--output-topic", output, "--id-by-kafka-key")
+    code, ok = eos(kafka_bootstrap, *check, "--dead-letter-topic", dlq, capsys=capsys)
+    assert code == 0, ok
+    assert ok["input_records"] == 20 and ok["dead_letter_records"] == 5
+    code, lost = eos(kafka_bootstrap, *check, capsys=capsys)  # the dead letters not counted
+    assert code == 1 and lost["anomalies"]["lost"] == 5, lost
+    code, bad = eos(kafka_bootstrap, *check, "--dead-letter-topic", both, capsys=capsys)
+    assert code == 1 and bad["anomalies"]["dead_lettered_and_written"] == 1, bad
+    assert sum(bad["anomalies"].values()) == 1

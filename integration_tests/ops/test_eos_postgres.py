@@ -24,6 +24,7 @@ from connectors.postgres import PostgresSink
 from connectors.stage import CompositeSink
 from connectors.testing import FaultPlan, inject_faults
 from connectors.verify import produce_input, read_committed_topic
+from integration_tests.postgres._queries import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -314,6 +315,19 @@ def test_composite_status_and_abort_lingering(
     with both() as sink:  # the replay skips the topic's partitions and commits the table
         assert sink(batch(spark, 1), 1).committed
     assert table.epochs() == Counter({0: ROWS, 1: ROWS})
+    # the table member checked from the composite's id alone: its log is found in Kafka
+    member = ("--table", "t", "--schema", schema, "--sink-id", table.sink_id)
+    of_composite = ("--composite-id", composite, "--members", "2", *table.cli()[1:])
+    code, checked = eos(
+        "verify",
+        *member,
+        *of_composite,
+        "--expected-range",
+        f"0:{2 * ROWS}",
+        capsys=capsys,
+        bootstrap=kafka_bootstrap,
+    )
+    assert code == 0 and checked["table_rows"] == 2 * ROWS, checked
     # PostgreSQL first: the composite's log is the epoch log table, under the composite's id
     other, second = Table(postgres_dsn, pg, schema, "u"), new_topic("eos-cmp2", 1)
     kafka = KafkaSink(kafka_bootstrap, second, f"{composite}-j")
@@ -337,3 +351,62 @@ def test_composite_status_and_abort_lingering(
         "reset", f"{composite}-2", "--dsn", postgres_dsn, "--control-schema", schema, capsys=capsys
     )
     assert code == 0 and out["binding"]["epoch_offset"] == 1
+
+
+# Batches of the rate source the next test writes (after them its query writes nothing).
+RATE_BATCHES = 3
+
+
+def test_verify_an_expected_range_checks_a_rate_source_s_table(
+    spark, postgres_dsn, pg, schema, capsys, tmp_path, no_kafka
+) -> None:
+    """A query with no input topic (Spark's rate source) is checked against its ids.
+
+    The rate source's values are 0, 1, 2, ... in batch order, so the rows of the batches
+    written are the range 0 .. the largest value written + 1; no Kafka is reached.
+    """
+    table = Table(postgres_dsn, pg, schema)
+    ends: list[int] = []
+    with table.sink(parallelism=2) as sink:
+
+        def each(batch: Any, batch_id: int) -> None:
+            if len(ends) >= RATE_BATCHES:
+                return  # past the test's batches: nothing is written
+            rows = batch.selectExpr("value AS id", "concat('v', value) AS v")
+            top = rows.agg({"id": "max"}).first()[0]
+            assert sink(rows, batch_id).committed
+            if top is not None:
+                ends.append(int(top) + 1)
+
+        query = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", "100")
+            .option("numPartitions", "2")
+            .load()
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .start()
+        )
+        try:
+            wait_until(f"{RATE_BATCHES} written batches", lambda: _written(query, ends))
+        finally:
+            query.stop()
+    end = max(ends)
+    check = ("verify", "--table", "t", "--schema", schema, *table.cli()[1:], "--sink-id")
+    check = (*check, table.sink_id)
+    code, ok = eos(*check, "--expected-range", f"0:{end}", capsys=capsys)
+    assert code == 0, ok
+    assert ok["ok"] and ok["input_records"] == end and ok["table_rows"] == end
+    series = f"SELECT generate_series(0, {end - 1})"
+    code, by_query = eos(*check, "--expected-query", series, capsys=capsys)
+    assert code == 0 and by_query["input_records"] == end, by_query
+    code, short = eos(*check, "--expected-range", f"0:{end + 5}", capsys=capsys)
+    assert code == 1 and short["anomalies"]["lost"] == 5, short
+    capsys.readouterr()
+    assert main([*check, "--expected-range", f"1:{end}"]) == 1  # id 0 is not expected
+    assert "exit code 1: the check found anomalies" in capsys.readouterr().out
+
+
+def _written(query: Any, ends: list[int]) -> bool:
+    assert query.exception() is None, query.exception()
+    return len(ends) >= RATE_BATCHES

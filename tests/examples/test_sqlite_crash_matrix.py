@@ -19,11 +19,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from connectors.examples.sqlite import SqliteSinkConfig, read_markers
-from connectors.examples.sqlite._database import prepare_database
-from connectors.examples.sqlite._participant import SqliteResource
-from connectors.stage import ArrowPartition
-from connectors.stage._rows import HASH_COLUMN
+from connectors.examples.sqlite import (
+    SqliteResource,
+    SqliteSinkConfig,
+    prepare_database,
+    read_markers,
+)
+from connectors.stage import HASH_COLUMN, ArrowPartition
 from txn import CommitMode, EpochLog, EpochPlan, FileEpochLog
 from txn.testing import KAFKA_LIKE, Crash, CrashWorld, crash_params, run_crash_case
 

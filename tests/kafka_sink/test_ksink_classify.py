@@ -1,4 +1,5 @@
 import pickle
+import threading
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -6,6 +7,7 @@ from confluent_kafka import KafkaError, KafkaException
 from connectors.kafka import KafkaCode, KafkaConnectorError, classify
 from connectors.kafka._client import _classify as classify_mod
 from connectors.kafka._client import (
+    call_bounded,
     call_with_retry,
     raise_if_denied,
     stale_topic_verdict,
@@ -285,3 +287,77 @@ def test_stale_topic_verdict_names_the_unknown_topic_codes(code, stale):
     assert stale_topic_verdict(KafkaException(KafkaError(code))) is stale
     assert stale_topic_verdict(KafkaError(code)) is stale
     assert stale_topic_verdict(RuntimeError("Unknown topic")) is False  # codes, not text
+
+
+def test_call_bounded_returns_the_value_and_raises_the_error_of_a_call_that_returns():
+    assert call_bounded("op", lambda: 7, 1.0) == 7
+    with pytest.raises(KafkaException):
+        call_bounded("op", _raise_transient, 1.0)
+
+
+def _raise_transient() -> None:
+    raise KafkaException(KafkaError(KafkaError.REQUEST_TIMED_OUT, "slow", retriable=True))
+
+
+def test_call_bounded_gives_up_on_a_call_stuck_past_its_timeout(monkeypatch):
+    # librdkafka #5511: send_offsets_to_transaction can block far past its own timeout.
+    monkeypatch.setattr(classify_mod, "HUNG_CALL_MARGIN_S", 0.05)
+    release = threading.Event()
+    try:
+        with pytest.raises(KafkaConnectorError) as caught:
+            call_bounded("send_offsets_to_transaction", release.wait, 0.05)
+    finally:
+        release.set()
+    assert caught.value.action is ErrorAction.FATAL  # drop the producer, open a new one
+    assert caught.value.code is KafkaCode.WRITE
+    assert caught.value.kafka_code == KafkaError._TIMED_OUT
+    assert classify(caught.value) is ErrorAction.FATAL
+    # call_with_retry passes it on at once: retrying a stuck client cannot help
+    stuck = threading.Event()
+    calls = []
+
+    def stuck_call() -> None:
+        calls.append(1)
+        call_bounded("op", stuck.wait, 0.05)
+
+    try:
+        with pytest.raises(KafkaConnectorError):
+            call_with_retry("op", stuck_call)
+    finally:
+        stuck.set()
+    assert calls == [1]
+
+
+def test_a_participant_stuck_in_send_offsets_drops_its_producer(monkeypatch):
+    from connectors.kafka._sink import _transactional
+
+    monkeypatch.setattr(classify_mod, "HUNG_CALL_MARGIN_S", 0.05)
+    monkeypatch.setattr(_transactional, "TXN_CALL_TIMEOUT_S", 0.05)
+    release = threading.Event()
+
+    class Stuck:
+        def send_offsets_to_transaction(self, offsets, group, timeout):
+            release.wait()
+
+    class Participant:
+        dropped = False
+
+        def _live(self):
+            return Stuck()
+
+        def _drop(self):
+            self.dropped = True
+
+    part = Participant()
+    try:
+        with pytest.raises(KafkaConnectorError) as caught:
+            _transactional.TransactionalKafkaParticipant._send_offsets(
+                part,  # type: ignore[arg-type]
+                [],
+                object(),
+                "send_offsets_to_transaction",
+            )
+    finally:
+        release.set()
+    assert caught.value.action is ErrorAction.FATAL
+    assert part.dropped  # never called again: the epoch's retry opens a new producer

@@ -8,6 +8,7 @@ reloads its topics.
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -235,3 +236,35 @@ def test_a_marker_read_refused_by_an_acl_names_it() -> None:
         check=lambda e: e.code is KafkaCode.AUTHORIZATION,
     ):
         _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]
+
+
+class BlockedOffsets:
+    """send_offsets_to_transaction blocks past its timeout (issue 38: a stale verdict)."""
+
+    def __init__(self, released: threading.Event) -> None:
+        self.released = released
+        self.calls = 0
+
+    def send_offsets_to_transaction(self, offsets: object, group: object, timeout: float) -> None:
+        self.calls += 1
+        self.released.wait()
+
+
+def test_a_send_offsets_call_blocked_past_its_timeout_gives_the_producer_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from connectors.kafka import KafkaCode, KafkaConnectorError
+    from connectors.kafka._sink import _transactional
+    from txn import ErrorAction
+
+    monkeypatch.setattr(_transactional, "TXN_CALL_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(_classify, "HUNG_CALL_MARGIN_S", 0.05)
+    released = threading.Event()
+    producer = BlockedOffsets(released)
+    try:
+        with pytest.raises(KafkaConnectorError) as info:
+            _transactional.send_offsets(producer, [], object(), "marker")  # type: ignore[arg-type]
+    finally:
+        released.set()
+    assert info.value.action is ErrorAction.FATAL and producer.calls == 1  # never called again
+    assert info.value.code is KafkaCode.WRITE

@@ -258,3 +258,22 @@ def _later(delay_s: float, fn: Callable[[], None]) -> Any:
     timer = threading.Timer(delay_s, fn)
     timer.start()
     return timer
+
+
+def test_a_stale_topic_verdict_gets_a_new_admin_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 38: the AdminClient that lived through a broker restart may refuse the topic
+    # locally; the next attempt of the same lookup asks with a new one.
+    from connectors.kafka import _client
+
+    stale = ScriptedAdmin([KafkaError(KafkaError._UNKNOWN_TOPIC)], {})
+    fresh = ScriptedAdmin([LOADED], {("t", 0): 5, ("t", 1): 7})
+    made: list[Any] = []
+
+    def connect_admin(_cluster: Any) -> ScriptedAdmin:
+        made.append(fresh)
+        return fresh
+
+    monkeypatch.setattr(_client, "connect_admin", connect_admin)
+    expected = {("t", 0): 5, ("t", 1): 7}
+    assert view(stale, wait_s=60.0, confirm_s=30.0).settled_latest(expected) == expected
+    assert stale.metadata_calls == 1 and made == [fresh]

@@ -106,6 +106,9 @@ class ScriptedConsumer:
     def close(self) -> None:
         pass
 
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.asked = [*getattr(self, "asked", []), topic]
+
 
 def eof(offset: int) -> FakeMessage:
     return FakeMessage(offset, _error=KafkaError(KafkaError._PARTITION_EOF))
@@ -147,6 +150,32 @@ def test_an_eof_at_the_end_completes_the_range_and_drops_what_follows(
         1,
         2,
     ]
+
+
+def test_a_stale_topic_verdict_makes_the_consumer_ask_for_the_topic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 38: a consumer that lived through a broker restart may refuse the topic; its
+    # own metadata request lifts that, and the read goes on with the same consumer.
+    made: list[ScriptedConsumer] = []
+    stale = FakeMessage(0, _error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    polls = [[stale], [FakeMessage(0), FakeMessage(1)]]
+
+    def new(_cluster: Any, _conf: Any) -> ScriptedConsumer:
+        made.append(ScriptedConsumer(polls))
+        return made[-1]
+
+    _consumers.close_idle()
+    monkeypatch.setattr(_fetch._client, "consumer", new)
+    monkeypatch.setattr(_fetch, "POLL_INTERVAL_S", 0.0)
+    opts = options(**{"kafkaConsumer.pollTimeoutMs": "2000"})
+    rows = [
+        r["offset"]
+        for b in _fetch.read_range(opts, OffsetRange(topic="t", partition=0, start=0, end=2))
+        for r in b.to_pylist()
+    ]
+    assert rows == [0, 1]
+    assert len(made) == 1 and made[0].asked == ["t"]
 
 
 def test_fetch_backoff_is_short_unless_the_user_sets_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,7 +158,7 @@ def test_every_subcommand_gets_the_command_config(
     def record(args: argparse.Namespace, cluster: Cluster | None) -> Result:
         assert args.command == name
         seen.extend([cluster] if cluster is not None else [])
-        return Result({"seen": 1})
+        return Result(data={"seen": 1})
 
     monkeypatch.setitem(COMMANDS, name, record)
     code = _cli.main(

@@ -15,7 +15,7 @@ from connectors.ops import _parser
 from connectors.ops._errors import UsageError
 from connectors.ops._kafka import KafkaAdmin, KafkaLog
 from connectors.ops._postgres import DSN_ENV, PostgresAdmin, PostgresLog
-from connectors.ops._target import needs_kafka, sink_target, verify_log
+from connectors.ops._target import needs_kafka, sink_target, verify_logs
 
 CLUSTER = Cluster(bootstrap_servers="h:9092")
 DSN = "host=db dbname=app user=etl password=secret-pw"
@@ -86,6 +86,17 @@ def test_postgres_dsn_in_the_environment_counts_only_without_a_kafka_address(
         (["offsets", "s1", "--dsn", DSN, "--epoch-log", "/x"], False),
         (["preflight"], True),
         (["verify", "--input-topic", "i", "--table", "t", "--dsn", DSN], True),
+        (
+            ["verify", "--expected-range", "0:9", "--table", "t", "--sink-id", "s", "--dsn", DSN],
+            False,
+        ),
+        (["verify", "--expected-file", "f", "--output-topic", "o"], True),
+        (["verify", "--expected-range", "0:9", "--delta", "/t", "--sink-id", "s"], False),
+        (
+            ["verify", "--expected-range", "0:9", "--table", "t", "--sink-id", "s"]
+            + ["--epoch-log-topic", "log"],
+            True,
+        ),
     ],
 )
 def test_a_command_needs_kafka_only_for_a_kafka_log_side_topic_or_input(
@@ -113,13 +124,21 @@ def test_bad_members_and_missing_databases_are_usage_errors() -> None:
     assert "secret-pw" not in str(refused.value)
 
 
-def test_verify_reads_the_log_of_its_output_s_kind() -> None:
+def test_verify_reads_the_log_of_its_output_s_kind_then_the_others_it_can_reach() -> None:
     base = ("verify", "--input-topic", "i", "--sink-id", "m", "--composite-id", "c")
-    topic = verify_log(parse(*base, "--members", "2", "--output-topic", "o"), CLUSTER)
-    assert isinstance(topic, KafkaLog) and topic.sink_id == "c"
-    table = verify_log(parse(*base, "--members", "2", "--table", "t", "--dsn", DSN), CLUSTER)
-    assert isinstance(table, PostgresLog) and table.sink_id == "c"
-    assert verify_log(parse("verify", "--input-topic", "i", "--output-topic", "o"), CLUSTER) is None
+    topic = verify_logs(parse(*base, "--members", "2", "--output-topic", "o"), CLUSTER)
+    assert [type(log) for log in topic] == [KafkaLog] and topic[0].sink_id == "c"
+    table = verify_logs(parse(*base, "--members", "2", "--table", "t", "--dsn", DSN), CLUSTER)
+    # a composite's table member: its log may be the composite's Kafka log (first member)
+    assert [type(log) for log in table] == [PostgresLog, KafkaLog]
+    assert {log.sink_id for log in table} == {"c"}
+    both = verify_logs(parse(*base, "--members", "2", "--output-topic", "o", "--dsn", DSN), CLUSTER)
+    assert [type(log) for log in both] == [KafkaLog, PostgresLog]
+    named = parse(*base, "--members", "2", "--table", "t", "--dsn", DSN, "--epoch-log-topic", "l")
+    assert [type(log) for log in verify_logs(named, CLUSTER)] == [KafkaLog]  # named: only it
+    no_cluster = parse(*base, "--members", "2", "--table", "t", "--dsn", DSN)
+    assert [type(log) for log in verify_logs(no_cluster, None)] == [PostgresLog]
+    assert verify_logs(parse("verify", "--input-topic", "i", "--output-topic", "o"), CLUSTER) == []
 
 
 def test_a_table_sink_reads_its_log_file_and_shows_its_table() -> None:
@@ -146,7 +165,7 @@ def test_a_table_sink_reads_its_log_file_and_shows_its_table() -> None:
         ("kafka", "c-k"),
         ("delta", "c-d"),
     ]
-    lake_log = verify_log(
+    [lake_log] = verify_logs(
         parse("verify", "--input-topic", "i", "--delta", "/t", "--sink-id", "s1"), None
     )
     assert isinstance(lake_log, LakeLog) and lake_log.path == "/t/_eos/s1.epochlog"

@@ -31,6 +31,14 @@ def test_unknown_option_names_the_sink_and_lists_the_options(build, error, sink)
 
 
 @pytest.mark.parametrize(("build", "error", "sink"), CASES)
+def test_a_misspelt_option_is_answered_with_the_nearest_name(build, error, sink) -> None:
+    with pytest.raises(error, match=r"did you mean 'parallelism' for 'paralelism'\?"):
+        build(**REQUIRED[sink], paralelism=2)
+    with pytest.raises(error, match=r"did you mean 'stage_retries' for 'stage_retry'\?"):
+        build(**REQUIRED[sink], stage_retry=2)
+
+
+@pytest.mark.parametrize(("build", "error", "sink"), CASES)
 def test_missing_required_option_points_to_the_config_class(build, error, sink) -> None:
     with pytest.raises(
         error, check=lambda e: e.code is TxnCode.CONFIG, match=r"see \w*SinkConfig for the options"

@@ -83,7 +83,8 @@ class PipelineConfig:
     ``on_bad_record``: the policy of every sink of the query (``"fail"``, ``"dead-letter"``
     into its default dead-letter topic or table, or ``"skip"``; docs/bad-records.md).
     ``producer_strategy``: the Kafka sink's (``"pooled"`` or ``"reference"``;
-    docs/kafka-sink.md, "Producer strategies").
+    docs/kafka-sink.md, "Producer strategies"); ``producer_lanes`` its worker lanes per
+    write partition (None: the sink's default; docs/kafka-sink.md, "Producer lanes").
     ``epoch_log``: a file path, or None for the sink's own log (the Kafka epoch log topic,
     the PostgreSQL epoch log table; ``kafka+postgres``: the Kafka one). ``fault_plan``: a
     ``connectors.testing.FaultPlan`` file injected around every batch (``run_query``; the
@@ -131,6 +132,7 @@ class PipelineConfig:
     postgres_gain_from_batch: int = 0
     on_bad_record: str = "fail"
     producer_strategy: str = "pooled"
+    producer_lanes: int | None = None  # None: the Kafka sink's default
     client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     lake_path: str | None = None
     resume_from_output: bool = False

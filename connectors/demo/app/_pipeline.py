@@ -156,6 +156,7 @@ def _kafka_sink(cfg: PipelineConfig, sink_id: str, **options: Any) -> KafkaSink:
         order_by=ORDER_COLUMNS,
         on_bad_record=cfg.on_bad_record,
         producer_strategy=cfg.producer_strategy,
+        **({} if cfg.producer_lanes is None else {"producer_lanes": cfg.producer_lanes}),
         **options,
     )
 

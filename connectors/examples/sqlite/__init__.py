@@ -26,15 +26,18 @@ Spark types: integers, floats, strings, booleans, binary. Usage::
 """
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
-from connectors.examples.sqlite._database import read_markers
+from connectors.examples.sqlite._database import prepare_database, read_markers
 from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError, classify
+from connectors.examples.sqlite._participant import SqliteResource
 from connectors.examples.sqlite._sink import SqliteConnector, SqliteSink
 
 __all__ = [
     "classify",
+    "prepare_database",
     "read_markers",
     "SqliteCode",
     "SqliteConnector",
+    "SqliteResource",
     "SqliteSink",
     "SqliteSinkConfig",
     "SqliteSinkError",

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError
-from connectors.stage import StageOptions
-from connectors.stage._options import build_config
+from connectors.stage import StageOptions, build_config
 from txn import CommitMode, Guarantee, TxnCode
 
 # Version of the write scheme (marker table, insert); part of the fingerprint.

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from connectors.examples.sqlite._config import SqliteSinkConfig
 from connectors.examples.sqlite._errors import SqliteCode, SqliteSinkError, classify, to_sink_error
-from connectors.stage._retry import RetryBound, retry
+from connectors.stage import RetryBound, retry
 from txn import ErrorAction, Marker
 
 T = TypeVar("T")

@@ -22,7 +22,9 @@ What it promises them:
 * **Errors.** :func:`classify` maps any Kafka error to one ``txn.ErrorAction`` (by code
   and librdkafka's flags, never by message); :func:`call_with_retry` retries what is
   retriable within a bound, :func:`retry_over_restart` also over a broker restart (at most
-  :data:`BROKER_RESTART_WAIT_S`); :func:`to_write_error`, :func:`raise_if_denied` and
+  :data:`BROKER_RESTART_WAIT_S`); :func:`stale_topic_verdict` names a client's stale
+  "Unknown topic" verdict after a restart and :class:`TopicRefresher` lifts it (issue 38);
+  :func:`to_write_error`, :func:`raise_if_denied` and
   :func:`access_error` turn an exception into the connector's typed error (an
   authorization error names the ACL to grant).
 * **Admin.** Topics (:func:`existing_topics`, :func:`wait_for_topic`,
@@ -40,110 +42,53 @@ What it promises them:
 Errors raised here are the Kafka connector's (``connectors.kafka._errors``).
 """
 
-from connectors.kafka._client._acls import required_acls
-from connectors.kafka._client._admin import (
-    TOPIC_METADATA_WAIT_S,
-    admin_client,
-    broker_config,
-    ensure_topics,
-    existing_topics,
-    wait_for_topic,
-)
-from connectors.kafka._client._classify import (
-    BROKER_RESTART_WAIT_S,
-    FATAL,
-    PARTITION_EOF,
-    TIMED_OUT,
-    UNKNOWN_PARTITION,
-    UNKNOWN_TOPIC,
-    access_error,
-    broker_restart,
-    call_with_retry,
-    classify,
-    code_of,
-    fix_authentication,
-    kafka_error_of,
-    raise_if_denied,
-    retry_over_restart,
-    stale_topic_verdict,
-    to_write_error,
-    with_delivery_cause,
-)
-from connectors.kafka._client._client_config import (
-    ClientConfig,
-    cluster_of,
-    kafka_options,
-    librdkafka_settings,
-)
-from connectors.kafka._client._clients import (
-    BOOTSTRAP,
-    Cluster,
-    consumer,
-    producer,
-    unconnected_consumer,
-)
-from connectors.kafka._client._connect import CONNECT_WAIT_S, connect_admin
-from connectors.kafka._client._durability import (
-    DurabilityFinding,
-    DurabilityRules,
-    StateTopicDurability,
-)
-from connectors.kafka._client._names import (
-    DEFAULT_EPOCH_LOG_TOPIC,
-    DEFAULT_MARKER_TOPIC,
-    coordinator_id,
-    lane_ids,
-    marker_group,
-    transactional_id,
-)
-from connectors.kafka._client._secrets import Settings, scrub
-
-__all__ = [
-    "BOOTSTRAP",
-    "BROKER_RESTART_WAIT_S",
-    "CONNECT_WAIT_S",
-    "DEFAULT_EPOCH_LOG_TOPIC",
-    "DEFAULT_MARKER_TOPIC",
-    "FATAL",
-    "PARTITION_EOF",
-    "TIMED_OUT",
-    "TOPIC_METADATA_WAIT_S",
-    "UNKNOWN_PARTITION",
-    "UNKNOWN_TOPIC",
-    "ClientConfig",
-    "Cluster",
-    "DurabilityFinding",
-    "DurabilityRules",
-    "Settings",
-    "StateTopicDurability",
-    "access_error",
-    "admin_client",
-    "broker_config",
-    "broker_restart",
-    "call_with_retry",
-    "classify",
-    "cluster_of",
-    "code_of",
-    "connect_admin",
-    "consumer",
-    "coordinator_id",
-    "ensure_topics",
-    "existing_topics",
-    "fix_authentication",
-    "kafka_error_of",
-    "kafka_options",
-    "lane_ids",
-    "librdkafka_settings",
-    "marker_group",
-    "producer",
-    "raise_if_denied",
-    "required_acls",
-    "retry_over_restart",
-    "scrub",
-    "stale_topic_verdict",
-    "to_write_error",
-    "transactional_id",
-    "unconnected_consumer",
-    "wait_for_topic",
-    "with_delivery_cause",
-]
+from connectors.kafka._client._acls import required_acls as required_acls
+from connectors.kafka._client._admin import TOPIC_METADATA_WAIT_S as TOPIC_METADATA_WAIT_S
+from connectors.kafka._client._admin import admin_client as admin_client
+from connectors.kafka._client._admin import broker_config as broker_config
+from connectors.kafka._client._admin import ensure_topics as ensure_topics
+from connectors.kafka._client._admin import existing_topics as existing_topics
+from connectors.kafka._client._admin import wait_for_topic as wait_for_topic
+from connectors.kafka._client._classify import BROKER_RESTART_WAIT_S as BROKER_RESTART_WAIT_S
+from connectors.kafka._client._classify import FATAL as FATAL
+from connectors.kafka._client._classify import PARTITION_EOF as PARTITION_EOF
+from connectors.kafka._client._classify import TIMED_OUT as TIMED_OUT
+from connectors.kafka._client._classify import UNKNOWN_PARTITION as UNKNOWN_PARTITION
+from connectors.kafka._client._classify import UNKNOWN_TOPIC as UNKNOWN_TOPIC
+from connectors.kafka._client._classify import access_error as access_error
+from connectors.kafka._client._classify import broker_restart as broker_restart
+from connectors.kafka._client._classify import call_bounded as call_bounded
+from connectors.kafka._client._classify import call_with_retry as call_with_retry
+from connectors.kafka._client._classify import classify as classify
+from connectors.kafka._client._classify import code_of as code_of
+from connectors.kafka._client._classify import fix_authentication as fix_authentication
+from connectors.kafka._client._classify import kafka_error_of as kafka_error_of
+from connectors.kafka._client._classify import raise_if_denied as raise_if_denied
+from connectors.kafka._client._classify import retry_over_restart as retry_over_restart
+from connectors.kafka._client._classify import stale_topic_verdict as stale_topic_verdict
+from connectors.kafka._client._classify import to_write_error as to_write_error
+from connectors.kafka._client._classify import with_delivery_cause as with_delivery_cause
+from connectors.kafka._client._client_config import ClientConfig as ClientConfig
+from connectors.kafka._client._client_config import cluster_of as cluster_of
+from connectors.kafka._client._client_config import kafka_options as kafka_options
+from connectors.kafka._client._client_config import librdkafka_settings as librdkafka_settings
+from connectors.kafka._client._clients import BOOTSTRAP as BOOTSTRAP
+from connectors.kafka._client._clients import Cluster as Cluster
+from connectors.kafka._client._clients import consumer as consumer
+from connectors.kafka._client._clients import producer as producer
+from connectors.kafka._client._clients import unconnected_consumer as unconnected_consumer
+from connectors.kafka._client._connect import CONNECT_WAIT_S as CONNECT_WAIT_S
+from connectors.kafka._client._connect import connect_admin as connect_admin
+from connectors.kafka._client._durability import DurabilityFinding as DurabilityFinding
+from connectors.kafka._client._durability import DurabilityRules as DurabilityRules
+from connectors.kafka._client._durability import StateTopicDurability as StateTopicDurability
+from connectors.kafka._client._names import DEFAULT_EPOCH_LOG_TOPIC as DEFAULT_EPOCH_LOG_TOPIC
+from connectors.kafka._client._names import DEFAULT_MARKER_TOPIC as DEFAULT_MARKER_TOPIC
+from connectors.kafka._client._names import coordinator_id as coordinator_id
+from connectors.kafka._client._names import lane_ids as lane_ids
+from connectors.kafka._client._names import marker_group as marker_group
+from connectors.kafka._client._names import transactional_id as transactional_id
+from connectors.kafka._client._secrets import Settings as Settings
+from connectors.kafka._client._secrets import scrub as scrub
+from connectors.kafka._client._verdict import STALE_REFRESH_S as STALE_REFRESH_S
+from connectors.kafka._client._verdict import TopicRefresher as TopicRefresher

@@ -20,6 +20,7 @@ by matching message text, only by error code and librdkafka's flags):
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -48,6 +49,10 @@ BROKER_RESTART_WAIT_S = 60.0
 # Seconds of exponential back-off between retries (first wait, upper bound).
 RETRY_WAIT_MIN_S = 0.2
 RETRY_WAIT_MAX_S = 5.0
+# Seconds past a call's own timeout before the kit stops waiting for it: librdkafka 2.x
+# can block send_offsets_to_transaction far past its timeout once the broker it cached as
+# the group coordinator stops and leaves the cluster's Metadata (issues #5511, #5456).
+HUNG_CALL_MARGIN_S = 10.0
 
 
 # librdkafka's local (client-side) error codes are spelled with a leading underscore.
@@ -310,6 +315,48 @@ def call_with_retry(what: str, fn: Callable[[], T]) -> T:
                 msg, action=ErrorAction.ABORT, kafka_code=err.kafka_code, code=KafkaCode.WRITE
             )
         raise err from exc
+
+
+def call_bounded(what: str, fn: Callable[[], T], timeout_s: float) -> T:
+    """Run ``fn`` (a client call given ``timeout_s``), never waiting much past that timeout.
+
+    The call runs on a daemon thread. If it has not returned ``HUNG_CALL_MARGIN_S`` after
+    its own timeout, the client is stuck inside librdkafka: the caller gets a FATAL error
+    (drop the client, never call it again; the epoch's retry opens a new one) and the
+    thread is left to the call, holding the client, until the process ends.
+
+    Raises:
+        KafkaConnectorError: ``KafkaCode.WRITE``, action FATAL and ``kafka_code``
+            ``_TIMED_OUT``, when the call did not return; else
+            whatever ``fn`` raised.
+
+    """
+    done = threading.Event()
+    outcome: list[tuple[bool, object]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"eos-bounded-{what}", daemon=True).start()
+    if not done.wait(timeout_s + HUNG_CALL_MARGIN_S):
+        msg = (
+            f"{what} did not return {timeout_s + HUNG_CALL_MARGIN_S:.0f}s after it was "
+            "called (librdkafka can hang there once a broker it cached as a coordinator "
+            "stops); the producer is abandoned and the epoch redone with a new one"
+        )
+        raise KafkaConnectorError(
+            msg, action=ErrorAction.FATAL, kafka_code=TIMED_OUT, code=KafkaCode.WRITE
+        )
+    returned, value = outcome[0]
+    if returned:
+        return value  # type: ignore[return-value]
+    assert isinstance(value, BaseException)  # noqa: S101 - run() stores only these
+    raise value
 
 
 def code_of(exc: KafkaError | BaseException) -> int | None:

@@ -6,9 +6,9 @@ The part it shares with the plain participant (states, clients, writer):
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from connectors.kafka._client import call_with_retry, classify, to_write_error
+from connectors.kafka._client import call_bounded, call_with_retry, classify, to_write_error
 from connectors.kafka._sink import _input_offsets
 from connectors.kafka._sink._markers import encode_marker, read_marker
 from connectors.kafka._sink._participant import KafkaParticipant
@@ -19,6 +19,26 @@ _S = ParticipantState
 
 # Seconds for commit/abort/send_offsets of one transaction (each is retried too).
 TXN_CALL_TIMEOUT_S = 60.0
+
+
+def send_offsets(
+    producer: Producer, offsets: list[TopicPartition], group: object, what: str
+) -> None:
+    """Add ``offsets`` of ``group`` to the producer's transaction (retried while retriable).
+
+    Each attempt is bounded by ``call_bounded``: librdkafka (2.x) can block this call far
+    past its timeout, when the producer holds a stale Unknown-topic verdict on the offsets'
+    topic after a broker restart (issue 38) or when the broker it cached as the group
+    coordinator stopped (librdkafka #5511, #5456). Such an attempt raises a
+    ``KafkaConnectorError`` of action FATAL: the producer is dropped, never called again, and the epoch is
+    retried with a new instance of its transactional id, whose ``init_transactions``
+    fences the old one.
+    """
+
+    def attempt() -> None:
+        producer.send_offsets_to_transaction(offsets, group, TXN_CALL_TIMEOUT_S)
+
+    call_with_retry(what, lambda: call_bounded(what, attempt, TXN_CALL_TIMEOUT_S))
 
 
 class TransactionalKafkaParticipant(KafkaParticipant):
@@ -65,12 +85,17 @@ class TransactionalKafkaParticipant(KafkaParticipant):
         offset, meta = encode_marker(marker)
         tp = TopicPartition(self._cfg.marker_topic, 0, offset, metadata=meta)
         group = self._clients.consumer.consumer_group_metadata()
-        producer = self._live()
-        call_with_retry(
-            "send_offsets_to_transaction",
-            lambda: producer.send_offsets_to_transaction([tp], group, TXN_CALL_TIMEOUT_S),
-        )
+        self._send_offsets([tp], group, "send_offsets_to_transaction")
         self._put_input_offsets()
+
+    def _send_offsets(self, offsets: list[TopicPartition], group: object, what: str) -> None:
+        """``send_offsets``; a producer it gave up (or fenced, fatal) is dropped."""
+        try:
+            send_offsets(self._live(), offsets, group, what)
+        except Exception as exc:
+            if classify(exc) is ErrorAction.FATAL:
+                self._drop()
+            raise
 
     def _put_input_offsets(self) -> None:
         """Partition 0 with ``commit_offsets_to_group``: the epoch's input offsets, in its txn."""
@@ -79,11 +104,7 @@ class TransactionalKafkaParticipant(KafkaParticipant):
             return
         offsets = _input_offsets.group_offsets(self._plan)
         metadata = _input_offsets.group_metadata(group)
-        producer = self._live()
-        call_with_retry(
-            "send_offsets_to_transaction (input offsets)",
-            lambda: producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S),
-        )
+        self._send_offsets(offsets, metadata, "send_offsets_to_transaction (input offsets)")
 
     def _commit(self) -> None:
         """Commit the transaction (retried while retriable; fenced raises)."""

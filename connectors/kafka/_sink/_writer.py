@@ -13,8 +13,12 @@ Steps per batch:
    ``poll`` and retry from the row that did not fit, so Python never buffers more than
    one Arrow batch. When ``produce`` refuses a row of the sink's own topic as unknown (a
    restarted broker reloading its topics answers metadata without it), the row is
-   retried the same way until the topic is back, for at most ``BROKER_RESTART_WAIT_S``;
-   a topic taken from the row's ``topic`` column is the row's error at once. There is
+   retried the same way until the topic is back, for at most ``BROKER_RESTART_WAIT_S``,
+   the producer asking the brokers for the topic once a second meanwhile
+   (``TopicRefresher``: a long-lived producer may keep a stale verdict after the broker
+   has the topic back, issue 38); a partition refused as unknown is asked for once and
+   tried again (a partition count older than the topic's); a topic taken from the row's
+   ``topic`` column is the row's error at once. There is
    no ``poll`` between batches: librdkafka keeps delivered
    messages counted against the queue limits until they are served, so a full queue
    (``BufferError``) or :meth:`RecordWriter.flush` serves them;
@@ -32,6 +36,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import logging
 import operator
 import time
 from collections.abc import Callable, Iterable
@@ -45,10 +50,13 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from connectors.kafka._client import (
     BROKER_RESTART_WAIT_S,
     FATAL,
+    STALE_REFRESH_S,
     TIMED_OUT,
     UNKNOWN_PARTITION,
     UNKNOWN_TOPIC,
+    TopicRefresher,
     code_of,
+    stale_topic_verdict,
     to_write_error,
 )
 from connectors.kafka._errors import KafkaCode, KafkaConnectorError
@@ -60,6 +68,8 @@ BACKPRESSURE_POLL_S = 0.05
 # Changelog operations that produce a record (update_before rows are dropped in Spark).
 WRITTEN_OPS = ("insert", "update_after", "delete")
 ALL_OPS = (*WRITTEN_OPS, "update_before")
+
+_log = logging.getLogger("connectors.kafka.sink")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +126,7 @@ class RecordWriter:
         self._errors = errors
         self._layout = layout
         self._topic = topic
+        self._refresher = TopicRefresher(producer)
         self.rows = 0
 
     # -- validation ---------------------------------------------------------------
@@ -261,11 +272,28 @@ class RecordWriter:
 
         Delivery reports are served between attempts. It waits out back-pressure
         (``BufferError``), and the sink's topic unknown while a restarted broker reloads it
-        (``_reloading``; at most ``BROKER_RESTART_WAIT_S``). Any other Kafka error, first or
-        on a retry (e.g. too large), is typed by ``_produce_error``.
+        (``_reloading``; at most ``BROKER_RESTART_WAIT_S``), the producer asking for the
+        topic meanwhile so that a stale verdict lifts (``TopicRefresher``). A partition
+        refused as unknown is asked for once and tried once more (a stale partition
+        count). Any other Kafka error, first or on a retry (e.g. too large), is typed by
+        ``_produce_error``.
         """
+        if isinstance(failure, KafkaException) and code_of(failure) == UNKNOWN_PARTITION:
+            refused = self._after_refresh(failure, retry, topic)
+            if refused is None:
+                return
+            failure = refused
         if isinstance(failure, KafkaException) and not self._reloading(failure, topic):
             raise self._produce_error(failure, key, value, topic, partition) from failure
+        if isinstance(failure, KafkaException):
+            _log.warning(
+                "produce: the producer refuses topic %r (%s); asking the brokers for it every "
+                "%.0f s for at most %.0f s (a broker restarting, or a stale verdict)",
+                self._topic,
+                failure,
+                STALE_REFRESH_S,
+                BROKER_RESTART_WAIT_S,
+            )
         deadline = time.monotonic() + BROKER_RESTART_WAIT_S
         while True:
             self._serve(lambda: self._producer.poll(BACKPRESSURE_POLL_S), "poll")
@@ -275,9 +303,24 @@ class RecordWriter:
                 continue
             except KafkaException as exc:
                 if self._reloading(exc, topic) and time.monotonic() < deadline:
+                    self._refresher.refresh(self._topic or "")
                     continue
                 raise self._produce_error(exc, key, value, topic, partition) from exc
             return
+
+    def _after_refresh(
+        self, failure: KafkaException, retry: Callable[[], None], topic: str | None
+    ) -> BufferError | KafkaException | None:
+        """Ask for ``topic`` once and try the row again; None if it went, else the error."""
+        name = topic or self._topic
+        if name is None or not stale_topic_verdict(failure):
+            return failure
+        TopicRefresher(self._producer).refresh(name)
+        try:
+            retry()
+        except (BufferError, KafkaException) as exc:
+            return exc
+        return None
 
     def _reloading(self, exc: KafkaException, topic: str | None) -> bool:
         """Whether ``exc`` is the sink's own topic reported unknown (it existed at preflight)."""

@@ -16,6 +16,10 @@ A transient error is never a smaller answer. Every lookup runs inside one bounde
    starts that interval again;
 3. a non-retriable error raises :class:`KafkaCode.SOURCE_FATAL`, naming the error code.
 
+An attempt that failed with what may be the AdminClient's stale "Unknown topic" verdict
+after a broker restart (``stale_topic_verdict``, issue 38) is retried with a new
+AdminClient, within the same bound.
+
 With ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs`` (Spark's bounds,
 :class:`~._options.OffsetFetchRetry`) a lookup makes at most that many attempts that fail
 with an error, that interval apart, within the same overall bound; answers that only lack
@@ -45,7 +49,12 @@ from tenacity import (
 )
 
 from connectors.kafka import _client
-from connectors.kafka._client import TOPIC_METADATA_WAIT_S, access_error, kafka_error_of
+from connectors.kafka._client import (
+    TOPIC_METADATA_WAIT_S,
+    access_error,
+    kafka_error_of,
+    stale_topic_verdict,
+)
 from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 from ._metadata import MetadataView, is_transient, read_metadata
@@ -86,7 +95,9 @@ class _NotSettled(Exception):
 
 
 def _should_retry(exc: BaseException) -> bool:
-    return isinstance(exc, _NotSettled) or (isinstance(exc, KafkaException) and is_transient(exc))
+    if isinstance(exc, _NotSettled):
+        return True
+    return isinstance(exc, KafkaException) and (is_transient(exc) or stale_topic_verdict(exc))
 
 
 def _failed_with_error(state: RetryCallState) -> bool:
@@ -183,7 +194,7 @@ class ClusterView:
             retry=retry_if_exception(_should_retry), stop=stop, wait=wait, reraise=True
         )
         try:
-            return retrying(fn)
+            return retrying(lambda: self._attempt(fn))
         except _NotSettled as exc:
             raise KafkaConnectorError(
                 self._unavailable(what, str(exc)), code=KafkaCode.UNAVAILABLE
@@ -198,6 +209,15 @@ class ClusterView:
             denied = access_error(exc, what, CLIENT_OPTIONS)
             msg = str(denied) if denied is not None else f"{what}: non-retriable Kafka error {name}"
             raise KafkaConnectorError(msg, code=KafkaCode.SOURCE_FATAL) from exc
+
+    def _attempt(self, fn: Callable[[], T]) -> T:
+        """Run ``fn``; after a stale topic verdict, the next attempt gets a new AdminClient."""
+        try:
+            return fn()
+        except KafkaException as exc:
+            if stale_topic_verdict(exc):
+                self._admin = None
+            raise
 
     def _unavailable(self, what: str, reason: str) -> str:
         return (

@@ -18,6 +18,9 @@ Protocol (one task, one range):
        ``failOnDataLoss``: raise, or warn and continue from the earliest offset.
     5. If neither the position nor the row count moves for ``kafkaConsumer.pollTimeoutMs``,
        raise :class:`KafkaCode.READ_TIMEOUT` (never wait forever for a missing record).
+       An error event that may be the consumer's stale "Unknown topic" verdict after a
+       broker restart (``stale_topic_verdict``, issue 38) makes the consumer ask the
+       brokers for the topic, at most once a second (``TopicRefresher``), which lifts it.
     6. Yield each poll's rows as one Arrow batch (up to ``ARROW_BATCH_ROWS`` rows, built
        column-wise, the messages dropped at once); give the consumer back to the cache
        at its position when the range completed, close it otherwise.
@@ -43,7 +46,13 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka import _client
-from connectors.kafka._client import PARTITION_EOF, access_error, classify
+from connectors.kafka._client import (
+    PARTITION_EOF,
+    TopicRefresher,
+    access_error,
+    classify,
+    stale_topic_verdict,
+)
 from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 from txn import ErrorAction
 
@@ -98,6 +107,7 @@ class _RangeReader:
         self._tp = TopicPartition(rng.topic, rng.partition)
         self._lease = _consumers.lease(options, rng, lambda: _new_consumer(options))
         self._consumer = self._lease.consumer
+        self._refresher = TopicRefresher(self._consumer)
         self._keep = options.consumer_cache_capacity > 0
         self._overflow: list[Any] = []  # records at or past the end of the range's last poll
         self._last_error: KafkaError | None = None
@@ -187,6 +197,8 @@ class _RangeReader:
             return bool(message.offset() >= self._rng.end)
         if code in _OUT_OF_RANGE:
             return self._restart_from_earliest(err)
+        if stale_topic_verdict(err):
+            self._refresher.refresh(self._rng.topic)
         action = classify(err)
         if action is ErrorAction.FATAL:  # authentication and authorization included
             denied = access_error(err, f"reading {self._rng}", CLIENT_OPTIONS)

@@ -9,13 +9,13 @@ are resolved.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from connectors._suggest import nearest_name
 from connectors.kafka import _client
 from connectors.kafka._client import Cluster, Settings
 from connectors.kafka._errors import KafkaCode, KafkaConnectorError
@@ -74,8 +74,6 @@ OPTION_NAMES = (
 (docs/kafka-source.md, "Options", lists exactly these; a test checks it)."""
 # Lower-cased (as Spark passes them) to the name users write.
 _KNOWN = {name.lower(): name for name in OPTION_NAMES}
-# A typo closer than this to a known option is answered with "did you mean" (difflib ratio).
-_SUGGEST_CUTOFF = 0.75
 # The options that end a batch read, each rejected in a stream.
 _ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 # maxTriggerDelay's units (Spark's time strings) in milliseconds; no unit means ms.
@@ -293,9 +291,9 @@ def _reject_unknown(opts: dict[str, str]) -> None:
     for key in sorted(opts):
         if key.startswith(_KAFKA_PREFIX) or key in _KNOWN:
             continue
-        near = difflib.get_close_matches(key, list(_KNOWN), n=1, cutoff=_SUGGEST_CUTOFF)
-        if near:
-            msg = f"unknown option {key!r}: did you mean {_KNOWN[near[0]]!r}?"
+        near = nearest_name(key, OPTION_NAMES)
+        if near is not None:
+            msg = f"unknown option {key!r}: did you mean {near!r}?"
         else:
             msg = (
                 f"unknown option {key!r}; Kafka client properties need the 'kafka.' prefix "

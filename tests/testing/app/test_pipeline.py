@@ -304,3 +304,33 @@ def test_changelog_op_rule() -> None:
         )
         == "delete"
     )
+
+
+@pytest.mark.parametrize("sink", ["kafka", "kafka+postgres"])
+def test_producer_lanes_reach_the_kafka_sink_and_none_keeps_its_default(sink) -> None:
+    from connectors.demo.app._pipeline import build_sink
+    from connectors.kafka import KafkaSink
+
+    pg = PG if sink != "kafka" else {}
+    cfg = PipelineConfig(
+        bootstrap="h:1",
+        input_dir="/in",
+        checkpoint="/ck",
+        output_topic="out",
+        sink_id="s",
+        sink=sink,
+        **pg,  # type: ignore[arg-type]
+    )
+
+    def lanes(c: PipelineConfig) -> int:
+        built = build_sink(c)
+        kafka = built.connector
+        config = built.config if isinstance(built, KafkaSink) else kafka.options  # type: ignore[attr-defined]
+        return int(config.producer_lanes)
+
+    default = lanes(cfg)
+    assert cfg.producer_lanes is None and default > 1
+    one = replace(cfg, producer_lanes=1)
+    assert lanes(one) == 1
+    assert PipelineConfig.from_json(one.to_json()) == one
+    assert pickle.loads(pickle.dumps(one)) == one
