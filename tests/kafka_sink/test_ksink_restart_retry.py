@@ -1,7 +1,7 @@
 """The epoch log's appends and the marker reads ride through a broker restart (unit tests).
 
 Test doubles stand in for the librdkafka clients (the integration test
-``integration_tests/e2e/test_chaos.py::test_broker_restarts_under_a_running_query``
+``integration_tests/e2e/test_broker_restarts.py::test_four_broker_restarts_under_running_queries``
 restarts a real broker under a query); they fail the way librdkafka does while a broker
 reloads its topics.
 """
