@@ -1,4 +1,5 @@
-"""Docs that must not drift from the code, checked on docs/*.md and README.md.
+"""Docs that must not drift from the code, checked on docs/*.md, README.md and docker/README.md
+(not CHANGELOG.md and benchmarks/HISTORY.md: history, which may name what is gone).
 
 1. every repository path (``connectors/stage/_sink.py``, ``docs/kafka-sink.md``) exists (a
    pattern, ``docs/*.md``, matches something); a bare module file in backticks
@@ -16,8 +17,8 @@
    troubleshooting page names exists in the package its section (or row) names;
 6. every option of the demo's and the ``eos`` command line is in its doc's section.
 
-Generated paths (``benchmarks/results/``) are not required to exist. Each failure names the
-doc, the line and the missing thing.
+Generated paths (:data:`GENERATED`: ``benchmarks/results/``, the venvs) need not exist. Each
+failure names the doc, the line and the missing thing.
 """
 
 from __future__ import annotations
@@ -37,10 +38,19 @@ import pytest
 from txn import ErrorCode
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "docker" / "README.md"]
 KIT = ("txn", "connectors", "minikafka")
-# Paths the docs name that runs create (benchmark output), not the repository.
-GENERATED = ("benchmarks/results/",)
+# Paths that builds and runs create, never in a clean clone (each with what makes it): a
+# path under one is not looked for. tests/test_code_refs.py checks each is named and ignored.
+GENERATED = {
+    "benchmarks/results/": "the benchmarks write their JSON and plots there (make bench)",
+    ".venv/": "make venv's virtualenv (the Makefile's VENV), its stamps and class archive",
+    ".venv-compat/": "make test-compat's virtualenv per Spark line (the Makefile's COMPAT_DIR)",
+    ".pytest_cache/": "pytest's cache (make clean removes it)",
+    ".mypy_cache/": "mypy's cache (make clean removes it)",
+    ".ruff_cache/": "ruff's cache (make clean removes it)",
+    "docker/secrets/": "the secured broker's throwaway keys, made by docker/README.md's steps",
+}
 _SKIP_DIRS = {"__pycache__", "build", "dist"}
 
 
@@ -117,6 +127,7 @@ def paragraphs(doc: str) -> Iterator[tuple[int, str]]:
 
 
 # -- 1. repository paths -----------------------------------------------------------------
+@cache
 def _top_dirs() -> list[str]:
     return sorted(
         p.name
@@ -159,9 +170,14 @@ def repo_paths(line: Line) -> Iterator[str]:
     text = re.sub(r"\]\([^)]*\)", "]", line.text)  # links: relative to the doc
     for m in re.finditer(pattern, text):
         token = m.group(1).rstrip(".,:;")
-        if token.startswith(GENERATED) or token in GENERATED:
+        if is_generated(token):
             continue
         yield from _expand(token)
+
+
+def is_generated(path: str) -> bool:
+    """Whether ``path`` is a build or run output (:data:`GENERATED`), not the repository's."""
+    return any(f"{path.rstrip('/')}/".startswith(prefix) for prefix in GENERATED)
 
 
 def _exists(path: str) -> bool:
@@ -312,7 +328,7 @@ def section_references() -> Iterator[tuple[str, int, str, str]]:
 def sections_in(text: str, here: str | None) -> Iterator[tuple[int, str, str]]:
     """(offset, target doc, number) of every "section N" in ``text``.
 
-    The target is the last ``x.md`` named earlier in the same sentence, else ``here`` (None:
+    The target is the last ``<name>.md`` named earlier in the same sentence, else ``here`` (None:
     a "section N" with no doc named is not a reference to check).
     """
     for m in _SECTION.finditer(text):
