@@ -9,6 +9,7 @@ reloads its topics.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -238,33 +239,70 @@ def test_a_marker_read_refused_by_an_acl_names_it() -> None:
         _markers.read_marker(consumer, "markers")  # type: ignore[arg-type]
 
 
+# Seconds a stuck call blocks at most: far past the bound under test, short enough that a
+# regression fails the test instead of hanging it.
+STUCK_S = 10.0
+
+
 class BlockedOffsets:
-    """send_offsets_to_transaction blocks past its timeout (issue 38: a stale verdict)."""
+    """send_offsets_to_transaction blocks past its timeout (issue 38: a stale verdict); the
+    warm-up transaction's other calls return at once."""
 
     def __init__(self, released: threading.Event) -> None:
         self.released = released
         self.calls = 0
+        self.aborts = 0
 
     def send_offsets_to_transaction(self, offsets: object, group: object, timeout: float) -> None:
         self.calls += 1
-        self.released.wait()
+        self.released.wait(STUCK_S)
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def begin_transaction(self) -> None:
+        return None
+
+    def abort_transaction(self, *args: Any) -> None:
+        self.aborts += 1
+
+
+def _gives_the_producer_up(call: Callable[[BlockedOffsets], object]) -> None:
+    """``call`` on a producer stuck in send_offsets raises FATAL, never calling it again."""
+    from connectors.kafka import KafkaCode, KafkaConnectorError
+    from txn import ErrorAction
+
+    released = threading.Event()
+    producer = BlockedOffsets(released)
+    try:
+        with pytest.raises(KafkaConnectorError) as info:
+            call(producer)
+    finally:
+        released.set()
+    assert info.value.action is ErrorAction.FATAL and info.value.code is KafkaCode.WRITE
+    assert producer.calls == 1 and producer.aborts == 0  # abandoned: never called again
 
 
 def test_a_send_offsets_call_blocked_past_its_timeout_gives_the_producer_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from connectors.kafka import KafkaCode, KafkaConnectorError
     from connectors.kafka._sink import _transactional
-    from txn import ErrorAction
 
     monkeypatch.setattr(_transactional, "TXN_CALL_TIMEOUT_S", 0.05)
     monkeypatch.setattr(_classify, "HUNG_CALL_MARGIN_S", 0.05)
-    released = threading.Event()
-    producer = BlockedOffsets(released)
-    try:
-        with pytest.raises(KafkaConnectorError) as info:
-            _transactional.send_offsets(producer, [], object(), "marker")  # type: ignore[arg-type]
-    finally:
-        released.set()
-    assert info.value.action is ErrorAction.FATAL and producer.calls == 1  # never called again
-    assert info.value.code is KafkaCode.WRITE
+    _gives_the_producer_up(
+        lambda producer: _transactional.send_offsets(producer, [], object(), "marker")  # type: ignore[arg-type]
+    )
+
+
+def test_a_warm_up_stuck_in_send_offsets_drops_the_preparation_and_the_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from connectors.kafka._sink import _prepare
+
+    monkeypatch.setattr(_prepare, "METADATA_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(_classify, "HUNG_CALL_MARGIN_S", 0.05)
+    consumer = SimpleNamespace(consumer_group_metadata=lambda: object())
+    _gives_the_producer_up(
+        lambda producer: _prepare._warm(producer, consumer, "out")  # type: ignore[arg-type]
+    )

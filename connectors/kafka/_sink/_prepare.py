@@ -37,6 +37,7 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from connectors.kafka._client import call_bounded
 from connectors.kafka._sink import _pool
 from connectors.kafka._sink._config import SinkConfig
 from connectors.kafka._sink._lanes import Lane
@@ -173,13 +174,21 @@ def _warm(producer: Producer, consumer: Consumer, topic: str) -> None:
     ever visible. A failed look-up is left to the first task (e.g. a principal without
     Read on the output topic: the offset is refused, the abort ends the transaction); a
     failed abort drops the preparation (the producer's state is then unknown).
+
+    The offsets call is bounded by ``call_bounded``, as the task's own is (see
+    ``connectors.kafka._sink._transactional.send_offsets``): a call stuck in librdkafka
+    raises its FATAL error, which drops the preparation and abandons the producer without
+    calling it again, instead of holding the key "in preparation" for good.
     """
     with contextlib.suppress(KafkaException):
         producer.list_topics(topic, METADATA_TIMEOUT_S)
     group = consumer.consumer_group_metadata()
+    offsets = [TopicPartition(topic, 0, 0)]
     producer.begin_transaction()
     with contextlib.suppress(KafkaException):
-        producer.send_offsets_to_transaction(
-            [TopicPartition(topic, 0, 0)], group, METADATA_TIMEOUT_S
+        call_bounded(
+            "send_offsets_to_transaction (warm-up)",
+            lambda: producer.send_offsets_to_transaction(offsets, group, METADATA_TIMEOUT_S),
+            METADATA_TIMEOUT_S,
         )
     producer.abort_transaction(METADATA_TIMEOUT_S)
