@@ -23,8 +23,13 @@ application, as when a cluster loses machines, one per epoch:
 In unaligned mode Spark retries the lost task itself; in aligned mode the write stage is a
 barrier stage, which Spark does not retry, so the sink re-runs it (``stage_retries``) once
 the cluster has two free slots again. Which executor to kill is found from the fault plan:
-the claim file of a ``sleep`` fault names the Python worker holding the task, whose
+the claim file of the holding fault names the Python worker holding the task, whose
 ancestor is the executor JVM (``StandaloneCluster.executor_hosting``).
+
+A held task waits on an event, not a clock: its fault is an ``await`` gate whose release
+(``go-e{epoch}``, a fault the query itself never reaches) the test claims once the fault was
+delivered and the replacement executor launched, so the surviving task carries on at once
+instead of sleeping out a fixed hold.
 """
 
 from __future__ import annotations
@@ -57,8 +62,11 @@ from integration_tests.support.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 
-# Seconds a held task sleeps at its step: the kill lands well within it.
-HOLD_S = 15.0
+# Seconds a held task waits at most for the test to release it (it is released once the
+# fault is delivered; the bound only ends the hold of a test that failed meanwhile).
+HOLD_S = 240.0
+# Epoch no query reaches: the release faults (``go-e{epoch}``) live there.
+NEVER = 10**6
 # Seconds a task that waits for votes is given to send its vote before its executor dies.
 VOTE_SEND_S = 3.0
 # Seconds for a replacement executor (or a restarted worker's) to be launched.
@@ -72,8 +80,17 @@ SCHEDULES = {
 PARALLELISM = {"unaligned": 2, "aligned": 1}
 
 
+def _release_id(epoch: int) -> str:
+    return f"go-e{epoch}"
+
+
 def _faults(kind: str, epoch: int) -> list[dict[str, Any]]:
-    """Fault plan entries holding the tasks of ``epoch`` where ``kind`` strikes."""
+    """Fault plan entries holding the tasks of ``epoch`` where ``kind`` strikes.
+
+    The held tasks wait for the release fault, which only the test claims (``_release``).
+    """
+    hold = {"action": "await", "waits_for": _release_id(epoch), "seconds": HOLD_S}
+    release = {"id": _release_id(epoch), "step": "mid_write", "epoch": NEVER, "action": "raise"}
     if kind == "executor_mid_vote":
         return [
             {
@@ -89,21 +106,26 @@ def _faults(kind: str, epoch: int) -> list[dict[str, Any]]:
                 "step": "after_pre_commit",
                 "epoch": epoch,
                 "partition": 0,
-                "action": "sleep",
-                "seconds": HOLD_S,
+                **hold,
             },
+            release,
         ]
     return [
         {
             "id": f"e{epoch}",
             "step": "mid_write",
             "epoch": epoch,
-            "action": "sleep",
-            "seconds": HOLD_S,
             "after_rows": 10,
             "times": 2,
-        }
+            **hold,
+        },
+        release,
     ]
+
+
+def _release(plan: str, epoch: int) -> None:
+    """Let the held tasks of ``epoch`` carry on (claims the fault their gate waits for)."""
+    Path(f"{plan}.{_release_id(epoch)}.0").write_text("released by the test")
 
 
 def _replacement_launched(
@@ -123,6 +145,7 @@ def _strike(kind: str, epoch: int, plan: str, cluster: StandaloneCluster, app: A
         time.sleep(VOTE_SEND_S)  # the task sends its vote at once, then waits for the others
     if kind == "driver_mid_write":
         app.kill()
+        _release(plan, epoch)  # the restart redoes the epoch without a hold
         return
     if kind == "worker_mid_write":
         index = cluster.worker_ports().index(victim.worker_port)
@@ -135,6 +158,7 @@ def _strike(kind: str, epoch: int, plan: str, cluster: StandaloneCluster, app: A
         REPLACE_TIMEOUT_S,
         f"a new executor after {kind} in epoch {epoch}",
     )
+    _release(plan, epoch)
 
 
 @pytest.fixture

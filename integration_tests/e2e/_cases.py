@@ -29,14 +29,11 @@ HELD_TXN_TIMEOUT_MS = 20_000
 IN_FLIGHT_S = 2.0
 
 
-def worker_killed_mid_write(scenario: Scenario, mode: str) -> None:
-    """SIGKILL of a Python worker after 10 rows of epoch 1; the query finishes on its own."""
-    case = worker_kill_case(scenario, mode)
-    case.check(scenario.run(case.config, "run").epochs)
-
-
 def worker_kill_case(scenario: Scenario, mode: str) -> Case:
-    """:func:`worker_killed_mid_write` as a case: its query's config and its check."""
+    """SIGKILL of a Python worker after 10 rows of epoch 1; the query finishes on its own.
+
+    Returned as a case: its query's config and its check.
+    """
     scenario.stage()
     plan = scenario.fault_plan(
         [
@@ -62,23 +59,6 @@ def worker_kill_case(scenario: Scenario, mode: str) -> Case:
     return Case(scenario.config(fault_plan=plan, mode=mode, stage_retries=2), check)
 
 
-def application_killed_after_some_partitions_committed(
-    scenario: Scenario, mode: str, *, after_kill: Callable[[Scenario], None] | None = None
-) -> CheckReport:
-    """The whole application SIGKILLed with epoch 1 partly committed; a restart finishes it.
-
-    ``after_kill(scenario)`` runs between the kill (once the partial commit is asserted)
-    and the restart: what an operator would look at or do there. Returns the checker's
-    report of the finished output.
-    """
-    killed = kill_app_with_epoch_partly_committed(scenario, mode)
-    killed.after_kill()
-    if after_kill is not None:
-        after_kill(scenario)
-    second = scenario.run(killed.restart.config, "second")
-    return killed.finish(second.epochs)
-
-
 @dataclass(frozen=True)
 class Killed:
     """A case whose first application was killed: the checks of what the kill left, and the
@@ -98,7 +78,10 @@ class Killed:
 
 
 def kill_app_with_epoch_partly_committed(scenario: Scenario, mode: str) -> Killed:
-    """:func:`application_killed_after_some_partitions_committed` up to the kill."""
+    """The whole application SIGKILLed with epoch 1 partly committed; a restart finishes it.
+
+    Runs the application up to the kill; returns the checks of what it left and the restart.
+    """
     scenario.stage()
     epoch = 1
     # 1. write partition 1 is held in epoch 1, not committed: unaligned, in the middle of

@@ -3,26 +3,28 @@
 The cases of ``integration_tests/e2e/test_chaos.py`` (``e2e/_cases.py``), on the
 ``secure_kafka`` listener: every client of the run (the app's sink with its epoch log and
 markers, the checker with its raw Fetch scan, ``eos``) gets the listener's settings, and a
-client that lacked them would be refused. One case kills a Python worker (aligned), the
-other the whole application with epoch 1 partly committed (unaligned); between that kill
-and the restart an operator runs every ``eos`` subcommand with ``--command-config`` (a
-Java properties file with a SCRAM ``sasl.jaas.config`` line), and again once the restart
-finished the epochs.
+client that lacked them would be refused. One case kills the whole application with epoch
+1 partly committed (unaligned); between that kill and the restart an operator runs every
+``eos`` subcommand with ``--command-config`` (a Java properties file with a SCRAM
+``sasl.jaas.config`` line), and again once the restart finished the epochs. The other
+case, a Python worker killed mid-write (aligned), runs beside that restart in the same
+application (``_together``): its fault stays inside its own query, and an application
+run costs a JVM start.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from integration_tests.e2e._cases import (
-    application_killed_after_some_partitions_committed,
-    worker_killed_mid_write,
-)
-from integration_tests.e2e._scenario import CHUNK, Scenario
+from connectors.demo.app import EpochLine
+from connectors.verify import CheckReport
+from integration_tests.e2e._cases import kill_app_with_epoch_partly_committed, worker_kill_case
+from integration_tests.e2e._scenario import APP_RUN_TIMEOUT_S, CHUNK, Scenario
+from integration_tests.e2e._together import Case, run_cases
 from integration_tests.support.secure_kafka import SecureKafka
 
 pytestmark = [
@@ -40,26 +42,39 @@ SETTLE_S = 60.0
 
 
 @pytest.fixture
-def scenario(
+def named(
     secure_kafka: SecureKafka, tmp_path: Path, secure_topic: Callable[..., str]
-) -> Scenario:
-    return Scenario.create(
+) -> Callable[[str], Scenario]:
+    """``named(name)``: a scenario of its own on the secured listener, in ``tmp_path / name``."""
+    return lambda name: Scenario.create(
         secure_kafka.bootstrap,
-        tmp_path,
+        tmp_path / name,
         secure_topic,
         n=N_RECORDS,
         client_config=secure_kafka.settings,
     )
 
 
-def test_python_worker_killed_mid_write_aligned(scenario: Scenario) -> None:
-    worker_killed_mid_write(scenario, "aligned")
+def test_application_killed_unaligned_then_operated_and_restarted_beside_a_worker_kill(
+    named: Callable[[str], Scenario], tmp_path: Path
+) -> None:
+    scenario = named("app-killed")
+    killed = kill_app_with_epoch_partly_committed(scenario, "unaligned")
+    killed.after_kill()
+    operate_the_stopped_sink(scenario)
+
+    def finish(epochs: Sequence[EpochLine]) -> None:
+        operate_the_finished_sink(scenario, killed.finish(epochs))
+
+    cases = {
+        "application killed, unaligned: the restart": Case(killed.config, finish),
+        "python worker killed mid-write, aligned": worker_kill_case(named("worker"), "aligned"),
+    }
+    run_cases(cases, tmp_path / "apps", APP_RUN_TIMEOUT_S)
 
 
-def test_application_killed_unaligned_then_operated_and_restarted(scenario: Scenario) -> None:
-    report = application_killed_after_some_partitions_committed(
-        scenario, "unaligned", after_kill=operate_the_stopped_sink
-    )
+def operate_the_finished_sink(scenario: Scenario, report: CheckReport) -> None:
+    """After the restart: every ``eos`` subcommand over TLS + SCRAM sees the epochs done."""
     # The raw scan over TLS + SCRAM saw the killed attempt's transaction aborted.
     assert report.abort_markers >= 1 and report.aborted_records >= 1, report
     last = N_RECORDS // CHUNK - 1
