@@ -75,25 +75,24 @@ def test_an_undeclared_marker_is_refused(tmp_path: Path) -> None:
     assert "'no_such_marker' not found in `markers` configuration option" in result.stdout
 
 
-def test_the_long_fuzz_run_is_skipped_without_the_option() -> None:
-    result = run_pytest(FUZZ_TEST, "-q", "-rs")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 skipped" in result.stdout
-    assert "select it with --fuzz" in result.stdout
-
-
 def test_the_long_fuzz_run_runs_with_the_option() -> None:
     result = run_pytest(FUZZ_TEST, "-q", "--fuzz", MINIKAFKA_FUZZ_SECONDS="3")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
 
 
-def test_the_long_model_run_is_skipped_without_the_option() -> None:
-    result = run_pytest(MODEL_LONG_TEST, "-q", "-rs")
+def test_the_long_runs_are_skipped_without_their_options() -> None:
+    # One pytest run for both (its collection imports Spark's Python side): the fuzz run is
+    # one test, the model run one per kind; each skip names the option that selects it.
+    result = run_pytest(FUZZ_TEST, MODEL_LONG_TEST, "-q", "-rs")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(r"\b[1-9]\d* skipped", result.stdout), result.stdout
+    skipped = re.search(r"\b(\d+) skipped", result.stdout)
+    assert skipped and int(skipped.group(1)) >= 2, result.stdout  # the fuzz run and a kind
     assert "passed" not in result.stdout
-    assert "select it with --model-long" in result.stdout
+    fuzz = [line for line in result.stdout.splitlines() if "test_fuzz.py" in line]
+    model = [line for line in result.stdout.splitlines() if "test_ordinary_use.py" in line]
+    assert len(fuzz) == 1 and "select it with --fuzz" in fuzz[0], result.stdout
+    assert model and all("select it with --model-long" in line for line in model), result.stdout
 
 
 def test_make_selects_the_long_runs_by_option_not_by_marker_expression() -> None:

@@ -162,9 +162,14 @@ def _rounds_ended(batches: Any) -> Any:
         )
 
 
-def preparations_ended(spark: Any, workers: int, tasks: int = 16) -> None:
+def preparations_ended(spark: Any, workers: int) -> None:
     """Return once every Python worker's preparation rounds (``_pool.ClientPool.prepare``)
-    have ended: ``tasks`` one-row tasks reach every worker, as in :func:`python_workers`."""
+    have ended: one-row tasks reach every worker, as in :func:`python_workers`.
+
+    Two tasks per worker: ``workers`` would do (Spark hands each task to the worker idle
+    longest), the rest is margin; the job runs after every epoch, so it stays that small.
+    """
+    tasks = 2 * workers
     df = spark.range(tasks, numPartitions=tasks).mapInArrow(
         _rounds_ended, "pid long, ended boolean"
     )

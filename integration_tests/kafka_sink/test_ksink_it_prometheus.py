@@ -1,5 +1,9 @@
 """The Prometheus exporter under real streaming queries: the driver's endpoint scraped with
-real HTTP GETs between and after epochs, and a short job's pushes to a recording gateway."""
+real HTTP GETs between and after epochs, and a short job's pushes to a recording gateway.
+
+The short job's ``MetricsListener`` is also where the listener's views are checked (each
+batch's progress joined with the sink's metrics, the source's lag and ``extra`` providers):
+one kafka-rc query proves both."""
 
 from __future__ import annotations
 
@@ -153,7 +157,7 @@ def test_the_endpoint_scraped_during_a_streaming_query_shows_the_epoch_counters(
 
 
 @pytest.mark.usefixtures("rc_spark")  # the kafka-rc source: PySpark 4.2+
-def test_a_short_job_pushes_each_epoch_and_the_sources_lag_per_topic(
+def test_a_short_job_pushes_each_epoch_and_the_listener_joins_progress_metrics_and_lag(
     spark, kafka_bootstrap, new_topic, tmp_path, closing
 ):
     from confluent_kafka import Producer
@@ -164,7 +168,7 @@ def test_a_short_job_pushes_each_epoch_and_the_sources_lag_per_topic(
         producer.produce(source_topic, f"v{i}".encode(), f"k{i}".encode())
     producer.flush(30)
     sink = closing(KafkaSink(kafka_bootstrap, topic, sink_id, parallelism=2))
-    listener = MetricsListener(sink)
+    listener = MetricsListener(sink, extra={"static": lambda: {"answer": 42}})
     spark.streams.addListener(listener)
     collector = PrometheusCollector(sink, listener=listener)
     with recording_gateway() as gateway:
@@ -197,10 +201,21 @@ def test_a_short_job_pushes_each_epoch_and_the_sources_lag_per_topic(
     final = parse(pushes[-1].body)
     assert value(final, "eos_sink_epochs_total", **key, outcome="committed") == 3
     assert value(final, "eos_sink_rows_written_total", **key) == 90
+    # The listener joins each batch's progress with the sink's metrics and the source's lag.
     views = [v for v in listener.views() if v.query_id == str(query.id)]
     assert [v.batch_id for v in views] == [0, 1, 2]
-    ((source, lags),) = views[-1].topic_lag.items()
-    assert lags == {source_topic: 0}
+    for view in views:
+        assert view.input_rows == 30
+        metrics = view.sinks[sink.connector.sink_id]
+        assert metrics.batch_id == view.batch_id and metrics.rows == 30
+        assert view.extra == {"static": {"answer": 42}}
+        assert json.loads(view.to_json())["batch_id"] == view.batch_id
+    lags = [next(iter(v.source_lag.values())) for v in views]
+    assert lags == [60, 30, 0], lags
+    # the kafka-rc source is named by its topics, not by a Java object's Class@hash
+    ((source, lags_by_topic),) = views[-1].topic_lag.items()
+    assert {name for v in views for name in v.source_lag} == {source} and "@" not in source
+    assert lags_by_topic == {source_topic: 0}
     assert source.endswith(f"[{source_topic}]")
     lag = {"query_id": str(query.id), "source": source, "topic": source_topic}
     assert value(final, "eos_source_lag_records", **lag) == 0
