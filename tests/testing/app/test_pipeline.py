@@ -17,14 +17,19 @@ from connectors.demo.app import EpochLine, PipelineConfig
 from connectors.demo.app._chunks import write_chunks
 from connectors.verify import Record, json_identity, make_input_value
 
+# The options every PipelineConfig needs; each test adds the ones it is about.
+REQUIRED = {
+    "bootstrap": "h:1",
+    "input_dir": "/in",
+    "checkpoint": "/ck",
+    "output_topic": "out",
+    "sink_id": "sink",
+}
+
 
 def test_pipeline_config_round_trips_through_json_and_pickle() -> None:
     cfg = PipelineConfig(
-        bootstrap="h:1",
-        input_dir="/in",
-        checkpoint="/ck",
-        output_topic="out",
-        sink_id="sink",
+        **REQUIRED,
         mode="unaligned",
         parallelism=3,
         fault_plan="/f.json",
@@ -69,11 +74,7 @@ def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
     from connectors.demo.app import PipelineConfigError
 
     cfg = PipelineConfig(
-        bootstrap="h:1",
-        input_dir="/in",
-        checkpoint="/ck",
-        output_topic="out",
-        sink_id="sink",
+        **REQUIRED,
         source="kafka",
         input_topic="in",
         max_offsets_per_trigger=100,
@@ -82,29 +83,17 @@ def test_kafka_source_config_round_trips_and_bad_sources_are_refused() -> None:
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     with pytest.raises(PipelineConfigError, match="source must be one of"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             source="jdbc",
         )
     with pytest.raises(PipelineConfigError, match="needs input_topic"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             source="kafka",
         )
     with pytest.raises(PipelineConfigError):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             source="kafka",
             input_topic="in",
             max_offsets_per_trigger=0,
@@ -132,62 +121,38 @@ def test_postgres_sink_fields_round_trip_and_bad_ones_are_refused() -> None:
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     assert (cfg.writes_kafka, cfg.writes_postgres) == (False, True)
     both = PipelineConfig(
-        bootstrap="h:1",
-        input_dir="/in",
-        checkpoint="/ck",
-        output_topic="out",
-        sink_id="sink",
+        **REQUIRED,
         sink="kafka+postgres",
         **PG,
     )
     assert (both.writes_kafka, both.writes_postgres) == (True, True)
     with pytest.raises(PipelineConfigError, match="sink must be one of"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             sink="jdbc",
         )
     with pytest.raises(PipelineConfigError, match="needs postgres_dsn and postgres_table"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             sink="postgres",
         )
     with pytest.raises(PipelineConfigError, match="postgres_write_mode must be one of"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             sink="postgres",
             postgres_write_mode="merge",
             **PG,
         )
     with pytest.raises(PipelineConfigError, match="postgres_protocol must be one of"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             sink="postgres",
             postgres_protocol="3pc",
             **PG,
         )
     with pytest.raises(PipelineConfigError, match="on_bad_record must be one of"):
         PipelineConfig(
-            bootstrap="h:1",
-            input_dir="/in",
-            checkpoint="/ck",
-            output_topic="out",
-            sink_id="sink",
+            **REQUIRED,
             on_bad_record="ignore",
         )
 
