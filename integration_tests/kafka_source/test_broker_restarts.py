@@ -202,6 +202,15 @@ def wait_caught_up(query: Any, w: World, ck: Path) -> None:
         time.sleep(POLL_S)
 
 
+def wait_for_first_plan(query: Any, ck: Path) -> None:
+    """Block until the query has logged the offsets of its first batch."""
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+    while 0 not in (checkpointed(ck) if (ck / "offsets").exists() else {}):
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, "the query planned no batch"
+        time.sleep(POLL_S)
+
+
 def wait_for_batches(query: Any, ck: Path, more_than: int) -> None:
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
     while committed_batches(ck) <= more_than:
@@ -303,9 +312,10 @@ def test_new_checkpoint_started_while_the_broker_loads(
     w.restart("clean", "hidden")
     query = start(stream(rc_spark, w, starting="latest"), sink, ck)
     try:
-        # Let the query start while the broker loads, then write what it must read.
-        time.sleep(LOAD_DELAY_MS / 1000 + 2)
-        assert query.exception() is None, query.exception()
+        # Let the query plan its first batch while the broker loads, then write what it
+        # must read: produced earlier, the 80 records could precede a slow start's "latest".
+        wait_for_first_plan(query, ck)
+        assert checkpointed(ck)[0] == ends, "the first batch must start where the input ended"
         w.produce(80)
         wait_caught_up(query, w, ck)
     finally:
