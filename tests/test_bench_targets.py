@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -176,3 +177,37 @@ def test_variants_option_defaults_to_the_standard_variants_and_refuses_unknown_o
     assert _job.variant_list(parser, " eos-keep, arrow-drop ") == ["eos-keep", "arrow-drop"]
     with pytest.raises(SystemExit):
         _job.variant_list(parser, "eos-aligned,no-such-variant")
+
+
+def _growth_point(partitions: int, aligned: float, unaligned: float, write_tasks: int = 2) -> Any:
+    from benchmarks.bench_growth import SinkPoint
+
+    return SinkPoint(
+        partitions=partitions,
+        write_tasks=write_tasks,
+        alo_ms=200.0,
+        overhead_ms={"eos-aligned": aligned, "eos-unaligned": unaligned},
+    )
+
+
+def test_growth_target_is_the_slope_not_the_fixed_cost_per_partition():
+    from benchmarks.bench_growth import targets
+
+    # A fixed 40 ms per epoch at every size grows by nothing; 2 ms per partition does.
+    sinks = [
+        _growth_point(4, 40.0, 40.0 + 2 * 4),
+        _growth_point(512, 40.0, 40.0 + 2 * 512),
+        _growth_point(32, 999.0, float("nan"), write_tasks=8),  # not the partition series
+    ]
+    by_variant = {t.name.split(" ", 1)[0]: t for t in targets(sinks)}
+    assert by_variant["eos-aligned"].value == pytest.approx(0.0)
+    assert by_variant["eos-aligned"].met is True
+    assert by_variant["eos-unaligned"].value == pytest.approx(2.0)
+    assert by_variant["eos-unaligned"].met is False
+    assert "4 -> 512 partitions" in by_variant["eos-unaligned"].name
+
+
+def test_growth_target_needs_two_partition_counts():
+    from benchmarks.bench_growth import targets
+
+    assert targets([_growth_point(32, 10.0, 10.0)]) == []
