@@ -28,6 +28,7 @@ BENCHMARKS = (
     "bench_cluster",
     "bench_latency",
     "bench_growth",
+    "bench_task_floor",
 )
 
 

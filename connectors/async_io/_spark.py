@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from connectors._arrow_schema import arrow_schema
+from connectors._worker_heap import freeze_worker_heap
 from connectors.async_io._config import AsyncConfig
 from connectors.async_io._errors import AsyncIOError
 from connectors.async_io._function import check_async_callable
@@ -103,6 +104,7 @@ class PartitionRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run the operator over this partition and report its metrics at the end."""
+        freeze_worker_heap()
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
         operator = AsyncOperator(self.fn, self.enrichment_schema, self.config, partition=partition)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime
 
 import pyarrow as pa
 
+from connectors._worker_heap import freeze_worker_heap
 from connectors.stage import _hooks
 from connectors.stage._backchannel import require_frozen
 from connectors.stage._errors import VOTE_CODES, StageCode, StageError
@@ -269,6 +270,8 @@ def _mid_write(spec: TaskSpec, partition: int) -> tuple[int, Callable[[], None]]
 def write_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Body of one write task (runs in a Spark Python worker)."""
     from pyspark import BarrierTaskContext, TaskContext
+
+    freeze_worker_heap()
 
     # Spark sets the task's context in every task (get() is None only outside one).
     ctx = cast("TaskContext", BarrierTaskContext.get() if spec.aligned else TaskContext.get())

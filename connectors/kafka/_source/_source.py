@@ -44,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from connectors._worker_heap import freeze_worker_heap
 from connectors.kafka._errors import KafkaCode, KafkaConnectorError
 
 from ._arrow import spark_schema
@@ -349,6 +350,7 @@ def _plan(
 
 
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    freeze_worker_heap()
     # Spark substitutes a placeholder InputPartition(None) when a batch plan has no ranges.
     if not isinstance(partition, KafkaInputPartition):
         return iter(())
