@@ -133,3 +133,25 @@ def test_bad_input_is_refused_before_anything_is_logged(spark, tmp_path, served,
         sink(spark.range(3), 0)
     assert info.value.column == "value"
     assert store.commits == [] and not (tmp_path / "epochs.log").exists()
+
+
+def _freeze_counts(batches: Iterator[Any]) -> Iterator[Any]:
+    import gc
+
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"frozen": [gc.get_freeze_count()]})
+
+
+def test_write_tasks_leave_their_python_worker_heap_frozen(spark, tmp_path, served, closing):
+    # PySpark collects a reused worker's whole heap after every task; the kit's tasks
+    # freeze the worker's long-lived objects once (connectors._worker_heap), so that walk
+    # stays small. The workers that ran the write tasks serve the next job's tasks.
+    store, handle = served
+    sink = closing(make_sink(tmp_path, handle, "commit-in-task", CommitMode.UNALIGNED))
+    assert sink(batch(spark, 0), 0).committed
+    probe = spark.range(2, numPartitions=2).mapInArrow(_freeze_counts, "frozen long")
+    assert max(r.frozen for r in probe.collect()) > 10_000
+    assert_exactly_once(store, 1)
