@@ -3,10 +3,9 @@
 PySpark's daemon runs a full ``gc.collect()`` in a reused Python worker after every task
 (``pyspark.daemon``, with ``spark.python.worker.reuse``, on by default), before the worker
 takes its next task. A full collection walks every object the cyclic collector tracks:
-with PySpark, pyarrow, confluent-kafka and the kit imported that is about 100,000
-objects: about 58 ms per task on a quiet 2-core machine, about 200 ms on a loaded one
-(docs/performance.md, "Python workers"),
-paid after every read, write and enrichment task of every stage.
+with PySpark, pyarrow, confluent-kafka and the kit imported, about 100,000 objects and
+about 58 ms per task on a quiet 2-core machine (about 200 ms on a loaded one; see
+docs/performance.md, "Python workers"), after every read, write and enrichment task.
 
 :func:`freeze_worker_heap` moves what the worker holds when the kit's first task starts
 (the imported modules, their classes and functions: what lives as long as the worker)
