@@ -36,6 +36,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmarks._latency import percentile
 from benchmarks._plot import grouped_bar_plot
 from benchmarks._spark import bench_session
 from benchmarks._table import print_table
@@ -75,8 +76,7 @@ class CollectCell:
 
 def p90(values: Sequence[float]) -> float:
     """90th percentile (nearest rank) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return percentile(values, 90)
 
 
 def _count_rows(batches: Iterator[Any]) -> Iterator[Any]:
